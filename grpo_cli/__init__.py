@@ -1,0 +1,39 @@
+"""grpo: declarative, preflight-checked GRPO fine-tuning on top of TRL.
+
+The public Python API mirrors the CLI so a notebook can do what `grpo` does::
+
+    from grpo_cli import load_recipe, preflight, train
+    recipe = load_recipe("recipes/demo.yaml", overrides=["training.max_steps=20"])
+    print(preflight(recipe).plan)
+    result = train(recipe)
+
+Heavy libraries (torch, transformers, trl, datasets, peft) are imported only by the
+functions that need them, so importing this package stays instant.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "GrpoError": "grpo_cli.errors",
+    "RecipeError": "grpo_cli.errors",
+    "Recipe": "grpo_cli.schema",
+    "load_recipe": "grpo_cli.loading",
+    "preflight": "grpo_cli.preflight",
+    "train": "grpo_cli.training",
+}
+
+__all__ = [*_LAZY, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    """Resolve the public API lazily so `import grpo_cli` costs nothing."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'grpo_cli' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -1,0 +1,136 @@
+"""The `grpo` command line: parse arguments, call the library, render with rich.
+
+Nothing heavy is imported at module level so `grpo --help` and `grpo validate` stay instant;
+each command imports what it needs.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from grpo_cli import __version__
+
+console = Console(highlight=False)
+err_console = Console(stderr=True, highlight=False)
+
+_SECTIONS = ("model", "data", "rewards", "training", "launch", "output")
+RECIPE_EPILOG = (
+    "A recipe is YAML with the sections model, data, rewards, training, launch and output "
+    "(see `grpo schema` and docs/recipes.md). Add `section.key=value` overrides after the recipe path, "
+    "e.g. `training.learning_rate=1e-5 model.lora.r=8`."
+)
+
+app = typer.Typer(
+    name="grpo",
+    help="Declarative GRPO fine-tuning: write one YAML recipe, check it in a second, train it anywhere.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+_state = {"debug": False}
+
+RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML file.", show_default=False)]
+OverridesArg = Annotated[
+    list[str] | None, typer.Argument(help="section.key=value overrides applied after the recipe.", show_default=False)
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"grpo {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+def run_guarded(func: Callable[[], Any]) -> Any:
+    """Run a command body: user errors become one paragraph and exit code 2, no traceback."""
+    from grpo_cli.errors import GrpoError
+
+    try:
+        return func()
+    except GrpoError as exc:
+        if _state["debug"]:
+            raise
+        err_console.print(f"[bold red]error:[/] {exc.render()}", soft_wrap=True)
+        raise typer.Exit(exc.exit_code) from None
+    except KeyboardInterrupt:
+        err_console.print("[yellow]interrupted[/]")
+        raise typer.Exit(130) from None
+
+
+def _load(recipe: Path, overrides: list[str] | None) -> Any:
+    from grpo_cli.loading import load_recipe
+
+    return load_recipe(recipe, overrides or [])
+
+
+@app.command(epilog=RECIPE_EPILOG)
+def validate(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    print_recipe: Annotated[bool, typer.Option("--print", help="Print the resolved recipe as YAML.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Check a recipe without loading any model: schema, batch arithmetic, data, rewards; print the plan."""
+
+    def body() -> None:
+        from grpo_cli.preflight import preflight
+        from grpo_cli.render import render_preflight
+
+        loaded = _load(recipe, overrides)
+        if print_recipe:
+            from grpo_cli.loading import dump_yaml
+
+            console.print(dump_yaml(loaded.model_dump(mode="json", exclude_defaults=False)), markup=False)
+        pf = preflight(loaded)
+        pf.raise_for_problems()
+        render_preflight(console, pf, as_json=as_json)
+
+    run_guarded(body)
+
+
+@app.command()
+def schema(
+    markdown: Annotated[bool, typer.Option("--markdown", help="Print the Markdown reference instead.")] = False,
+    out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of stdout.")] = None,
+) -> None:
+    """Print the recipe's JSON Schema (point your YAML editor at it) or its Markdown reference."""
+
+    def body() -> None:
+        import json
+
+        from grpo_cli.docs_gen import recipe_json_schema, recipe_markdown
+
+        text = recipe_markdown() if markdown else json.dumps(recipe_json_schema(), indent=2) + "\n"
+        if out is None:
+            sys.stdout.write(text)
+        else:
+            out.write_text(text, encoding="utf-8")
+            console.print(f"wrote {out}")
+
+    run_guarded(body)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+# The heavier commands live in their own module and register themselves on `app`.
+from grpo_cli import commands  # noqa: E402,F401

@@ -1,0 +1,1 @@
+"""Data: cheap peeks for the preflight (`peek`) and the full mapping to TRL rows (`mapping`)."""

@@ -1,0 +1,213 @@
+"""Turn the recipe's data section into TRL rows: `prompt` (text or chat messages) plus reward columns.
+
+Also enforces the prompt-length limit (TRL 1.16 dropped `max_prompt_length`) and reports
+how many rows were dropped or cut, so users see what their data became.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.schema import Recipe
+from grpo_cli.schema.data import DataSection
+
+_GSM8K = re.compile(r"####\s*([-+]?[\d,]*\.?\d+)")
+
+
+@dataclass
+class MappedData:
+    """Train/eval datasets in TRL's format and what happened to the rows on the way."""
+
+    train: Any
+    eval: Any | None
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def extract_answer(text: Any, kind: str, pattern: str | None = None) -> str | None:
+    """The reference answer inside a solution text (None when it cannot be found)."""
+    if text is None:
+        return None
+    text = str(text)
+    if kind == "none":
+        return text
+    if kind == "gsm8k":
+        found = _GSM8K.findall(text)
+        return found[-1].replace(",", "").lstrip("+") if found else None
+    if kind == "boxed":
+        start = text.rfind("\\boxed{")
+        if start < 0:
+            return None
+        depth, i = 0, start + len("\\boxed{") - 1
+        for j in range(i, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[j], 0)
+            if depth == 0:
+                return text[i + 1:j].strip()
+        return None
+    match = re.search(pattern or "", text)
+    if not match:
+        return None
+    return (match.group(1) if match.groups() else match.group(0)).strip()
+
+
+def _load_split(data: DataSection, recipe: Recipe, split: str, where: str) -> Any:
+    import datasets
+
+    try:
+        if data.dataset:
+            return datasets.load_dataset(data.dataset, data.config, split=split)
+        paths = [str(recipe.resolve_path(p)) for p in data.file_map[split]]
+        builder = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}[
+            "." + paths[0].rsplit(".", 1)[-1]]
+        return datasets.load_dataset(builder, data_files={split: paths}, split=split)
+    except FileNotFoundError as exc:
+        raise GrpoError(f"cannot load the data: {exc}", where=where,
+                        fix="Check the path, or the hub id and network access (offline: use `data.files`).") from None
+    except (ValueError, ConnectionError, OSError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise GrpoError(f"cannot load split {split!r}: {first}", where=where,
+                        fix="Check the dataset id, config and split names; without network use local `data.files`.") from None
+    except Exception as exc:  # datasets raises many private error types (DatasetGenerationError, ...)
+        raise GrpoError(f"cannot load split {split!r}: {type(exc).__name__}: {exc}", where=where,
+                        fix="Check that the file is well-formed (one JSON object per line for .jsonl).") from None
+
+
+def _row_mapper(data: DataSection) -> Any:
+    prompt = data.prompt
+    answer = data.answer
+
+    def to_row(row: dict[str, Any], idx: int) -> dict[str, Any]:
+        if prompt.column is not None:
+            value = row[prompt.column]
+        else:
+            try:
+                value = (prompt.template or "").format(**row)
+            except (KeyError, IndexError, ValueError) as exc:
+                raise GrpoError(f"row {idx}: the template cannot be filled ({type(exc).__name__}: {exc})",
+                                where="data.prompt.template") from None
+        if prompt.chat:
+            if isinstance(value, list):
+                messages = list(value)
+            else:
+                messages = [{"role": "user", "content": str(value)}]
+            if prompt.system_prompt and not (messages and messages[0].get("role") == "system"):
+                messages = [{"role": "system", "content": prompt.system_prompt}, *messages]
+            value = messages
+        elif not isinstance(value, str):
+            raise GrpoError(f"row {idx}: the prompt is a {type(value).__name__}, not text",
+                            where="data.prompt", fix="Set `chat: true` for message lists, or point to a text column.")
+        out = {"prompt": value}
+        if answer is not None:
+            out[answer.into] = extract_answer(row.get(answer.column), answer.extract, answer.pattern)
+        return out
+
+    return to_row
+
+
+def _check_columns(ds: Any, data: DataSection, where: str) -> None:
+    cols = list(ds.column_names)
+    missing = [c for c in data.prompt.columns if c not in cols]
+    if missing:
+        key = "data.prompt.column" if data.prompt.column else "data.prompt.template"
+        raise GrpoError(f"column(s) {', '.join(missing)} not in the {where} data", where=key,
+                        fix=f"Available columns: {', '.join(cols)}.")
+    if data.answer and data.answer.column not in cols:
+        raise GrpoError(f"column {data.answer.column!r} not in the {where} data", where="data.answer.column",
+                        fix=f"Available columns: {', '.join(cols)}.")
+    if data.keep_columns:
+        absent = [c for c in data.keep_columns if c not in cols and not (data.answer and c == data.answer.into)]
+        if absent:
+            raise GrpoError(f"column(s) {', '.join(absent)} not in the {where} data", where="data.keep_columns",
+                            fix=f"Available columns: {', '.join(cols)}.")
+
+
+def _map(ds: Any, data: DataSection) -> Any:
+    keep = set(data.keep_columns) if data.keep_columns is not None else set(ds.column_names)
+    if data.answer:
+        keep.add(data.answer.into)
+    mapped = ds.map(_row_mapper(data), with_indices=True, desc="mapping prompts")
+    drop = [c for c in mapped.column_names if c != "prompt" and c not in keep]
+    return mapped.remove_columns(drop) if drop else mapped
+
+
+def prompt_token_length(prompt: Any, tokenizer: Any) -> int:
+    """Tokens the model sees for a prompt (chat template applied for messages)."""
+    if isinstance(prompt, list):
+        ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+        if isinstance(ids, dict) or hasattr(ids, "keys"):
+            ids = ids["input_ids"]
+        return len(ids)
+    return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+
+
+def _truncate(prompt: Any, tokenizer: Any, limit: int) -> Any:
+    """Keep the end of the prompt (for messages: of the last one) so it fits `limit` tokens."""
+    if isinstance(prompt, list):
+        overhead = prompt_token_length(prompt, tokenizer) - len(
+            tokenizer(prompt[-1]["content"], add_special_tokens=False)["input_ids"])
+        keep = max(1, limit - overhead)
+        ids = tokenizer(prompt[-1]["content"], add_special_tokens=False)["input_ids"][-keep:]
+        return [*prompt[:-1], {**prompt[-1], "content": tokenizer.decode(ids)}]
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-limit:]
+    return tokenizer.decode(ids)
+
+
+def _limit_length(ds: Any, data: DataSection, tokenizer: Any, stats: dict[str, Any], prefix: str) -> Any:
+    limit = data.max_prompt_tokens
+    if not limit or tokenizer is None:
+        return ds
+    lengths = [prompt_token_length(p, tokenizer) for p in ds["prompt"]]
+    long_rows = [i for i, n in enumerate(lengths) if n > limit]
+    stats[f"{prefix}_longest_prompt_tokens"] = max(lengths, default=0)
+    if not long_rows:
+        return ds
+    if data.prompt_overflow == "filter":
+        stats[f"{prefix}_dropped_long"] = len(long_rows)
+        bad = set(long_rows)
+        return ds.select([i for i in range(len(ds)) if i not in bad])
+    stats[f"{prefix}_truncated"] = len(long_rows)
+    cut = set(long_rows)
+    return ds.map(lambda row, i: {"prompt": _truncate(row["prompt"], tokenizer, limit)} if i in cut else {},
+                  with_indices=True, desc="truncating prompts")
+
+
+def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
+    """Load, map, shuffle, limit and length-filter the recipe's train (and eval) data."""
+    data = recipe.data
+    if data.prompt.chat and tokenizer is not None and not getattr(tokenizer, "chat_template", None):
+        raise GrpoError("the prompts are chat messages (`data.prompt.chat: true`) but the tokenizer of "
+                        f"{recipe.model.name_or_path} has no chat template", where="data.prompt.chat",
+                        fix="Use an instruct/chat model, or set `chat: false` with a `template` for plain-text prompts.")
+    stats: dict[str, Any] = {}
+    train = _load_split(data, recipe, data.split, "data")
+    _check_columns(train, data, "training")
+    evaluation = None
+    if data.eval_split:
+        evaluation = _load_split(data, recipe, data.eval_split, "data.eval_split")
+        _check_columns(evaluation, data, "eval")
+    stats["train_rows_loaded"] = len(train)
+    if data.eval_holdout:
+        parts = train.train_test_split(test_size=data.eval_holdout, seed=data.seed, shuffle=True)
+        train, evaluation = parts["train"], parts["test"]
+    if data.shuffle:
+        train = train.shuffle(seed=data.seed)
+    if data.max_samples:
+        train = train.select(range(min(data.max_samples, len(train))))
+    if evaluation is not None and data.max_eval_samples:
+        evaluation = evaluation.select(range(min(data.max_eval_samples, len(evaluation))))
+    train = _limit_length(_map(train, data), data, tokenizer, stats, "train")
+    if evaluation is not None:
+        evaluation = _limit_length(_map(evaluation, data), data, tokenizer, stats, "eval")
+    if data.answer is not None:
+        missing = sum(1 for a in train[data.answer.into] if a is None)
+        if missing:
+            stats["train_rows_without_answer"] = missing
+    if len(train) == 0:
+        raise GrpoError("no training rows are left after filtering", where="data",
+                        fix="Raise `data.max_prompt_tokens`, use `prompt_overflow: truncate`, or check max_samples.")
+    stats["train_rows"] = len(train)
+    if evaluation is not None:
+        stats["eval_rows"] = len(evaluation)
+    return MappedData(train, evaluation, stats)

@@ -1,0 +1,71 @@
+"""Rich rendering shared by the CLI commands (kept out of cli.py so notebooks can reuse it)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def render_preflight(console: Console, pf: Any, *, as_json: bool = False) -> None:
+    """Print the plan of a valid recipe and its warnings."""
+    if as_json:
+        console.print_json(json.dumps({"ok": pf.ok, "plan": pf.plan, "warnings": pf.warnings}))
+        return
+    title = f"{pf.recipe.source or 'recipe'} is valid"
+    table = Table(title=title, show_header=False, title_justify="left", title_style="bold green")
+    table.add_column("what", style="bold")
+    table.add_column("plan")
+    for key, value in pf.plan.items():
+        table.add_row(key, str(value))
+    console.print(table)
+    for warning in pf.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def render_eval_pair(console: Console, before: Any, after: Any) -> None:
+    """Side-by-side held-out scores before and after training."""
+    a, b = before.summary(), (after.summary() if after else {})
+    table = Table(title="held-out evaluation (sampling)", title_justify="left")
+    table.add_column("metric")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    table.add_column("change", justify="right")
+    for key, value in a.items():
+        if key in ("label",):
+            continue
+        other = b.get(key)
+        change = other - value if isinstance(value, float) and isinstance(other, float) else None
+        table.add_row(key, _fmt(value), _fmt(other), (f"{change:+.4f}" if change is not None else ""))
+    console.print(table)
+
+
+def render_train_result(console: Console, result: Any) -> None:
+    """The end-of-run summary: first vs last logging window, eval before/after, where things are."""
+    if result.data_stats:
+        console.print("data: " + ", ".join(f"{k}={v}" for k, v in result.data_stats.items()))
+    if result.summary:
+        table = Table(title="training: first vs last logging window", title_justify="left")
+        table.add_column("metric")
+        table.add_column("first", justify="right")
+        table.add_column("last", justify="right")
+        table.add_column("change", justify="right")
+        for key, first, last in result.summary:
+            table.add_row(key, f"{first:.4f}", f"{last:.4f}", f"{last - first:+.4f}")
+        console.print(table)
+    if result.eval_before is not None:
+        render_eval_pair(console, result.eval_before, result.eval_after)
+    style = {"completed": "green", "interrupted": "yellow", "stopped": "red"}.get(result.status, "white")
+    console.print(f"[{style}]{result.status}[/] at step {result.global_step}; outputs in {result.output_dir}")
+    if result.message:
+        console.print(result.message, markup=False)

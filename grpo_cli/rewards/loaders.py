@@ -1,0 +1,286 @@
+"""Find, check and load reward functions.
+
+Two paths: `inspect_reward` reads a reference statically (ast, no import, no side
+effects) so `grpo validate` stays instant and safe; `load_reward` imports it for
+training and wraps it so TRL sees the recipe's label and bound params.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib
+import importlib.machinery
+import importlib.util
+import inspect
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.hints import did_you_mean
+from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
+from grpo_cli.schema.rewards import RewardEntry
+
+# Keyword arguments TRL passes to every reward function besides the dataset columns.
+TRL_KWARGS = frozenset(
+    {"prompts", "completions", "completion_ids", "trainer_state", "log_extra", "log_metric", "environments"}
+)
+
+
+@dataclass
+class RewardInfo:
+    """What the preflight learned about one reward without importing it."""
+
+    label: str
+    kind: str
+    target: str
+    columns: list[tuple[str, ...]] = field(default_factory=list)
+    """Dataset columns the reward needs; each tuple lists alternatives."""
+    is_async: bool = False
+    note: str = ""
+
+
+@dataclass
+class _Signature:
+    params: dict[str, bool]  # name -> has default
+    var_kwargs: bool
+    positional_only: list[str]
+    is_async: bool
+
+
+def _ast_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _Signature:
+    a = node.args
+    positional = [*a.posonlyargs, *a.args]
+    n_defaults = len(a.defaults)
+    params: dict[str, bool] = {}
+    for i, arg in enumerate(positional):
+        params[arg.arg] = i >= len(positional) - n_defaults
+    for arg, default in zip(a.kwonlyargs, a.kw_defaults, strict=True):
+        params[arg.arg] = default is not None
+    return _Signature(params, a.kwarg is not None, [x.arg for x in a.posonlyargs],
+                      isinstance(node, ast.AsyncFunctionDef))
+
+
+def _find_module_file(module: str, search: list[Path]) -> Path | None:
+    """Locate a module's source without importing it (nor its parent packages)."""
+    parts = module.split(".")
+    paths = [str(p) for p in search] + sys.path
+    spec = None
+    for i, part in enumerate(parts):
+        spec = importlib.machinery.PathFinder.find_spec(part, paths)
+        if spec is None:
+            if i == 0:
+                spec = importlib.util.find_spec(part)  # built-in / frozen / meta-path modules
+                if spec is None:
+                    return None
+            else:
+                return None
+        if i < len(parts) - 1:
+            if not spec.submodule_search_locations:
+                return None
+            paths = list(spec.submodule_search_locations)
+    origin = getattr(spec, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def _split_ref(ref: str) -> tuple[str, str]:
+    target, func = ref.rsplit(":", 1)
+    return target, func
+
+
+def _static_function(entry: RewardEntry, base_dir: Path, where: str) -> tuple[str, _Signature | None]:
+    assert entry.function is not None
+    target, func = _split_ref(entry.function)
+    if target.endswith(".py"):
+        path = (base_dir / target).expanduser()
+        if not path.exists():
+            raise GrpoError(f"reward file {target} not found (looked at {path})", where=f"{where}.function",
+                            fix="Paths are relative to the recipe's directory.")
+    else:
+        found = _find_module_file(target, [base_dir, Path.cwd()])
+        if found is None:
+            if importlib.util.find_spec(target.split(".")[0]) is None:
+                raise GrpoError(f"module {target!r} cannot be found", where=f"{where}.function",
+                                fix="Install the package, put the module beside the recipe, or use the "
+                                    "`path/to/file.py:func` form.")
+            return target, None  # compiled or namespace module: checked at load time
+        path = found
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as exc:
+        raise GrpoError(f"{path} has a syntax error at line {exc.lineno}: {exc.msg}",
+                        where=f"{where}.function") from None
+    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if func in defs:
+        return str(path), _ast_signature(defs[func])
+    assigned = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
+                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
+    imported = {(a.asname or a.name) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in n.names}
+    if func in assigned or func in imported:
+        return str(path), None
+    guess = did_you_mean(func, list(defs))
+    raise GrpoError(f"{path} has no function {func!r}", where=f"{where}.function",
+                    fix=f"Did you mean `{guess}`?" if guess else
+                    f"Functions defined there: {', '.join(sorted(defs)) or 'none'}.")
+
+
+def _check_signature(entry: RewardEntry, sig: _Signature, where: str) -> list[tuple[str, ...]]:
+    """Check TRL's calling convention and the bound params; return the columns it needs."""
+    name = entry.function or entry.name
+    if sig.positional_only:
+        raise GrpoError(f"{name} has positional-only parameters {sig.positional_only}; TRL passes keywords",
+                        where=f"{where}.function", fix="Remove the `/` from the signature.")
+    if not sig.var_kwargs:
+        raise GrpoError(f"{name} does not accept **kwargs, but TRL passes every dataset column and "
+                        "trainer_state to each reward", where=f"{where}.function",
+                        fix="Add `**kwargs` to its signature.")
+    for key in entry.params:
+        if key not in sig.params:
+            raise GrpoError(f"params key {key!r} is not a parameter of {name}", where=f"{where}.params.{key}",
+                            fix=f"Its parameters are: {', '.join(sig.params)}.")
+    return [(p,) for p, has_default in sig.params.items()
+            if not has_default and p not in TRL_KWARGS and p not in entry.params]
+
+
+def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> RewardInfo:
+    """Statically resolve one reward entry; raise GrpoError naming `rewards[index]` when it cannot be."""
+    where = f"rewards[{index}]"
+    if entry.kind == "builtin":
+        assert entry.name is not None
+        names = builtin_names()
+        if entry.name not in names:
+            guess = did_you_mean(entry.name, names)
+            raise GrpoError(f"{entry.name!r} is not a built-in reward", where=f"{where}.name",
+                            fix=(f"Did you mean `{guess}`? " if guess else "")
+                            + f"Built-ins: {', '.join(names)}; or give `function:` for your own code.")
+        func = get_builtin(entry.name)
+        sig = inspect.signature(func)
+        accepted = set(sig.parameters)
+        for key in entry.params:
+            if key not in accepted or key in TRL_KWARGS:
+                tunable = [p for p in accepted if p not in TRL_KWARGS and p != "kwargs"
+                           and p not in REQUIRED_COLUMNS.get(entry.name, ())]
+                guess = did_you_mean(key, tunable)
+                raise GrpoError(f"{key!r} is not a parameter of the built-in reward {entry.name!r}",
+                                where=f"{where}.params.{key}",
+                                fix=(f"Did you mean `{guess}`? " if guess else "")
+                                + f"Its parameters: {', '.join(sorted(tunable)) or 'none'}.")
+        return RewardInfo(entry.label, "builtin", entry.name, list(_builtin_columns(entry)),
+                          inspect.iscoroutinefunction(func))
+    if entry.kind == "model":
+        assert entry.model is not None
+        local = _local_model_dir(entry.model, base_dir)
+        if local is not None and not (local / "config.json").exists():
+            raise GrpoError(f"reward model directory {local} has no config.json", where=f"{where}.model",
+                            fix="Point to a directory saved with save_pretrained, or to a hub id.")
+        return RewardInfo(entry.label, "model", str(local or entry.model),
+                          note="" if local else "hub id, resolved when training starts")
+    target, sig = _static_function(entry, base_dir, where)
+    if sig is None:
+        return RewardInfo(entry.label, "function", target, note="signature checked when loaded")
+    return RewardInfo(entry.label, "function", target, _check_signature(entry, sig, where), sig.is_async)
+
+
+def _builtin_columns(entry: RewardEntry) -> list[tuple[str, ...]]:
+    cols = REQUIRED_COLUMNS.get(entry.name or "", ())
+    return [cols] if cols else []
+
+
+def _local_model_dir(ref: str, base_dir: Path) -> Path | None:
+    from grpo_cli.assets import bundled_path
+
+    bundled = bundled_path(ref)
+    if bundled is not None:
+        return bundled
+    p = Path(ref).expanduser()
+    if ref.startswith((".", "/", "~")) or (base_dir / p).exists():
+        return p if p.is_absolute() else base_dir / p
+    return None
+
+
+# ---------------------------------------------------------------------------- loading
+
+
+class BoundReward:
+    """A reward with its recipe params bound and its recipe label as `__name__` (TRL's metric name)."""
+
+    def __init__(self, func: Any, params: dict[str, Any], label: str) -> None:
+        self.func = func
+        self.params = dict(params)
+        self.__name__ = label
+
+    def __call__(self, **kwargs: Any) -> list[float | None]:
+        return self.func(**kwargs, **self.params)
+
+    def __repr__(self) -> str:
+        return f"<reward {self.__name__}>"
+
+
+class AsyncBoundReward(BoundReward):
+    """The async twin of BoundReward, so TRL runs it on its event loop."""
+
+    async def __call__(self, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        return await self.func(**kwargs, **self.params)
+
+
+def _import_function(entry: RewardEntry, base_dir: Path) -> Any:
+    assert entry.function is not None
+    target, func_name = _split_ref(entry.function)
+    if target.endswith(".py"):
+        path = (base_dir / target).resolve()
+        digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+        mod_name = f"grpo_user_rewards.{path.stem}_{digest}"
+        module = sys.modules.get(mod_name)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(mod_name, path)
+            if spec is None or spec.loader is None:
+                raise GrpoError(f"cannot import {path}", where="rewards")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[mod_name] = module
+            sys.path.insert(0, str(path.parent))  # let the file import its neighbours
+            try:
+                spec.loader.exec_module(module)
+            except Exception as exc:
+                del sys.modules[mod_name]
+                raise GrpoError(f"importing {path} failed: {type(exc).__name__}: {exc}", where="rewards") from exc
+            finally:
+                sys.path.remove(str(path.parent))
+    else:
+        for extra in (str(base_dir), str(Path.cwd())):
+            if extra not in sys.path:
+                sys.path.append(extra)
+        try:
+            module = importlib.import_module(target)
+        except ImportError as exc:
+            raise GrpoError(f"cannot import module {target!r}: {exc}", where="rewards") from exc
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise GrpoError(f"{target} has no callable {func_name!r}", where="rewards")
+    return func
+
+
+def load_reward(entry: RewardEntry, base_dir: Path) -> Any:
+    """A TRL reward: a BoundReward for code, or the model path/id string for a reward model."""
+    if entry.kind == "model":
+        assert entry.model is not None
+        local = _local_model_dir(entry.model, base_dir)
+        return str(local) if local is not None else entry.model
+    func = get_builtin(entry.name or "") if entry.kind == "builtin" else _import_function(entry, base_dir)
+    wrapper = AsyncBoundReward if inspect.iscoroutinefunction(func) else BoundReward
+    return wrapper(func, entry.params, entry.label)
+
+
+def build_reward_funcs(recipe: Any) -> list[Any]:
+    """Everything `GRPOTrainer(reward_funcs=...)` needs, in recipe order."""
+    from grpo_cli.rewards.parallel import ParallelReward
+
+    funcs: list[Any] = []
+    for entry in recipe.rewards:
+        if entry.parallel > 1 and entry.kind != "model":
+            funcs.append(ParallelReward(entry, recipe.base_dir, entry.parallel))
+        else:
+            funcs.append(load_reward(entry, recipe.base_dir))
+    return funcs

@@ -1,0 +1,49 @@
+"""The registry of built-in rewards, by the names recipes use."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+# Dataset columns a built-in needs (any one of them), for the preflight column check.
+REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "accuracy": ("answer", "solution"),
+    "length": ("answer", "solution"),
+    "cosine": ("answer", "solution"),
+    "code": ("tests",),
+}
+
+
+def _builtins() -> dict[str, Callable[..., Any]]:
+    from grpo_cli.rewards.builtins import BUILTINS
+
+    return BUILTINS
+
+
+def builtin_names() -> list[str]:
+    """Names usable as `rewards[].name` without `function` or `model`."""
+    return sorted(_builtins())
+
+
+def get_builtin(name: str) -> Callable[..., Any]:
+    """The built-in reward function called `name` (KeyError when there is none)."""
+    return _builtins()[name]
+
+
+def describe_builtin(name: str) -> str:
+    """The first line of a built-in's docstring."""
+    doc = inspect.getdoc(get_builtin(name)) or ""
+    return doc.splitlines()[0] if doc else ""
+
+
+def builtin_params(name: str) -> dict[str, Any]:
+    """A built-in's tunable keyword parameters and their defaults."""
+    sig = inspect.signature(get_builtin(name))
+    skip = {"prompts", "completions", "completion_ids", "trainer_state", *REQUIRED_COLUMNS.get(name, ())}
+    return {
+        p.name: p.default
+        for p in sig.parameters.values()
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in skip
+        and p.default is not inspect.Parameter.empty
+    }

@@ -1,0 +1,89 @@
+"""The recipe schema: the single source of truth for validation, `grpo schema` and the docs.
+
+One module per section; `Recipe` ties them together.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, PrivateAttr, model_validator
+
+from grpo_cli.schema.common import Section
+from grpo_cli.schema.data import AnswerSection, DataSection, PromptSection
+from grpo_cli.schema.evaluation import EvalSection
+from grpo_cli.schema.launch import LaunchSection, VllmSection
+from grpo_cli.schema.model import LoraSection, ModelSection
+from grpo_cli.schema.output import OutputSection
+from grpo_cli.schema.rewards import RewardEntry
+from grpo_cli.schema.training import TrainingSection
+
+__all__ = [
+    "AnswerSection",
+    "DataSection",
+    "EvalSection",
+    "LaunchSection",
+    "LoraSection",
+    "ModelSection",
+    "OutputSection",
+    "PromptSection",
+    "Recipe",
+    "RewardEntry",
+    "TrainingSection",
+    "VllmSection",
+]
+
+
+class Recipe(Section):
+    """A GRPO training recipe."""
+
+    description: str | None = None
+    """Free text shown by `grpo validate`."""
+    model: ModelSection
+    """The policy model."""
+    data: DataSection
+    """Training data and prompt mapping."""
+    rewards: list[RewardEntry] = Field(min_length=1)
+    """Weighted rewards; the total is their weighted sum."""
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    """TRL GRPOConfig fields."""
+    launch: LaunchSection = Field(default_factory=LaunchSection)
+    """Processes, distributed profile and vLLM."""
+    output: OutputSection = Field(default_factory=OutputSection)
+    """Run outputs and trackers."""
+    eval: EvalSection = Field(default_factory=EvalSection)
+    """Held-out evaluation by sampling."""
+
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _source: str = PrivateAttr(default="")
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory relative paths in the recipe are resolved against (the recipe's own)."""
+        return self._base_dir
+
+    @property
+    def source(self) -> str:
+        """The recipe file this was loaded from ('' when built in Python)."""
+        return self._source
+
+    def resolve_path(self, path: str) -> Path:
+        """Resolve a recipe path: `bundled:` assets, absolute, or relative to the recipe."""
+        from grpo_cli.assets import bundled_path
+
+        bundled = bundled_path(path)
+        if bundled is not None:
+            return bundled
+        p = Path(path).expanduser()
+        return p if p.is_absolute() else (self._base_dir / p)
+
+    @model_validator(mode="after")
+    def _unique_reward_labels(self) -> Recipe:
+        seen: set[str] = set()
+        for entry in self.rewards:
+            if entry.label in seen:
+                raise ValueError(
+                    f"two rewards are named {entry.label!r}; metrics would collide: give one a distinct `name`"
+                )
+            seen.add(entry.label)
+        return self
