@@ -22,7 +22,7 @@ _LAZY = {
     "RecipeError": "grpo_cli.errors",
     "Recipe": "grpo_cli.schema",
     "load_recipe": "grpo_cli.loading",
-    "preflight": "grpo_cli.preflight",
+    "preflight": "grpo_cli.validation",
     "train": "grpo_cli.training",
 }
 

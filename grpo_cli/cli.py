@@ -90,7 +90,7 @@ def validate(
     """Check a recipe without loading any model: schema, batch arithmetic, data, rewards; print the plan."""
 
     def body() -> None:
-        from grpo_cli.preflight import preflight
+        from grpo_cli.validation import preflight
         from grpo_cli.render import render_preflight
 
         loaded = _load(recipe, overrides)

@@ -15,7 +15,7 @@ COMMON_TRAINING = (
     "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size", "num_iterations", "epsilon",
     "epsilon_high", "loss_type", "scale_rewards", "importance_sampling_level", "multi_objective_aggregation",
     "mask_truncated_completions", "temperature", "top_p", "top_k", "repetition_penalty", "max_steps",
-    "num_train_epochs", "lr_scheduler_type", "warmup_ratio", "weight_decay", "max_grad_norm", "bf16",
+    "num_train_epochs", "lr_scheduler_type", "warmup_steps", "weight_decay", "max_grad_norm", "bf16",
     "gradient_checkpointing", "logging_steps", "save_strategy", "save_steps", "save_total_limit",
     "eval_strategy", "eval_steps", "per_device_eval_batch_size", "num_generations_eval", "seed",
     "log_completions", "use_liger_kernel",

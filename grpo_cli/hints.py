@@ -29,6 +29,8 @@ MIGRATIONS: dict[str, tuple[str, str]] = {
     "group_size": ("training.num_generations", "GRPO's group size is `num_generations`"),
     "n_samples": ("training.num_generations", "GRPO's group size is `num_generations`"),
     "batch_size": ("training.per_device_train_batch_size", "TRL counts completions per device per step"),
+    "warmup_ratio": ("training.warmup_steps", "transformers 5 folded it into `warmup_steps` (a float < 1 is a ratio)"),
+    "evaluation_strategy": ("training.eval_strategy", "transformers renamed it `eval_strategy`"),
     "lr": ("training.learning_rate", "TRL's name is `learning_rate`"),
     "epochs": ("training.num_train_epochs", "TRL's name is `num_train_epochs`"),
     "cliprange": ("training.epsilon", "GRPO's clipping range is `epsilon` (and `epsilon_high`)"),

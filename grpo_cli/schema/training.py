@@ -70,7 +70,7 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "generation_batch_size": (1.0, True),
     "num_iterations": (1.0, True),
     "num_train_epochs": (0.0, False),
-    "warmup_ratio": (0.0, True),
+    "warmup_steps": (0.0, True),
     "weight_decay": (0.0, True),
     "max_grad_norm": (0.0, True),
     "logging_steps": (0.0, False),
@@ -78,7 +78,7 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "eval_steps": (0.0, False),
     "repetition_penalty": (0.0, False),
 }
-UPPER: dict[str, float] = {"top_p": 1.0, "warmup_ratio": 1.0}
+UPPER: dict[str, float] = {"top_p": 1.0}
 
 
 def _coerce(name: str, value: Any, kinds: frozenset[str]) -> Any:
@@ -141,7 +141,7 @@ def check_training_fields(values: dict[str, Any]) -> tuple[dict[str, Any], list[
         if fields and key not in fields:
             if key in MIGRATIONS:
                 target, why = MIGRATIONS[key]
-                problems.append((key, "is not a GRPOConfig field in TRL 1.16",
+                problems.append((key, "is not a field of the installed TRL's GRPOConfig",
                                  f"`{key}` is a name from older guides: use `{target}` instead ({why})."))
             else:
                 problems.append((key, "is not a GRPOConfig field", unknown_key_hint(key, fields, "training")))

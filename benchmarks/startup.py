@@ -1,0 +1,68 @@
+"""How long `grpo --help` and `grpo validate` take (target: under 0.3 s each).
+
+Runs each command N times in fresh processes, prints a table of min/median, and appends
+the figures to docs/performance.md.
+
+    python benchmarks/startup.py [--runs 7] [--no-append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _grpo() -> list[str]:
+    exe = shutil.which("grpo")
+    return [exe] if exe else [sys.executable, "-m", "grpo_cli"]
+
+
+def time_command(cmd: list[str], runs: int) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
+    args = parser.parse_args()
+    grpo = _grpo()
+    commands = {
+        "grpo --help": [*grpo, "--help"],
+        "grpo validate recipes/gsm8k.yaml": [*grpo, "validate", "recipes/gsm8k.yaml"],
+        "grpo validate recipes/demo.yaml": [*grpo, "validate", "recipes/demo.yaml"],
+    }
+    time_command(commands["grpo validate recipes/gsm8k.yaml"], 1)  # warm the TRL-fields cache and .pyc files
+    rows = []
+    for name, cmd in commands.items():
+        t = time_command(cmd, args.runs)
+        rows.append((name, min(t), statistics.median(t)))
+    lines = ["| command | min (s) | median (s) | target |", "|---|---|---|---|"]
+    lines += [f"| `{n}` | {a:.3f} | {m:.3f} | < 0.3 |" for n, a, m in rows]
+    table = "\n".join(lines)
+    print(table)
+    if not args.no_append:
+        stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+        header = (f"\n### Startup ({stamp}, {platform.machine()}, {os.cpu_count()} cores, "
+                  f"Python {platform.python_version()}, {args.runs} runs each)\n\n")
+        with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
+            fh.write(header + table + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""Trainer callbacks: the rich console, metrics.jsonl, and graceful SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+# Keys shown on the compact per-log console line, in order: (log key, label, format).
+_LINE = [
+    ("reward", "reward", "{:.3f}"),
+    ("reward_std", "std", "{:.3f}"),
+    ("frac_reward_zero_std", "zero_std", "{:.2f}"),
+    ("completions/mean_length", "len", "{:.1f}"),
+    ("kl", "kl", "{:.4f}"),
+    ("loss", "loss", "{:.4f}"),
+]
+
+
+def format_log_line(step: int, logs: dict[str, Any], show_kl: bool) -> str:
+    """One compact line per logging step: total reward, each reward's mean, std, zero-std share, length, KL."""
+    parts = [f"step {step:>5}"]
+    for key, label, fmt in _LINE:
+        if key == "kl" and not show_kl:
+            continue
+        if key in logs and isinstance(logs[key], (int, float)):
+            parts.append(f"{label} {fmt.format(logs[key])}")
+        if key == "reward":
+            for k, v in logs.items():
+                if k.startswith("rewards/") and k.endswith("/mean") and isinstance(v, (int, float)):
+                    parts.append(f"{k.split('/')[1]} {v:.3f}")
+    return "  ".join(parts)
+
+
+class MetricsJsonl(TrainerCallback):
+    """Append every log record (with step and wall time) to OUTPUT_DIR/metrics.jsonl."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.start = time.time()
+        self.records: list[dict[str, Any]] = []
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+        if not logs or not state.is_world_process_zero:
+            return
+        record = {"step": state.global_step, "epoch": state.epoch, "time": round(time.time() - self.start, 3), **logs}
+        self.records.append(record)
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps(record, default=float) + "\n")
+
+
+class RichConsole(TrainerCallback):
+    """A progress bar plus one compact line per logging step."""
+
+    def __init__(self, console: Any, show_kl: bool) -> None:
+        self.console = console
+        self.show_kl = show_kl
+        self.progress: Any = None
+        self.task: Any = None
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if not state.is_world_process_zero or self.console is None:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
+                                 TimeRemainingColumn(), console=self.console, transient=True)
+        self.progress.start()
+        self.task = self.progress.add_task("train", total=state.max_steps, completed=state.global_step)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if self.progress is not None:
+            self.progress.update(self.task, completed=state.global_step)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+        if self.progress is None or not logs or "reward" not in logs:
+            return
+        self.progress.console.print(format_log_line(state.global_step, logs, self.show_kl), markup=False)
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+class GracefulStop(TrainerCallback):
+    """First SIGINT/SIGTERM: save a checkpoint at the end of the current step and stop.
+
+    A second SIGINT interrupts immediately (KeyboardInterrupt), as users expect from Ctrl-C.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous[sig] = signal.getsignal(sig)
+            signal.signal(sig, self._handle)
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+        if self.received is not None:
+            control.should_save = True
+            control.should_training_stop = True
+        return control
+
+    @property
+    def signal_name(self) -> str:
+        return signal.Signals(self.received).name if self.received is not None else ""

@@ -1,0 +1,77 @@
+"""Shared test helpers: run the CLI in-process and write recipes into temp dirs."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+ROOT = Path(__file__).resolve().parent.parent
+RECIPES = ROOT / "recipes"
+
+# Keep torch single-threaded-ish and quiet in tests on small CI machines.
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+class CliResult:
+    def __init__(self, exit_code: int, output: str) -> None:
+        self.exit_code = exit_code
+        self.output = output
+
+    def __repr__(self) -> str:
+        return f"<exit {self.exit_code}>\n{self.output}"
+
+
+def run_cli(*args: str | Path) -> CliResult:
+    """Run `grpo ARGS` in-process; output holds stdout and stderr together."""
+    from grpo_cli.cli import app
+
+    result = CliRunner().invoke(app, [str(a) for a in args], catch_exceptions=False)
+    out = result.output
+    try:
+        if result.stderr and result.stderr not in out:
+            out += result.stderr
+    except ValueError:
+        pass
+    return CliResult(result.exit_code, out)
+
+
+@pytest.fixture
+def write_recipe(tmp_path: Path):
+    """Write a YAML text (dedented) to tmp_path/name and return its path."""
+
+    def write(text: str, name: str = "recipe.yaml") -> Path:
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text).lstrip(), encoding="utf-8")
+        return path
+
+    return write
+
+
+MINIMAL = """
+model:
+  name_or_path: Qwen/Qwen2.5-0.5B-Instruct
+data:
+  files: data.jsonl
+  prompt: {column: question}
+rewards:
+  - name: accuracy
+training:
+  num_generations: 4
+  per_device_train_batch_size: 4
+"""
+
+
+@pytest.fixture
+def minimal_dir(tmp_path: Path) -> Path:
+    """A directory with a tiny jsonl dataset (question, answer) beside where recipes are written."""
+    rows = [f'{{"question": "What is {i}+{i}?", "answer": "#### {2 * i}"}}' for i in range(12)]
+    (tmp_path / "data.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return tmp_path

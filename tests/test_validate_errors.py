@@ -1,0 +1,148 @@
+"""Malformed recipes and command lines: each must exit 2, name the key or file, and show no traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import MINIMAL, run_cli
+
+
+def _expect_error(result, *needles: str) -> None:
+    assert result.exit_code == 2, result
+    assert "Traceback" not in result.output, result
+    for needle in needles:
+        assert needle in result.output, f"{needle!r} not in:\n{result.output}"
+
+
+def _recipe(minimal_dir: Path, text: str, name: str = "recipe.yaml") -> Path:
+    path = minimal_dir / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+CASES: list[tuple[str, str, list[str], tuple[str, ...]]] = [
+    # id, recipe text, extra CLI args, expected fragments in the message
+    ("unknown-top-level-key", MINIMAL + "optimizer: adamw\n", [], ("optimizer", "unknown key")),
+    ("typo-in-model", MINIMAL.replace("name_or_path: Qwen", "dtyp: auto\n  name_or_path: Qwen"), [],
+     ("model.dtyp", "Did you mean `dtype`")),
+    ("wrong-type-lora-r", MINIMAL.replace("  name_or_path: Qwen/Qwen2.5-0.5B-Instruct",
+                                          "  name_or_path: Qwen/Qwen2.5-0.5B-Instruct\n  lora: {r: abc}"), [],
+     ("model.lora.r", "'abc'")),
+    ("missing-name-or-path", MINIMAL.replace("  name_or_path: Qwen/Qwen2.5-0.5B-Instruct", "  revision: main"), [],
+     ("model.name_or_path", "required")),
+    ("missing-data-section", "model: {name_or_path: x/y}\nrewards: [{name: accuracy}]\n", [], ("data", "required")),
+    ("bad-enum-dtype", MINIMAL.replace("  name_or_path: Qwen/Qwen2.5-0.5B-Instruct",
+                                       "  name_or_path: Qwen/Qwen2.5-0.5B-Instruct\n  dtype: fp8"), [],
+     ("model.dtype", "fp8")),
+    ("negative-lora-dropout", MINIMAL.replace("  name_or_path: Qwen/Qwen2.5-0.5B-Instruct",
+                                              "  name_or_path: Qwen/Qwen2.5-0.5B-Instruct\n  lora: {dropout: -0.1}"),
+     [], ("model.lora.dropout", "-0.1")),
+    ("training-typo", MINIMAL + "  learnig_rate: 1.0e-5\n", [], ("training.learnig_rate", "learning_rate")),
+    ("kl_coef-migration", MINIMAL + "  kl_coef: 0.04\n", [], ("training.kl_coef", "training.beta")),
+    ("max_new_tokens-migration", MINIMAL + "  max_new_tokens: 256\n", [],
+     ("training.max_new_tokens", "max_completion_length")),
+    ("max_prompt_length-migration", MINIMAL + "  max_prompt_length: 256\n", [],
+     ("training.max_prompt_length", "data.max_prompt_tokens")),
+    ("reward_function-migration", MINIMAL + "reward_function: accuracy\n", [], ("reward_function", "`rewards`")),
+    ("training-wrong-type", MINIMAL.replace("num_generations: 4", "num_generations: eight"), [],
+     ("training.num_generations", "integer")),
+    ("bad-loss-type", MINIMAL + "  loss_type: ppo\n", [], ("training.loss_type", "'ppo'", "dapo")),
+    ("bad-scale-rewards", MINIMAL + "  scale_rewards: sometimes\n", [], ("training.scale_rewards", "batch")),
+    ("negative-temperature", MINIMAL + "  temperature: -0.5\n", [], ("training.temperature", "> 0")),
+    ("negative-learning-rate", MINIMAL + "  learning_rate: -1.0e-5\n", [], ("training.learning_rate",)),
+    ("owned-elsewhere", MINIMAL + "  output_dir: /tmp/x\n", [], ("training.output_dir", "output.dir")),
+    ("indivisible-generation-batch", MINIMAL.replace("num_generations: 4", "num_generations: 3"), [],
+     ("training.num_generations", "not divisible", "per_device_train_batch_size: 6")),
+    ("one-generation", MINIMAL.replace("num_generations: 4", "num_generations: 1"), [],
+     ("training.num_generations",)),
+    ("world-size-breaks-division", MINIMAL.replace("num_generations: 4", "num_generations: 8")
+     + "launch: {profile: ddp, num_processes: 7}\n", [], ("training.num_generations", "7 processes")),
+    ("eval-batch-indivisible", MINIMAL.replace("  files: data.jsonl", "  files: data.jsonl\n  eval_holdout: 0.25")
+     + "  eval_strategy: steps\n  per_device_eval_batch_size: 3\n", [], ("training.per_device_eval_batch_size",)),
+    ("both-gen-batch-and-steps", MINIMAL + "  generation_batch_size: 16\n  steps_per_generation: 2\n", [],
+     ("training.generation_batch_size", "steps_per_generation")),
+    ("missing-data-file", MINIMAL.replace("files: data.jsonl", "files: nope.jsonl"), [],
+     ("data.files", "nope.jsonl")),
+    ("unsupported-data-suffix", MINIMAL.replace("files: data.jsonl", "files: data.txt"), [], ("data.files", ".jsonl")),
+    ("template-missing-column", MINIMAL.replace("prompt: {column: question}", "prompt: {template: 'Q: {problem}'}"),
+     [], ("data.prompt.template", "problem")),
+    ("unknown-builtin-reward", MINIMAL.replace("name: accuracy", "name: accurracy"), [],
+     ("rewards[0].name", "Did you mean `accuracy`")),
+    ("builtin-bad-param", MINIMAL.replace("- name: accuracy", "- name: cosine\n    params: {max_length: 10}"), [],
+     ("rewards[0].params.max_length", "max_len")),
+    ("reward-file-missing", MINIMAL.replace("- name: accuracy", "- function: missing.py:score"), [],
+     ("rewards[0].function", "missing.py")),
+    ("reward-module-missing", MINIMAL.replace("- name: accuracy", "- function: no_such_pkg.rewards:score"), [],
+     ("rewards[0].function", "no_such_pkg")),
+    ("bad-function-reference", MINIMAL.replace("- name: accuracy", "- function: 'rewards.py'"), [],
+     ("rewards[0]", "package.module:func")),
+    ("duplicate-reward-names", MINIMAL.replace("- name: accuracy", "- name: accuracy\n  - name: accuracy"), [],
+     ("rewards", "accuracy")),
+    ("quantization-without-lora", MINIMAL.replace("  name_or_path: Qwen/Qwen2.5-0.5B-Instruct",
+                                                  "  name_or_path: Qwen/Qwen2.5-0.5B-Instruct\n  quantization: 4bit"),
+     [], ("model", "lora")),
+    ("bad-override-syntax", MINIMAL, ["training.beta"], ("command line", "training.beta")),
+    ("override-unknown-key", MINIMAL, ["training.kl_coef=0.1"], ("training.kl_coef", "beta")),
+    ("yaml-syntax-error", "model:\n  name_or_path: [unclosed\ndata: {}\n", [], ("recipe.yaml:", "YAML syntax error")),
+    ("empty-file", "\n\n", [], ("recipe.yaml", "empty")),
+    ("top-level-list", "- a\n- b\n", [], ("recipe.yaml", "mapping")),
+    ("missing-extends", "extends: base.yaml\n" + MINIMAL, [], ("base.yaml",)),
+    ("missing-env-var", MINIMAL.replace("Qwen/Qwen2.5-0.5B-Instruct", "${oc.env:GRPO_TEST_UNSET_VAR}"), [],
+     ("GRPO_TEST_UNSET_VAR",)),
+]
+
+
+@pytest.mark.parametrize("text,extra,needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_malformed_recipe(minimal_dir: Path, text: str, extra: list[str], needles: tuple[str, ...]) -> None:
+    path = _recipe(minimal_dir, text)
+    _expect_error(run_cli("validate", path, *extra), *needles)
+
+
+def test_missing_recipe_file(tmp_path: Path) -> None:
+    _expect_error(run_cli("validate", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+
+
+def test_circular_extends(minimal_dir: Path) -> None:
+    _recipe(minimal_dir, "extends: b.yaml\n" + MINIMAL, "a.yaml")
+    _recipe(minimal_dir, "extends: a.yaml\n", "b.yaml")
+    _expect_error(run_cli("validate", minimal_dir / "a.yaml"), "circular", "a.yaml -> b.yaml -> a.yaml")
+
+
+def test_reward_function_not_in_file(minimal_dir: Path) -> None:
+    (minimal_dir / "my_rewards.py").write_text("def score_len(completions, **kwargs):\n    return [0.0]\n")
+    path = _recipe(minimal_dir, MINIMAL.replace("- name: accuracy", "- function: my_rewards.py:score_lenght"))
+    _expect_error(run_cli("validate", path), "rewards[0].function", "score_lenght", "score_len")
+
+
+def test_reward_without_kwargs(minimal_dir: Path) -> None:
+    (minimal_dir / "my_rewards.py").write_text("def strict(completions, answer):\n    return [0.0]\n")
+    path = _recipe(minimal_dir, MINIMAL.replace("- name: accuracy", "- function: my_rewards.py:strict"))
+    _expect_error(run_cli("validate", path), "rewards[0].function", "**kwargs")
+
+
+def test_reward_needs_column_the_data_lacks(minimal_dir: Path) -> None:
+    (minimal_dir / "my_rewards.py").write_text(
+        "def uses_solution(completions, solution, **kwargs):\n    return [0.0 for _ in completions]\n")
+    path = _recipe(minimal_dir, MINIMAL.replace("- name: accuracy", "- function: my_rewards.py:uses_solution"))
+    _expect_error(run_cli("validate", path), "rewards[0]", "`solution`", "data.keep_columns")
+
+
+def test_builtin_reward_needs_column_the_data_lacks(minimal_dir: Path) -> None:
+    path = _recipe(minimal_dir, MINIMAL)
+    _expect_error(run_cli("validate", path, "data.keep_columns=[question]"), "rewards[0]", "accuracy", "`answer`")
+
+
+def test_reward_file_syntax_error(minimal_dir: Path) -> None:
+    (minimal_dir / "broken.py").write_text("def f(:\n")
+    path = _recipe(minimal_dir, MINIMAL.replace("- name: accuracy", "- function: broken.py:f"))
+    _expect_error(run_cli("validate", path), "rewards[0].function", "syntax error")
+
+
+def test_debug_shows_traceback(minimal_dir: Path) -> None:
+    path = _recipe(minimal_dir, MINIMAL + "  kl_coef: 0.1\n")
+    from grpo_cli.errors import GrpoError
+
+    with pytest.raises(GrpoError):
+        run_cli("--debug", "validate", path)
