@@ -1,0 +1,265 @@
+"""Answer extraction and equivalence, and the `accuracy` reward built on them.
+
+A completion's answer is taken from where the recipe says (`answer_format`), the reference
+is normalised the same way (GSM8K's "...#### 1,080" works as it is), and the two are equal
+when any of these agree: normalised strings, numbers (with tolerance, fractions allowed),
+or math-verify (LaTeX-aware) when it is installed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+import threading
+from collections.abc import Sequence
+from fractions import Fraction
+from typing import Any
+
+ANSWER_FORMATS = ("auto", "answer_tag", "boxed", "gsm8k", "last_number", "first_number")
+
+_NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|(?<![\w.])-?\.\d+")
+_GSM8K = re.compile(r"####\s*([^\n]*)")
+_MAX_VERIFY_CHARS = 400  # longer candidates are not worth a sympy blow-up
+_log = logging.getLogger(__name__)
+
+
+def completion_text(completion: Any) -> str:
+    """The text of a completion: the string itself, or the last assistant message's content."""
+    if completion is None:
+        return ""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return _content_text(completion.get("content"))
+    if isinstance(completion, Sequence):
+        messages = [m for m in completion if isinstance(m, dict)]
+        for message in reversed(messages):
+            if message.get("role", "assistant") == "assistant":
+                return _content_text(message.get("content"))
+        return _content_text(messages[-1].get("content")) if messages else ""
+    return str(completion)
+
+
+def _content_text(content: Any) -> str:
+    """Message content may be a string or a list of parts ({"type": "text", "text": ...})."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return str(content)
+
+
+def last_boxed(text: str) -> str | None:
+    r"""Content of the last `\boxed{...}` (or `\fbox{...}`), nested braces included."""
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    i = start + (6 if text.startswith("\\boxed", start) else 5)
+    while i < len(text) and text[i] == " ":
+        i += 1
+    if i >= len(text):
+        return None
+    if text[i] != "{":  # "\boxed 5"
+        match = re.match(r"[^\s$]+", text[i:])
+        return match.group(0) if match else None
+    depth = 0
+    for j in range(i, len(text)):
+        if text[j] == "{":
+            depth += 1
+        elif text[j] == "}":
+            depth -= 1
+            if depth == 0:
+                return text[i + 1 : j].strip()
+    return None
+
+
+def tagged(text: str, tag: str) -> str | None:
+    """Content of the last `<tag>...</tag>`, stripped."""
+    matches = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, re.DOTALL)
+    return matches[-1].strip() if matches else None
+
+
+def numbers(text: str) -> list[str]:
+    """Numbers in reading order, thousands separators removed ("1,080" -> "1080")."""
+    return [m.replace(",", "") for m in _NUMBER.findall(text)]
+
+
+def extract_answer(text: str, answer_format: str = "auto", answer_tag: str = "answer") -> str | None:
+    """The completion's final answer as a string, or None when there is none in that format."""
+    if answer_format == "answer_tag":
+        return tagged(text, answer_tag)
+    if answer_format == "boxed":
+        return last_boxed(text)
+    if answer_format == "gsm8k":
+        found = _GSM8K.findall(text)
+        return found[-1].strip() if found else None
+    if answer_format in ("last_number", "first_number"):
+        found = numbers(text)
+        return (found[-1] if answer_format == "last_number" else found[0]) if found else None
+    if answer_format != "auto":
+        raise ValueError(f"unknown answer_format {answer_format!r}; use one of {', '.join(ANSWER_FORMATS)}")
+    inner = tagged(text, answer_tag)
+    if inner is not None:  # the tag's content may itself hold \boxed{} or ####
+        return last_boxed(inner) or extract_answer(inner, "gsm8k") or inner
+    # Prefer what follows the reasoning: a number inside <think> is not the final answer.
+    tail = text.rsplit("</think>", 1)[1] if "</think>" in text else ""
+    for part in (tail, text):
+        for fmt in ("boxed", "gsm8k", "last_number"):
+            found = extract_answer(part, fmt)
+            if found:
+                return found
+    return None
+
+
+def reference_answer(reference: Any) -> str | None:
+    r"""Normalise a dataset reference: numbers as is, GSM8K "... #### 72", MATH "\boxed{}" solutions."""
+    if reference is None:
+        return None
+    if isinstance(reference, bool):
+        return str(reference)
+    if isinstance(reference, int | float | Fraction):
+        return None if isinstance(reference, float) and math.isnan(reference) else str(reference)
+    text = str(reference).strip()
+    if not text:
+        return None
+    if "####" in text:
+        return extract_answer(text, "gsm8k") or None
+    return last_boxed(text) or text
+
+
+def _clean(s: str) -> str:
+    s = s.strip().strip("$").strip()
+    s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s)
+    s = re.sub(r"\\(?:left|right|!|,|;|:|displaystyle)", "", s)
+    s = s.replace("\\$", "").replace("\\%", "%").replace("dfrac", "frac").replace("tfrac", "frac")
+    return s.strip().rstrip(".").strip()
+
+
+def to_number(s: str) -> float | None:
+    r"""Parse "1,080", "-3", "0.5", "1/2", "\frac{1}{2}", "50%" (-> 50), "$12" into a float."""
+    s = _clean(s).replace(" ", "")
+    if s.endswith("%"):
+        s = s[:-1]
+    frac = re.fullmatch(r"(-?)\\frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}", s) or re.fullmatch(
+        r"(-?)\\frac(\d)(\d)", s)
+    try:
+        if frac:
+            value = float(Fraction(frac.group(2)) / Fraction(frac.group(3)))
+            return -value if frac.group(1) else value
+        if re.fullmatch(r"-?(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d+)?(?:/\d+)?", s) and any(c.isdigit() for c in s):
+            return float(Fraction(s.replace(",", "")))
+    except (ValueError, ZeroDivisionError, OverflowError):
+        return None
+    return None
+
+
+def _numbers_equal(a: float, b: float) -> bool:
+    return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9)
+
+
+def _math_verify_equal(pred: str, ref: str) -> bool | None:
+    """math-verify's verdict, or None when it is not installed or fails on this input."""
+    try:
+        from math_verify import parse, verify
+    except ImportError:
+        return None
+    main_thread = threading.current_thread() is threading.main_thread()
+    timeout = 5 if main_thread else None  # math-verify's timeouts use SIGALRM: main thread only
+    if not main_thread:
+        logging.getLogger("math_verify").setLevel(logging.ERROR)
+    try:
+        gold = parse(f"\\boxed{{{ref}}}", parsing_timeout=timeout)
+        for text in (f"\\boxed{{{pred}}}", pred):
+            answer = parse(text, parsing_timeout=timeout)
+            if gold and answer and verify(gold, answer, timeout_seconds=timeout):
+                return True
+        return False
+    except Exception as exc:  # math-verify raises anything on odd input
+        _log.debug("math-verify failed on %r vs %r: %s", pred, ref, exc)
+        return None
+
+
+def answers_match(pred: str | None, ref: str | None, *, use_math_verify: bool = True) -> bool:
+    """Whether an extracted answer equals a normalised reference (string, number or math-verify)."""
+    if pred is None or ref is None:
+        return False
+    p, r = _clean(pred), _clean(ref)
+    if not p:
+        return False
+    if p.replace(" ", "").lower() == r.replace(" ", "").lower():
+        return True
+    rn = to_number(r)
+    if rn is not None:
+        pn = to_number(p)
+        if pn is not None:  # two plain numbers: decisive, no need for math-verify
+            return _numbers_equal(pn, rn)
+        found = numbers(p) if len(p) <= 100 else []
+        if len(found) == 1:  # "72 apples": accept a lone number, never pick one of several
+            lone = to_number(found[0])
+            if lone is not None and _numbers_equal(lone, rn):
+                return True
+    if use_math_verify and len(p) <= _MAX_VERIFY_CHARS and len(r) <= _MAX_VERIFY_CHARS:
+        return bool(_math_verify_equal(p, r))
+    return False
+
+
+def row_references(n: int, answer: Any = None, solution: Any = None) -> list[Any]:
+    """Per-row references from the `answer` column, else open-r1's `solution` column."""
+    column = answer if answer is not None else solution
+    if column is None:
+        return [None] * n
+    if isinstance(column, str) or not isinstance(column, Sequence):
+        return [column] * n
+    return list(column) + [None] * (n - len(column))
+
+
+def correctness(
+    completions: Sequence[Any],
+    answer: Any = None,
+    solution: Any = None,
+    *,
+    answer_format: str = "auto",
+    answer_tag: str = "answer",
+    use_math_verify: bool = True,
+) -> list[bool | None]:
+    """Per row: True/False when the completion's answer matches, None when there is no reference."""
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"unknown answer_format {answer_format!r}; use one of {', '.join(ANSWER_FORMATS)}")
+    out: list[bool | None] = []
+    for completion, reference in zip(completions, row_references(len(completions), answer, solution),
+                                     strict=False):
+        ref = reference_answer(reference)
+        if ref is None:
+            out.append(None)
+            continue
+        try:
+            pred = extract_answer(completion_text(completion), answer_format, answer_tag)
+            out.append(answers_match(pred, ref, use_math_verify=use_math_verify))
+        except Exception as exc:  # one odd row must not stop training
+            _log.debug("accuracy check failed: %s", exc)
+            out.append(False)
+    return out
+
+
+def accuracy(
+    completions: Sequence[Any],
+    *,
+    answer: Any = None,
+    solution: Any = None,
+    answer_format: str = "auto",
+    answer_tag: str = "answer",
+    use_math_verify: bool = True,
+    **kwargs: Any,
+) -> list[float | None]:
+    """1.0 when the completion's final answer equals the reference answer, else 0.0.
+
+    The reference comes from the `answer` column (or `solution`); rows without one get None.
+    `answer_format`: auto (answer tag, then \\boxed{}, then ####, then last number), answer_tag,
+    boxed, gsm8k, last_number or first_number.
+    """
+    verdicts = correctness(completions, answer, solution, answer_format=answer_format,
+                           answer_tag=answer_tag, use_math_verify=use_math_verify)
+    return [None if v is None else float(v) for v in verdicts]
