@@ -1,0 +1,183 @@
+"""The memory plan against hand computations from published architecture numbers."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grpo_cli.loading import load_recipe
+from grpo_cli.memory import GIB, ModelShape, memory_plan
+from tests.conftest import MINIMAL, run_cli
+
+# Qwen2.5-0.5B(-Instruct) config.json values.
+QWEN05 = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+          "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
+H, INTER, L, HEADS, KV, V = 896, 4864, 24, 14, 2, 151936
+HD = H // HEADS  # 64
+KV_DIM = KV * HD  # 128
+
+
+def qwen05_params_by_hand() -> int:
+    embeddings = V * H  # tied: the lm_head reuses them
+    attention = (H * H + H) + 2 * (H * KV_DIM + KV_DIM) + H * H  # q (+bias), k and v (+bias, 2 kv heads), o
+    mlp = 3 * H * INTER  # SwiGLU gate, up, down
+    norms = 2 * H  # two RMSNorm weights per layer
+    return embeddings + L * (attention + mlp + norms) + H  # + final norm
+
+
+def test_qwen25_05b_parameter_count_matches_the_published_494m() -> None:
+    shape = ModelShape.from_config(QWEN05)
+    assert shape.params == qwen05_params_by_hand() == 494_032_768
+
+
+def test_untied_head_and_llama_layout() -> None:
+    assert ModelShape.from_config({**QWEN05, "tie_word_embeddings": False}).params == 494_032_768 + V * H
+    llama32_1b = {"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                  "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+                  "tie_word_embeddings": True}
+    layer = 2048 * 2048 * 2 + 2 * 2048 * 512 + 3 * 2048 * 8192 + 2 * 2048  # q, o; k, v (8 x 64); MLP; norms
+    assert ModelShape.from_config(llama32_1b).params == 128256 * 2048 + 16 * layer + 2048 == 1_235_814_400
+
+
+def test_lora_trainable_params_are_r_times_in_plus_out() -> None:
+    shape = ModelShape.from_config(QWEN05)
+    # q, k, v, o, gate, up, down
+    per_layer = 16 * ((H + H) + 2 * (H + KV_DIM) + (H + H) + 2 * (H + INTER) + (INTER + H))
+    assert shape.lora_params(16, "all-linear") == (L * per_layer, []) == (8_798_208, [])
+    assert shape.lora_params(16, ["q_proj", "v_proj", "c_attn"]) == (L * 16 * ((H + H) + (H + KV_DIM)), ["c_attn"])
+
+
+def test_moe_and_unrecognised_configs_give_no_plan(write_recipe, minimal_dir) -> None:
+    recipe = load_recipe(write_recipe(MINIMAL))
+    plan, why = memory_plan(recipe, config={**QWEN05, "num_experts": 60}, gpu_memory_gb=None)
+    assert plan is None and "mixture-of-experts" in why
+    plan, why = memory_plan(recipe, config={"n_embd": 768}, gpu_memory_gb=None)
+    assert plan is None and "hidden_size" in why
+
+
+def _plan(write_recipe, overrides: list[str], gpu: float | None = None, world: int | None = None):
+    recipe = load_recipe(write_recipe(MINIMAL), ["model.dtype=bfloat16", "training.max_completion_length=512",
+                                                 "data.max_prompt_tokens=256", *overrides])
+    plan, why = memory_plan(recipe, config=QWEN05, gpu_memory_gb=gpu, world_size=world)
+    assert plan is not None, why
+    return plan
+
+
+def _b(plan, name: str) -> float:
+    item = plan.item(name)
+    assert item is not None, [i.name for i in plan.items]
+    return item.bytes
+
+
+P = 494_032_768
+
+
+def test_full_finetune_single_gpu_keeps_adam_moments_in_bf16(write_recipe, minimal_dir) -> None:
+    plan = _plan(write_recipe, [])
+    assert plan.trainable_params == P and plan.world_size == 1
+    assert _b(plan, "weights") == P * 2 and _b(plan, "gradients") == P * 2
+    assert _b(plan, "optimizer (AdamW m, v)") == P * 4  # two bf16 moments
+    assert plan.item("fp32 master weights") is None and plan.item("reference model") is None
+
+
+def test_zero3_shards_everything_and_zero2_only_grads_and_optimizer(write_recipe, minimal_dir) -> None:
+    z3 = _plan(write_recipe, ["launch.profile=zero3", "launch.num_processes=8"])
+    assert z3.world_size == 8
+    assert _b(z3, "weights") == P * 2 / 8 and _b(z3, "gradients") == P * 2 / 8
+    assert _b(z3, "optimizer (AdamW m, v)") == P * 8 / 8 and _b(z3, "fp32 master weights") == P * 4 / 8
+    z2 = _plan(write_recipe, ["launch.profile=zero2", "launch.num_processes=8"])
+    assert _b(z2, "weights") == P * 2 and _b(z2, "gradients") == P * 2 / 8
+    assert _b(z2, "optimizer (AdamW m, v)") == P * 8 / 8
+    assert z3.total_bytes < z2.total_bytes
+
+
+def test_lora_trains_fp32_adapters_and_needs_no_reference_copy(write_recipe, minimal_dir) -> None:
+    plan = _plan(write_recipe, ["model.lora.r=16", "training.beta=0.04"])
+    assert plan.trainable_params == 8_798_208
+    assert _b(plan, "LoRA adapters") == 8_798_208 * 4 and _b(plan, "gradients") == 8_798_208 * 4
+    assert _b(plan, "optimizer (AdamW m, v)") == 8_798_208 * 8
+    assert plan.item("reference model") is None
+    full = _plan(write_recipe, ["training.beta=0.04"])
+    assert _b(full, "reference model") == P * 2
+
+
+def test_activations_logits_and_kv_cache_by_hand(write_recipe, minimal_dir) -> None:
+    plan = _plan(write_recipe, ["training.per_device_train_batch_size=4", "training.gradient_accumulation_steps=2",
+                                "training.gradient_checkpointing=true"])
+    tokens = 4 * (256 + 512)
+    per_layer = (6 * H + 3 * KV_DIM + 4 * INTER) * 2 * tokens  # values kept per token per layer, bf16
+    assert plan.activations_full == per_layer * L
+    assert _b(plan, "activations") == plan.activations_checkpointed == H * 2 * tokens * L + per_layer
+    assert _b(plan, "completion logits") == 4 * 512 * V * 4  # fp32 logits of the completions: the usual OOM
+    assert _b(plan, "generation KV cache") == 2 * L * KV_DIM * 2 * (4 * 2) * (256 + 512)
+    no_ckpt = _plan(write_recipe, ["training.per_device_train_batch_size=4", "training.gradient_checkpointing=false"])
+    assert _b(no_ckpt, "activations") == per_layer * L > _b(plan, "activations")
+
+
+def test_total_is_static_plus_the_larger_transient_phase(write_recipe, minimal_dir) -> None:
+    plan = _plan(write_recipe, [])
+    static = sum(i.bytes for i in plan.items if i.phase == "static")
+    training = _b(plan, "activations") + _b(plan, "completion logits")
+    assert plan.total_bytes == static + max(training, _b(plan, "generation KV cache"))
+    assert plan.render_rows()[-1][:2] == ("total per GPU", f"{plan.total_bytes / GIB:.2f}")
+
+
+def test_colocated_vllm_share_and_the_warning_when_it_does_not_fit(write_recipe, minimal_dir) -> None:
+    plan = _plan(write_recipe, ["launch.vllm.mode=colocate", "launch.vllm.gpu_memory_utilization=0.5"], gpu=80)
+    assert _b(plan, "vLLM (colocate)") == 0.5 * 80 * GIB
+    assert plan.item("generation KV cache") is None  # vLLM holds the KV cache inside its share
+    assert plan.warning is None and plan.render_rows()[-1][2] == "of 80.0 GiB: fits"
+    small = _plan(write_recipe, ["training.gradient_checkpointing=false", "training.per_device_train_batch_size=16"],
+                  gpu=16)
+    assert small.total_gb > 16
+    assert small.warning is not None and "activations" in small.warning and "gradient_checkpointing" in small.warning
+
+
+def test_config_is_read_from_a_local_dir_or_the_hub_cache_only(write_recipe, minimal_dir, tmp_path: Path,
+                                                               monkeypatch) -> None:
+    model_dir = minimal_dir / "policy"
+    model_dir.mkdir()
+    (model_dir / "config.json").write_text(json.dumps(QWEN05))
+    text = MINIMAL.replace("Qwen/Qwen2.5-0.5B-Instruct", "policy")
+    plan, why = memory_plan(load_recipe(write_recipe(text, "local.yaml")), gpu_memory_gb=None)
+    assert plan is not None and plan.params == P and plan.source == str(model_dir / "config.json")
+
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hub"
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    recipe = load_recipe(write_recipe(MINIMAL.replace("Qwen/Qwen2.5-0.5B-Instruct", "acme/tiny"), "hub.yaml"))
+    plan, why = memory_plan(recipe, gpu_memory_gb=None)
+    assert plan is None and "hf download acme/tiny config.json" in why
+    snapshot = cache / "models--acme--tiny" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(QWEN05))
+    (cache / "models--acme--tiny" / "refs").mkdir()
+    (cache / "models--acme--tiny" / "refs" / "main").write_text("abc123")
+    plan, why = memory_plan(recipe, gpu_memory_gb=None)
+    assert plan is not None and plan.params == P and "hub cache" in plan.source
+
+
+def test_memory_cli_prints_the_table_and_warns(write_recipe, minimal_dir) -> None:
+    (minimal_dir / "policy").mkdir()
+    (minimal_dir / "policy" / "config.json").write_text(json.dumps(QWEN05))
+    path = write_recipe(MINIMAL.replace("Qwen/Qwen2.5-0.5B-Instruct", "policy"))
+    result = run_cli("memory", path, "model.dtype=bfloat16", "--gpu-memory-gb", "2")
+    assert result.exit_code == 0, result
+    assert "optimizer (AdamW m, v)" in result.output and "total per GPU" in result.output
+    assert "warning:" in result.output and "DOES NOT FIT" in result.output
+    missing = run_cli("memory", write_recipe(MINIMAL.replace("Qwen/Qwen2.5-0.5B-Instruct", "acme/absent"), "x.yaml"))
+    assert missing.exit_code == 0 and "no memory plan" in missing.output
+
+
+@pytest.mark.parametrize(("dtype", "quant", "expected"), [("float32", None, 4.0), ("bfloat16", "4bit", None)])
+def test_weight_bytes_follow_dtype_and_quantization(write_recipe, minimal_dir, dtype, quant, expected) -> None:
+    overrides = [f"model.dtype={dtype}"] + ([f"model.quantization={quant}", "model.lora.r=8"] if quant else [])
+    plan = _plan(write_recipe, overrides)
+    shape = ModelShape.from_config(QWEN05)
+    if expected:
+        assert _b(plan, "weights") == P * expected
+    else:  # projections at 0.5625 bytes (nf4 + fp32 scale per 64), embeddings and norms in bf16
+        assert _b(plan, "weights") == shape.linear_params * 0.5625 + (P - shape.linear_params) * 2
