@@ -79,7 +79,8 @@ class RichConsole(TrainerCallback):
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
         if self.progress is None or not logs or "reward" not in logs:
             return
-        self.progress.console.print(format_log_line(state.global_step, logs, self.show_kl), markup=False)
+        self.progress.console.print(format_log_line(state.global_step, logs, self.show_kl), markup=False,
+                                    soft_wrap=True)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.progress is not None:

@@ -67,7 +67,9 @@ def run_guarded(func: Callable[[], Any]) -> Any:
     except GrpoError as exc:
         if _state["debug"]:
             raise
-        err_console.print(f"[bold red]error:[/] {exc.render()}", soft_wrap=True)
+        from rich.markup import escape
+
+        err_console.print(f"[bold red]error:[/] {escape(exc.render())}", soft_wrap=True)
         raise typer.Exit(exc.exit_code) from None
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -39,14 +40,16 @@ def train(
         resume_path = plain[0] if resume and len(plain) == 1 and Path(plain[0]).is_dir() else None
         overrides_ = [o for o in overrides or [] if o != resume_path]
         loaded = _load(recipe, [*overrides_, *launch_overrides])
-        from grpo_cli.launching import maybe_relaunch
+        from grpo_cli.launching import maybe_relaunch, train_passthrough
 
-        code = maybe_relaunch(loaded, recipe, overrides_, launch_overrides)
+        passthrough = train_passthrough(output_dir, resume, resume_path, force)
+        code = maybe_relaunch(loaded, recipe, overrides_, launch_overrides, passthrough)
         if code is not None:
             raise typer.Exit(code)
         resume_arg: bool | str | None = resume_path or (True if resume else None)
         result = run_train(loaded, output_dir=output_dir, resume=resume_arg, force=force, console=console)
-        render_train_result(console, result)
+        if int(os.environ.get("RANK", "0")) == 0:  # one summary per run, not one per process
+            render_train_result(console, result)
         if result.status == "interrupted":
             raise typer.Exit(130)
         if result.status == "stopped":

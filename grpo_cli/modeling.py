@@ -50,7 +50,7 @@ def load_tokenizer(recipe: Recipe) -> Any:
                                             trust_remote_code=recipe.model.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the tokenizer of {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
-                        fix="Check the id or directory; without network access give a local directory.") from None
+                        fix="Check the id or directory; without network access give a local directory (HF_HUB_OFFLINE=1 fails fast).") from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -110,7 +110,7 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
         model = AutoModelForCausalLM.from_pretrained(ref, **kwargs)
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the model {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
-                        fix="Check the id or directory; without network access give a local directory.") from None
+                        fix="Check the id or directory; without network access give a local directory (HF_HUB_OFFLINE=1 fails fast).") from None
     if quant is not None:
         from peft import prepare_model_for_kbit_training
 

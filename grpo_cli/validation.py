@@ -165,7 +165,25 @@ def preflight(recipe: Recipe) -> Preflight:
     _reward_checks(recipe, pf)
     _training_checks(recipe, pf)
     pf.plan = _plan(recipe, pf, model_desc, data_desc)
+    _memory(recipe, pf)
     return pf
+
+
+def _memory(recipe: Recipe, pf: Preflight) -> None:
+    """Add the memory plan (from the model's config, no weights loaded) and its warning."""
+    from grpo_cli.launching import world_size_explanation
+    from grpo_cli.memory import memory_plan
+
+    pf.plan["launch"] = world_size_explanation(recipe) + f", vLLM {recipe.launch.vllm.mode}"
+    if recipe.launch.profile == "cpu":
+        return
+    plan, why = memory_plan(recipe)
+    if plan is None:
+        pf.plan["memory per GPU"] = f"not estimated ({why})" if why else "not estimated"
+        return
+    pf.plan["memory per GPU"] = f"~{plan.total_gb:.1f} GiB (see `grpo memory` for the breakdown)"
+    if plan.warning:
+        pf.warnings.append(plan.warning)
 
 
 def _plan(recipe: Recipe, pf: Preflight, model_desc: str, data_desc: str) -> dict[str, Any]:

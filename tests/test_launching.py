@@ -201,8 +201,6 @@ def test_train_with_vllm_but_without_vllm_installed_fails_early(write_recipe, mi
     assert "needs vLLM" in result.output and "launch.vllm.mode=off" in result.output
 
 
-@pytest.mark.xfail(strict=True, reason="cli.run_guarded prints messages as rich markup, which eats '[deepspeed]'; "
-                                       "escape exc.render() there and drop this marker")
 def test_install_hint_is_printed_verbatim(write_recipe, minimal_dir, monkeypatch) -> None:
     _no_model_load(monkeypatch)
     monkeypatch.setattr(launching, "_installed", lambda name: False)
