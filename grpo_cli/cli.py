@@ -137,3 +137,4 @@ def main() -> None:
 # The heavier commands live in their own module and register themselves on `app`.
 from grpo_cli import commands  # noqa: E402,F401
 from grpo_cli import cli_scale  # noqa: E402,F401
+from grpo_cli import cli_report  # noqa: E402,F401

@@ -12,6 +12,7 @@ from pydantic import Field, PrivateAttr, model_validator
 from grpo_cli.schema.common import Section
 from grpo_cli.schema.data import AnswerSection, DataSection, PromptSection
 from grpo_cli.schema.evaluation import EvalSection
+from grpo_cli.schema.health import HealthSection
 from grpo_cli.schema.launch import LaunchSection, VllmSection
 from grpo_cli.schema.model import LoraSection, ModelSection
 from grpo_cli.schema.output import OutputSection
@@ -22,6 +23,7 @@ __all__ = [
     "AnswerSection",
     "DataSection",
     "EvalSection",
+    "HealthSection",
     "LaunchSection",
     "LoraSection",
     "ModelSection",
@@ -53,6 +55,8 @@ class Recipe(Section):
     """Run outputs and trackers."""
     eval: EvalSection = Field(default_factory=EvalSection)
     """Held-out evaluation by sampling."""
+    health: HealthSection = Field(default_factory=HealthSection)
+    """Training health guards."""
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="")
