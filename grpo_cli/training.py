@@ -136,6 +136,10 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     preflight(recipe).raise_for_problems()
     out = Path(output_dir or recipe.output.dir)
     ckpt = prepare_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
+    if recipe.launch.vllm.mode == "server" and _is_main_process():
+        from grpo_cli.vllm_serve import server_base_url, wait_for_server
+
+        wait_for_server(server_base_url(recipe), recipe.launch.vllm.server_timeout, recipe_source=recipe.source)
 
     from grpo_cli import manifest as mf
     from grpo_cli.callbacks import GracefulStop, MetricsJsonl, RichConsole
@@ -169,9 +173,15 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     metrics = MetricsJsonl(out / "metrics.jsonl")
     stopper = GracefulStop()
     callbacks = [metrics, stopper, RichConsole(console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
+    from grpo_cli.health import health_callbacks
+
+    callbacks += health_callbacks(recipe, out, console=console)
     trainer = GRPOTrainer(model=loaded.model, reward_funcs=reward_funcs, args=config, train_dataset=data.train,
                           eval_dataset=data.eval if config.eval_strategy != "no" else None,
                           processing_class=loaded.tokenizer, peft_config=loaded.peft_config, callbacks=callbacks)
+    from transformers.trainer_callback import PrinterCallback
+
+    trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     stopper.install()
     try:
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
@@ -179,6 +189,9 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
         manifest.update(status="failed", finished=mf.now(), global_step=trainer.state.global_step)
         if main:
             mf.write_manifest(out / "manifest.json", manifest)
+            from grpo_cli.report import report_after_training
+
+            report_after_training(out, console)
         raise
     finally:
         stopper.uninstall()
@@ -211,4 +224,7 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
                     eval_after=result.eval_after.summary() if result.eval_after else None)
     if main:
         mf.write_manifest(out / "manifest.json", manifest)
+        from grpo_cli.report import report_after_training
+
+        report_after_training(out, console)
     return result
