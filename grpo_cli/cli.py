@@ -138,3 +138,4 @@ def main() -> None:
 from grpo_cli import commands  # noqa: E402,F401
 from grpo_cli import cli_scale  # noqa: E402,F401
 from grpo_cli import cli_report  # noqa: E402,F401
+from grpo_cli import cli_models  # noqa: E402,F401
