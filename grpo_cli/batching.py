@@ -70,8 +70,9 @@ def plan_batches(t: dict, world_size: int, has_eval: bool) -> tuple[BatchPlan | 
     global_batch = per_device * world_size
     procs = f"{world_size} process{'es' if world_size != 1 else ''}"
     if num_gen < 2:
-        problems.append(Problem("training.num_generations", f"is {num_gen}; GRPO needs at least 2 completions "
-                                "per prompt to compute group-relative advantages", "Set it to 2 or more (8 is typical)."))
+        problems.append(Problem("training.num_generations",
+                                f"is {num_gen}; GRPO needs at least 2 completions per prompt to compute "
+                                "group-relative advantages", "Set it to 2 or more (8 is typical)."))
         return None, problems
     if spg is not None and gbs is not None:
         problems.append(Problem("training.generation_batch_size",

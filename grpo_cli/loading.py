@@ -41,7 +41,8 @@ def _read_yaml(path: Path) -> DictConfig:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise GrpoError(f"YAML syntax error: {problem}", where=where,
-                        fix="Fix the indentation or quoting at that line (strings with ':' or '#' need quotes).") from None
+                        fix="Fix the indentation or quoting at that line "
+                            "(strings with ':' or '#' need quotes).") from None
     except OmegaConfBaseException as exc:
         raise GrpoError(f"cannot be read as a recipe: {exc}", where=str(path)) from None
     if not isinstance(cfg, DictConfig):

@@ -8,6 +8,9 @@ from typing import Any
 from grpo_cli.errors import GrpoError
 from grpo_cli.schema import Recipe
 
+_OFFLINE_FIX = ("Check the id or directory; without network access give a local directory "
+                "(HF_HUB_OFFLINE=1 fails fast).")
+
 
 @dataclass
 class LoadedModel:
@@ -50,7 +53,7 @@ def load_tokenizer(recipe: Recipe) -> Any:
                                             trust_remote_code=recipe.model.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the tokenizer of {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
-                        fix="Check the id or directory; without network access give a local directory (HF_HUB_OFFLINE=1 fails fast).") from None
+                        fix=_OFFLINE_FIX) from None
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -75,7 +78,8 @@ def quantization_config(recipe: Recipe, dtype: str) -> Any:
 
     if not torch.cuda.is_available():
         raise GrpoError(f"{q} quantization needs a CUDA GPU (bitsandbytes), and none is available",
-                        where="model.quantization", fix="Remove `quantization` to train in full precision on this machine.")
+                        where="model.quantization",
+                        fix="Remove `quantization` to train in full precision on this machine.")
     try:
         import bitsandbytes  # noqa: F401
     except ImportError:
@@ -110,7 +114,7 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
         model = AutoModelForCausalLM.from_pretrained(ref, **kwargs)
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the model {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
-                        fix="Check the id or directory; without network access give a local directory (HF_HUB_OFFLINE=1 fails fast).") from None
+                        fix=_OFFLINE_FIX) from None
     if quant is not None:
         from peft import prepare_model_for_kbit_training
 

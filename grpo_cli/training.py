@@ -58,7 +58,8 @@ def prepare_output_dir(out: Path, *, resume: bool | str | None, force: bool, pol
         ckpt = Path(resume)
         if not (ckpt / "trainer_state.json").exists():
             raise GrpoError(f"{ckpt} is not a training checkpoint (no trainer_state.json)", where="--resume",
-                            fix="Give a checkpoint-N directory, or `--resume` alone for the latest one in the output dir.")
+                            fix="Give a checkpoint-N directory, or `--resume` alone for the latest one "
+                                "in the output dir.")
         return ckpt
     non_empty = out.exists() and any(out.iterdir())
     if resume or (policy == "resume" and not force):

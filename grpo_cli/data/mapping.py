@@ -68,7 +68,8 @@ def _load_split(data: DataSection, recipe: Recipe, split: str, where: str) -> An
     except (ValueError, ConnectionError, OSError) as exc:
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise GrpoError(f"cannot load split {split!r}: {first}", where=where,
-                        fix="Check the dataset id, config and split names; without network use local `data.files`.") from None
+                        fix="Check the dataset id, config and split names; "
+                            "without network use local `data.files`.") from None
     except Exception as exc:  # datasets raises many private error types (DatasetGenerationError, ...)
         raise GrpoError(f"cannot load split {split!r}: {type(exc).__name__}: {exc}", where=where,
                         fix="Check that the file is well-formed (one JSON object per line for .jsonl).") from None
@@ -88,10 +89,7 @@ def _row_mapper(data: DataSection) -> Any:
                 raise GrpoError(f"row {idx}: the template cannot be filled ({type(exc).__name__}: {exc})",
                                 where="data.prompt.template") from None
         if prompt.chat:
-            if isinstance(value, list):
-                messages = list(value)
-            else:
-                messages = [{"role": "user", "content": str(value)}]
+            messages = list(value) if isinstance(value, list) else [{"role": "user", "content": str(value)}]
             if prompt.system_prompt and not (messages and messages[0].get("role") == "system"):
                 messages = [{"role": "system", "content": prompt.system_prompt}, *messages]
             value = messages
@@ -179,7 +177,8 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
     if data.prompt.chat and tokenizer is not None and not getattr(tokenizer, "chat_template", None):
         raise GrpoError("the prompts are chat messages (`data.prompt.chat: true`) but the tokenizer of "
                         f"{recipe.model.name_or_path} has no chat template", where="data.prompt.chat",
-                        fix="Use an instruct/chat model, or set `chat: false` with a `template` for plain-text prompts.")
+                        fix="Use an instruct/chat model, or set `chat: false` with a `template` "
+                            "for plain-text prompts.")
     stats: dict[str, Any] = {}
     train = _load_split(data, recipe, data.split, "data")
     _check_columns(train, data, "training")
