@@ -127,6 +127,8 @@ def generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, temperat
     torch.manual_seed(seed)
     device = next(model.parameters()).device
     texts = _prompt_texts(prompts, tokenizer)
+    # As TRL: plain prompts get the tokenizer's special tokens (e.g. BOS); chat templates carry their own.
+    special = not (prompts and isinstance(prompts[0], list))
     old_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     eos = tokenizer.eos_token_id
@@ -138,7 +140,7 @@ def generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, temperat
     try:
         for start in range(0, len(texts), batch_size):
             chunk = texts[start:start + batch_size]
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=special).to(device)
             sample = temperature > 0
             with torch.inference_mode():
                 gen = model.generate(**enc, do_sample=sample, temperature=temperature if sample else None,
@@ -325,7 +327,8 @@ def vllm_sampler(source: Any, tokenizer: Any, settings: EvalSettings, dtype: str
 
     def sample(prompts: list[Any]) -> tuple[list[str], list[list[int]], list[bool]]:
         # Token ids, not text, so vLLM adds no second BOS: the model sees what `generate` would.
-        inputs = [{"prompt_token_ids": tokenizer(t, add_special_tokens=False)["input_ids"]}
+        special = not (prompts and isinstance(prompts[0], list))  # as TRL tokenizes prompts
+        inputs = [{"prompt_token_ids": tokenizer(t, add_special_tokens=special)["input_ids"]}
                   for t in _prompt_texts(prompts, tokenizer)]
         outs = llm.generate(inputs, params, lora_request=lora, use_tqdm=False)
         texts, ids, truncated = [], [], []

@@ -137,7 +137,7 @@ def prompt_token_length(prompt: Any, tokenizer: Any) -> int:
         if isinstance(ids, dict) or hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return len(ids)
-    return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    return len(tokenizer(prompt)["input_ids"])  # TRL tokenizes plain prompts with special tokens
 
 
 def _truncate(prompt: Any, tokenizer: Any, limit: int) -> Any:
@@ -148,7 +148,8 @@ def _truncate(prompt: Any, tokenizer: Any, limit: int) -> Any:
         keep = max(1, limit - overhead)
         ids = tokenizer(prompt[-1]["content"], add_special_tokens=False)["input_ids"][-keep:]
         return [*prompt[:-1], {**prompt[-1], "content": tokenizer.decode(ids)}]
-    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-limit:]
+    special = len(tokenizer(prompt)["input_ids"]) - len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    ids = tokenizer(prompt, add_special_tokens=False)["input_ids"][-max(1, limit - special):]
     return tokenizer.decode(ids)
 
 

@@ -1,0 +1,33 @@
+"""The README's two set-up commands are what newcomers and CI run: keep them honest."""
+
+from __future__ import annotations
+
+import re
+
+from tests.conftest import ROOT
+
+
+def _bash_blocks() -> list[str]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    return [b.strip() for b in re.findall(r"```bash\n(.*?)```", quick, re.DOTALL)]
+
+
+def test_readme_has_exactly_two_setup_commands() -> None:
+    blocks = _bash_blocks()
+    assert len(blocks) == 2
+    main, tests = blocks
+    assert "grpo train recipes/demo.yaml" in main and "torch==2.13.0" in main
+    assert "pytest" in tests and "torch==2.13.0" in tests
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    commands = [line for line in ci.splitlines() if line.strip() and not line.startswith(("#", "set ", "cd "))]
+    assert commands == [_bash_blocks()[1]]
+
+
+def test_readme_links_exist() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(((?:docs|recipes|grpo_cli)/[^)#]+)\)", text):
+        assert (ROOT / target).exists(), target
