@@ -146,6 +146,12 @@ def _training_checks(recipe: Recipe, pf: Preflight) -> None:
     plan, problems = plan_batches(t, recipe.launch.world_size, recipe.data.has_eval)
     pf.problems.extend(problems)
     pf.batches = plan
+    if plan is not None and plan.world_size > 1 and (plan.per_device * plan.steps_per_generation) % plan.num_generations:
+        pf.warnings.append(
+            f"each process generates {plan.per_device * plan.steps_per_generation} completions per generation, not a "
+            f"multiple of num_generations={plan.num_generations}: a prompt's group is split across processes, so "
+            "rewards that compare completions within a call (e.g. `length`) see partial groups. TRL still gathers "
+            "all rewards before computing advantages.")
     lr = recipe.training.get("learning_rate")
     if isinstance(lr, float) and lr > 1e-3 and recipe.model.lora is None and not recipe.model.name_or_path.startswith(
         "bundled:"

@@ -1,0 +1,55 @@
+"""A real 2-process DDP run of the demo recipe on CPU, launched the way users launch it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RECIPES, ROOT
+
+pytestmark = pytest.mark.slow
+
+SPY = '''
+import json, os
+
+
+def spy(completions, prompts, log, **kwargs):
+    """Record which process scored which prompts, then score nothing in particular."""
+    with open(log, "a") as fh:
+        fh.write(json.dumps({"rank": int(os.environ.get("RANK", "0")), "prompts": list(prompts)}) + "\\n")
+    return [float(len(c)) for c in completions]
+'''
+
+
+def test_two_process_ddp_run_writes_once_and_keeps_groups_together(tmp_path: Path) -> None:
+    (tmp_path / "spy.py").write_text(SPY)
+    log = tmp_path / "calls.jsonl"
+    out = tmp_path / "ddp"
+    rewards = f"rewards=[{{name: accuracy, params: {{answer_format: first_number}}}}, " \
+              f"{{function: {tmp_path / 'spy.py'}:spy, weight: 0.0, params: {{log: {log}}}}}]"
+    cmd = [sys.executable, "-m", "grpo_cli", "train", str(RECIPES / "demo.yaml"), "--profile", "ddp",
+           "--num-processes", "2", "-o", str(out), "training.max_steps=3", "training.per_device_train_batch_size=8",
+           "training.num_generations=4", "training.logging_steps=1", "eval.before_after=false", rewards]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["world_size"] == 2
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+             if '"reward"' in line]
+    assert steps == [1, 2, 3]  # written by the main process only, once per log
+    assert proc.stdout.count("completed at step 3") == 1  # one summary, not one per process
+    assert (out / "model.safetensors").exists()
+
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {c["rank"] for c in calls} == {0, 1}
+    for call in calls:
+        # Each process scores whole groups: every prompt it sees comes with all 4 of its completions.
+        assert all(n % 4 == 0 for n in Counter(call["prompts"]).values()), call
