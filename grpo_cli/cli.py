@@ -6,13 +6,18 @@ each command imports what it needs.
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-from rich.console import Console
+# Pydantic scans every installed distribution for plugins on first use (~15 ms of a ~0.3 s
+# `grpo validate`); grpo uses none. Users who rely on a pydantic plugin can set the variable.
+os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+
+import typer  # noqa: E402
+from rich.console import Console  # noqa: E402
 
 from grpo_cli import __version__
 
@@ -92,8 +97,8 @@ def validate(
     """Check a recipe without loading any model: schema, batch arithmetic, data, rewards; print the plan."""
 
     def body() -> None:
-        from grpo_cli.validation import preflight
         from grpo_cli.render import render_preflight
+        from grpo_cli.validation import preflight
 
         loaded = _load(recipe, overrides)
         if print_recipe:
@@ -129,13 +134,23 @@ def schema(
     run_guarded(body)
 
 
+# Commands that only read files and print: they may skip interpreter teardown (tens of ms of
+# module garbage collection), which is a fifth of `grpo validate`'s wall time.
+_FAST_EXIT = {"validate", "schema", "--help", "--version"}
+
+
 def main() -> None:
     """Console-script entry point."""
-    app()
+    try:
+        app()
+    except SystemExit as exc:
+        if _FAST_EXIT.intersection(sys.argv[1:3]) or len(sys.argv) == 1:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        raise
 
 
-# The heavier commands live in their own module and register themselves on `app`.
-from grpo_cli import commands  # noqa: E402,F401
-from grpo_cli import cli_scale  # noqa: E402,F401
-from grpo_cli import cli_report  # noqa: E402,F401
-from grpo_cli import cli_models  # noqa: E402,F401
+# The heavier commands live in their own modules and register themselves on `app`.
+from grpo_cli import cli_models, cli_report, cli_scale, commands  # noqa: E402,F401

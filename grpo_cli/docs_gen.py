@@ -6,9 +6,13 @@ Regenerate with `grpo schema --markdown --out docs/recipes.md`.
 
 from __future__ import annotations
 
+import ast
+import inspect
+import textwrap
 from typing import Any
 
 from grpo_cli.schema import Recipe
+from grpo_cli.schema.common import Section
 
 COMMON_TRAINING = (
     "learning_rate", "beta", "num_generations", "max_completion_length", "per_device_train_batch_size",
@@ -22,9 +26,48 @@ COMMON_TRAINING = (
 )
 
 
+def attribute_docstrings(cls: type) -> dict[str, str]:
+    """The docstrings written under each field of a class (read from its source)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    docs: dict[str, str] = {}
+    for stmt, nxt in zip(body, body[1:], strict=False):
+        if (isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and isinstance(nxt, ast.Expr)
+                and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str)):
+            docs[stmt.target.id] = inspect.cleandoc(nxt.value.value)
+    return docs
+
+
+def _sections() -> dict[str, type]:
+    found: dict[str, type] = {}
+    todo: list[type] = [Section]
+    while todo:
+        cls = todo.pop()
+        for sub in cls.__subclasses__():
+            found[sub.__name__] = sub
+            todo.append(sub)
+    return found
+
+
+def _documented_schema() -> dict[str, Any]:
+    """Recipe.model_json_schema() with each field's attribute docstring as its description."""
+    schema = Recipe.model_json_schema()
+    classes = _sections()
+    targets = [("Recipe", schema), *schema.get("$defs", {}).items()]
+    for name, sub in targets:
+        cls = classes.get(name)
+        if cls is None or name == "TrainingSection":
+            continue
+        for field, doc in attribute_docstrings(cls).items():
+            prop = sub.get("properties", {}).get(field)
+            if prop is not None:
+                prop["description"] = doc
+    return schema
+
+
 def recipe_json_schema() -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of a recipe, including the installed TRL's GRPOConfig fields."""
-    schema = Recipe.model_json_schema()
+    schema = _documented_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "grpo recipe"
     schema.setdefault("properties", {})["extends"] = {
@@ -89,7 +132,7 @@ def _refs(prop: dict[str, Any]) -> list[str]:
 
 def recipe_markdown() -> str:
     """The Markdown recipe reference."""
-    schema = Recipe.model_json_schema()
+    schema = _documented_schema()
     defs = schema.get("$defs", {})
     out = [
         "# Recipe reference",

@@ -144,10 +144,8 @@ def test_config_is_read_from_a_local_dir_or_the_hub_cache_only(write_recipe, min
     plan, why = memory_plan(load_recipe(write_recipe(text, "local.yaml")), gpu_memory_gb=None)
     assert plan is not None and plan.params == P and plan.source == str(model_dir / "config.json")
 
-    from huggingface_hub import constants
-
     cache = tmp_path / "hub"
-    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
     recipe = load_recipe(write_recipe(MINIMAL.replace("Qwen/Qwen2.5-0.5B-Instruct", "acme/tiny"), "hub.yaml"))
     plan, why = memory_plan(recipe, gpu_memory_gb=None)
     assert plan is None and "hf download acme/tiny config.json" in why
