@@ -8,6 +8,7 @@ training and wraps it so TRL sees the recipe's label and bound params.
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import importlib
 import importlib.machinery
@@ -204,16 +205,27 @@ def _local_model_dir(ref: str, base_dir: Path) -> Path | None:
 # ---------------------------------------------------------------------------- loading
 
 
+def is_async_reward(func: Any) -> bool:
+    """Whether calling `func` gives a coroutine (functions, partials and callable objects), as TRL decides."""
+    while isinstance(func, functools.partial):
+        func = func.func
+    return inspect.iscoroutinefunction(func) or inspect.iscoroutinefunction(type(func).__call__)
+
+
 class BoundReward:
-    """A reward with its recipe params bound and its recipe label as `__name__` (TRL's metric name)."""
+    """A reward with its recipe params bound and its recipe label as `__name__` (TRL's metric name).
+
+    Params win over a dataset column of the same name, so a recipe can pin a value the data also holds.
+    """
 
     def __init__(self, func: Any, params: dict[str, Any], label: str) -> None:
         self.func = func
         self.params = dict(params)
         self.__name__ = label
+        self.__doc__ = getattr(func, "__doc__", None)
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
-        return self.func(**kwargs, **self.params)
+        return self.func(**{**kwargs, **self.params})
 
     def __repr__(self) -> str:
         return f"<reward {self.__name__}>"
@@ -223,53 +235,100 @@ class AsyncBoundReward(BoundReward):
     """The async twin of BoundReward, so TRL runs it on its event loop."""
 
     async def __call__(self, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
-        return await self.func(**kwargs, **self.params)
+        return await self.func(**{**kwargs, **self.params})
 
 
-def _import_function(entry: RewardEntry, base_dir: Path) -> Any:
+def _import_file(path: Path, where: str) -> Any:
+    if not path.is_file():
+        raise GrpoError(f"reward file {path} not found", where=where,
+                        fix="Paths are relative to the recipe's directory.")
+    digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
+    mod_name = f"grpo_user_rewards.{path.stem}_{digest}"
+    module = sys.modules.get(mod_name)
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise GrpoError(f"cannot import {path}", where=where, fix="Give a .py file.")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    sys.path.insert(0, str(path.parent))  # let the file import its neighbours
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[mod_name]
+        raise GrpoError(f"importing {path} failed: {type(exc).__name__}: {exc}", where=where,
+                        fix="Run `python " + str(path) + "` to see the full traceback.") from exc
+    finally:
+        sys.path.remove(str(path.parent))
+    return module
+
+
+def _import_module(target: str, base_dir: Path, where: str) -> Any:
+    for extra in (str(base_dir), str(Path.cwd())):
+        if extra not in sys.path:
+            sys.path.append(extra)
+    try:
+        return importlib.import_module(target)
+    except ImportError as exc:
+        raise GrpoError(f"cannot import module {target!r}: {exc}", where=where,
+                        fix="Install the package, put the module beside the recipe, or use the "
+                            "`path/to/file.py:func` form.") from exc
+    except Exception as exc:
+        raise GrpoError(f"importing module {target!r} failed: {type(exc).__name__}: {exc}", where=where) from exc
+
+
+def _runtime_signature(func: Any) -> _Signature | None:
+    """The signature of an imported callable, for rewards the static check could not read."""
+    try:
+        sig = inspect.signature(func)
+    except (TypeError, ValueError):
+        return None
+    params: dict[str, bool] = {}
+    positional_only: list[str] = []
+    var_kwargs = False
+    for p in sig.parameters.values():
+        if p.kind is p.VAR_KEYWORD:
+            var_kwargs = True
+        elif p.kind is not p.VAR_POSITIONAL:
+            params[p.name] = p.default is not p.empty
+            if p.kind is p.POSITIONAL_ONLY:
+                positional_only.append(p.name)
+    return _Signature(params, var_kwargs, positional_only, is_async_reward(func))
+
+
+def _import_function(entry: RewardEntry, base_dir: Path, index: int | None = None) -> Any:
     assert entry.function is not None
+    where = f"rewards[{index}].function" if index is not None else f"rewards ({entry.label}).function"
     target, func_name = _split_ref(entry.function)
     if target.endswith(".py"):
-        path = (base_dir / target).resolve()
-        digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
-        mod_name = f"grpo_user_rewards.{path.stem}_{digest}"
-        module = sys.modules.get(mod_name)
-        if module is None:
-            spec = importlib.util.spec_from_file_location(mod_name, path)
-            if spec is None or spec.loader is None:
-                raise GrpoError(f"cannot import {path}", where="rewards")
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[mod_name] = module
-            sys.path.insert(0, str(path.parent))  # let the file import its neighbours
-            try:
-                spec.loader.exec_module(module)
-            except Exception as exc:
-                del sys.modules[mod_name]
-                raise GrpoError(f"importing {path} failed: {type(exc).__name__}: {exc}", where="rewards") from exc
-            finally:
-                sys.path.remove(str(path.parent))
+        module = _import_file((base_dir / target).expanduser().resolve(), where)
     else:
-        for extra in (str(base_dir), str(Path.cwd())):
-            if extra not in sys.path:
-                sys.path.append(extra)
-        try:
-            module = importlib.import_module(target)
-        except ImportError as exc:
-            raise GrpoError(f"cannot import module {target!r}: {exc}", where="rewards") from exc
+        module = _import_module(target, base_dir, where)
     func = getattr(module, func_name, None)
     if not callable(func):
-        raise GrpoError(f"{target} has no callable {func_name!r}", where="rewards")
+        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
+        guess = did_you_mean(func_name, names)
+        raise GrpoError(f"{target} has no callable {func_name!r}", where=where,
+                        fix=f"Did you mean `{guess}`?" if guess else "Check the name after the ':'.")
+    sig = _runtime_signature(func)
+    if sig is not None:
+        _check_signature(entry, sig, where.rsplit(".", 1)[0])
     return func
 
 
-def load_reward(entry: RewardEntry, base_dir: Path) -> Any:
-    """A TRL reward: a BoundReward for code, or the model path/id string for a reward model."""
+def load_reward(entry: RewardEntry, base_dir: Path, index: int | None = None) -> Any:
+    """A TRL reward: a BoundReward for code, or the model path/id string for a reward model.
+
+    TRL loads a string with AutoModelForSequenceClassification(num_labels=1) and its tokenizer, and
+    logs it under the last part of the path, which is also the entry's label.
+    """
     if entry.kind == "model":
         assert entry.model is not None
         local = _local_model_dir(entry.model, base_dir)
         return str(local) if local is not None else entry.model
-    func = get_builtin(entry.name or "") if entry.kind == "builtin" else _import_function(entry, base_dir)
-    wrapper = AsyncBoundReward if inspect.iscoroutinefunction(func) else BoundReward
+    func = get_builtin(entry.name or "") if entry.kind == "builtin" else _import_function(entry, base_dir, index)
+    wrapper = AsyncBoundReward if is_async_reward(func) else BoundReward
     return wrapper(func, entry.params, entry.label)
 
 
@@ -278,9 +337,60 @@ def build_reward_funcs(recipe: Any) -> list[Any]:
     from grpo_cli.rewards.parallel import ParallelReward
 
     funcs: list[Any] = []
-    for entry in recipe.rewards:
+    for i, entry in enumerate(recipe.rewards):
         if entry.parallel > 1 and entry.kind != "model":
-            funcs.append(ParallelReward(entry, recipe.base_dir, entry.parallel))
+            funcs.append(ParallelReward(entry, recipe.base_dir, entry.parallel, index=i))
         else:
-            funcs.append(load_reward(entry, recipe.base_dir))
+            funcs.append(load_reward(entry, recipe.base_dir, i))
     return funcs
+
+
+class RewardModelScorer:
+    """A reward model as a plain reward function, scored the way GRPOTrainer scores it.
+
+    Training hands TRL the path string; `check-rewards` (and anything scoring outside a trainer)
+    uses this: same text (chat template of prompt + completion, or their concatenation), right
+    padding, no special tokens added, logits[:, 0].
+    """
+
+    def __init__(self, ref: str, label: str, *, chat_template_kwargs: dict[str, Any] | None = None,
+                 batch_size: int = 16, where: str = "rewards") -> None:
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(ref)
+            self.model = AutoModelForSequenceClassification.from_pretrained(ref, num_labels=1)
+        except (OSError, ValueError) as exc:
+            raise GrpoError(f"cannot load the reward model {ref}: {str(exc).splitlines()[0]}", where=where,
+                            fix="Give a directory saved with save_pretrained (config.json, weights, tokenizer) "
+                                "or a hub id reachable from here.") from None
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model.config.get_text_config().pad_token_id = self.tokenizer.pad_token_id
+        self.model.eval()
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        self.batch_size = batch_size
+        self.__name__ = label
+
+    def texts(self, prompts: list[Any], completions: list[Any]) -> list[str]:
+        if prompts and isinstance(prompts[0], list):
+            from trl.data_utils import apply_chat_template
+
+            return [apply_chat_template({"messages": p + c}, self.tokenizer, **self.chat_template_kwargs)["text"]
+                    for p, c in zip(prompts, completions, strict=True)]
+        return [p + c for p, c in zip(prompts, completions, strict=True)]
+
+    def __call__(self, *, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
+        import torch
+
+        texts = self.texts(prompts, completions)
+        out: list[float | None] = []
+        for start in range(0, len(texts), self.batch_size):
+            enc = self.tokenizer(text=texts[start:start + self.batch_size], return_tensors="pt", padding=True,
+                                 padding_side="right", add_special_tokens=False)
+            with torch.inference_mode():
+                out.extend(float(x) for x in self.model(**enc).logits[:, 0])
+        return out
+
+    def __repr__(self) -> str:
+        return f"<reward model {self.__name__}>"

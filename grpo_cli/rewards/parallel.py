@@ -1,7 +1,10 @@
 """Score slow rewards (math-verify, code execution) in a process pool.
 
 Each worker loads the reward itself from the recipe entry (functions from files are
-not picklable by reference), then scores a contiguous chunk of the rows.
+not picklable by reference), then scores contiguous chunks of the rows. What cannot
+cross a process boundary is handled here: `trainer_state` travels as a namespace of its
+plain fields (global_step, max_steps, epoch, ...), and calls to TRL's `log_extra` / `log_metric` are recorded in the
+worker and replayed in the trainer's process.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 from grpo_cli.schema.rewards import RewardEntry
 
 _WORKER_REWARD: Any = None
+_LOCAL_ONLY = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
 
 
 def _init_worker(entry_data: dict[str, Any], base_dir: str) -> None:
@@ -23,20 +27,50 @@ def _init_worker(entry_data: dict[str, Any], base_dir: str) -> None:
     _WORKER_REWARD = load_reward(RewardEntry.model_validate(entry_data), Path(base_dir))
 
 
-def _score_chunk(kwargs: dict[str, Any]) -> list[float | None]:
+def _score_chunk(kwargs: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str, Any]]]:
+    """Score one chunk; return the values and the log calls the reward made."""
     import asyncio
     import inspect
 
+    logged: list[tuple[str, str, Any]] = []
+    kwargs = dict(kwargs)
+    kwargs["log_extra"] = lambda column, values: logged.append(("extra", column, list(values)))
+    kwargs["log_metric"] = lambda name, value: logged.append(("metric", name, value))
     result = _WORKER_REWARD(**kwargs)
     if inspect.isawaitable(result):
         result = asyncio.run(result)
-    return list(result)
+    return list(result), logged
+
+
+def _portable_state(state: Any) -> Any:
+    """TRL's TrainerState as a namespace of its plain fields (global_step, max_steps, epoch, ...).
+
+    Unpickling the real class would import transformers in every worker (seconds each); rewards
+    read the counters, not the log history or callback states.
+    """
+    from types import SimpleNamespace
+
+    if state is None:
+        return None
+    fields = getattr(state, "__dict__", {})
+    return SimpleNamespace(**{k: v for k, v in fields.items() if isinstance(v, int | float | str | bool | None)})
 
 
 class ParallelReward:
-    """A reward that splits each call's rows across `workers` processes."""
+    """A reward that splits each call's rows across `workers` processes.
 
-    def __init__(self, entry: RewardEntry, base_dir: Path, workers: int) -> None:
+    It is synchronous to TRL (the pool does the waiting). Each call's rows are cut into a few
+    contiguous chunks per worker; rewards that look at the whole batch (`length`) see a chunk.
+    The reward is imported once in this process too, so a bad reference fails here with a
+    clear error, not as a broken pool.
+    """
+
+    CHUNKS_PER_WORKER = 4
+
+    def __init__(self, entry: RewardEntry, base_dir: Path, workers: int, index: int | None = None) -> None:
+        from grpo_cli.rewards.loaders import load_reward
+
+        load_reward(entry, base_dir, index)  # fail early and clearly on a bad reference
         self.entry = entry
         self.base_dir = base_dir
         self.workers = workers
@@ -54,20 +88,36 @@ class ParallelReward:
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
         n = len(kwargs["completions"])
-        shared = {k: v for k, v in kwargs.items()
-                  if not (isinstance(v, list) and len(v) == n) and not callable(v) and k != "trainer_state"}
-        per_row = {k: v for k, v in kwargs.items() if isinstance(v, list) and len(v) == n}
-        size = max(1, -(-n // self.workers))
+        per_row = {k: v for k, v in kwargs.items()
+                   if k not in _LOCAL_ONLY and isinstance(v, list | tuple) and len(v) == n}
+        shared = {k: v for k, v in kwargs.items() if k not in _LOCAL_ONLY and k not in per_row and not callable(v)}
+        if "trainer_state" in kwargs:
+            shared["trainer_state"] = _portable_state(kwargs["trainer_state"])
+        # A few chunks per worker, so a worker slowed by a hard row (a test that times out) is not the tail.
+        size = max(1, -(-n // (self.workers * self.CHUNKS_PER_WORKER)))
         chunks = [{**shared, **{k: v[i:i + size] for k, v in per_row.items()}} for i in range(0, n, size)]
         out: list[float | None] = []
-        for part in self._executor().map(_score_chunk, chunks):
-            out.extend(part)
+        extras: dict[str, list[Any]] = {}
+        for values, logged in self._executor().map(_score_chunk, chunks):
+            out.extend(values)
+            for kind, name, value in logged:
+                if kind == "extra":
+                    extras.setdefault(name, []).extend(value)
+                elif callable(kwargs.get("log_metric")):
+                    kwargs["log_metric"](name, value)
+        if callable(kwargs.get("log_extra")):
+            for column, values in extras.items():
+                kwargs["log_extra"](column, values)
         return out
 
     def close(self) -> None:
+        """Stop the worker processes (they are restarted on the next call)."""
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
+
+    def __repr__(self) -> str:
+        return f"<reward {self.__name__} x{self.workers} processes>"
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
