@@ -147,6 +147,7 @@ def main() -> None:
     print(f"held-out accuracy before GRPO: {before:.3f}")
     print(f"held-out accuracy after  GRPO: {after:.3f}  (change {after - before:+.3f})")
     print(f"train: {steps} steps in {train_wall:.1f}s wall = {steps / train_wall:.2f} steps/s")
+    print(f"trainer train_steps_per_second: {result.metrics['train_steps_per_second']:.4f}")
     print(f"total wall (load + 2 evals + train; imports not included): {total_wall:.1f}s")
 
 

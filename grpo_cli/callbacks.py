@@ -61,20 +61,27 @@ class RichConsole(TrainerCallback):
         self.show_kl = show_kl
         self.progress: Any = None
         self.task: Any = None
+        self._last_refresh = 0.0
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if not state.is_world_process_zero or self.console is None:
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+        # No refresh thread: it would contend for the GIL with the training loop on small machines.
         self.progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
-                                 TimeRemainingColumn(), console=self.console, transient=True)
+                                 TimeRemainingColumn(), console=self.console, transient=True, auto_refresh=False)
         self.progress.start()
         self.task = self.progress.add_task("train", total=state.max_steps, completed=state.global_step)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        if self.progress is not None:
-            self.progress.update(self.task, completed=state.global_step)
+        if self.progress is None:
+            return
+        self.progress.update(self.task, completed=state.global_step)
+        now = time.monotonic()
+        if now - self._last_refresh > 0.5:  # at most two redraws a second
+            self._last_refresh = now
+            self.progress.refresh()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
         if self.progress is None or not logs or "reward" not in logs:

@@ -106,3 +106,14 @@ def test_validate_does_not_import_heavy_libraries() -> None:
             "print(r.exit_code, ','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "0", out.stdout + out.stderr
+
+
+def test_unquoted_no_strategy_is_understood(minimal_dir: Path) -> None:
+    """YAML reads `save_strategy=no` as false; TRL wants the string "no"."""
+    from grpo_cli import load_recipe
+
+    path = minimal_dir / "r.yaml"
+    path.write_text(MINIMAL, encoding="utf-8")
+    recipe = load_recipe(path, ["training.save_strategy=no", "training.eval_strategy=no"])
+    assert recipe.training.values()["save_strategy"] == "no"
+    assert recipe.training.values()["eval_strategy"] == "no"

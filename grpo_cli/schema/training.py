@@ -147,6 +147,8 @@ def check_training_fields(values: dict[str, Any]) -> tuple[dict[str, Any], list[
                 problems.append((key, "is not a GRPOConfig field", unknown_key_hint(key, fields, "training")))
             continue
         field = fields.get(key)
+        if value is False and "no" in CHOICES.get(key, ()):
+            value = "no"  # YAML 1.1 reads an unquoted `no` (e.g. `save_strategy=no`) as false
         try:
             value = _coerce(key, value, field.kinds) if field else value
         except ValueError as exc:
