@@ -104,7 +104,7 @@ def test_each_guard_fires_once_after_its_window_and_rearms(tmp_path: Path, guard
 
 
 def test_nan_grad_norm_stops_by_default_with_a_checkpoint_and_advice(tmp_path: Path) -> None:
-    guards, printed = _guards(tmp_path)
+    guards, printed = _guards(tmp_path, "training.learning_rate=0.005")
     controls = _feed(guards, [_log(), _log(grad_norm=math.nan, loss=math.inf)], tmp_path)
     assert not controls[0].should_training_stop
     assert controls[1].should_training_stop and controls[1].should_save  # the Trainer saves checkpoint-2
