@@ -37,7 +37,7 @@ def train(
         launch_overrides = _launch_overrides(profile, num_processes, num_machines, machine_rank, main_process_ip)
         # `--resume PATH`: a bare path among the overrides (overrides always contain '=').
         plain = [o for o in overrides or [] if "=" not in o]
-        resume_path = plain[0] if resume and len(plain) == 1 and Path(plain[0]).is_dir() else None
+        resume_path = plain[0] if resume and len(plain) == 1 else None  # checked by prepare_output_dir
         overrides_ = [o for o in overrides or [] if o != resume_path]
         loaded = _load(recipe, [*overrides_, *launch_overrides])
         from grpo_cli.launching import maybe_relaunch, train_passthrough

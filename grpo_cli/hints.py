@@ -83,4 +83,9 @@ def unknown_key_hint(name: str, candidates: Iterable[str], here: str) -> str:
     guess = did_you_mean(name, candidates)
     if guess:
         return f"Did you mean `{guess}`?"
+    if here == "":
+        from grpo_cli.trl_fields import grpo_config_fields
+
+        if name in grpo_config_fields():
+            return f"`{name}` is a GRPOConfig field: put it under `training:` (`training.{name}`)."
     return "Run `grpo schema` or see docs/recipes.md for the valid keys."

@@ -258,8 +258,8 @@ def find_model_config(recipe: Any) -> tuple[dict[str, Any] | None, str]:
         return json.loads(path.read_text(encoding="utf-8")), str(path)
     cached = _hub_cache_file(ref, "config.json", recipe.model.revision)
     if cached is None:
-        return None, (f"{ref}'s config.json is not in the local Hugging Face cache (the memory plan never downloads); "
-                      f"fetch it with `hf download {ref} config.json` or point model.name_or_path at a local directory")
+        return None, (f"{ref}'s config.json is not in the local HF cache; `hf download {ref} config.json` "
+                      "enables it (the plan never downloads)")
     return json.loads(Path(cached).read_text(encoding="utf-8")), f"hub cache {cached}"
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
@@ -44,12 +45,19 @@ def model_reference(recipe: Recipe) -> str:
     return ref
 
 
-def load_tokenizer(recipe: Recipe) -> Any:
+def load_tokenizer(recipe: Recipe, *, local_only: bool = False) -> Any:
+    """The policy's tokenizer; `local_only` never touches the network (dry runs must not wait on retries)."""
     from transformers import AutoTokenizer
 
     ref = model_reference(recipe)
+    if local_only and not Path(ref).is_dir():
+        from grpo_cli.memory import _hub_cache_file
+
+        if _hub_cache_file(ref, "tokenizer_config.json", recipe.model.revision) is None:
+            raise GrpoError(f"{ref} is not in the local Hugging Face cache", where="model.name_or_path",
+                            fix=f"Download it once (`hf download {ref}`) or use a local directory.")
     try:
-        tok = AutoTokenizer.from_pretrained(ref, revision=recipe.model.revision,
+        tok = AutoTokenizer.from_pretrained(ref, revision=recipe.model.revision, local_files_only=local_only,
                                             trust_remote_code=recipe.model.trust_remote_code)
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the tokenizer of {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",

@@ -52,15 +52,25 @@ def latest_checkpoint(out: Path) -> Path | None:
     return best[1] if best else None
 
 
-def prepare_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy: str) -> Path | None:
-    """Apply the overwrite policy; return the checkpoint to resume from (None for a fresh run)."""
+def _looks_like_a_run(out: Path) -> bool:
+    return any((out / n).exists() for n in ("manifest.json", "recipe.yaml", "metrics.jsonl")) or \
+        latest_checkpoint(out) is not None
+
+
+def prepare_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy: str) -> tuple[Path | None, bool]:
+    """Apply the overwrite policy without touching anything yet.
+
+    Returns (checkpoint to resume from or None, whether the old directory must be replaced).
+    The replacement happens only once the model, data and config are ready, so a run that
+    fails to start leaves the previous one intact.
+    """
     if isinstance(resume, str):
         ckpt = Path(resume)
         if not (ckpt / "trainer_state.json").exists():
             raise GrpoError(f"{ckpt} is not a training checkpoint (no trainer_state.json)", where="--resume",
                             fix="Give a checkpoint-N directory, or `--resume` alone for the latest one "
                                 "in the output dir.")
-        return ckpt
+        return ckpt, False
     non_empty = out.exists() and any(out.iterdir())
     if resume or (policy == "resume" and not force):
         ckpt = latest_checkpoint(out)
@@ -71,16 +81,42 @@ def prepare_output_dir(out: Path, *, resume: bool | str | None, force: bool, pol
             if non_empty:
                 raise GrpoError(f"output directory {out} is not empty and holds no checkpoint", where="output.dir",
                                 fix="Use --force to replace it, or choose another --output-dir.")
-        return ckpt
+        return ckpt, False
     if non_empty:
         if force or policy == "force":
-            if _is_main_process():
-                shutil.rmtree(out)
+            if not _looks_like_a_run(out):
+                raise GrpoError(f"{out} is not empty and does not look like a grpo run (no manifest.json, "
+                                "recipe.yaml, metrics.jsonl or checkpoint); refusing to delete it", where="--force",
+                                fix="Choose an empty or new --output-dir.")
+            return None, True
         else:
             raise GrpoError(f"output directory {out} is not empty; refusing to overwrite a previous run",
                             where="output.dir",
                             fix="Use --resume to continue it, --force to replace it, or --output-dir for a new one.")
-    return None
+    return None, False
+
+
+def check_resume_compatible(recipe: Recipe, out: Path) -> None:
+    """Refuse to resume a run with a recipe that cannot load its checkpoint (model or LoRA changed)."""
+    import yaml
+
+    saved_path = out / "recipe.yaml"
+    if not saved_path.exists():
+        return
+    try:
+        saved = yaml.safe_load(saved_path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        return
+    model = saved.get("model") or {}
+    if model.get("name_or_path") != recipe.model.name_or_path:
+        raise GrpoError(f"the run in {out} trained {model.get('name_or_path')!r}, but this recipe names "
+                        f"{recipe.model.name_or_path!r}", where="model.name_or_path",
+                        fix="Resume with the recipe saved in the run (its recipe.yaml), or start a new run.")
+    if (model.get("lora") is None) != (recipe.model.lora is None):
+        had = "with LoRA" if model.get("lora") is not None else "without LoRA (full fine-tune)"
+        raise GrpoError(f"the run in {out} was trained {had}; its checkpoint cannot be resumed with "
+                        f"model.lora={'set' if recipe.model.lora else 'unset'}", where="model.lora",
+                        fix="Resume with the recipe saved in the run (its recipe.yaml), or start a new run.")
 
 
 def grpo_config_kwargs(recipe: Recipe, out: Path, dtype: str, device: str) -> dict[str, Any]:
@@ -136,12 +172,19 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
 
     preflight(recipe).raise_for_problems()
     out = Path(output_dir or recipe.output.dir)
-    ckpt = prepare_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
+    ckpt, replace = prepare_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
+    if ckpt is not None:
+        check_resume_compatible(recipe, out)
     if recipe.launch.vllm.mode == "server" and _is_main_process():
         from grpo_cli.vllm_serve import server_base_url, wait_for_server
 
         wait_for_server(server_base_url(recipe), recipe.launch.vllm.server_timeout, recipe_source=recipe.source)
 
+    import warnings
+
+    # transformers 5 warns on every run that TRL's `gradient_checkpointing` is an alias; not the user's doing.
+    warnings.filterwarnings("ignore", message=".*(gradient_checkpointing|is_gradient_checkpointing).*deprecated",
+                            category=FutureWarning)
     from grpo_cli import manifest as mf
     from grpo_cli.callbacks import GracefulStop, MetricsJsonl, RichConsole
     from grpo_cli.data.mapping import prepare_data
@@ -155,8 +198,14 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
 
     from trl import GRPOConfig, GRPOTrainer
 
-    config = GRPOConfig(**grpo_config_kwargs(recipe, out, loaded.dtype, loaded.device))
+    try:
+        config = GRPOConfig(**grpo_config_kwargs(recipe, out, loaded.dtype, loaded.device))
+    except (ValueError, TypeError) as exc:
+        raise GrpoError(f"TRL rejected the training settings: {str(exc).splitlines()[0]}", where="training",
+                        fix="Fix the named training key; `grpo validate` checks most of these up front.") from None
     if main:
+        if replace and out.exists():
+            shutil.rmtree(out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "recipe.yaml").write_text(dump_yaml(recipe.model_dump(mode="json")), encoding="utf-8")
     manifest = mf.start_manifest(recipe.source, config.seed, recipe.launch.world_size)

@@ -10,6 +10,7 @@ modification times, so validation follows TRL releases and stays instant.
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -26,6 +27,8 @@ _SOURCES = [
     ("trl", "trainer/grpo_config.py", "GRPOConfig"),
 ]
 _NO_DEFAULT = "<required>"
+# transformers enums whose string values a field typed `Enum | str` accepts.
+_ENUM_SOURCES = ("trainer_utils.py", "training_args.py")
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,47 @@ def _cache_file(paths: list[Path]) -> Path:
     key = hashlib.sha1(stamp.encode()).hexdigest()[:16]
     root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "grpo-cli"
     return root / f"grpo-config-fields-{key}.json"
+
+
+@cache
+def enum_values() -> dict[str, list[str]]:
+    """String values of transformers' enums (SchedulerType, OptimizerNames, ...), read from source."""
+    base = _package_dir("transformers")
+    out: dict[str, list[str]] = {}
+    if base is None:
+        return out
+    sources = [base / rel for rel in _ENUM_SOURCES if (base / rel).exists()]
+    cache_path = _cache_file(sources).with_name(_cache_file(sources).name.replace("grpo-config-fields", "enums"))
+    try:
+        return json.loads(cache_path.read_text())
+    except (OSError, ValueError):
+        pass
+    for rel in _ENUM_SOURCES:
+        path = base / rel
+        if not path.exists():
+            continue
+        for node in ast.parse(path.read_text(encoding="utf-8")).body:
+            if not isinstance(node, ast.ClassDef) or not any("Enum" in ast.unparse(b) for b in node.bases):
+                continue
+            values = [stmt.value.value for stmt in node.body if isinstance(stmt, ast.Assign)
+                      and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)]
+            if values:
+                out[node.name] = values
+    with contextlib.suppress(OSError):
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache_path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(out))
+        tmp.replace(cache_path)
+    return out
+
+
+def accepted_values(field: TrlField) -> list[str] | None:
+    """The enum values a field accepts when its annotation names a transformers enum, else None."""
+    enums = enum_values()
+    for name in (n.strip() for n in field.annotation.replace("|", " ").split()):
+        if name in enums:
+            return enums[name]
+    return None
 
 
 @cache

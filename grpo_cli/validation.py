@@ -57,6 +57,9 @@ def _data_checks(recipe: Recipe, pf: Preflight) -> str:
     if data.dataset:
         desc = f"hub dataset {data.dataset}" + (f" ({data.config})" if data.config else "") + f", split {data.split}"
         pf.columns = list(data.keep_columns) if data.keep_columns is not None else None
+        pf.warnings.append(f"hub dataset {data.dataset} is not read when validating: its columns "
+                           f"({', '.join(data.prompt.columns)} for the prompt) are checked when training loads it; "
+                           "`grpo check-rewards` with local `data.files` checks them now.")
         return desc
     files = data.file_map
     if data.split not in files:
@@ -146,7 +149,8 @@ def _training_checks(recipe: Recipe, pf: Preflight) -> None:
     plan, problems = plan_batches(t, recipe.launch.world_size, recipe.data.has_eval)
     pf.problems.extend(problems)
     pf.batches = plan
-    if plan is not None and plan.world_size > 1 and (plan.per_device * plan.steps_per_generation) % plan.num_generations:
+    per_process = plan.per_device * plan.steps_per_generation if plan is not None else 0
+    if plan is not None and plan.world_size > 1 and per_process % plan.num_generations:
         pf.warnings.append(
             f"each process generates {plan.per_device * plan.steps_per_generation} completions per generation, not a "
             f"multiple of num_generations={plan.num_generations}: a prompt's group is split across processes, so "
@@ -215,13 +219,16 @@ def _plan(recipe: Recipe, pf: Preflight, model_desc: str, data_desc: str) -> dic
     b = pf.batches
     if b is not None:
         plan["completions per micro-step"] = f"{b.global_batch} ({b.per_device} per device x {b.world_size})"
+        every = "micro-step" if b.steps_per_generation == 1 else f"{b.steps_per_generation} micro-steps"
         plan["generation batch"] = (f"{b.generation_batch_size} completions = {b.prompts_per_generation} prompts x "
-                                    f"{b.num_generations} generations, every {b.steps_per_generation} micro-steps")
+                                    f"{b.num_generations} generations, every {every}")
         plan["completions per optimizer step"] = b.completions_per_optimizer_step
+        max_steps = int(recipe.training.get("max_steps") or -1)
+        if max_steps > 0:
+            plan["total optimizer steps"] = max_steps
         if pf.train_rows:
             per_epoch = b.optimizer_steps_per_epoch(pf.train_rows)
             plan["optimizer steps per epoch"] = per_epoch
-            max_steps = int(recipe.training.get("max_steps") or -1)
             epochs = float(recipe.training.get("num_train_epochs") or 1)
             plan["total optimizer steps"] = max_steps if max_steps > 0 else int(per_epoch * epochs)
     return plan

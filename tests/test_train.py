@@ -133,3 +133,41 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues_at_that_step(tmp_path: 
     assert steps[-2:] == [stopped_at + 1, stopped_at + 2]  # continued, not restarted
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "completed" and manifest["resumed_from"].endswith(checkpoints[-1].name)
+
+
+def test_force_refuses_a_directory_that_is_not_a_run(tmp_path: Path) -> None:
+    out = tmp_path / "home"
+    out.mkdir()
+    (out / "notes.txt").write_text("not a run")
+    result = run_cli("train", DEMO, *FAST, "-o", out, "--force")
+    assert result.exit_code == 2 and "does not look like a grpo run" in result.output
+    assert (out / "notes.txt").exists()
+
+
+def test_force_keeps_the_old_run_when_the_new_one_cannot_start(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    assert run_cli("train", DEMO, *FAST, "-o", out).exit_code == 0
+    before = (out / "manifest.json").read_text()
+    # The new run fails while loading (no such model): the previous run must survive untouched.
+    result = run_cli("train", DEMO, *FAST, "model.name_or_path=./no-such-model", "-o", out, "--force")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert (out / "manifest.json").read_text() == before
+
+
+def test_resume_with_a_different_lora_setting_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "lora"
+    args = [*FAST, "training.save_strategy=steps", "training.save_steps=2", "model.lora.r=4"]
+    assert run_cli("train", DEMO, *args, "-o", out).exit_code == 0
+    saved = (out / "recipe.yaml").read_text()
+    result = run_cli("train", DEMO, *FAST, "training.max_steps=4", "-o", out, "--resume")
+    assert result.exit_code == 2 and "model.lora" in result.output and "Traceback" not in result.output
+    assert (out / "recipe.yaml").read_text() == saved  # the run's record is untouched
+
+
+def test_a_reward_that_raises_during_training_names_the_reward(tmp_path: Path) -> None:
+    (tmp_path / "boom.py").write_text("def boom(completions, **kwargs):\n    return [1 / 0 for _ in completions]\n")
+    result = run_cli("train", DEMO, *FAST, f"rewards=[{{function: {tmp_path / 'boom.py'}:boom}}]",
+                     "-o", tmp_path / "out")
+    assert result.exit_code == 2, result.output
+    assert "rewards[0]" in result.output and "'boom' raised ZeroDivisionError" in result.output
+    assert "check-rewards" in result.output and "Traceback" not in result.output

@@ -320,7 +320,7 @@ def _tokenizer(recipe: Recipe, notes: list[str]) -> Any:
     from grpo_cli.modeling import load_tokenizer
 
     try:
-        return load_tokenizer(recipe)
+        return load_tokenizer(recipe, local_only=True)
     except GrpoError as exc:
         notes.append(f"tokenizer of {recipe.model.name_or_path} not available ({exc.problems[0].what}); prompts "
                      "were not length-filtered and completion_ids are estimated at 4 characters a token")

@@ -223,9 +223,26 @@ class BoundReward:
         self.params = dict(params)
         self.__name__ = label
         self.__doc__ = getattr(func, "__doc__", None)
+        self.where = ""  # set for training: a crash then names the recipe entry instead of a traceback
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
-        return self.func(**{**kwargs, **self.params})
+        try:
+            return self.func(**{**kwargs, **self.params})
+        except Exception as exc:
+            raise self._explain(exc, kwargs) from exc
+
+    def _explain(self, exc: Exception, kwargs: dict[str, Any]) -> Exception:
+        if not self.where or isinstance(exc, GrpoError):
+            return exc
+        prompts = kwargs.get("prompts") or [""]
+        first = str(prompts[0])[:80]
+        state = kwargs.get("trainer_state")
+        step = f" at step {state.global_step}" if getattr(state, "global_step", None) is not None else ""
+        return GrpoError(f"reward {self.__name__!r} raised {type(exc).__name__}: {exc}{step}, scoring "
+                         f"{len(kwargs.get('completions') or [])} completions (first prompt: {first!r})",
+                         where=self.where,
+                         fix="Reproduce it without training: `grpo check-rewards RECIPE` calls every reward on "
+                             "probe completions and names the failing row.")
 
     def __repr__(self) -> str:
         return f"<reward {self.__name__}>"
@@ -235,7 +252,10 @@ class AsyncBoundReward(BoundReward):
     """The async twin of BoundReward, so TRL runs it on its event loop."""
 
     async def __call__(self, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
-        return await self.func(**{**kwargs, **self.params})
+        try:
+            return await self.func(**{**kwargs, **self.params})
+        except Exception as exc:
+            raise self._explain(exc, kwargs) from exc
 
 
 def _import_file(path: Path, where: str) -> Any:
@@ -341,7 +361,10 @@ def build_reward_funcs(recipe: Any) -> list[Any]:
         if entry.parallel > 1 and entry.kind != "model":
             funcs.append(ParallelReward(entry, recipe.base_dir, entry.parallel, index=i))
         else:
-            funcs.append(load_reward(entry, recipe.base_dir, i))
+            func = load_reward(entry, recipe.base_dir, i)
+            if isinstance(func, BoundReward):
+                func.where = f"rewards[{i}]"
+            funcs.append(func)
     return funcs
 
 

@@ -79,7 +79,11 @@ class Recipe(Section):
         if bundled is not None:
             return bundled
         p = Path(path).expanduser()
-        return p if p.is_absolute() else (self._base_dir / p)
+        if p.is_absolute():
+            return p
+        beside = self._base_dir / p
+        # Relative to the recipe; a path given on the command line may mean the current directory.
+        return beside if beside.exists() or not (Path.cwd() / p).exists() else Path.cwd() / p
 
     @model_validator(mode="after")
     def _unique_reward_labels(self) -> Recipe:

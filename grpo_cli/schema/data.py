@@ -127,6 +127,8 @@ class DataSection(Section):
 
     @model_validator(mode="after")
     def _source(self) -> DataSection:
+        if self.files is not None and (not self.files or any(not v for v in self.file_map.values())):
+            raise ValueError("`files` is empty: give at least one .jsonl/.json/.csv/.parquet file per split")
         if (self.dataset is None) == (self.files is None):
             raise ValueError("give exactly one data source: `dataset` (a hub id) or `files` (local files)")
         if self.eval_split and self.eval_holdout:

@@ -15,7 +15,7 @@ from pydantic_core import PydanticCustomError
 
 from grpo_cli.hints import MIGRATIONS, unknown_key_hint
 from grpo_cli.schema.common import Section
-from grpo_cli.trl_fields import grpo_config_fields, json_schema_for
+from grpo_cli.trl_fields import accepted_values, grpo_config_fields, json_schema_for
 
 # GRPOConfig fields that other recipe sections own: setting them here would be ambiguous.
 OWNED_ELSEWHERE = {
@@ -94,7 +94,7 @@ def _coerce(name: str, value: Any, kinds: frozenset[str]) -> Any:
             return value
         raise ValueError(f"expected {_describe(kinds)}, got the boolean {value}")
     if isinstance(value, int) and ("int" in kinds or "float" in kinds):
-        return float(value) if "int" not in kinds else value
+        return value  # TRL takes an int where it declares float (logging_steps: 20, not 20.0)
     if isinstance(value, float):
         if "float" in kinds:
             return value
@@ -153,6 +153,14 @@ def check_training_fields(values: dict[str, Any]) -> tuple[dict[str, Any], list[
             value = _coerce(key, value, field.kinds) if field else value
         except ValueError as exc:
             problems.append((key, f"{exc}", f"TRL declares `{key}: {field.annotation}`." if field else ""))
+            continue
+        enum = accepted_values(field) if field is not None and key not in CHOICES else None
+        if enum and isinstance(value, str) and value not in enum:
+            from grpo_cli.hints import did_you_mean
+
+            guess = did_you_mean(value, enum)
+            problems.append((key, f"{value!r} is not an accepted value",
+                             (f"Did you mean {guess!r}? " if guess else "") + f"Use one of {', '.join(enum)}."))
             continue
         if key in CHOICES and value not in CHOICES[key]:
             allowed = ", ".join(repr(c) for c in CHOICES[key])
