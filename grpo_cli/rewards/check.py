@@ -132,7 +132,7 @@ def _probe_samples(recipe: Recipe, rows: Any, indices: list[int], tokens: Any, b
         for name, text in make_probes(cols, style, ref, budget * tokens.CHARS_PER_TOKEN * 2):
             clipped, ids = tokens.clip(text, budget)
             out.append(Sample(group, index, name, row["prompt"], cols, _wrap(clipped, chat), clipped, ids,
-                              has_reference=ref is not None))
+                              has_reference=ref is not None or bool(cols.get("reference_code"))))
     return out
 
 

@@ -86,7 +86,9 @@ def make_probes(columns: dict[str, Any], style: ProbeStyle, ref: str | None,
     """(probe name, completion text) for one row; the first is always the reference."""
     t, a = style.think_tag, style.answer_tag
     is_code = ref is None and columns.get("tests") is not None
-    right = NO_SOLUTION if is_code else (ref if ref is not None else "unknown")
+    solution = columns.get("reference_code")  # a known-good program, for code rows that ship one
+    right = (f"```python\n{solution.strip()}\n```" if solution else NO_SOLUTION) if is_code else (
+        ref if ref is not None else "unknown")
     wrong = "```python\nraise NotImplementedError\n```" if is_code else wrong_answer(right)
     tags_only = f"<{t}>\n</{t}>\n<{a}>\n</{a}>"
     padding = (PADDING * (budget_chars // len(PADDING) + 2)).strip()
