@@ -105,6 +105,10 @@ def eval_cmd(
         settings = EvalSettings.from_recipe(loaded, samples=samples, k=num_generations, temperature=temperature,
                                             batch_size=batch_size)
         first_ref = model or model_reference(loaded)
+        trained = Path(loaded.output.dir)
+        if model is None and (trained / "manifest.json").exists():
+            console.print(f"note: evaluating the recipe's base model; add `--model {trained}` for the run trained "
+                          f"there (or `--compare {trained}` for both side by side)", markup=False)
         sources = [resolve_model_source(first_ref, adapter=adapter, base_dir=loaded.base_dir)]
         sources += [resolve_model_source(ref, base_dir=loaded.base_dir, where="--compare") for ref in compare or []]
         results = run_eval(loaded, sources, settings, split=split, file=file, backend=backend, console=console)

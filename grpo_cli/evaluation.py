@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.evaluation_vllm import vllm_available, vllm_sampler
 from grpo_cli.schema import Recipe
 
 Sampler = Callable[[list[Any]], tuple[list[str], list[list[int]], list[bool]]]
@@ -27,14 +28,14 @@ class EvalResult:
     label: str
     num_prompts: int
     k: int
-    rewards: dict[str, list[float | None]]
-    completions: list[str] = field(default_factory=list)
-    lengths: list[int] = field(default_factory=list)
-    truncated: list[bool] = field(default_factory=list)
+    rewards: dict[str, list[float | None]] = field(repr=False)
+    completions: list[str] = field(default_factory=list, repr=False)
+    lengths: list[int] = field(default_factory=list, repr=False)
+    truncated: list[bool] = field(default_factory=list, repr=False)
     primary: str = ""
-    prompts: list[Any] = field(default_factory=list)
+    prompts: list[Any] = field(default_factory=list, repr=False)
     """One entry per prompt (completions are prompt-major: k per prompt)."""
-    columns: dict[str, list[Any]] = field(default_factory=dict)
+    columns: dict[str, list[Any]] = field(default_factory=dict, repr=False)
     """Reward columns (e.g. the reference answer), one entry per prompt."""
     weights: dict[str, float] = field(default_factory=dict)
     """Reward weights, for the weighted total TRL optimises."""
@@ -287,65 +288,6 @@ def load_eval_rows(recipe: Recipe, tokenizer: Any, *, split: str | None = None, 
     ds = mapping._load_split(data, recipe, split, where)
     mapping._check_columns(ds, data, where)
     return mapping._limit_length(mapping._map(ds, data), data, tokenizer, {}, "eval")
-
-
-def vllm_available(profile: str = "single") -> bool:
-    """vLLM's offline engine is used when it is installed and a GPU is present."""
-    import importlib.util
-
-    if profile == "cpu" or importlib.util.find_spec("vllm") is None:
-        return False
-    import torch
-
-    return torch.cuda.is_available()
-
-
-def vllm_sampler(source: Any, tokenizer: Any, settings: EvalSettings, dtype: str,
-                 trust_remote_code: bool = False) -> tuple[Sampler, Callable[[], None]]:
-    """A sampler backed by vLLM's offline engine (LoRA through a LoRARequest) and a function freeing it."""
-    import gc
-
-    import torch
-    from vllm import LLM, SamplingParams
-
-    kwargs: dict[str, Any] = {"model": source.weights, "tokenizer": source.tokenizer or source.weights,
-                              "dtype": dtype, "seed": settings.seed, "trust_remote_code": trust_remote_code,
-                              "gpu_memory_utilization": 0.85}
-    lora = None
-    if source.adapter is not None:
-        from vllm.lora.request import LoRARequest
-
-        from grpo_cli.model_sources import read_json
-
-        rank = int(read_json(source.adapter / "adapter_config.json").get("r") or 16)
-        kwargs.update(enable_lora=True, max_lora_rank=next(r for r in (8, 16, 32, 64, 128, 256, 512) if r >= rank))
-        lora = LoRARequest("adapter", 1, str(source.adapter))
-    llm = LLM(**kwargs)
-    greedy = settings.temperature == 0
-    params = SamplingParams(n=1 if greedy else settings.k, temperature=settings.temperature, top_p=settings.top_p,
-                            max_tokens=settings.max_new_tokens, seed=settings.seed)
-
-    def sample(prompts: list[Any]) -> tuple[list[str], list[list[int]], list[bool]]:
-        # Token ids, not text, so vLLM adds no second BOS: the model sees what `generate` would.
-        special = not (prompts and isinstance(prompts[0], list))  # as TRL tokenizes prompts
-        inputs = [{"prompt_token_ids": tokenizer(t, add_special_tokens=special)["input_ids"]}
-                  for t in _prompt_texts(prompts, tokenizer)]
-        outs = llm.generate(inputs, params, lora_request=lora, use_tqdm=False)
-        texts, ids, truncated = [], [], []
-        for out in outs:
-            for choice in out.outputs * (settings.k if greedy else 1):
-                texts.append(choice.text)
-                ids.append(list(choice.token_ids))
-                truncated.append(choice.finish_reason == "length")
-        return texts, ids, truncated
-
-    def close() -> None:
-        nonlocal llm
-        del llm
-        gc.collect()
-        torch.cuda.empty_cache()
-
-    return sample, close
 
 
 def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, split: str | None = None,

@@ -26,8 +26,8 @@ _OVERRIDE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:(?:\.[A-Za-z0-9_]+)|(
 
 def _read_yaml(path: Path) -> DictConfig:
     if not path.exists():
-        raise GrpoError("file not found", where=str(path),
-                        fix="Check the path (relative paths in `extends` are relative to the recipe).")
+        raise GrpoError("recipe file not found", where=str(path),
+                        fix="Check the path; the bundled recipes are in recipes/ (e.g. recipes/demo.yaml).")
     if path.is_dir():
         raise GrpoError("is a directory, not a recipe file", where=str(path), fix="Give a .yaml file.")
     text = path.read_text(encoding="utf-8")

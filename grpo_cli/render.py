@@ -53,7 +53,11 @@ def render_eval_pair(console: Console, before: Any, after: Any) -> None:
 def render_train_result(console: Console, result: Any) -> None:
     """The end-of-run summary: first vs last logging window, eval before/after, where things are."""
     if result.data_stats:
-        console.print("data: " + ", ".join(f"{k}={v}" for k, v in result.data_stats.items()))
+        names = {"train_rows": "training rows", "eval_rows": "eval rows", "train_dropped_long": "dropped (too long)",
+                 "train_truncated": "truncated", "train_rows_without_answer": "rows without an answer"}
+        parts = [f"{v} {names[k]}" for k, v in result.data_stats.items() if k in names]
+        if parts:
+            console.print("data: " + ", ".join(parts))
     if result.summary:
         table = Table(title="training: first vs last logging window", title_justify="left")
         table.add_column("metric")

@@ -27,7 +27,7 @@ class TrainResult:
     output_dir: Path
     status: str
     global_step: int
-    metrics: list[dict[str, Any]] = field(default_factory=list)
+    metrics: list[dict[str, Any]] = field(default_factory=list, repr=False)
     summary: list[tuple[str, float, float]] = field(default_factory=list)
     eval_before: Any = None
     eval_after: Any = None
@@ -119,6 +119,16 @@ def check_resume_compatible(recipe: Recipe, out: Path) -> None:
                         fix="Resume with the recipe saved in the run (its recipe.yaml), or start a new run.")
 
 
+def _quiet_libraries() -> None:
+    """Hide datasets/transformers progress bars: grpo prints its own progress and summary."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
 def grpo_config_kwargs(recipe: Recipe, out: Path, dtype: str, device: str) -> dict[str, Any]:
     """GRPOConfig keyword arguments: the recipe's training values plus what other sections own."""
     kw = dict(recipe.training.values())
@@ -191,6 +201,11 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     from grpo_cli.modeling import load_model
     from grpo_cli.rewards import build_reward_funcs
 
+    _quiet_libraries()
+    if console is not None and _is_main_process():
+        steps = recipe.training.get("max_steps")
+        console.print(f"[bold]grpo train[/] {recipe.source or 'recipe'}: {recipe.model.name_or_path} -> {out}"
+                      + (f", {steps} steps" if isinstance(steps, int) and steps > 0 else ""))
     loaded = load_model(recipe)
     data = prepare_data(recipe, loaded.tokenizer)
     reward_funcs = build_reward_funcs(recipe)
