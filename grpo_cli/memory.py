@@ -234,6 +234,14 @@ def _nvidia_smi_memory() -> list[float]:
     return mem
 
 
+def _count(n: int) -> str:
+    """123k / 494M / 7.6B: readable at every model size."""
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:,.{1 if n < div * 10 else 0}f}{unit}"
+    return str(n)
+
+
 def _hub_cache_file(repo_id: str, filename: str, revision: str | None) -> str | None:
     """A file of a hub model in the local HF cache, found by path (importing huggingface_hub costs ~60 ms)."""
     import os
@@ -314,10 +322,10 @@ def _plan(recipe: Any, shape: ModelShape, world: int, gpu_gb: float | None, sour
     if m.quantization:
         qb = QUANT_BYTES[m.quantization]
         weights = shape.linear_params * qb + (params - shape.linear_params) * wb
-        wnote = f"{params / 1e6:,.0f}M params, projections {m.quantization}, rest {dtype}"
+        wnote = f"{_count(params)} params, projections {m.quantization}, rest {dtype}"
     else:
         weights = params * wb
-        wnote = f"{params / 1e6:,.0f}M params x {wb:g} bytes ({dtype})"
+        wnote = f"{_count(params)} params x {wb:g} bytes ({dtype})"
     items.append(MemoryItem("weights", weights / shard_weights, wnote + sharded))
 
     eight_bit = "8bit" in str(t.get("optim") or "")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from grpo_cli.batching import BatchPlan, plan_batches
@@ -48,8 +49,28 @@ def _model_checks(recipe: Recipe, pf: Preflight) -> str:
             pf.problems.append(Problem("model.name_or_path", f"{local} is not a model directory (no config.json)",
                                        "Give a directory saved with save_pretrained, or a hub id like "
                                        "Qwen/Qwen2.5-0.5B-Instruct."))
+        elif recipe.data.prompt.chat and not _has_chat_template(local):
+            pf.problems.append(Problem("data.prompt.chat", f"the prompts are chat messages but the tokenizer in "
+                                       f"{local} has no chat template",
+                                       "Use an instruct/chat model, or set `chat: false` with a `template` for "
+                                       "plain-text prompts."))
         return f"local directory {local}"
     return f"hub model {ref}" + (f" @ {recipe.model.revision}" if recipe.model.revision else "")
+
+
+def _has_chat_template(model_dir: Path) -> bool:
+    """Whether a saved tokenizer carries a chat template (a .jinja file or tokenizer_config.json's key)."""
+    import json
+
+    if (model_dir / "chat_template.jinja").exists() or (model_dir / "chat_template.json").exists():
+        return True
+    config = model_dir / "tokenizer_config.json"
+    if not config.exists():
+        return True  # a tokenizer we cannot read here; training checks it when it loads
+    try:
+        return bool(json.loads(config.read_text(encoding="utf-8")).get("chat_template"))
+    except ValueError:
+        return True
 
 
 def _data_checks(recipe: Recipe, pf: Preflight) -> str:
@@ -156,6 +177,13 @@ def _training_checks(recipe: Recipe, pf: Preflight) -> None:
             f"multiple of num_generations={plan.num_generations}: a prompt's group is split across processes, so "
             "rewards that compare completions within a call (e.g. `length`) see partial groups. TRL still gathers "
             "all rewards before computing advantages.")
+    if recipe.launch.profile not in ("cpu", "single") and recipe.launch.num_processes is None:
+        from grpo_cli.launching import visible_gpu_count
+
+        if visible_gpu_count() == 0:
+            pf.warnings.append(f"launch.profile={recipe.launch.profile} without launch.num_processes and no GPU "
+                               "visible here: `grpo train` will ask for --num-processes; the batch plan above "
+                               "assumes 1 process.")
     lr = recipe.training.get("learning_rate")
     if isinstance(lr, float) and lr > 1e-3 and recipe.model.lora is None and not recipe.model.name_or_path.startswith(
         "bundled:"

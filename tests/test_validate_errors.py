@@ -150,3 +150,13 @@ def test_debug_shows_traceback(minimal_dir: Path) -> None:
 
     with pytest.raises(GrpoError):
         run_cli("--debug", "validate", path)
+
+
+def test_chat_prompts_with_a_local_model_lacking_a_chat_template(minimal_dir: Path) -> None:
+    model = minimal_dir / "base-model"
+    model.mkdir()
+    (model / "config.json").write_text('{"model_type": "qwen2"}')
+    (model / "tokenizer_config.json").write_text('{"eos_token": "<eos>"}')
+    path = _recipe(minimal_dir, MINIMAL.replace("Qwen/Qwen2.5-0.5B-Instruct", "./base-model")
+                   .replace("prompt: {column: question}", "prompt: {column: question, chat: true}"))
+    _expect_error(run_cli("validate", path), "data.prompt.chat", "no chat template")
