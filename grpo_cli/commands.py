@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -32,6 +31,7 @@ def train(
 
     def body() -> None:
         from grpo_cli.render import render_train_result
+        from grpo_cli.training import _is_main_process
         from grpo_cli.training import train as run_train
 
         launch_overrides = _launch_overrides(profile, num_processes, num_machines, machine_rank, main_process_ip)
@@ -48,7 +48,7 @@ def train(
             raise typer.Exit(code)
         resume_arg: bool | str | None = resume_path or (True if resume else None)
         result = run_train(loaded, output_dir=output_dir, resume=resume_arg, force=force, console=console)
-        if int(os.environ.get("RANK", "0")) == 0:  # one summary per run, not one per process
+        if _is_main_process():  # one summary per run, not one per process
             render_train_result(console, result)
         if result.status == "interrupted":
             raise typer.Exit(130)

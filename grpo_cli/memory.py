@@ -258,8 +258,8 @@ def _hub_cache_file(repo_id: str, filename: str, revision: str | None) -> str | 
 def find_model_config(recipe: Any) -> tuple[dict[str, Any] | None, str]:
     """(config.json contents, where from) or (None, why not). Never touches the network."""
     ref = recipe.model.name_or_path
-    local = recipe.resolve_path(ref)
-    if ref.startswith((".", "/", "~", "bundled:")) or local.exists():
+    local = recipe.local_model_dir(ref)
+    if local is not None:
         path = local / "config.json"
         if not path.is_file():
             return None, f"{local} has no config.json"

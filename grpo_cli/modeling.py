@@ -38,11 +38,8 @@ def resolve_dtype(requested: str, profile: str = "single") -> str:
 
 def model_reference(recipe: Recipe) -> str:
     """The string to hand to from_pretrained: a resolved local path or the hub id."""
-    ref = recipe.model.name_or_path
-    local = recipe.resolve_path(ref)
-    if ref.startswith((".", "/", "~", "bundled:")) or local.exists():
-        return str(local)
-    return ref
+    local = recipe.local_model_dir(recipe.model.name_or_path)
+    return str(local) if local is not None else recipe.model.name_or_path
 
 
 def load_tokenizer(recipe: Recipe, *, local_only: bool = False) -> Any:

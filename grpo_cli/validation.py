@@ -42,9 +42,8 @@ class Preflight:
 
 def _model_checks(recipe: Recipe, pf: Preflight) -> str:
     ref = recipe.model.name_or_path
-    local = recipe.resolve_path(ref)
-    looks_local = ref.startswith((".", "/", "~", "bundled:")) or local.exists()
-    if looks_local:
+    local = recipe.local_model_dir(ref)
+    if local is not None:
         if not (local / "config.json").exists():
             pf.problems.append(Problem("model.name_or_path", f"{local} is not a model directory (no config.json)",
                                        "Give a directory saved with save_pretrained, or a hub id like "

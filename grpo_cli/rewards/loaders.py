@@ -22,6 +22,7 @@ from typing import Any
 from grpo_cli.errors import GrpoError
 from grpo_cli.hints import did_you_mean
 from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
+from grpo_cli.schema import local_model_dir
 from grpo_cli.schema.rewards import RewardEntry
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
@@ -173,7 +174,7 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
                           inspect.iscoroutinefunction(func))
     if entry.kind == "model":
         assert entry.model is not None
-        local = _local_model_dir(entry.model, base_dir)
+        local = local_model_dir(entry.model, base_dir)
         if local is not None and not (local / "config.json").exists():
             raise GrpoError(f"reward model directory {local} has no config.json", where=f"{where}.model",
                             fix="Point to a directory saved with save_pretrained, or to a hub id.")
@@ -188,18 +189,6 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
 def _builtin_columns(entry: RewardEntry) -> list[tuple[str, ...]]:
     cols = REQUIRED_COLUMNS.get(entry.name or "", ())
     return [cols] if cols else []
-
-
-def _local_model_dir(ref: str, base_dir: Path) -> Path | None:
-    from grpo_cli.assets import bundled_path
-
-    bundled = bundled_path(ref)
-    if bundled is not None:
-        return bundled
-    p = Path(ref).expanduser()
-    if ref.startswith((".", "/", "~")) or (base_dir / p).exists():
-        return p if p.is_absolute() else base_dir / p
-    return None
 
 
 # ---------------------------------------------------------------------------- loading
@@ -345,7 +334,7 @@ def load_reward(entry: RewardEntry, base_dir: Path, index: int | None = None) ->
     """
     if entry.kind == "model":
         assert entry.model is not None
-        local = _local_model_dir(entry.model, base_dir)
+        local = local_model_dir(entry.model, base_dir)
         return str(local) if local is not None else entry.model
     func = get_builtin(entry.name or "") if entry.kind == "builtin" else _import_function(entry, base_dir, index)
     wrapper = AsyncBoundReward if is_async_reward(func) else BoundReward

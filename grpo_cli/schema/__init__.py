@@ -36,6 +36,27 @@ __all__ = [
 ]
 
 
+def resolve_path(path: str, base_dir: Path) -> Path:
+    """`bundled:` assets, absolute paths, or paths relative to the recipe's directory."""
+    from grpo_cli.assets import bundled_path
+
+    bundled = bundled_path(path)
+    if bundled is not None:
+        return bundled
+    p = Path(path).expanduser()
+    if p.is_absolute():
+        return p
+    beside = base_dir / p
+    # Relative to the recipe; a path given on the command line may mean the current directory.
+    return beside if beside.exists() or not (Path.cwd() / p).exists() else Path.cwd() / p
+
+
+def local_model_dir(ref: str, base_dir: Path) -> Path | None:
+    """The local directory a model reference names (it looks like a path or exists), else None (a hub id)."""
+    local = resolve_path(ref, base_dir)
+    return local if ref.startswith((".", "/", "~", "bundled:")) or local.exists() else None
+
+
 class Recipe(Section):
     """A GRPO training recipe."""
 
@@ -73,17 +94,11 @@ class Recipe(Section):
 
     def resolve_path(self, path: str) -> Path:
         """Resolve a recipe path: `bundled:` assets, absolute, or relative to the recipe."""
-        from grpo_cli.assets import bundled_path
+        return resolve_path(path, self._base_dir)
 
-        bundled = bundled_path(path)
-        if bundled is not None:
-            return bundled
-        p = Path(path).expanduser()
-        if p.is_absolute():
-            return p
-        beside = self._base_dir / p
-        # Relative to the recipe; a path given on the command line may mean the current directory.
-        return beside if beside.exists() or not (Path.cwd() / p).exists() else Path.cwd() / p
+    def local_model_dir(self, ref: str) -> Path | None:
+        """The directory a model reference names, or None for a hub id."""
+        return local_model_dir(ref, self._base_dir)
 
     @model_validator(mode="after")
     def _unique_reward_labels(self) -> Recipe:
