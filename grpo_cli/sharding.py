@@ -54,6 +54,23 @@ def adopt_fsdp_on_cpu() -> bool:
     return True
 
 
+def skip_deepspeed_cpu_inference_op() -> bool:
+    """Stop DeepSpeed's CPU accelerator from JIT-compiling its shared-memory all-reduce op; True if skipped.
+
+    DeepSpeed builds `deepspeed_shm_comm` with the C++ compiler whenever its communication backend
+    starts on the CPU accelerator, although only inference all-reduce (tensor-parallel inference)
+    uses it; ZeRO training communicates through torch.distributed (gloo). The build takes minutes on
+    a small machine, needs a compiler, and waits forever on a lock file left by a build that was
+    killed, so a ZeRO run on CPU looked hung. Marking the op incompatible makes DeepSpeed skip it.
+    """
+    if not _flag("ACCELERATE_USE_DEEPSPEED") or os.environ.get("DS_ACCELERATOR") != "cpu":
+        return False
+    import deepspeed.ops
+
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    return True
+
+
 def local_parameter_count(model: Any) -> tuple[int, int]:
     """(elements this rank holds, elements of the whole model) for plain, FSDP2 and ZeRO-3 parameters."""
     held = total = 0

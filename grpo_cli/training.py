@@ -211,6 +211,9 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     reward_funcs = build_reward_funcs(recipe)
     main = _is_main_process()
 
+    from grpo_cli.sharding import skip_deepspeed_cpu_inference_op
+
+    print("SKIP", skip_deepspeed_cpu_inference_op(), flush=True)
     from trl import GRPOConfig, GRPOTrainer
 
     try:
