@@ -234,7 +234,7 @@ def accelerate_command(recipe: Any, recipe_path: Path | str, overrides: Sequence
     return [*cmd, "-m", "grpo_cli", "train", str(recipe_path), *overrides, *child_launch, *train_args]
 
 
-def launch_env(gpus: int, base: dict[str, str] | None = None, deepspeed: bool = False) -> dict[str, str]:
+def launch_env(gpus: int, base: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of the re-launched processes.
 
     Without a CUDA GPU, ACCELERATE_USE_CPU makes accelerate pick CPU DDP over gloo (its `--cpu`
@@ -244,9 +244,7 @@ def launch_env(gpus: int, base: dict[str, str] | None = None, deepspeed: bool = 
     env = dict(os.environ if base is None else base)
     env[RELAUNCHED_ENV] = "1"
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT_S)
-    if gpus == 0 and deepspeed:
-        env.setdefault("DS_ACCELERATOR", "cpu")
-    elif gpus == 0:
+    if gpus == 0:
         env["ACCELERATE_USE_CPU"] = "true"
     return env
 
@@ -295,7 +293,7 @@ def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_
     if recipe.launch.profile not in MULTI_PROCESS_PROFILES or under_launcher():
         return None
     gpus = visible_gpu_count()
-    if gpus == 0 and recipe.launch.profile not in ("ddp", "fsdp", "zero2", "zero3"):
+    if gpus == 0 and recipe.launch.profile != "ddp":
         raise GrpoError(f"profile {recipe.launch.profile!r} needs CUDA GPUs and none is visible",
                         where="launch.profile", fix="On CPU use `--profile ddp --num-processes N` (or `cpu`).")
     cmd = accelerate_command(recipe, recipe_path, overrides, launch_overrides, train_args, gpus=gpus)
@@ -303,4 +301,4 @@ def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_
     import shlex
 
     print(f"launching: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    return run_forwarding_signals(cmd, launch_env(gpus, deepspeed=_uses_deepspeed(recipe)))
+    return run_forwarding_signals(cmd, launch_env(gpus))

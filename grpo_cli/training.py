@@ -211,9 +211,6 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     reward_funcs = build_reward_funcs(recipe)
     main = _is_main_process()
 
-    from grpo_cli.sharding import skip_deepspeed_cpu_inference_op
-
-    print("SKIP", skip_deepspeed_cpu_inference_op(), flush=True)
     from trl import GRPOConfig, GRPOTrainer
 
     try:
@@ -244,9 +241,6 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     from grpo_cli.health import health_callbacks
 
     callbacks += health_callbacks(recipe, out, console=console)
-    from grpo_cli.sharding import adopt_fsdp_on_cpu, local_parameter_count
-
-    print("ADOPT", adopt_fsdp_on_cpu(), flush=True)
     trainer = GRPOTrainer(model=loaded.model, reward_funcs=reward_funcs, args=config, train_dataset=data.train,
                           eval_dataset=data.eval if config.eval_strategy != "no" else None,
                           processing_class=loaded.tokenizer, peft_config=loaded.peft_config, callbacks=callbacks)
@@ -270,7 +264,6 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
             if hasattr(f, "close"):
                 f.close()
     result.global_step = trainer.state.global_step
-    print("RANK", os.environ.get("RANK"), trainer.accelerator.distributed_type, local_parameter_count(trainer.model), flush=True)
     result.metrics = metrics.records
     result.summary = _summary(metrics.records)
     stop_reason = next((c.reason for c in callbacks if getattr(c, "reason", None)), "")
