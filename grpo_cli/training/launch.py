@@ -86,8 +86,9 @@ def check_launch_dependencies(recipe: Any) -> None:
     if recipe.launch.profile in MULTI_PROCESS_PROFILES and _uses_deepspeed(recipe) and not installed("deepspeed"):
         raise GrpoError(f"profile {recipe.launch.profile!r} runs DeepSpeed ZeRO, which is not installed",
                         where="launch.profile",
-                        fix="Install it with `pip install 'grpo-cli[deepspeed]'` (needs a CUDA toolkit), or use "
-                            "`--profile fsdp` for sharded training without DeepSpeed.")
+                        fix="Install it with `pip install 'grpo-cli[deepspeed]'` (on a machine without a GPU it "
+                            "uses its CPU accelerator), or use `--profile fsdp` for sharded training without "
+                            "DeepSpeed.")
     mode = recipe.launch.vllm.mode
     if mode != "off" and not installed("vllm"):
         raise GrpoError(f"vLLM generation (mode {mode!r}) needs vLLM, which is not installed",
@@ -138,17 +139,22 @@ def accelerate_command(recipe: Any, recipe_path: Path | str, overrides: Sequence
     return [*cmd, "-m", "grpo_cli", "train", str(recipe_path), *overrides, *child_launch, *train_args]
 
 
-def launch_env(gpus: int, base: dict[str, str] | None = None) -> dict[str, str]:
+def launch_env(gpus: int, base: dict[str, str] | None = None, *, deepspeed: bool = False) -> dict[str, str]:
     """The environment of the re-launched processes.
 
     Without a CUDA GPU, ACCELERATE_USE_CPU makes accelerate pick CPU DDP over gloo (its `--cpu`
-    flag would instead run a single process). The shutdown timeout gives workers time to save a
-    checkpoint after Ctrl-C before torchrun kills them.
+    flag would instead run a single process); an FSDP launch is then turned into FSDP2 over gloo in
+    each process (training/sharding.py). DeepSpeed is the exception: accelerate drops DeepSpeed when
+    told to use the CPU, so it gets DeepSpeed's own CPU accelerator (DS_ACCELERATOR=cpu, gloo)
+    instead. The shutdown timeout gives workers time to save a checkpoint after Ctrl-C before
+    torchrun kills them.
     """
     env = dict(os.environ if base is None else base)
     env[RELAUNCHED_ENV] = "1"
     env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT_S)
-    if gpus == 0:
+    if gpus == 0 and deepspeed:
+        env.setdefault("DS_ACCELERATOR", "cpu")
+    elif gpus == 0:
         env["ACCELERATE_USE_CPU"] = "true"
     return env
 
@@ -197,12 +203,9 @@ def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_
     if recipe.launch.profile not in MULTI_PROCESS_PROFILES or under_launcher():
         return None
     gpus = visible_gpu_count()
-    if gpus == 0 and recipe.launch.profile != "ddp":
-        raise GrpoError(f"profile {recipe.launch.profile!r} needs CUDA GPUs and none is visible",
-                        where="launch.profile", fix="On CPU use `--profile ddp --num-processes N` (or `cpu`).")
     cmd = accelerate_command(recipe, recipe_path, overrides, launch_overrides, train_args, gpus=gpus)
     check_batches_for_world(recipe, resolve_num_processes(recipe, gpus), gpus)
     import shlex
 
     print(f"launching: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    return run_forwarding_signals(cmd, launch_env(gpus))
+    return run_forwarding_signals(cmd, launch_env(gpus, deepspeed=_uses_deepspeed(recipe)))

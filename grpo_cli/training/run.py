@@ -86,6 +86,7 @@ class _Run:
     callbacks: list[Any] = field(default_factory=list)
     metrics: Any = None
     stopper: Any = None
+    probe: Any = None
     manifest: dict[str, Any] = field(default_factory=dict)
     result: TrainResult | None = None
 
@@ -124,7 +125,9 @@ def _build(run: _Run) -> None:
     from grpo_cli.data import prepare_data
     from grpo_cli.models import load_model
     from grpo_cli.rewards import build_reward_funcs
+    from grpo_cli.training.sharding import adopt_fsdp_on_cpu, skip_deepspeed_cpu_inference_op
 
+    skip_deepspeed_cpu_inference_op()  # before GRPOConfig starts DeepSpeed's communication backend
     recipe, out, console = run.recipe, run.out, run.console
     _quiet_libraries()
     if console is not None and is_main_process():
@@ -142,6 +145,8 @@ def _build(run: _Run) -> None:
     except (ValueError, TypeError) as exc:
         raise GrpoError(f"TRL rejected the training settings: {str(exc).splitlines()[0]}", where="training",
                         fix="Fix the named training key; `grpo validate` checks most of these up front.") from None
+    _ = config.device  # GRPOConfig (re)creates accelerate's state here; FSDP on CPU must come after it
+    adopt_fsdp_on_cpu()
     _start_run_dir(run, config.seed)
     run.result = TrainResult(out, "running", 0, data_stats=run.data.stats)
     if recipe.eval.before_after and run.data.eval is not None and is_main_process() and run.ckpt is None:
@@ -174,11 +179,13 @@ def _make_trainer(run: _Run, config: Any) -> Any:
 
     from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, RichConsole
     from grpo_cli.training.health import health_callbacks
+    from grpo_cli.training.sharding import ShardingProbe
 
     recipe = run.recipe
     run.metrics = MetricsJsonl(run.out / runs.METRICS)
     run.stopper = GracefulStop()
-    run.callbacks = [run.metrics, run.stopper,
+    run.probe = ShardingProbe()
+    run.callbacks = [run.probe, run.metrics, run.stopper,
                      RichConsole(run.console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
     run.callbacks += health_callbacks(recipe, run.out, console=run.console)
     data = run.data
@@ -212,8 +219,13 @@ def _fit(run: _Run) -> None:
 
 def _finish(run: _Run) -> TrainResult:
     """Decide how the run ended, save the model of a completed run, evaluate it, write manifest and report."""
+    from grpo_cli.training.sharding import gather_layout
+
     recipe, out, trainer, result = run.recipe, run.out, run.trainer, run.result
     assert result is not None
+    layout = gather_layout(run.probe)  # a collective: every process gets here
+    if layout:
+        run.manifest.update(distributed=layout, world_size=layout["world_size"])
     result.global_step = trainer.state.global_step
     result.metrics = run.metrics.records
     result.summary = _summary(run.metrics.records)
@@ -233,7 +245,8 @@ def _finish(run: _Run) -> TrainResult:
         if recipe.eval.before_after and run.data.eval is not None and is_main_process():
             from grpo_cli.evaluation import evaluate_recipe_model
 
-            result.eval_after = evaluate_recipe_model(recipe, trainer.model, run.loaded.tokenizer, run.data.eval,
+            model = _saved_model(run) if layout.get("sharded") else trainer.model
+            result.eval_after = evaluate_recipe_model(recipe, model, run.loaded.tokenizer, run.data.eval,
                                                       run.console, label="after training")
     run.manifest.update(status=result.status, finished=runs.now(), global_step=result.global_step,
                         message=result.message,
@@ -245,3 +258,12 @@ def _finish(run: _Run) -> TrainResult:
 
         report_after_training(out, run.console)
     return result
+
+
+def _saved_model(run: _Run) -> Any:
+    """The model just saved in the run directory, loaded whole: a sharded model can only generate with
+    every rank taking part, so rank 0 evaluates the saved copy instead (which also proves it loads)."""
+    from grpo_cli.models import load_source_model, resolve_model_source
+
+    source = resolve_model_source(str(run.out), where="output.dir")
+    return load_source_model(source, dtype=run.loaded.dtype, trust_remote_code=run.recipe.model.trust_remote_code)

@@ -47,8 +47,8 @@ def resolve_num_processes(recipe: Any, gpus: int | None = None) -> int:
         if gpus == 0:
             raise GrpoError(f"profile {launch.profile!r} needs a number of processes and no CUDA GPU is visible",
                             where="launch.num_processes",
-                            fix="Pass `--num-processes N` (on CPU only the ddp profile works, e.g. "
-                                "`--profile ddp --num-processes 2`).")
+                            fix="Pass `--num-processes N` (on CPU at most one per core, e.g. "
+                                f"`--profile {launch.profile} --num-processes 2`).")
         if launch.vllm.mode == "server" and launch.num_machines > 1:
             raise GrpoError("a multi-node run with a vLLM server cannot derive its process count from the GPUs",
                             where="launch.num_processes",
