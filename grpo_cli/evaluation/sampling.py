@@ -42,7 +42,10 @@ def generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, temperat
                 gen = model.generate(**enc, do_sample=sample, temperature=temperature if sample else None,
                                      top_p=top_p if sample else None, top_k=0 if sample else None,
                                      max_new_tokens=max_new_tokens, num_return_sequences=k if sample else 1,
-                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
+                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
+                                     # One process evaluates a whole model; under a ZeRO-3 launch transformers
+                                     # would otherwise wait at every token for ranks that are not generating.
+                                     synced_gpus=False)
             if not sample and k > 1:  # greedy is deterministic: k copies of the one answer
                 gen = gen.repeat_interleave(k, dim=0)
             new = gen[:, enc["input_ids"].shape[1]:].tolist()

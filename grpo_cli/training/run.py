@@ -263,7 +263,10 @@ def _finish(run: _Run) -> TrainResult:
 def _saved_model(run: _Run) -> Any:
     """The model just saved in the run directory, loaded whole: a sharded model can only generate with
     every rank taking part, so rank 0 evaluates the saved copy instead (which also proves it loads)."""
+    from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
     from grpo_cli.models import load_source_model, resolve_model_source
 
+    unset_hf_deepspeed_config()  # training is over: load whole weights here, not ZeRO-3 partitions (zero.Init)
     source = resolve_model_source(str(run.out), where="output.dir")
     return load_source_model(source, dtype=run.loaded.dtype, trust_remote_code=run.recipe.model.trust_remote_code)
