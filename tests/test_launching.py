@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import signal
 import socket
@@ -24,7 +25,13 @@ from grpo_cli.training.launch import (
     run_forwarding_signals,
     train_passthrough,
 )
-from grpo_cli.training.vllm_server import server_base_url, server_gpu_env, vllm_serve_command, wait_for_server
+from grpo_cli.training.vllm_server import (
+    server_base_url,
+    server_env,
+    server_gpu_env,
+    vllm_serve_command,
+    wait_for_server,
+)
 from grpo_cli.validation import world_size_explanation
 from tests.conftest import MINIMAL, ROOT, run_cli
 
@@ -208,10 +215,27 @@ def test_install_hint_is_printed_verbatim(write_recipe, minimal_dir, monkeypatch
     assert "pip install 'grpo-cli[deepspeed]'" in result.output, result
 
 
-def test_vllm_serve_command_is_exact(write_recipe, minimal_dir) -> None:
+def _flags(cmd: list[str]) -> dict[str, str]:
+    """`--flag value` pairs of a command line (a bare flag maps to "")."""
+    out: dict[str, str] = {}
+    for i, token in enumerate(cmd):
+        if token.startswith("--"):
+            nxt = cmd[i + 1] if i + 1 < len(cmd) else ""
+            out[token] = "" if nxt.startswith("--") else nxt
+    return out
+
+
+def test_vllm_serve_command_is_what_trl_documents_for_server_mode(write_recipe, minimal_dir) -> None:
     recipe, _ = _recipe(write_recipe, minimal_dir, "vllm: {mode: server}\n")
-    assert vllm_serve_command(recipe) == ["trl", "vllm-serve", "--model", "Qwen/Qwen2.5-0.5B-Instruct",
-                                          "--tensor_parallel_size", "1", "--host", "127.0.0.1", "--port", "8000"]
+    cmd = vllm_serve_command(recipe)
+    assert cmd[:3] == ["vllm", "serve", "Qwen/Qwen2.5-0.5B-Instruct"]  # not the deprecated `trl vllm-serve`
+    flags = _flags(cmd)
+    assert (flags["--host"], flags["--port"], flags["--tensor-parallel-size"]) == ("127.0.0.1", "8000", "1")
+    assert flags["--gpu-memory-utilization"] == "0.9"  # TRL's server default, not colocate's 0.3
+    # What TRL 1.16's client needs from the server (weight sync over NCCL, processed logprobs).
+    assert json.loads(flags["--weight-transfer-config"]) == {"backend": "nccl"}
+    assert (flags["--logprobs-mode"], flags["--max-logprobs"]) == ("processed_logprobs", "-1")
+    assert server_env() == {"VLLM_SERVER_DEV_MODE": "1"}
     model_dir = minimal_dir / "models" / "policy"
     model_dir.mkdir(parents=True)
     full, _ = _recipe(write_recipe, minimal_dir, """\
@@ -219,19 +243,13 @@ def test_vllm_serve_command_is_exact(write_recipe, minimal_dir) -> None:
                max_model_length: 4096}
         """, model="revision: v1.0\ndtype: bfloat16\ntrust_remote_code: true\n", name="full.yaml",
         name_or_path="models/policy")  # a local directory resolves against the recipe
-    assert vllm_serve_command(full) == [
-        "trl", "vllm-serve", "--model", str(model_dir), "--revision", "v1.0", "--tensor_parallel_size", "2",
-        "--host", "127.0.0.1", "--port", "8001", "--gpu_memory_utilization", "0.85", "--dtype", "bfloat16",
-        "--max_model_len", "4096", "--trust_remote_code"]
-
-
-def test_vllm_serve_flags_exist_in_trl() -> None:
-    from trl.scripts.vllm_serve import ScriptArguments
-
-    fields = set(ScriptArguments.__dataclass_fields__)
-    for flag in ("model", "revision", "tensor_parallel_size", "host", "port", "gpu_memory_utilization", "dtype",
-                 "max_model_len", "trust_remote_code"):
-        assert flag in fields
+    cmd = vllm_serve_command(full)
+    assert cmd[:3] == ["vllm", "serve", str(model_dir)]
+    flags = _flags(cmd)
+    assert {k: flags[k] for k in ("--revision", "--tensor-parallel-size", "--port", "--gpu-memory-utilization",
+                                  "--dtype", "--max-model-len", "--trust-remote-code")} == {
+        "--revision": "v1.0", "--tensor-parallel-size": "2", "--port": "8001", "--gpu-memory-utilization": "0.85",
+        "--dtype": "bfloat16", "--max-model-len": "4096", "--trust-remote-code": ""}
 
 
 def test_vllm_serve_refuses_non_server_recipes_and_too_few_server_gpus(write_recipe, minimal_dir) -> None:
@@ -254,8 +272,8 @@ def test_vllm_serve_cli_prints_the_command(write_recipe, minimal_dir) -> None:
     path = write_recipe(MINIMAL + "launch:\n  vllm: {mode: server, port: 8123}\n")
     result = run_cli("vllm-serve", path, "--print-only")
     assert result.exit_code == 0, result
-    assert "trl vllm-serve --model Qwen/Qwen2.5-0.5B-Instruct --tensor_parallel_size 1 --host 127.0.0.1 " \
-           "--port 8123" in result.output
+    assert "VLLM_SERVER_DEV_MODE=1 vllm serve Qwen/Qwen2.5-0.5B-Instruct --host 127.0.0.1 --port 8123" \
+           in result.output
 
 
 class _Health(http.server.BaseHTTPRequestHandler):

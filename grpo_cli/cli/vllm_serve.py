@@ -16,15 +16,15 @@ def vllm_serve(
     print_only: Annotated[bool, typer.Option("--print-only", help="Print the command instead of running it.")]
     = False,
 ) -> None:
-    """Start the vLLM server a `launch.vllm.mode: server` recipe trains against (TRL's `trl vllm-serve`)."""
+    """Start the vLLM server a `launch.vllm.mode: server` recipe trains against (`vllm serve` as TRL documents it)."""
 
     def body() -> None:
-        from grpo_cli.training.vllm_server import exec_server, server_gpu_env, vllm_serve_command
+        from grpo_cli.training.vllm_server import exec_server, server_env, server_gpu_env, vllm_serve_command
 
         loaded = load(recipe, overrides)
         cmd = vllm_serve_command(loaded)
         env = server_gpu_env(loaded)
-        prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in env.items())
+        prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in {**env, **server_env()}.items())
         console.print(prefix + shlex.join(cmd), markup=False, soft_wrap=True)
         if not print_only:
             exec_server(cmd, env)

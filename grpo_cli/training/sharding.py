@@ -60,7 +60,8 @@ def adopt_fsdp_on_cpu() -> bool:
     if plugin.fsdp_version != 2:
         raise GrpoError("FSDP on CPU needs FSDP2, but the accelerate config asks for FSDP1",
                         where="launch.accelerate_config",
-                        fix="Set `fsdp_config.fsdp_version: 2`, or start from the shipped accelerate_configs/fsdp.yaml.")
+                        fix="Set `fsdp_config.fsdp_version: 2`, or start from the shipped "
+                            "accelerate_configs/fsdp.yaml.")
     state.fsdp_plugin = plugin
     state.distributed_type = DistributedType.FSDP
     PartialState._shared_state["distributed_type"] = DistributedType.FSDP

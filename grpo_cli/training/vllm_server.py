@@ -1,7 +1,7 @@
 """The vLLM generation server for `launch.vllm.mode: server`, built from the same recipe.
 
-`grpo vllm-serve RECIPE` runs TRL's `trl vllm-serve` with the model, revision, port and
-engine settings the trainer will expect, so the two sides cannot drift apart. Training
+`grpo vllm-serve RECIPE` runs `vllm serve` the way TRL 1.16 documents for server mode, with the
+model, revision, port and engine settings the trainer will expect, so the two sides cannot drift apart. Training
 calls `wait_for_server` before loading the model, so a server that is not up is reported
 in seconds with the command to start it, not after minutes of model loading.
 """
@@ -9,12 +9,10 @@ in seconds with the command to start it, not after minutes of model loading.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 import urllib.error
 import urllib.request
-from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
@@ -41,12 +39,17 @@ def _bind_address(recipe: Any) -> tuple[str, int]:
 
 
 def vllm_serve_command(recipe: Any) -> list[str]:
-    """`trl vllm-serve` with the flags (TRL 1.16 ScriptArguments names) this recipe needs.
+    """`vllm serve MODEL ...` as TRL 1.16 documents it for server mode, with this recipe's settings.
 
-    gpu_memory_utilization is passed only when the recipe sets it: its schema default (0.3) is
-    meant for colocate mode, while a dedicated server should keep TRL's 0.9.
+    TRL 1.16 deprecated `trl vllm-serve`: it now only runs vLLM's own server with the flags its
+    client needs (NCCL weight transfer, processed logprobs, uncapped logprobs) and VLLM_SERVER_DEV_MODE=1
+    (see `server_env`). The flags come from TRL's own `build_command`, so they follow the installed TRL.
+    gpu_memory_utilization is passed only when the recipe sets it: its schema default (0.3) is meant
+    for colocate mode, while a dedicated server should keep TRL's 0.9.
     """
-    from grpo_cli.models.loading import model_reference
+    from trl.scripts.vllm_serve import ScriptArguments, build_command
+
+    from grpo_cli.models import model_reference
 
     v = recipe.launch.vllm
     if v.mode != "server":
@@ -59,19 +62,20 @@ def vllm_serve_command(recipe: Any) -> list[str]:
                         fix=f"Set `launch.vllm.server_gpus: {v.tensor_parallel_size}` so training leaves them free.")
     m = recipe.model
     host, port = _bind_address(recipe)
-    cmd = ["trl", "vllm-serve", "--model", model_reference(recipe)]
-    if m.revision:
-        cmd += ["--revision", m.revision]
-    cmd += ["--tensor_parallel_size", str(v.tensor_parallel_size), "--host", host, "--port", str(port)]
+    args: dict[str, Any] = {"model": model_reference(recipe), "revision": m.revision, "host": host, "port": port,
+                            "tensor_parallel_size": v.tensor_parallel_size, "max_model_len": v.max_model_length,
+                            "trust_remote_code": m.trust_remote_code}
     if "gpu_memory_utilization" in v.model_fields_set:
-        cmd += ["--gpu_memory_utilization", f"{v.gpu_memory_utilization:g}"]
+        args["gpu_memory_utilization"] = v.gpu_memory_utilization
     if m.dtype != "auto":
-        cmd += ["--dtype", m.dtype]
-    if v.max_model_length:
-        cmd += ["--max_model_len", str(v.max_model_length)]
-    if m.trust_remote_code:
-        cmd.append("--trust_remote_code")
-    return cmd
+        args["dtype"] = m.dtype
+    full = build_command(ScriptArguments(**args))  # [python, -m, vllm.entrypoints.cli.main, serve, ...]
+    return ["vllm", *full[full.index("serve"):]]
+
+
+def server_env() -> dict[str, str]:
+    """The environment TRL 1.16 documents for the server: its weight-sync endpoints need vLLM's dev mode."""
+    return {"VLLM_SERVER_DEV_MODE": "1"}
 
 
 def server_gpu_env(recipe: Any, gpus: int | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -93,14 +97,6 @@ def server_gpu_env(recipe: Any, gpus: int | None = None, environ: dict[str, str]
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus - k, gpus))}
 
 
-def _trl_executable() -> str:
-    found = shutil.which("trl") or str(Path(sys.executable).with_name("trl"))
-    if not Path(found).exists():
-        raise GrpoError("the `trl` command is not on PATH", where="vllm-serve",
-                        fix="Activate the environment grpo is installed in (TRL installs `trl` next to `grpo`).")
-    return found
-
-
 def exec_server(cmd: list[str], extra_env: dict[str, str]) -> None:
     """Replace this process with the server (signals and exit code then belong to vLLM)."""
     from grpo_cli.validation.topology import installed
@@ -110,7 +106,8 @@ def exec_server(cmd: list[str], extra_env: dict[str, str]) -> None:
                         fix="Install it with `pip install 'grpo-cli[vllm]'` on the machine with the server GPUs.")
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(_trl_executable(), cmd, {**os.environ, **extra_env})
+    argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", *cmd[1:]]  # `vllm` of this environment
+    os.execve(sys.executable, argv, {**os.environ, **server_env(), **extra_env})
 
 
 def wait_for_server(base_url: str, timeout: float, *, interval: float = 1.0, recipe_source: str = "") -> None:
