@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from grpo_cli.cli import check_rewards, eval, memory, merge, report, schema, train, validate, vllm_serve
+from grpo_cli.cli import check_rewards, eval, launch, memory, merge, report, schema, train, validate, vllm_serve
 from grpo_cli.cli.app import RECIPE_EPILOG
 
 
@@ -26,12 +26,17 @@ def get_commands() -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
         ("report", report.report, {}),
         ("memory", memory.memory, {"epilog": RECIPE_EPILOG}),
         ("vllm-serve", vllm_serve.vllm_serve, {"epilog": RECIPE_EPILOG}),
+        ("launch", launch.launch_app, {}),
     ]
 
 
 def register(app: typer.Typer) -> None:
     """Add every verb to `app` once (importing grpo_cli.cli calls this)."""
     known = {info.name for info in app.registered_commands}
+    groups = {info.name for info in app.registered_groups}
     for name, func, options in get_commands():
-        if name not in known:
+        if isinstance(func, typer.Typer):  # a verb with sub-verbs (`grpo launch slurm`)
+            if name not in groups:
+                app.add_typer(func, name=name, **options)
+        elif name not in known:
             app.command(name, **options)(func)

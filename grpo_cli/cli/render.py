@@ -236,3 +236,12 @@ def _ms(seconds: float | None) -> str:
 
 def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.0f}%"
+
+
+def render_launch_file(console: Console, path: Any, start: str, *, job: str | None = None) -> None:
+    """Where a cluster launch file was written and how to start it (or the job it was submitted as)."""
+    console.print(f"wrote {path}", markup=False, soft_wrap=True)
+    if job:
+        console.print(f"submitted as Slurm job {job}; follow it with `squeue -j {job}`", markup=False)
+    else:
+        console.print(f"start it with: {start}", markup=False, soft_wrap=True)

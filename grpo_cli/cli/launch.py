@@ -1,0 +1,97 @@
+"""`grpo launch slurm|skypilot`: write (and optionally submit) a cluster launch file from a recipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from grpo_cli.cli.app import OverridesArg, RecipeArg, console, load, run_guarded
+
+if TYPE_CHECKING:
+    from grpo_cli.training.cluster import ClusterPlan
+
+launch_app = typer.Typer(help="Write a cluster launch file (Slurm batch script, SkyPilot task) from a recipe.",
+                         no_args_is_help=True, rich_markup_mode=None)
+
+NodesOpt = Annotated[int, typer.Option("--nodes", min=1, help="Training machines.")]
+GpusOpt = Annotated[int | None, typer.Option(
+    "--gpus-per-node", min=0, help="GPUs (training processes) per node; default launch.num_processes / nodes. "
+    "0 for CPU nodes (then launch.num_processes says how many processes).")]
+OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Where to write the file.")]
+
+
+@launch_app.command("slurm")
+def slurm(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    nodes: NodesOpt = 1,
+    vllm_node: Annotated[bool, typer.Option("--vllm-node", help="Add a node that runs the vLLM server "
+                                            "(launch.vllm.mode: server).")] = False,
+    gpus_per_node: GpusOpt = None,
+    partition: Annotated[str | None, typer.Option("--partition", help="sbatch --partition.")] = None,
+    time: Annotated[str | None, typer.Option("--time", help="sbatch --time, e.g. 24:00:00.")] = None,
+    cpus_per_task: Annotated[int | None, typer.Option("--cpus-per-task", min=1, help="sbatch --cpus-per-task.")]
+    = None,
+    setup: Annotated[str | None, typer.Option("--setup", help="Shell line run before grpo on every node "
+                                              "(default: activate this environment).")] = None,
+    out: OutOpt = None,
+    submit: Annotated[bool, typer.Option("--submit", help="Submit the script with sbatch.")] = False,
+) -> None:
+    """Write an sbatch script that runs `grpo train` on N nodes (and a vLLM server node), after validating."""
+
+    def body() -> None:
+        from grpo_cli.cli.render import render_launch_file
+        from grpo_cli.training.cluster import default_setup, slurm_script, submit_sbatch
+
+        loaded = load(recipe, overrides)
+        plan = _plan(loaded, recipe, overrides, nodes, vllm_node, gpus_per_node)
+        extra = {"partition": partition, "time": time, "cpus-per-task": cpus_per_task}
+        plan.extra_sbatch = {k: str(v) for k, v in extra.items() if v is not None}
+        path = (out or Path(f"{plan.name}.sbatch")).resolve()
+        text = slurm_script(plan, workdir=Path.cwd(), setup=default_setup() if setup is None else setup,
+                            log_dir=path.parent)
+        path.write_text(text, encoding="utf-8")
+        path.chmod(0o755)
+        job = submit_sbatch(path) if submit else None
+        render_launch_file(console, path, f"sbatch {path}", job=job)
+
+    run_guarded(body)
+
+
+@launch_app.command("skypilot")
+def skypilot(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    nodes: NodesOpt = 1,
+    gpus_per_node: GpusOpt = None,
+    accelerator: Annotated[str, typer.Option("--accelerator", help="SkyPilot GPU name, e.g. H100, A100-80GB.")]
+    = "H100",
+    out: OutOpt = None,
+) -> None:
+    """Write a SkyPilot task YAML that runs `grpo train` on N nodes, after validating."""
+
+    def body() -> None:
+        from grpo_cli.cli.render import render_launch_file
+        from grpo_cli.training.cluster import skypilot_task
+
+        loaded = load(recipe, overrides)
+        plan = _plan(loaded, recipe, overrides, nodes, False, gpus_per_node)
+        path = (out or Path(f"{plan.name}.sky.yaml")).resolve()
+        text = skypilot_task(plan, accelerator=accelerator, workdir=Path.cwd(), recipe=loaded)
+        path.write_text(text, encoding="utf-8")
+        render_launch_file(console, path, f"sky launch -c {plan.name} {path}")
+
+    run_guarded(body)
+
+
+def _plan(loaded: object, recipe: Path, overrides: list[str] | None, nodes: int, vllm_node: bool,
+          gpus_per_node: int | None) -> ClusterPlan:
+    """The cluster layout, after the recipe passed `grpo validate` for that layout."""
+    from grpo_cli.training.cluster import plan_cluster, validate_for_cluster
+
+    plan = plan_cluster(loaded, recipe.resolve(), list(overrides or []), nodes=nodes, vllm_node=vllm_node,
+                        gpus_per_node=gpus_per_node)
+    validate_for_cluster(recipe, list(overrides or []), plan)
+    return plan
