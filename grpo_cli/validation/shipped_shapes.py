@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 from functools import cache
-from pathlib import Path
 from typing import Any
 
-TABLE = Path(__file__).resolve().parent.parent / "assets" / "model_shapes.json"
+from grpo_cli.paths import ASSETS_DIR
+
+TABLE = ASSETS_DIR / "model_shapes.json"
 _META = ("ids", "source", "published_params", "extra_params_note")
 
 
