@@ -26,18 +26,18 @@ class Window:
 # TRL 1.16's windows (its Requires-Dist and import checks) intersected with grpo's own floors (pyproject.toml).
 # tests/test_doctor.py checks these against the installed TRL's metadata.
 WINDOWS: dict[str, Window] = {
-    "python": Window(">=3.11", "grpo (pyproject requires-python)"),
-    "torch": Window(">=2.6", "grpo (pyproject)"),
-    "transformers": Window(">=5.0", "grpo needs >=5.0; TRL 1.16 needs >=4.56.2"),
-    "trl": Window(">=1.16,<2", "grpo (pyproject)"),
-    "peft": Window(">=0.17", "grpo needs >=0.17; TRL 1.16 needs >=0.13.0"),
-    "accelerate": Window(">=1.10.1", "TRL 1.16 Requires-Dist"),
-    "datasets": Window(">=4.7.0", "TRL 1.16 Requires-Dist"),
-    "vllm": Window(">=0.22.0,<=0.31.0", "TRL 1.16 (trl/import_utils.py is_vllm_available, extra `vllm`)"),
-    "deepspeed": Window(">=0.18.6", "TRL 1.16 extra `deepspeed`"),
-    "bitsandbytes": Window(">=0.45.1", "TRL 1.16 extra `quantization`"),
-    "flash-attn": Window(">=2.3.3", "transformers' is_flash_attn_2_available"),
-    "liger-kernel": Window(">=0.8.2", "TRL 1.16 (LIGER_KERNEL_MIN_VERSION)"),
+    "python": Window(">=3.11", "grpo"),
+    "torch": Window(">=2.6", "grpo"),
+    "transformers": Window(">=5.0", "grpo (TRL: >=4.56.2)"),
+    "trl": Window(">=1.16,<2", "grpo"),
+    "peft": Window(">=0.17", "grpo (TRL: >=0.13.0)"),
+    "accelerate": Window(">=1.10.1", "TRL 1.16"),
+    "datasets": Window(">=4.7.0", "TRL 1.16"),
+    "vllm": Window(">=0.22.0,<=0.31.0", "TRL 1.16 is_vllm_available"),
+    "deepspeed": Window(">=0.18.6", "TRL 1.16 [deepspeed]"),
+    "bitsandbytes": Window(">=0.45.1", "TRL 1.16 [quantization]"),
+    "flash-attn": Window(">=2.3.3", "transformers"),
+    "liger-kernel": Window(">=0.8.2", "TRL 1.16 [liger]"),
 }
 CORE = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")
 OPTIONAL = ("vllm", "deepspeed", "bitsandbytes", "flash-attn", "liger-kernel")
@@ -72,6 +72,8 @@ class TorchBuild:
         if self.version is None:
             return "not installed"
         kind = f"CUDA {self.cuda}" if self.cuda else (f"ROCm {self.hip}" if self.hip else "CPU only")
+        if self.cuda or self.hip:
+            kind += f", NCCL {self.nccl}" if self.nccl else ", no NCCL"
         return f"{self.version} ({kind})"
 
 
@@ -190,11 +192,11 @@ def _device_problems(report: Report, versions: dict[str, str | None], torch: Tor
     if not devices:
         note = "no CUDA device visible" + ("" if torch.cuda else " (this torch build has no CUDA)")
         if needs.gpu:
-            keys = ", ".join(v for k, v in needs.why.items() if k in ("vllm", "deepspeed", "bitsandbytes",
-                                                                       "flash-attn"))
+            asks = [v for k, v in needs.why.items() if k in ("vllm", "deepspeed", "bitsandbytes", "flash-attn")]
+            keys = ", ".join(asks) + (" needs" if len(asks) == 1 else " need")
             fix = ("install a CUDA build of torch (see the README)" if not torch.cuda
                    else "check the driver with nvidia-smi and CUDA_VISIBLE_DEVICES")
-            report.problems.append(f"{keys} need(s) a CUDA GPU but {note}. Fix: {fix}")
+            report.problems.append(f"{keys} a CUDA GPU but {note}. Fix: {fix}")
         else:
             report.notes.append(note + ": training runs on CPU")
     elif needs.bf16 and not all(d.bf16 for d in devices):
