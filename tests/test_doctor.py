@@ -67,6 +67,10 @@ def test_validate_part_reads_metadata_only_and_names_the_recipe_key() -> None:
     problems, warnings = recipe_problems(recipe, {"vllm": None})
     assert not problems and "not installed here" in warnings[0]
     assert recipe_problems(load_recipe(DEMO), {}) == ([], [])
+    batching = load_recipe(DEMO, ["training.use_transformers_continuous_batching=true"])
+    problems, _ = recipe_problems(batching, {"transformers": "5.7.0"})
+    assert problems[0].where == "training.use_transformers_continuous_batching" and ">=5.8.0" in problems[0].what
+    assert recipe_problems(batching, {"transformers": "5.23.0"}) == ([], [])
 
 
 def test_windows_match_the_installed_trl() -> None:

@@ -41,6 +41,8 @@ WINDOWS: dict[str, Window] = {
 }
 CORE = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")
 OPTIONAL = ("vllm", "deepspeed", "bitsandbytes", "flash-attn", "liger-kernel")
+# GRPOTrainer.__init__ raises ImportError for continuous batching below this transformers release.
+CONTINUOUS_BATCHING = Window(">=5.8.0", "TRL 1.16 GRPOTrainer (continuous batching)")
 # TRL's deepspeed extra excludes one transformers release.
 DEEPSPEED_TRANSFORMERS_EXCLUDED = "5.1.0"
 
@@ -146,6 +148,7 @@ class Needs:
     gpu: bool = False
     bf16: bool = False
     why: dict[str, str] = field(default_factory=dict)
+    windows: dict[str, Window] = field(default_factory=dict)  # stricter windows a recipe key asks for
 
 
 def recipe_needs(recipe: Any) -> Needs:
@@ -161,11 +164,17 @@ def recipe_needs(recipe: Any) -> Needs:
         why["flash-attn"] = "model.attn_implementation=flash_attention_2"
     if recipe.training.get("use_liger_kernel"):
         why["liger-kernel"] = "training.use_liger_kernel=true"
+    windows = {}
+    for key in ("use_transformers_continuous_batching", "use_transformers_paged"):
+        if recipe.training.get(key):
+            why["transformers"] = f"training.{key}=true"
+            windows["transformers"] = CONTINUOUS_BATCHING
     gpu_keys = [k for k in ("vllm", "deepspeed", "bitsandbytes", "flash-attn") if k in why]
     bf16 = recipe.model.dtype == "bfloat16" and recipe.launch.profile != "cpu"
     if bf16:
         why["bf16"] = "model.dtype=bfloat16"
-    return Needs(frozenset(CORE) | {k for k in why if k in WINDOWS}, gpu=bool(gpu_keys), bf16=bf16, why=why)
+    return Needs(frozenset(CORE) | {k for k in why if k in WINDOWS}, gpu=bool(gpu_keys), bf16=bf16, why=why,
+                 windows=windows)
 
 
 def diagnose(versions: dict[str, str | None], torch: TorchBuild, devices: list[Device], *,
@@ -176,7 +185,8 @@ def diagnose(versions: dict[str, str | None], torch: TorchBuild, devices: list[D
     checks = [check_package("python", python, needed=True)]
     checks.append(check_package("torch", torch.version, needed=True))
     for name in (*CORE[1:], *OPTIONAL):
-        checks.append(check_package(name, versions.get(name), needed=name in needs.packages))
+        checks.append(check_package(name, versions.get(name), needed=name in needs.packages,
+                                    window=needs.windows.get(name)))
     report = Report(python, torch.describe(), list(devices), checks)
     for c in checks:
         if c.needed and c.status in ("missing", "incompatible"):
@@ -255,13 +265,13 @@ def recipe_problems(recipe: Any, versions: dict[str, str | None] | None = None) 
     from grpo_cli.errors import Problem
 
     needs = recipe_needs(recipe)
-    wanted = tuple(k for k in OPTIONAL if k in needs.packages)
+    wanted = tuple(k for k in (*OPTIONAL, *needs.windows) if k in needs.packages)
     if not wanted:
         return [], []
     versions = versions if versions is not None else installed_versions(wanted)
     problems, warnings = [], []
     for name in wanted:
-        c = check_package(name, versions.get(name), needed=True)
+        c = check_package(name, versions.get(name), needed=True, window=needs.windows.get(name))
         key = needs.why[name].split("=")[0]
         if c.status == "incompatible":
             problems.append(Problem(key, f"needs {name} {c.wants} ({c.source}), but {c.found} is installed",
