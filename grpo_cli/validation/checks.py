@@ -219,10 +219,13 @@ def preflight(recipe: Recipe) -> Preflight:
 def _trl_and_environment_checks(recipe: Recipe, pf: Preflight) -> None:
     """What TRL would reject after loading (validation/trl_rules.py) and the optional packages the recipe uses."""
     from grpo_cli.validation.environment import recipe_problems
-    from grpo_cli.validation.memory import find_model_config
     from grpo_cli.validation.trl_rules import check_trl_rules, rule_input
 
-    config, _ = find_model_config(recipe)
+    config = None
+    if recipe.training.get("router_aux_loss_coef"):  # the one rule that reads the model's config
+        from grpo_cli.validation.model_config import find_model_config
+
+        config, _ = find_model_config(recipe)
     problems, warnings = check_trl_rules(rule_input(recipe, config))
     pf.problems.extend(problems)
     pf.warnings.extend(warnings)

@@ -20,17 +20,14 @@ training); 1 GiB of CUDA context.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from grpo_cli.paths import hub_cache_file
+from grpo_cli.validation.model_config import find_model_config
 from grpo_cli.validation.shapes import ModelShape
-from grpo_cli.validation.shipped_shapes import shipped_shape
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
@@ -132,31 +129,6 @@ def _count(n: int) -> str:
         if n >= div:
             return f"{n / div:,.{1 if n < div * 10 else 0}f}{unit}"
     return str(n)
-
-
-def find_model_config(recipe: Any) -> tuple[dict[str, Any] | None, str]:
-    """(config.json contents, where from) or (None, why not). Never touches the network.
-
-    A local directory's or the HF cache's config.json wins; then the recipe's `model.shape`; then
-    grpo's shipped shape table (assets/model_shapes.json).
-    """
-    ref = recipe.model.name_or_path
-    local = recipe.local_model_dir(ref)
-    if local is not None:
-        path = local / "config.json"
-        if not path.is_file():
-            return None, f"{local} has no config.json"
-        return json.loads(path.read_text(encoding="utf-8")), str(path)
-    cached = hub_cache_file(ref, "config.json", recipe.model.revision)
-    if cached is not None:
-        return json.loads(Path(cached).read_text(encoding="utf-8")), f"hub cache {cached}"
-    if recipe.model.shape is not None:
-        return recipe.model.shape.model_dump(exclude_none=True), "the recipe's model.shape"
-    shipped = shipped_shape(ref)
-    if shipped is not None:
-        return shipped
-    return None, (f"{ref}'s config.json is not in the local HF cache and grpo's shape table does not know it; "
-                  f"`hf download {ref} config.json` or a `model.shape` block enables it (the plan never downloads)")
 
 
 def _world_size(recipe: Any, gpu_count: int) -> tuple[int, str]:
