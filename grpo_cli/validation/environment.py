@@ -7,7 +7,6 @@ only for the devices). `grpo validate` uses `recipe_problems()`, which reads pac
 
 from __future__ import annotations
 
-import importlib.metadata
 import sys
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -224,6 +223,8 @@ def _device_problems(report: Report, versions: dict[str, str | None], torch: Tor
 
 def installed_versions(names: tuple[str, ...] = (*CORE, *OPTIONAL)) -> dict[str, str | None]:
     """Versions from package metadata; nothing is imported."""
+    import importlib.metadata  # ~20 ms: only when a recipe uses an optional package, or for doctor
+
     out: dict[str, str | None] = {}
     for name in names:
         try:
