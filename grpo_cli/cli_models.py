@@ -19,7 +19,10 @@ from grpo_cli.cli import OverridesArg, RecipeArg, _load, app, console, run_guard
 EVAL_EPILOG = (
     "Models can be hub ids, model dirs, LoRA adapter dirs (base read from adapter_config.json), grpo output "
     "dirs or checkpoint-N dirs. Without --model the recipe's own model is evaluated. Repeat --compare to put "
-    "more models side by side; all see the same prompts and seed. Flags override the recipe's `eval` section."
+    "more models side by side; all see the same prompts and seed. Flags override the recipe's `eval` section. "
+    "With --suite (or eval.suite in the recipe) a bundled benchmark is scored instead: gsm8k, math500 or svamp, "
+    "greedy pass@1 with a 95% interval; the recipe may then be omitted and a model or run dir given in its place "
+    "(grpo eval --suite gsm8k RUN_DIR). Suite results are written as eval-<suite>.json next to the model."
 )
 
 
@@ -68,7 +71,8 @@ def _unique_labels(results: list[Any]) -> None:
 
 @app.command("eval", epilog=EVAL_EPILOG)
 def eval_cmd(
-    recipe: RecipeArg,
+    recipe: Annotated[Path | None, typer.Argument(help="Recipe YAML file; with --suite it may be left out or be "
+                                                  "the model/run dir to evaluate.", show_default=False)] = None,
     overrides: OverridesArg = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model to evaluate (default: the recipe's "
                                               "model).", show_default=False)] = None,
@@ -78,7 +82,7 @@ def eval_cmd(
                                               show_default=False)] = None,
     file: Annotated[str | None, typer.Option("--file", help="Evaluate the rows of this .jsonl/.json/.csv/.parquet.",
                                              show_default=False)] = None,
-    samples: Annotated[int | None, typer.Option("--samples", "-n", min=1, help="At most this many prompts "
+    samples: Annotated[int | None, typer.Option("--samples", "--limit", "-n", min=1, help="At most this many prompts "
                                                 "(eval.max_samples).", show_default=False)] = None,
     num_generations: Annotated[int | None, typer.Option("--num-generations", "-k", min=1, help="Samples per "
                                                         "prompt, the k of pass@k (eval.num_generations).",
@@ -93,17 +97,32 @@ def eval_cmd(
                                                       "(repeatable).", show_default=False)] = None,
     backend: Annotated[str, typer.Option("--backend", help="auto (vLLM when installed and a GPU is present), "
                                          "transformers or vllm.")] = "auto",
+    suite: Annotated[str | None, typer.Option("--suite", help="Score a bundled benchmark: gsm8k, math500 or svamp "
+                                              "(eval.suite).", show_default=False)] = None,
+    max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", min=1, help="Longest completion "
+                                                       "(eval.max_new_tokens).", show_default=False)] = None,
 ) -> None:
-    """Sample completions for held-out prompts and score them with the recipe's rewards: mean, pass@k, lengths."""
+    """Sample completions for held-out prompts and score them: the recipe's rewards, or a benchmark suite."""
 
     def body() -> None:
+        from grpo_cli.cli_eval_suite import eval_suite, suite_target
+
+        loaded_recipe, model_ref = suite_target(recipe, overrides, suite, model)
+        suite_name = suite or (loaded_recipe.eval.suite if loaded_recipe is not None else None)
+        if suite_name:
+            eval_suite(suite_name, loaded_recipe, model_ref, adapter=adapter, compare=compare or [], out=out,
+                       k=num_generations, temperature=temperature, limit=samples, batch_size=batch_size,
+                       max_new_tokens=max_new_tokens, backend=backend)
+            return
+        assert recipe is not None
         from grpo_cli.evaluation import EvalSettings, run_eval, write_eval_outputs
         from grpo_cli.model_sources import resolve_model_source
         from grpo_cli.modeling import model_reference
 
-        loaded = _load(recipe, overrides)
+        loaded = loaded_recipe
         settings = EvalSettings.from_recipe(loaded, samples=samples, k=num_generations, temperature=temperature,
                                             batch_size=batch_size)
+        settings.max_new_tokens = max_new_tokens or settings.max_new_tokens
         first_ref = model or model_reference(loaded)
         trained = Path(loaded.output.dir)
         if model is None and (trained / "manifest.json").exists():

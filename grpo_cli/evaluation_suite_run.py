@@ -8,6 +8,7 @@ k samples per problem it is the mean of the unbiased per-problem pass@1 and pass
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -174,7 +175,7 @@ def default_result_dir(source: Any) -> Path:
         resolved = path.resolve()
         if resolved != ASSETS_DIR and ASSETS_DIR not in resolved.parents:
             return resolved
-    return Path("outputs") / "eval" / source.label.replace("/", "_")
+    return Path("outputs") / "eval" / re.sub(r"[^\w.-]+", "_", source.label)
 
 
 def write_suite_result(result: SuiteResult, directory: Path) -> tuple[Path, Path]:
@@ -192,3 +193,30 @@ def write_suite_result(result: SuiteResult, directory: Path) -> tuple[Path, Path
     tmp.write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     tmp.replace(summary)
     return summary, completions
+
+
+def suite_settings(recipe: Any = None, *, k: int | None = None, temperature: float | None = None,
+                   limit: int | None = None, batch_size: int | None = None,
+                   max_new_tokens: int | None = None) -> SuiteSettings:
+    """Flags over the recipe's `eval` section over the suite defaults (greedy, one sample, 512 new tokens).
+
+    A recipe's eval.temperature counts only when it was written in the recipe: suites decode greedily
+    unless asked otherwise; k > 1 without a temperature samples at T=1.
+    """
+    s = SuiteSettings()
+    if recipe is not None:
+        ev = recipe.eval
+        s.k, s.top_p, s.batch_size, s.seed, s.limit = ev.num_generations, ev.top_p, ev.batch_size, ev.seed, \
+            ev.max_samples
+        if "temperature" in ev.model_fields_set:
+            s.temperature = ev.temperature
+        s.max_new_tokens = ev.max_new_tokens or int(recipe.training.get("max_completion_length") or s.max_new_tokens)
+    s.k = k or s.k
+    s.limit = limit or s.limit
+    s.batch_size = batch_size or s.batch_size
+    s.max_new_tokens = max_new_tokens or s.max_new_tokens
+    if temperature is not None:
+        s.temperature = temperature
+    elif s.k > 1 and s.temperature == 0:
+        s.temperature = 1.0
+    return s

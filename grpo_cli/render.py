@@ -73,3 +73,34 @@ def render_train_result(console: Console, result: Any) -> None:
     console.print(f"[{style}]{result.status}[/] at step {result.global_step}; outputs in {result.output_dir}")
     if result.message:
         console.print(result.message, markup=False)
+
+
+def _pct(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def render_suite_results(console: Console, results: list[Any]) -> None:
+    """`grpo eval --suite`: one row per model, accuracy with its 95% Wilson interval, change from the first."""
+    first = results[0]
+    k = first.k
+    title = (f"{first.suite}: {len(first.rows)} problems, "
+             f"{'greedy pass@1' if first.settings.temperature == 0 else f'{k} samples at T={first.settings.temperature}'}")
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("model", "left"), ("accuracy", "right"), ("95% CI", "right")):
+        table.add_column(name, justify=justify, overflow="fold")
+    if k > 1:
+        table.add_column(f"pass@{k}", justify="right")
+    table.add_column("no answer", justify="right")
+    if len(results) > 1:
+        table.add_column("Δ accuracy", justify="right")
+    for r in results:
+        s = r.summary()
+        lo, hi = s["ci95"]
+        cells = [r.label, _pct(s["accuracy"]), f"{100 * lo:.1f}–{100 * hi:.1f}%"]
+        if k > 1:
+            cells.append(_pct(s.get(f"pass@{k}")))
+        cells.append(_pct(s["no_answer_rate"]))
+        if len(results) > 1:
+            cells.append("" if r is first else f"{100 * (r.accuracy - first.accuracy):+.1f}pp")
+        table.add_row(*cells)
+    console.print(table)

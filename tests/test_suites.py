@@ -112,3 +112,17 @@ def test_scoring_greedy_and_pass_at_k() -> None:
                           SuiteSettings(k=2, temperature=1.0, limit=2))
     s = sampled.summary()
     assert s["accuracy"] == 0.25 and s["pass@2"] == 0.5
+
+
+def test_every_math500_reference_solution_scores_correct() -> None:
+    """Each upstream solution's last \\boxed{} must match its own answer field."""
+    import gzip
+    import json
+
+    from grpo_cli.evaluation_suites import BENCHMARKS_DIR
+
+    suite = get_suite("math500")
+    with gzip.open(BENCHMARKS_DIR / "math500" / "test.jsonl.gz", "rt") as fh:
+        solutions = [json.loads(line)["solution"] for line in fh]
+    refs = [r.reference for r in suite.rows()]
+    assert all(suite.is_correct(s, ref) for s, ref in zip(solutions, refs, strict=True))
