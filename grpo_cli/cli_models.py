@@ -14,7 +14,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from grpo_cli.cli import OverridesArg, RecipeArg, _load, app, console, run_guarded
+from grpo_cli.cli import OverridesArg, app, console, run_guarded
 
 EVAL_EPILOG = (
     "Models can be hub ids, model dirs, LoRA adapter dirs (base read from adapter_config.json), grpo output "

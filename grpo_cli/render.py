@@ -83,8 +83,9 @@ def render_suite_results(console: Console, results: list[Any]) -> None:
     """`grpo eval --suite`: one row per model, accuracy with its 95% Wilson interval, change from the first."""
     first = results[0]
     k = first.k
-    title = (f"{first.suite}: {len(first.rows)} problems, "
-             f"{'greedy pass@1' if first.settings.temperature == 0 else f'{k} samples at T={first.settings.temperature}'}")
+    temperature = first.settings.temperature
+    title = f"{first.suite}: {len(first.rows)} problems, " + (
+        "greedy pass@1" if temperature == 0 else f"{k} samples at T={temperature}")
     table = Table(title=title, title_justify="left")
     for name, justify in (("model", "left"), ("accuracy", "right"), ("95% CI", "right")):
         table.add_column(name, justify=justify, overflow="fold")
