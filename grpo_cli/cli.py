@@ -153,4 +153,4 @@ def main() -> None:
 
 
 # The heavier commands live in their own modules and register themselves on `app`.
-from grpo_cli import cli_models, cli_report, cli_rewards, cli_scale, commands  # noqa: E402,F401
+from grpo_cli import cli_models, cli_report, cli_rewards, cli_runs, cli_scale, commands  # noqa: E402,F401

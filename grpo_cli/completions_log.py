@@ -140,3 +140,26 @@ def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | N
 
 def _ranges(steps: list[int]) -> str:
     return ", ".join(map(str, steps)) if len(steps) <= 12 else f"{steps[0]} .. {steps[-1]} ({len(steps)} steps)"
+
+
+def markdown_samples(output_dir: Path, count: int = 3) -> list[str]:
+    """The lowest- and highest-reward completions of the last logged step (`grpo samples` shows more)."""
+    from grpo_cli.report import _f, num, read_jsonl
+
+    rows = read_jsonl(output_dir / COMPLETIONS_FILE)
+    if not rows:
+        return []
+    last = max(int(r.get("step", 0)) for r in rows)
+    rows = sorted((r for r in rows if r.get("step") == last), key=lambda r: num(r.get("reward")) or 0.0)
+    picked = rows if len(rows) <= count else [*rows[:count // 2 + count % 2], *rows[-(count // 2):]]
+
+    def cell(text: Any) -> str:
+        text = " ".join(str(text or "").split())
+        return (text[:150] + " …" if len(text) > 150 else text).replace("|", "\\|")
+
+    lines = [f"## Sample completions (step {last}, lowest and highest reward)", "",
+             "| reward | advantage | prompt | completion |", "|---:|---:|---|---|"]
+    for r in picked:
+        lines.append(f"| {_f(r.get('reward'))} | {_f(r.get('advantage'))} | {cell(r.get('prompt'))} | "
+                     f"{cell(r.get('completion'))} |")
+    return [*lines, "", f"More: `grpo samples {output_dir} --worst`.", ""]

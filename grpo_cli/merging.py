@@ -197,6 +197,9 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
         info = {"base": source.weights, "adapter": str(source.adapter.resolve()), "dtype": dtype,
                 "max_logit_diff": diff, "tolerance": tolerance}
         (tmp / "grpo_merge.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        from grpo_cli.model_card import write_card
+
+        write_card(tmp, run_dir=source.run_dir, base=source.weights, adapter=False)
         files = sorted(p.name for p in tmp.iterdir())
         _install(tmp, out)
     except BaseException:

@@ -105,3 +105,28 @@ def render_suite_results(console: Console, results: list[Any]) -> None:
             cells.append("" if r is first else f"{100 * (r.accuracy - first.accuracy):+.1f}pp")
         table.add_row(*cells)
     console.print(table)
+
+
+def render_samples(console: Console, rows: list[dict[str, Any]], title: str, width: int = 400) -> None:
+    """`grpo samples`: one row per completion with its total reward, each reward and its advantage."""
+    names: list[str] = []
+    for r in rows:
+        names += [n for n in (r.get("rewards") or {}) if n not in names]
+    table = Table(title=title, title_justify="left", show_lines=True)
+    table.add_column("step", justify="right")
+    table.add_column("prompt", overflow="fold", ratio=2)
+    table.add_column("completion", overflow="fold", ratio=3)
+    table.add_column("reward", justify="right")
+    for n in names:
+        table.add_column(n, justify="right")
+    table.add_column("adv.", justify="right")
+
+    def cut(text: Any) -> str:
+        text = str(text or "")
+        return text if len(text) <= width else text[:width] + " …"
+
+    for r in rows:
+        scores = r.get("rewards") or {}
+        table.add_row(str(r.get("step")), cut(r.get("prompt")), cut(r.get("completion")), _fmt(r.get("reward")),
+                      *(_fmt(scores.get(n)) for n in names), _fmt(r.get("advantage")), style=None)
+    console.print(table)

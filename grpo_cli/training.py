@@ -181,6 +181,10 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     from grpo_cli.validation import preflight
 
     preflight(recipe).raise_for_problems()
+    if recipe.eval.every_steps:
+        from grpo_cli.task_metric import check_metric
+
+        check_metric(recipe)
     out = Path(output_dir or recipe.output.dir)
     ckpt, replace = prepare_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
     if ckpt is not None:
@@ -230,23 +234,30 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
         mf.write_manifest(out / "manifest.json", manifest)
 
     result = TrainResult(out, "running", 0, data_stats=data.stats)
-    if recipe.eval.before_after and data.eval is not None and main and ckpt is None:
-        from grpo_cli.evaluation import evaluate_recipe_model
+    held_out = recipe.eval.before_after and (data.eval is not None or recipe.eval.suite)
+    if held_out and main and ckpt is None:
+        from grpo_cli.task_metric import evaluate_once
 
-        result.eval_before = evaluate_recipe_model(recipe, loaded.model, loaded.tokenizer, data.eval, console,
-                                                   label="before training")
+        result.eval_before = evaluate_once(recipe, loaded.model, loaded.tokenizer, data.eval, console,
+                                           label="before training")
     metrics = MetricsJsonl(out / "metrics.jsonl")
     stopper = GracefulStop()
     callbacks = [metrics, stopper, RichConsole(console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
     from grpo_cli.health import health_callbacks
 
     callbacks += health_callbacks(recipe, out, console=console)
+    from grpo_cli.task_metric import run_callbacks
+
+    extras = run_callbacks(recipe, out, manifest, loaded.tokenizer, data.eval, console)
+    callbacks += extras
     trainer = GRPOTrainer(model=loaded.model, reward_funcs=reward_funcs, args=config, train_dataset=data.train,
                           eval_dataset=data.eval if config.eval_strategy != "no" else None,
                           processing_class=loaded.tokenizer, peft_config=loaded.peft_config, callbacks=callbacks)
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
+    for extra in extras:
+        extra.trainer = trainer
     stopper.install()
     try:
         trainer.train(resume_from_checkpoint=str(ckpt) if ckpt else None)
@@ -276,14 +287,15 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
         result.message = stop_reason
     else:
         result.status = "completed"
+        result.message = next((c.early_stop_message for c in extras if getattr(c, "early_stop_message", "")), "")
         trainer.save_model(str(out))
         if main:
             loaded.tokenizer.save_pretrained(str(out))
-        if recipe.eval.before_after and data.eval is not None and main:
-            from grpo_cli.evaluation import evaluate_recipe_model
+        if held_out and main:
+            from grpo_cli.task_metric import evaluate_once
 
-            result.eval_after = evaluate_recipe_model(recipe, trainer.model, loaded.tokenizer, data.eval, console,
-                                                      label="after training")
+            result.eval_after = evaluate_once(recipe, trainer.model, loaded.tokenizer, data.eval, console,
+                                              label="after training")
     manifest.update(status=result.status, finished=mf.now(), global_step=result.global_step, message=result.message,
                     eval_before=result.eval_before.summary() if result.eval_before else None,
                     eval_after=result.eval_after.summary() if result.eval_after else None)
@@ -292,4 +304,8 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
         from grpo_cli.report import report_after_training
 
         report_after_training(out, console)
+        if result.status == "completed":
+            from grpo_cli.model_card import finish_run_card
+
+            finish_run_card(recipe, out, console)
     return result
