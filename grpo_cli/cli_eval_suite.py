@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,8 +56,12 @@ def eval_suite(name: str, recipe: Any, model: str | None, *, adapter: str | None
     trust = bool(recipe.model.trust_remote_code) if recipe is not None else False
     results = run_suite(name, sources, settings, backend=backend, dtype=dtype, trust_remote_code=trust,
                         console=console)
+    seen: dict[str, int] = {}
+    for r in results:  # the same model twice must still get two rows and two result files
+        seen[r.label] = seen.get(r.label, 0) + 1
+        r.label = f"{r.label}#{seen[r.label]}" if seen[r.label] > 1 else r.label
     render_suite_results(console, results)
     for result, source in zip(results, sources, strict=True):
-        where = out / result.label.replace("/", "_") if out is not None and len(results) > 1 else out
+        where = out / re.sub(r"[^\w.-]+", "_", result.label) if out is not None and len(results) > 1 else out
         summary, _ = write_suite_result(result, where or default_result_dir(source))
         console.print(f"wrote {summary}", markup=False, soft_wrap=True)

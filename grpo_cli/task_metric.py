@@ -126,7 +126,9 @@ class TaskMetric(TrainerCallback):
         self.history.append((step, value))
         record = {self.name: value}
         state.log_history.append({**record, "step": step})
+        pending = control.should_log  # the handler clears it: keep this step's training log
         self.trainer.callback_handler.on_log(args, state, control, logs=record)
+        control.should_log = pending
         if main and self.console is not None:
             shown = "-" if value is None else f"{value:.4f}"
             self.console.print(f"step {step:>5}  {self.name} {shown}", markup=False)
