@@ -47,8 +47,8 @@ def test_best_checkpoint_holds_the_best_logged_task_metric(run: Path) -> None:
 
     # best/ is the model of that step: scoring it again with the same seed gives the logged value
     from grpo_cli import load_recipe
-    from grpo_cli.evaluation import evaluate_recipe_model, load_eval_rows
-    from grpo_cli.model_sources import load_source_model, load_tokenizer_for, resolve_model_source
+    from grpo_cli.evaluation.run import evaluate_recipe_model, load_eval_rows
+    from grpo_cli.models import load_source_model, load_tokenizer_for, resolve_model_source
 
     recipe = load_recipe(DEMO, TRAIN)
     source = resolve_model_source(str(run / "best"))
@@ -82,7 +82,7 @@ def test_completions_jsonl_and_grpo_samples(run: Path) -> None:
 
     result = run_cli("samples", run, "--worst", "--reward", "accuracy", "-n", "3")
     assert result.exit_code == 0 and "worst by accuracy" in result.output and "3 shown" in result.output
-    from grpo_cli.completions_log import read_samples
+    from grpo_cli.training.completions import read_samples
 
     worst, _ = read_samples(run, order="worst", reward="accuracy", limit=100)
     best, _ = read_samples(run, order="best", limit=100)

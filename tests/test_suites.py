@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.evaluation_suite_run import SuiteSettings, score_suite
-from grpo_cli.evaluation_suites import SUITES, extract_suite_answer, get_suite, wilson_interval
+from grpo_cli.evaluation.suite_run import SuiteSettings, score_suite
+from grpo_cli.evaluation.suites import SUITES, extract_suite_answer, get_suite, wilson_interval
 
 
 def test_shipped_sets_have_their_upstream_sizes_and_licences() -> None:
@@ -16,7 +16,7 @@ def test_shipped_sets_have_their_upstream_sizes_and_licences() -> None:
         assert len(rows) == sizes[name]
         assert len({r.id for r in rows}) == len(rows)
         assert all(r.question and r.reference for r in rows)
-    from grpo_cli.evaluation_suites import BENCHMARKS_DIR
+    from grpo_cli.evaluation.suites import BENCHMARKS_DIR
 
     for name in SUITES:
         assert "MIT License" in (BENCHMARKS_DIR / name / "LICENSE").read_text()
@@ -44,7 +44,7 @@ def test_every_gsm8k_reference_solution_scores_correct() -> None:
     import gzip
     import json
 
-    from grpo_cli.evaluation_suites import BENCHMARKS_DIR
+    from grpo_cli.evaluation.suites import BENCHMARKS_DIR
 
     suite = get_suite("gsm8k")
     with gzip.open(BENCHMARKS_DIR / "gsm8k" / "test.jsonl.gz", "rt") as fh:
@@ -119,7 +119,7 @@ def test_every_math500_reference_solution_scores_correct() -> None:
     import gzip
     import json
 
-    from grpo_cli.evaluation_suites import BENCHMARKS_DIR
+    from grpo_cli.evaluation.suites import BENCHMARKS_DIR
 
     suite = get_suite("math500")
     with gzip.open(BENCHMARKS_DIR / "math500" / "test.jsonl.gz", "rt") as fh:

@@ -87,7 +87,7 @@ def numbers(text: str) -> list[str]:
     return [m.replace(",", "") for m in _NUMBER.findall(text)]
 
 
-def extract_answer(text: str, answer_format: str = "auto", answer_tag: str = "answer") -> str | None:
+def parse_completion_answer(text: str, answer_format: str = "auto", answer_tag: str = "answer") -> str | None:
     """The completion's final answer as a string, or None when there is none in that format."""
     if answer_format == "answer_tag":
         return tagged(text, answer_tag)
@@ -103,12 +103,12 @@ def extract_answer(text: str, answer_format: str = "auto", answer_tag: str = "an
         raise ValueError(f"unknown answer_format {answer_format!r}; use one of {', '.join(ANSWER_FORMATS)}")
     inner = tagged(text, answer_tag)
     if inner is not None:  # the tag's content may itself hold \boxed{} or ####
-        return last_boxed(inner) or extract_answer(inner, "gsm8k") or inner
+        return last_boxed(inner) or parse_completion_answer(inner, "gsm8k") or inner
     # Prefer what follows the reasoning: a number inside <think> is not the final answer.
     tail = text.rsplit("</think>", 1)[1] if "</think>" in text else ""
     for part in (tail, text):
         for fmt in ("boxed", "gsm8k", "last_number"):
-            found = extract_answer(part, fmt)
+            found = parse_completion_answer(part, fmt)
             if found:
                 return found
     return None
@@ -126,7 +126,7 @@ def reference_answer(reference: Any) -> str | None:
     if not text:
         return None
     if "####" in text:
-        return extract_answer(text, "gsm8k") or None
+        return parse_completion_answer(text, "gsm8k") or None
     return last_boxed(text) or text
 
 
@@ -236,7 +236,7 @@ def correctness(
             out.append(None)
             continue
         try:
-            pred = extract_answer(completion_text(completion), answer_format, answer_tag)
+            pred = parse_completion_answer(completion_text(completion), answer_format, answer_tag)
             out.append(answers_match(pred, ref, use_math_verify=use_math_verify))
         except Exception as exc:  # one odd row must not stop training
             _log.debug("accuracy check failed: %s", exc)
