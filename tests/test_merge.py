@@ -72,6 +72,13 @@ def test_merged_model_loads_without_peft_and_matches_base_plus_adapter(run: Path
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= names
     assert not names & {"adapter_config.json", "adapter_model.safetensors"}
     assert not list(tmp_path.glob(".merged*")), "temporary directory left behind"
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "README.md")  # the merged model's card: a full model, made by this run
+    assert card.data.library_name == "transformers" and {"grpo", "trl"} <= set(card.data.tags)
+    assert "| accuracy | 1.0 |" in card.text and "lora:" in card.text and "report.png" in names
+    run_card = ModelCard.load(run / "README.md")  # the run's own card: a LoRA adapter
+    assert run_card.data.library_name == "peft" and "lora" in run_card.data.tags
 
     saved = tmp_path / "logits.pt"
     proc = subprocess.run([sys.executable, "-c", PLAIN, str(out), str(saved)], capture_output=True, text=True,

@@ -138,6 +138,15 @@ def test_suite_eval_of_the_bundled_model_with_compare(tmp_path: Path) -> None:
     assert len((next(out.glob("*/eval-gsm8k-completions.jsonl"))).read_text().splitlines()) == 50
 
 
+def test_a_suite_named_in_the_recipe(tmp_path: Path) -> None:
+    result = run_cli("eval", DEMO, "eval.suite=svamp", "--limit", "3", "--max-new-tokens", "4", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    # the demo recipe's eval section samples 8 completions at T=1: the suite follows it and reports pass@8
+    assert "svamp: 3 problems, 8 samples at T=1.0" in result.output and "pass@8" in result.output
+    summary = json.loads((tmp_path / "eval-svamp.json").read_text())["summary"]
+    assert summary["problems"] == 3 and summary["k"] == 8 and summary["pass@8"] >= summary["accuracy"]
+
+
 def test_suite_errors_are_one_paragraph() -> None:
     bad = run_cli("eval", "--suite", "gsm9k", "--model", "bundled:tiny-arith")
     assert bad.exit_code == 2 and "use one of gsm8k, math500, svamp" in bad.output.lower()
