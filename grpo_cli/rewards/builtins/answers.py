@@ -254,11 +254,38 @@ def accuracy(
     use_math_verify: bool = True,
     **kwargs: Any,
 ) -> list[float | None]:
-    """1.0 when the completion's final answer equals the reference answer, else 0.0.
+    r"""Final answer equals the reference answer.
 
-    The reference comes from the `answer` column (or `solution`); rows without one get None.
-    `answer_format`: auto (answer tag, then \\boxed{}, then ####, then last number), answer_tag,
-    boxed, gsm8k, last_number or first_number.
+    The reference is the `answer` column, or open-r1's `solution` column when there is no `answer`. It is
+    normalised: a GSM8K answer (`"... \n#### 1,080"`) becomes what follows the last `####`, a MATH solution the
+    content of its last `\boxed{}`; plain numbers stay as they are.
+
+    Equivalence, first that applies: equal after normalisation (`$`, `\text{}`, `\left`, spaces, trailing
+    period, case); if both are plain numbers (`1,080`, `-3`, `0.5`, `1/2`, `\frac{1}{2}`, `50%`, `$12`),
+    numeric equality with relative tolerance 1e-6 (decisive); an answer holding exactly one number
+    (`72 apples`) is compared by that number; otherwise math-verify (`\frac{1}{2}` = `0.5`, `x+1` = `1+x`,
+    sets, intervals) when it is installed (`pip install grpo-cli[math]`). math-verify errors count as "not
+    equal"; candidates over 400 characters skip it.
+
+    Args:
+        completions: the sampled completions (plain strings or chat messages).
+        answer: the reference answers, one per completion (a dataset column).
+        solution: open-r1's reference column, used when there is no `answer`.
+        answer_format: where the completion's answer is: `auto` (the last `<answer>...</answer>`, within it a
+            `\boxed{}` or `####` if any; else, after `</think>` first, the last `\boxed{}`, then `#### N`, then
+            the last number), `answer_tag`, `boxed`, `gsm8k` (the rest of the line after the last `####`),
+            `last_number` or `first_number`.
+        answer_tag: the tag name `answer_tag` and `auto` read.
+        use_math_verify: use math-verify when installed (numeric and string checks otherwise).
+
+    Returns:
+        {0, 1}; None for a row without a reference.
+
+    Example:
+        >>> accuracy(["<think>6*12</think><answer>72</answer>", "<answer>70</answer>"], answer=["#### 72"] * 2)
+        [1.0, 0.0]
+        >>> accuracy([r"so the result is \boxed{\frac{1}{2}}"], answer=["0.5"])
+        [1.0]
     """
     verdicts = correctness(completions, answer, solution, answer_format=answer_format,
                            answer_tag=answer_tag, use_math_verify=use_math_verify)
