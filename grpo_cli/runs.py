@@ -31,6 +31,17 @@ HEALTH = "health.jsonl"
 REPORT_IMAGE = "report.png"
 REPORT_SUMMARY = "report.md"
 CHECKPOINT_PREFIX = "checkpoint-"
+COMPLETIONS = "completions.jsonl"
+"""Sampled prompts, completions, rewards and advantages of each logging step (`grpo samples`)."""
+BEST = "best"
+"""The model with the best task metric (eval.every_steps); the manifest's `best` records it."""
+CARD = "README.md"
+"""The model card (Hub format) of a finished run or merged model."""
+
+
+def suite_result(suite: str) -> str:
+    """`grpo eval --suite` summary file next to a model."""
+    return f"eval-{suite}.json"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 PACKAGES = ("grpo-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli import runs
 from grpo_cli.evaluation.suites import Suite, SuiteRow, get_suite, pass_at_k, wilson_interval
 
 SuiteSampler = Any  # callable(prompts) -> (texts, ids, truncated), as evaluation.Sampler
@@ -183,7 +184,7 @@ def write_suite_result(result: SuiteResult, directory: Path) -> tuple[Path, Path
     import dataclasses
 
     directory.mkdir(parents=True, exist_ok=True)
-    summary = directory / f"eval-{result.suite}.json"
+    summary = directory / runs.suite_result(result.suite)
     completions = directory / f"eval-{result.suite}-completions.jsonl"
     with completions.open("w", encoding="utf-8") as fh:
         for rec in result.records():

@@ -20,7 +20,7 @@ import yaml
 
 from grpo_cli import runs
 
-CARD_FILE = "README.md"
+CARD_FILE = runs.CARD
 SUITE_DATASETS = {"gsm8k": ("openai/gsm8k", "GSM8K", "test"), "math500": ("HuggingFaceH4/MATH-500", "MATH-500", "test"),
                   "svamp": ("ChilleD/SVAMP", "SVAMP", "test")}
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -57,7 +57,7 @@ def suite_results(*dirs: Path) -> list[dict[str, Any]]:
     found: dict[str, dict[str, Any]] = {}
     for d in dirs:
         for name in SUITE_DATASETS:
-            data = _read(d / f"eval-{name}.json")
+            data = _read(d / runs.suite_result(name))
             if isinstance(data, dict) and isinstance(data.get("summary"), dict) and name not in found:
                 found[name] = data["summary"]
     return list(found.values())
@@ -157,8 +157,8 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) 
     from huggingface_hub import ModelCard
 
     run = run_dir or target
-    recipe = _read(run / "recipe.yaml") or {}
-    manifest = _read(run / "manifest.json") or {}
+    recipe = _read(run / runs.RECIPE) or {}
+    manifest = _read(run / runs.MANIFEST) or {}
     suites = suite_results(target, run)
     name = target.resolve().name
     data = _front_matter(recipe, base, adapter, name, suites)
@@ -176,7 +176,7 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) 
     if manifest:
         lines += ["## Training", "", *_training_lines(run, manifest), ""]
     lines += ["## Evaluation", "", *_eval_lines(manifest, suites), ""]
-    if (run / "report.png").is_file():
+    if (run / runs.REPORT_IMAGE).is_file():
         lines += ["## Training curves", "", "![training curves](report.png)", ""]
     if recipe:
         lines += ["## Recipe", "", "```yaml", yaml.safe_dump(recipe, sort_keys=False).rstrip(), "```", ""]
@@ -189,9 +189,9 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) 
 def write_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) -> Path:
     """Write target/README.md (and copy the report image beside it when it lives elsewhere)."""
     text = build_card(target, run_dir=run_dir, base=base, adapter=adapter)
-    image = (run_dir or target) / "report.png"
-    if image.is_file() and not (target / "report.png").exists():
-        shutil.copy2(image, target / "report.png")
+    image = (run_dir or target) / runs.REPORT_IMAGE
+    if image.is_file() and not (target / runs.REPORT_IMAGE).exists():
+        shutil.copy2(image, target / runs.REPORT_IMAGE)
     path = target / CARD_FILE
     path.write_text(text, encoding="utf-8")
     return path

@@ -16,9 +16,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 
-COMPLETIONS_FILE = "completions.jsonl"
+COMPLETIONS_FILE = runs.COMPLETIONS
 
 
 def message_text(value: Any) -> str:

@@ -19,9 +19,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 
-BEST_DIR = "best"
+BEST_DIR = runs.BEST
 
 
 def metric_name(recipe: Any) -> str:
@@ -183,7 +184,6 @@ def evaluate_once(recipe: Any, model: Any, tokenizer: Any, eval_rows: Any, conso
 def run_callbacks(recipe: Any, out: Path, manifest: dict[str, Any], tokenizer: Any, eval_rows: Any,
                   console: Any = None) -> list[Any]:
     """The callbacks this issue's outputs need: completions.jsonl, and the task metric when eval.every_steps."""
-    from grpo_cli import runs
     from grpo_cli.training.completions import COMPLETIONS_FILE, CompletionsLog
 
     extras: list[Any] = []
