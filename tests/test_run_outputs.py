@@ -17,7 +17,7 @@ DEMO = RECIPES / "demo.yaml"
 # 4 samples each) every 2 steps.
 TRAIN = ["training.max_steps=6", "training.per_device_train_batch_size=16", "training.num_generations=4",
          "training.logging_steps=2", "eval.before_after=false",
-         "eval.every_steps=2", "eval.max_samples=16", "eval.num_generations=4", "output.report_to=none",
+         "eval.every_steps=2", "eval.max_samples=16", "eval.num_generations=4", "output.report_to=tensorboard",
          "output.completions_per_log=5"]
 
 
@@ -44,6 +44,15 @@ def test_best_checkpoint_holds_the_best_logged_task_metric(run: Path) -> None:
     manifest = json.loads((run / "manifest.json").read_text())
     assert manifest["best"] == {"step": best_step, "metric": key, "value": best_value, "path": "best"}
     assert (run / "best" / "model.safetensors").is_file() and (run / "best" / "tokenizer.json").is_file()
+
+    # the trackers got the same values (TensorBoard prefixes training logs with train/)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(next(run.glob("runs/**/events.out.tfevents*"))))
+    events.Reload()
+    scalars = events.Scalars(f"train/{key}")
+    assert [e.step for e in scalars] == [s for s, _ in logged]
+    assert [e.value for e in scalars] == pytest.approx([v for _, v in logged])
 
     # best/ is the model of that step: scoring it again with the same seed gives the logged value
     from grpo_cli import load_recipe

@@ -37,15 +37,20 @@ def _fmt_value(value: Any) -> str:
 def render_eval_pair(console: Console, before: Any, after: Any) -> None:
     """Side-by-side held-out scores before and after training."""
     a, b = before.summary(), (after.summary() if after else {})
-    table = Table(title="held-out evaluation (sampling)", title_justify="left")
+    suite = a.get("suite")
+    title = f"{suite} ({a.get('decoding')})" if suite else "held-out evaluation (sampling)"
+    table = Table(title=title, title_justify="left")
     table.add_column("metric")
     table.add_column("before", justify="right")
     table.add_column("after", justify="right")
     table.add_column("change", justify="right")
     for key, value in a.items():
-        if key in ("label",):
+        if key in ("label", "suite", "model", "source", "decoding") or (suite and value is None):
             continue
         other = b.get(key)
+        if key == "ci95":  # a suite's 95% interval, as percentages
+            table.add_row("95% CI", *(f"{100 * v[0]:.1f}–{100 * v[1]:.1f}%" if v else "-" for v in (value, other)), "")
+            continue
         change = other - value if isinstance(value, float) and isinstance(other, float) else None
         table.add_row(key, _fmt_value(value), _fmt_value(other), (f"{change:+.4f}" if change is not None else ""))
     console.print(table)
