@@ -104,10 +104,6 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
     from grpo_cli.validation import preflight
 
     preflight(recipe).raise_for_problems()
-    if recipe.eval.every_steps:
-        from grpo_cli.training.task_metric import check_metric
-
-        check_metric(recipe)
     ckpt, replace = runs.prepare_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
     if ckpt is not None:
         runs.check_resume_compatible(recipe, out)

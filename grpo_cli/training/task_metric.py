@@ -20,7 +20,6 @@ from typing import Any
 from transformers import TrainerCallback
 
 from grpo_cli import runs
-from grpo_cli.errors import GrpoError
 
 BEST_DIR = runs.BEST
 
@@ -28,23 +27,6 @@ BEST_DIR = runs.BEST
 def metric_name(recipe: Any) -> str:
     """The logged key: task/<suite>/<metric> or task/eval/<metric>."""
     return f"task/{recipe.eval.suite or 'eval'}/{recipe.eval.metric}"
-
-
-def check_metric(recipe: Any) -> None:
-    """Refuse a metric the evaluation cannot produce, before the model loads."""
-    ev = recipe.eval
-    if ev.suite and ev.metric != "accuracy":
-        raise GrpoError(f"a suite measures accuracy, not {ev.metric!r}", where="eval.metric",
-                        fix="Use eval.metric: accuracy with eval.suite, or drop eval.suite to score the eval split "
-                            "with a reward.")
-    if not ev.suite:
-        labels = [e.label for e in (ev.rewards or recipe.rewards)]
-        if ev.metric not in ("accuracy", "reward", *labels):
-            raise GrpoError(f"eval.metric {ev.metric!r} is not a reward of this recipe", where="eval.metric",
-                            fix=f"Use accuracy, reward (the weighted total) or one of: {', '.join(labels)}.")
-        if not recipe.data.has_eval:
-            raise GrpoError("eval.every_steps scores the eval split, but the recipe has none", where="eval.every_steps",
-                            fix="Set data.eval_split or data.eval_holdout, or name a bundled suite in eval.suite.")
 
 
 def build_evaluator(recipe: Any, tokenizer: Any, eval_rows: Any) -> Callable[[Any], float | None]:
