@@ -177,3 +177,25 @@ def test_early_stop_on_a_suite_that_does_not_improve(tmp_path: Path) -> None:
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["best"]["step"] == 2 and manifest["best"]["value"] == 0.0
     assert manifest["status"] == "completed" and (tmp_path / "run" / "README.md").is_file()
+
+
+def test_a_resumed_run_keeps_the_best_of_before(tmp_path: Path) -> None:
+    """best/ survives a resume: the run continues the comparison instead of starting it again."""
+    from grpo_cli import load_recipe, train
+
+    out = tmp_path / "run"
+    first = [*TRAIN[:4], "training.max_steps=2", "training.save_strategy=steps", "training.save_steps=2",
+             "eval.every_steps=1", "eval.max_samples=8", "eval.num_generations=2", "output.report_to=none"]
+    assert train(load_recipe(DEMO, first), output_dir=out).status == "completed"
+    before = json.loads((out / "manifest.json").read_text())["best"]
+    second = [o if o != "training.max_steps=2" else "training.max_steps=4" for o in first]
+    assert train(load_recipe(DEMO, second), output_dir=out, resume=True).global_step == 4
+    key = "task/eval/accuracy"
+    logged = [(r["step"], r[key]) for r in _records(out / "metrics.jsonl") if key in r]
+    assert [s for s, _ in logged] == [0, 1, 2, 3, 4]  # no second baseline after the resume
+    best_step, best_value = max((sv for sv in logged if sv[0] > 0), key=lambda sv: (sv[1], -sv[0]))
+    after = json.loads((out / "manifest.json").read_text())["best"]
+    assert (after["step"], after["value"]) == (best_step, best_value)
+    assert after["value"] >= before["value"]
+    assert json.loads((out / "best" / "grpo_best.json").read_text()) == after
+

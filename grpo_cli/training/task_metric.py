@@ -11,6 +11,7 @@ process saves and stops together.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 from collections.abc import Callable
@@ -22,6 +23,8 @@ from transformers import TrainerCallback
 from grpo_cli import runs
 
 BEST_DIR = runs.BEST
+BEST_RECORD = "grpo_best.json"
+"""Inside best/: step, metric and value of the model there, so a resumed run only replaces it by a better one."""
 
 
 def metric_name(recipe: Any) -> str:
@@ -86,9 +89,21 @@ class TaskMetric(TrainerCallback):
         self.console = console
         self.trainer: Any = None
         self.history: list[tuple[int, float | None]] = []
-        self.best: tuple[int, float] | None = None
+        self.best: tuple[int, float] | None = self._previous_best()
         self.stale = 0
         self.early_stop_message = ""
+
+    def _previous_best(self) -> tuple[int, float] | None:
+        """The best of this run before a resume (best/grpo_best.json), when it measured the same metric."""
+        try:
+            record = json.loads((self.out / BEST_DIR / BEST_RECORD).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict) or record.get("metric") != self.name or \
+                not isinstance(record.get("value"), (int, float)) or not isinstance(record.get("step"), int):
+            return None
+        self.manifest["best"] = record
+        return record["step"], float(record["value"])
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if state.global_step == 0:  # the baseline; not a checkpoint, so never best/
@@ -138,10 +153,12 @@ class TaskMetric(TrainerCallback):
         tokenizer = getattr(self.trainer, "processing_class", None)
         if tokenizer is not None and not (tmp / "tokenizer_config.json").exists():
             tokenizer.save_pretrained(str(tmp))
+        record = {"step": step, "metric": self.name, "value": value, "path": BEST_DIR}
+        (tmp / BEST_RECORD).write_text(json.dumps(record) + "\n", encoding="utf-8")
         if best.exists():
             shutil.rmtree(best)
         tmp.replace(best)
-        self.manifest["best"] = {"step": step, "metric": self.name, "value": value, "path": BEST_DIR}
+        self.manifest["best"] = record
         self.write_manifest()
 
 
