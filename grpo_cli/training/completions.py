@@ -147,9 +147,12 @@ def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | N
     else:  # worst/best across the chosen step, or the whole run when no step is given
         chosen = [r for r in rows if step is None or r.get("step") == step]
 
-        def key(r: dict[str, Any]) -> float:
-            v = (r.get("rewards") or {}).get(reward) if reward else r.get("reward")
-            return v if isinstance(v, (int, float)) else -math.inf if order == "best" else math.inf
+        def key(r: dict[str, Any]) -> tuple[float, float]:
+            """The reward, then the advantage (ties: the completion the update pushed hardest away/towards)."""
+            missing = -math.inf if order == "best" else math.inf
+            v = _finite((r.get("rewards") or {}).get(reward) if reward else r.get("reward"))
+            a = _finite(r.get("advantage"))
+            return (missing if v is None else v, missing if a is None else a)
 
         chosen.sort(key=key, reverse=order == "best")
     return chosen[:limit], steps
