@@ -93,17 +93,20 @@ def eval_cmd(
                                                       "(repeatable).", show_default=False)] = None,
     backend: Annotated[str, typer.Option("--backend", help="auto (vLLM when installed and a GPU is present), "
                                          "transformers or vllm.")] = "auto",
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an earlier evaluation in --out.")] = False,
 ) -> None:
     """Sample completions for held-out prompts and score them with the recipe's rewards: mean, pass@k, lengths."""
 
     def body() -> None:
-        from grpo_cli.evaluation import EvalSettings, run_eval, write_eval_outputs
+        from grpo_cli.evaluation import EvalSettings, check_eval_out, run_eval, write_eval_outputs
         from grpo_cli.model_sources import resolve_model_source
         from grpo_cli.modeling import model_reference
 
         loaded = _load(recipe, overrides)
         settings = EvalSettings.from_recipe(loaded, samples=samples, k=num_generations, temperature=temperature,
                                             batch_size=batch_size)
+        target = out or Path("outputs") / "eval" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        check_eval_out(target, force)
         first_ref = model or model_reference(loaded)
         trained = Path(loaded.output.dir)
         if model is None and (trained / "manifest.json").exists():
@@ -113,7 +116,6 @@ def eval_cmd(
         sources += [resolve_model_source(ref, base_dir=loaded.base_dir, where="--compare") for ref in compare or []]
         results = run_eval(loaded, sources, settings, split=split, file=file, backend=backend, console=console)
         _unique_labels(results)
-        target = out or Path("outputs") / "eval" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
         completions, summary = write_eval_outputs(target, results, settings, sources)
         title = (f"{results[0].num_prompts} prompts x {settings.k} samples · T={settings.temperature} · "
                  f"seed {settings.seed}")

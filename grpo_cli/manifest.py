@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import importlib.metadata
-import json
 import os
 import platform
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from grpo_cli.runs import now, write_manifest
+
+__all__ = ["now", "package_versions", "start_manifest", "write_manifest"]
 
 PACKAGES = ("grpo-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers",
             "vllm", "deepspeed", "bitsandbytes", "math-verify")
@@ -50,17 +52,6 @@ def hardware() -> dict[str, Any]:
     except ImportError:
         pass
     return info
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """Write atomically, so an interrupted run never leaves a truncated manifest."""
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
 
 
 def start_manifest(recipe_source: str, seed: int, world_size: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ def _adapter_source(ref: str, base: str | None) -> ModelSource:
         if (path / "config.json").exists():
             fix = "It holds full model weights already (a full fine-tune): it is standalone, there is nothing to merge."
         else:
-            from grpo_cli.training import latest_checkpoint
+            from grpo_cli.runs import latest_checkpoint
 
             ckpt = latest_checkpoint(path)
             has = ckpt is not None and (ckpt / "adapter_config.json").exists()
@@ -81,9 +82,49 @@ def _check_out(out: Path, source: ModelSource, force: bool) -> None:
     if any(out_r == p or out_r in p.parents for p in protected):
         raise GrpoError(f"--out {out} would replace the adapter being merged", where="--out",
                         fix="Write the merged model to a new directory, e.g. --out outputs/merged.")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise GrpoError(f"output directory {out} is not empty; refusing to overwrite it", where="--out",
-                        fix="Choose an empty or new directory, or pass --force to replace it.")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise GrpoError(f"output directory {out} is not empty; refusing to overwrite it", where="--out",
+                            fix="Choose an empty or new directory, or pass --force to replace it.")
+        if not looks_like_a_model(out):
+            raise GrpoError(f"{out} is not empty and does not look like a model (no config.json with weights, "
+                            "no grpo_merge.json); refusing to delete it", where="--force",
+                            fix="Choose an empty or new --out; --force only replaces an earlier merge or model.")
+
+
+def looks_like_a_model(path: Path) -> bool:
+    """A saved model or earlier merge: what `--force` may replace."""
+    from grpo_cli.runs import WEIGHT_FILES
+
+    return (path / "grpo_merge.json").is_file() or (
+        (path / "config.json").is_file() and any((path / name).is_file() for name in WEIGHT_FILES))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temporaries(out: Path) -> list[Path]:
+    """Remove `.OUT.tmp-PID-*` / `.OUT.old-PID-*` left by merges that were killed (their PID is gone).
+
+    A merge writes into such a sibling and renames it at the end; SIGKILL skips its cleanup. Names
+    without a PID (from older versions) are removed once they are an hour old.
+    """
+    removed = []
+    for kind in ("tmp", "old"):
+        for path in out.parent.glob(f".{out.name}.{kind}-*"):
+            pid = path.name[len(f".{out.name}.{kind}-"):].split("-", 1)[0]
+            stale = not _pid_alive(int(pid)) if pid.isdigit() else time.time() - path.stat().st_mtime > 3600
+            if stale and path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+    return removed
 
 
 def _pick_dtype(requested: str, weights: str) -> str:
@@ -130,7 +171,7 @@ def _install(tmp: Path, out: Path) -> None:
     """Put the finished tmp dir in place of `out`; the old contents go only after the new ones are in."""
     old = None
     if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
         os.replace(out, old / "dir")
     os.replace(tmp, out)
     if old is not None:
@@ -172,7 +213,8 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
     reference = probe_logits(model, probes)
 
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    clean_stale_temporaries(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     try:
         umask = os.umask(0)
         os.umask(umask)

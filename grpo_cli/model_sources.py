@@ -188,7 +188,7 @@ def resolve_model_source(ref: str, *, base: str | None = None, adapter: str | No
         return ModelSource(ref, kind, str(path), None, str(tokenizer_dir or path), run_dir, step)
     hint = "Give a directory holding config.json (a model) or adapter_config.json (a LoRA adapter)."
     if kind == "run":
-        from grpo_cli.training import latest_checkpoint
+        from grpo_cli.runs import latest_checkpoint
 
         ckpt = latest_checkpoint(path)
         hint = (f"The run did not finish; evaluate its latest checkpoint instead: {ckpt}." if ckpt

@@ -104,9 +104,11 @@ def load_run(output_dir: str | Path) -> RunData:
         raise GrpoError(f"{metrics} holds no training log yet", where="OUTPUT_DIR",
                         fix="Wait for the first logging step (training.logging_steps), or check that the run "
                             "got past model loading (manifest.json).")
-    manifest: dict[str, Any] = {}
+    from grpo_cli.runs import mark_if_killed
+
+    manifest: dict[str, Any] = mark_if_killed(out) or {}  # a run that died without a word is `killed`, not running
     with contextlib.suppress(OSError, ValueError):  # a run without a (readable) manifest still has curves
-        manifest = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+        manifest = manifest or json.loads((out / "manifest.json").read_text(encoding="utf-8"))
     return RunData(out, train, evals, read_jsonl(out / "health.jsonl"), manifest if isinstance(manifest, dict) else {})
 
 

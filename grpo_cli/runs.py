@@ -17,7 +17,10 @@ import datetime as dt
 import fcntl
 import json
 import os
+import shutil
 import socket
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +36,10 @@ WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safeten
                 "pytorch_model.bin", "adapter_model.bin", "pytorch_model.bin.index.json")
 # Entries that do not make a directory "a previous run" (grpo's own bookkeeping).
 BOOKKEEPING = frozenset({LOCK})
+# Set by the `grpo train` that re-launches itself under accelerate: it holds the lock for its workers.
+LOCKED_ENV = "GRPO_RUN_LOCKED"
+# Per-step logs a resumed run writes again from the checkpoint's step on.
+STEP_LOGS = (METRICS, "health.jsonl")
 
 
 def _step_of(path: Path) -> int | None:
@@ -101,9 +108,16 @@ def looks_like_a_run(out: Path) -> bool:
     return any((out / n).exists() for n in (MANIFEST, RECIPE, METRICS)) or bool(checkpoints(out))
 
 
-def truncate_metrics(out: Path, step: int) -> int:
-    """Drop metrics.jsonl records logged after `step` (a resumed run logs them again); return how many."""
-    path = out / METRICS
+def truncate_step_logs(out: Path, step: int) -> int:
+    """Drop records logged after `step` from metrics.jsonl and health.jsonl; return how many.
+
+    After a hard kill these files run ahead of the last checkpoint; the resumed run logs those steps
+    again, and each step must appear once.
+    """
+    return sum(_truncate_jsonl(out / name, step) for name in STEP_LOGS)
+
+
+def _truncate_jsonl(path: Path, step: int) -> int:
     if not path.is_file():
         return 0
     keep: list[str] = []
@@ -148,7 +162,7 @@ class RunLock:
     """An exclusive flock on OUT/.grpo.lock, held for the whole run (the kernel drops it when the holder dies).
 
     The file records who holds it (pid, host, command, since) for the message a second writer gets.
-    Creating the lock creates `out`; `release` removes both again when nothing else was written.
+    Creating the lock creates `out`; `release` removes the file, and `out` when nothing else was written.
     """
 
     def __init__(self, out: Path) -> None:
@@ -183,12 +197,17 @@ class RunLock:
         return self
 
     def release(self) -> None:
-        """Drop the lock; remove the directory again if this run created it and wrote nothing else."""
+        """Drop the lock and its file; remove the directory again if this run created it and wrote nothing.
+
+        The file goes before the lock is released: a process that opened it just before then fails to
+        lock it (LOCK_NB) and reports the run as busy, which it still was.
+        """
         if self._fd is None:
             return
+        with contextlib.suppress(OSError):
+            self.path.unlink()
         if self._created_dir and not run_entries(self.out):
             with contextlib.suppress(OSError):
-                self.path.unlink()
                 self.out.rmdir()
         os.close(self._fd)
         self._fd = None
@@ -241,3 +260,88 @@ def mark_if_killed(out: Path, *, lock_held: bool = False) -> dict[str, Any] | No
                             f"found by a later command at {now()}")
     write_manifest(out / MANIFEST, manifest)
     return manifest
+
+
+@dataclass
+class OutputPlan:
+    """What `grpo train` does with its output directory, decided before anything is written."""
+
+    checkpoint: Path | None = None
+    replace: bool = False
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def plan_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy: str) -> OutputPlan:
+    """Apply the overwrite/resume policy without touching anything.
+
+    `resume` is True (newest complete checkpoint in `out`), a checkpoint path, or None. The old run
+    is replaced only later (see `SetAside`), once the new one is ready to train.
+    """
+    if isinstance(resume, str):
+        ckpt = Path(resume)
+        problem = checkpoint_problem(ckpt) if ckpt.is_dir() else "not a directory"
+        if problem:
+            raise GrpoError(f"{ckpt} is not a checkpoint that can be resumed from: {problem}", where="--resume",
+                            fix="Give a complete checkpoint-N directory, or `--resume` alone for the newest "
+                                "complete one in the output dir.")
+        return OutputPlan(ckpt)
+    if out.exists() and not out.is_dir():
+        raise GrpoError(f"{out} exists and is a file, not a directory", where="--output-dir",
+                        fix="Choose a directory path for the run.")
+    non_empty = bool(run_entries(out))
+    if resume or (policy == "resume" and not force):
+        ckpt, skipped = resumable_checkpoints(out)
+        if ckpt is None:
+            if resume:
+                why = "; ".join(f"{p.name}: {reason}" for p, reason in skipped)
+                raise GrpoError(f"there is no complete checkpoint-N directory in {out} to resume from"
+                                + (f" ({why})" if why else ""), where="--resume",
+                                fix="Drop --resume to start a new run, or point --output-dir at the run to continue.")
+            if non_empty:
+                raise GrpoError(f"output directory {out} is not empty and holds no checkpoint", where="output.dir",
+                                fix="Use --force to replace it, or choose another --output-dir.")
+        return OutputPlan(ckpt, skipped=skipped)
+    if not non_empty:
+        return OutputPlan()
+    if not (force or policy == "force"):
+        raise GrpoError(f"output directory {out} is not empty; refusing to overwrite a previous run",
+                        where="output.dir",
+                        fix="Use --resume to continue it, --force to replace it, or --output-dir for a new one.")
+    if not looks_like_a_run(out):
+        raise GrpoError(f"{out} is not empty and does not look like a grpo run (no manifest.json, recipe.yaml, "
+                        "metrics.jsonl or checkpoint); refusing to delete it", where="--force",
+                        fix="Choose an empty or new --output-dir.")
+    return OutputPlan(replace=True)
+
+
+class SetAside:
+    """The previous run's files, moved next to `out` while a `--force` run starts.
+
+    `discard` deletes them once the new run has completed a step; `restore` puts them back when it
+    fails before that, so a replacement that never trained loses nothing. The lock file stays put.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.path = Path(tempfile.mkdtemp(prefix=f".{out.name}.previous-", dir=out.parent))
+        self.done = False
+        for entry in run_entries(out):
+            os.replace(entry, self.path / entry.name)
+
+    def discard(self) -> None:
+        if not self.done:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.done = True
+
+    def restore(self) -> None:
+        if self.done:
+            return
+        for entry in run_entries(self.out):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        for entry in self.path.iterdir():
+            os.replace(entry, self.out / entry.name)
+        self.path.rmdir()
+        self.done = True

@@ -7,11 +7,11 @@ before the model loads, and nothing is written until those checks pass.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.loading import dump_yaml
 from grpo_cli.schema import Recipe
@@ -40,60 +40,8 @@ def _is_main_process() -> bool:
 
 
 def latest_checkpoint(out: Path) -> Path | None:
-    """The checkpoint-N directory with the highest N, if any."""
-    best: tuple[int, Path] | None = None
-    if out.is_dir():
-        for child in out.iterdir():
-            name = child.name
-            if child.is_dir() and name.startswith("checkpoint-") and name[len("checkpoint-"):].isdigit():
-                step = int(name[len("checkpoint-"):])
-                if best is None or step > best[0]:
-                    best = (step, child)
-    return best[1] if best else None
-
-
-def _looks_like_a_run(out: Path) -> bool:
-    return any((out / n).exists() for n in ("manifest.json", "recipe.yaml", "metrics.jsonl")) or \
-        latest_checkpoint(out) is not None
-
-
-def prepare_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy: str) -> tuple[Path | None, bool]:
-    """Apply the overwrite policy without touching anything yet.
-
-    Returns (checkpoint to resume from or None, whether the old directory must be replaced).
-    The replacement happens only once the model, data and config are ready, so a run that
-    fails to start leaves the previous one intact.
-    """
-    if isinstance(resume, str):
-        ckpt = Path(resume)
-        if not (ckpt / "trainer_state.json").exists():
-            raise GrpoError(f"{ckpt} is not a training checkpoint (no trainer_state.json)", where="--resume",
-                            fix="Give a checkpoint-N directory, or `--resume` alone for the latest one "
-                                "in the output dir.")
-        return ckpt, False
-    non_empty = out.exists() and any(out.iterdir())
-    if resume or (policy == "resume" and not force):
-        ckpt = latest_checkpoint(out)
-        if ckpt is None:
-            if resume:
-                raise GrpoError(f"there is no checkpoint-N directory in {out} to resume from", where="--resume",
-                                fix="Drop --resume to start a new run, or point --output-dir at the run to continue.")
-            if non_empty:
-                raise GrpoError(f"output directory {out} is not empty and holds no checkpoint", where="output.dir",
-                                fix="Use --force to replace it, or choose another --output-dir.")
-        return ckpt, False
-    if non_empty:
-        if force or policy == "force":
-            if not _looks_like_a_run(out):
-                raise GrpoError(f"{out} is not empty and does not look like a grpo run (no manifest.json, "
-                                "recipe.yaml, metrics.jsonl or checkpoint); refusing to delete it", where="--force",
-                                fix="Choose an empty or new --output-dir.")
-            return None, True
-        else:
-            raise GrpoError(f"output directory {out} is not empty; refusing to overwrite a previous run",
-                            where="output.dir",
-                            fix="Use --resume to continue it, --force to replace it, or --output-dir for a new one.")
-    return None, False
+    """The newest complete checkpoint-N directory, if any (kept here for older imports)."""
+    return runs.latest_checkpoint(out)
 
 
 def check_resume_compatible(recipe: Recipe, out: Path) -> None:
@@ -175,16 +123,55 @@ def _summary(records: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
     return rows
 
 
+def _holds_own_lock() -> bool:
+    """Whether this process takes the run's lock: the main process, unless its launcher already holds it."""
+    return _is_main_process() and not os.environ.get(runs.LOCKED_ENV)
+
+
 def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool | str | None = None,
-          force: bool = False, console: Any = None) -> TrainResult:
-    """Validate, load, and train; returns when training ends, is stopped, or is interrupted."""
+          force: bool = False, console: Any = None, resume_command: str | None = None) -> TrainResult:
+    """Validate, load, and train; returns when training ends, is stopped, or is interrupted.
+
+    The output directory is locked for the whole run; `resume_command` is the command printed to
+    continue an interrupted run (default: the recipe with `-o OUT --resume`).
+    """
     from grpo_cli.validation import preflight
 
     preflight(recipe).raise_for_problems()
     out = Path(output_dir or recipe.output.dir)
-    ckpt, replace = prepare_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
-    if ckpt is not None:
+    lock = runs.RunLock(out).acquire() if _holds_own_lock() else None
+    try:
+        return _train_in(recipe, out, resume, force, console, resume_command)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _say(console: Any, text: str) -> None:
+    if console is not None and _is_main_process():
+        console.print(text, markup=False, soft_wrap=True)
+
+
+def _plan(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Any) -> runs.OutputPlan:
+    """The output-dir plan, after recording a run that died without a word and explaining skipped checkpoints."""
+    if _is_main_process():
+        killed = runs.mark_if_killed(out, lock_held=True)
+        if killed is not None:
+            _say(console, f"note: the run in {out} stopped without recording why (killed at step "
+                          f"{killed.get('global_step') or 'unknown'} or later); its manifest now says `killed`")
+    plan = runs.plan_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
+    for path, why in plan.skipped:
+        _say(console, f"skipping {path.name}: {why}")
+    if plan.checkpoint is not None:
         check_resume_compatible(recipe, out)
+        _say(console, f"resuming from {plan.checkpoint.name} (step {runs.checkpoint_step(plan.checkpoint)})")
+    return plan
+
+
+def _train_in(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Any,
+              resume_command: str | None) -> TrainResult:
+    plan = _plan(recipe, out, resume, force, console)
+    ckpt = plan.checkpoint
     if recipe.launch.vllm.mode == "server" and _is_main_process():
         from grpo_cli.vllm_serve import server_base_url, wait_for_server
 
@@ -195,8 +182,6 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     # transformers 5 warns on every run that TRL's `gradient_checkpointing` is an alias; not the user's doing.
     warnings.filterwarnings("ignore", message=".*(gradient_checkpointing|is_gradient_checkpointing).*deprecated",
                             category=FutureWarning)
-    from grpo_cli import manifest as mf
-    from grpo_cli.callbacks import GracefulStop, MetricsJsonl, RichConsole
     from grpo_cli.data.mapping import prepare_data
     from grpo_cli.modeling import load_model
     from grpo_cli.rewards import build_reward_funcs
@@ -209,25 +194,48 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     loaded = load_model(recipe)
     data = prepare_data(recipe, loaded.tokenizer)
     reward_funcs = build_reward_funcs(recipe)
-    main = _is_main_process()
 
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOConfig
 
     try:
         config = GRPOConfig(**grpo_config_kwargs(recipe, out, loaded.dtype, loaded.device))
     except (ValueError, TypeError) as exc:
         raise GrpoError(f"TRL rejected the training settings: {str(exc).splitlines()[0]}", where="training",
                         fix="Fix the named training key; `grpo validate` checks most of these up front.") from None
-    if main:
-        if replace and out.exists():
-            shutil.rmtree(out)
+    aside = None
+    if _is_main_process():
+        if plan.replace:
+            aside = runs.SetAside(out)  # back in place if the new run fails before its first step
         out.mkdir(parents=True, exist_ok=True)
-        (out / "recipe.yaml").write_text(dump_yaml(recipe.model_dump(mode="json")), encoding="utf-8")
+        if ckpt is not None:
+            runs.truncate_step_logs(out, runs.checkpoint_step(ckpt))
+    try:
+        return _run(recipe, out, ckpt, loaded, data, reward_funcs, config, console, aside, resume_command)
+    except BaseException:
+        if aside is not None:
+            aside.restore()
+        raise
+    finally:
+        for f in reward_funcs:
+            if hasattr(f, "close"):
+                f.close()
+
+
+def _run(recipe: Recipe, out: Path, ckpt: Path | None, loaded: Any, data: Any, reward_funcs: list[Any], config: Any,
+         console: Any, aside: runs.SetAside | None, resume_command: str | None) -> TrainResult:
+    """Write the run's record, build the trainer, train, and finish the record (main process writes)."""
+    from grpo_cli import manifest as mf
+    from grpo_cli.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole
+    from grpo_cli.resume_sampler import resumable
+
+    main = _is_main_process()
+    if main:
+        (out / runs.RECIPE).write_text(dump_yaml(recipe.model_dump(mode="json")), encoding="utf-8")
     manifest = mf.start_manifest(recipe.source, config.seed, recipe.launch.world_size)
     manifest.update(output_dir=str(out), resumed_from=str(ckpt) if ckpt else None, data=data.stats,
                     dtype=loaded.dtype, device=loaded.device)
     if main:
-        mf.write_manifest(out / "manifest.json", manifest)
+        mf.write_manifest(out / runs.MANIFEST, manifest)
 
     result = TrainResult(out, "running", 0, data_stats=data.stats)
     if recipe.eval.before_after and data.eval is not None and main and ckpt is None:
@@ -235,15 +243,21 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
 
         result.eval_before = evaluate_recipe_model(recipe, loaded.model, loaded.tokenizer, data.eval, console,
                                                    label="before training")
-    metrics = MetricsJsonl(out / "metrics.jsonl")
+    metrics = MetricsJsonl(out / runs.METRICS)
     stopper = GracefulStop()
     callbacks = [metrics, stopper, RichConsole(console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
+    if aside is not None:
+        callbacks.append(OnFirstStep(aside.discard))
     from grpo_cli.health import health_callbacks
 
     callbacks += health_callbacks(recipe, out, console=console)
-    trainer = GRPOTrainer(model=loaded.model, reward_funcs=reward_funcs, args=config, train_dataset=data.train,
-                          eval_dataset=data.eval if config.eval_strategy != "no" else None,
-                          processing_class=loaded.tokenizer, peft_config=loaded.peft_config, callbacks=callbacks)
+    from trl import GRPOTrainer
+
+    trainer = resumable(GRPOTrainer)(model=loaded.model, reward_funcs=reward_funcs, args=config,
+                                     train_dataset=data.train,
+                                     eval_dataset=data.eval if config.eval_strategy != "no" else None,
+                                     processing_class=loaded.tokenizer, peft_config=loaded.peft_config,
+                                     callbacks=callbacks)
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
@@ -253,43 +267,47 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     except BaseException:
         manifest.update(status="failed", finished=mf.now(), global_step=trainer.state.global_step)
         if main:
-            mf.write_manifest(out / "manifest.json", manifest)
+            mf.write_manifest(out / runs.MANIFEST, manifest)
             from grpo_cli.report import report_after_training
 
             report_after_training(out, console)
         raise
     finally:
         stopper.uninstall()
-        for f in reward_funcs:
-            if hasattr(f, "close"):
-                f.close()
+    _finish(recipe, out, trainer, loaded, data, metrics, stopper, callbacks, result, console, resume_command)
+    manifest.update(status=result.status, finished=mf.now(), global_step=result.global_step, message=result.message,
+                    eval_before=result.eval_before.summary() if result.eval_before else None,
+                    eval_after=result.eval_after.summary() if result.eval_after else None)
+    if main:
+        mf.write_manifest(out / runs.MANIFEST, manifest)
+        from grpo_cli.report import report_after_training
+
+        report_after_training(out, console)
+    return result
+
+
+def _finish(recipe: Recipe, out: Path, trainer: Any, loaded: Any, data: Any, metrics: Any, stopper: Any,
+            callbacks: list[Any], result: TrainResult, console: Any, resume_command: str | None) -> None:
+    """How the run ended: interrupted (with the command that continues it), stopped, or completed and saved."""
     result.global_step = trainer.state.global_step
     result.metrics = metrics.records
     result.summary = _summary(metrics.records)
     stop_reason = next((c.reason for c in callbacks if getattr(c, "reason", None)), "")
     if stopper.received is not None:
         result.status = "interrupted"
+        command = resume_command or f"grpo train {recipe.source or 'RECIPE'} -o {out} --resume"
         result.message = (f"{stopper.signal_name} received: saved checkpoint-{result.global_step} in {out}; "
-                          f"continue with `grpo train {recipe.source or 'RECIPE'} --resume`.")
+                          f"continue with `{command}`.")
     elif stop_reason:
         result.status = "stopped"
         result.message = stop_reason
     else:
         result.status = "completed"
         trainer.save_model(str(out))
-        if main:
+        if _is_main_process():
             loaded.tokenizer.save_pretrained(str(out))
-        if recipe.eval.before_after and data.eval is not None and main:
+        if recipe.eval.before_after and data.eval is not None and _is_main_process():
             from grpo_cli.evaluation import evaluate_recipe_model
 
             result.eval_after = evaluate_recipe_model(recipe, trainer.model, loaded.tokenizer, data.eval, console,
                                                       label="after training")
-    manifest.update(status=result.status, finished=mf.now(), global_step=result.global_step, message=result.message,
-                    eval_before=result.eval_before.summary() if result.eval_before else None,
-                    eval_after=result.eval_after.summary() if result.eval_after else None)
-    if main:
-        mf.write_manifest(out / "manifest.json", manifest)
-        from grpo_cli.report import report_after_training
-
-        report_after_training(out, console)
-    return result

@@ -108,9 +108,14 @@ def test_refuses_non_empty_out_unless_forced(run: Path, tmp_path: Path) -> None:
     result = run_cli("merge", run, "--out", out)
     assert result.exit_code == 2 and "not empty" in result.output and "--force" in result.output
     assert (out / "keep.txt").read_text() == "precious"
-    result = run_cli("merge", run, "--out", out, "--force")
+    earlier = tmp_path / "earlier"
+    assert run_cli("merge", run, "--out", earlier).exit_code == 0
+    (earlier / "stale.txt").write_text("from the earlier merge")
+    result = run_cli("merge", run, "--out", earlier)
+    assert result.exit_code == 2 and "not empty" in result.output
+    result = run_cli("merge", run, "--out", earlier, "--force")
     assert result.exit_code == 0, result.output
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert not (earlier / "stale.txt").exists() and (earlier / "model.safetensors").exists()
 
 
 def test_interrupted_or_failed_merge_leaves_nothing(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
