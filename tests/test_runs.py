@@ -104,6 +104,8 @@ def test_resume_skips_an_incomplete_checkpoint_and_says_why(tmp_path: Path) -> N
     assert first.exit_code == 0, first.output
     # What a kill during the save of checkpoint-4 leaves behind: weights, but no trainer_state.json (written last).
     (out / "checkpoint-4" / "trainer_state.json").unlink()
+    named = run_cli("train", DEMO, *FAST, "training.max_steps=5", "-o", out, "--resume", out / "checkpoint-4")
+    assert named.exit_code == 2 and "trainer_state.json" in named.output and "Traceback" not in named.output
 
     resumed = run_cli("train", DEMO, *FAST, "training.max_steps=5", "training.save_strategy=no", "-o", out,
                       "--resume")
