@@ -36,7 +36,7 @@ def train(
         launch_overrides = _launch_overrides(profile, num_processes, num_machines, machine_rank, main_process_ip)
         # `--resume PATH`: a bare path among the overrides (overrides always contain '=').
         plain = [o for o in overrides or [] if "=" not in o]
-        resume_path = plain[0] if resume and len(plain) == 1 else None  # checked by prepare_output_dir
+        resume_path = plain[0] if resume and len(plain) == 1 else None  # checked by runs.plan_output_dir
         overrides_ = [o for o in overrides or [] if o != resume_path]
         loaded = load(recipe, [*overrides_, *launch_overrides])
         from grpo_cli.training.launch import maybe_relaunch, resume_command, train_passthrough
