@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -114,9 +115,14 @@ def test_refuses_non_empty_out_unless_forced(run: Path, tmp_path: Path) -> None:
     result = run_cli("merge", run, "--out", out)
     assert result.exit_code == 2 and "not empty" in result.output and "--force" in result.output
     assert (out / "keep.txt").read_text() == "precious"
-    result = run_cli("merge", run, "--out", out, "--force")
+    earlier = tmp_path / "earlier"
+    assert run_cli("merge", run, "--out", earlier).exit_code == 0
+    (earlier / "stale.txt").write_text("from the earlier merge")
+    result = run_cli("merge", run, "--out", earlier)
+    assert result.exit_code == 2 and "not empty" in result.output
+    result = run_cli("merge", run, "--out", earlier, "--force")
     assert result.exit_code == 0, result.output
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert not (earlier / "stale.txt").exists() and (earlier / "model.safetensors").exists()
 
 
 def test_interrupted_or_failed_merge_leaves_nothing(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -182,3 +188,30 @@ def test_merge_errors_say_how_to_proceed(run: Path, tmp_path: Path) -> None:
     # The explicit --base fixes the moved adapter.
     result = run_cli("merge", bare, "--base", _base(run), *out)
     assert result.exit_code == 0, result.output
+
+
+def test_force_refuses_a_directory_that_is_not_a_model(run: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("not a model")
+    result = run_cli("merge", run, "--out", home, "--force")
+    assert result.exit_code == 2 and "does not look like a model" in result.output, result.output
+    assert (home / "notes.txt").read_text() == "not a model"
+
+
+def test_a_killed_merge_leaves_nothing_that_later_merges_keep(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "merged"
+    cmd = [sys.executable, "-m", "grpo_cli", "merge", str(run), "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not list(tmp_path.glob(".merged.tmp-*")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.kill()  # SIGKILL: no cleanup handler runs
+    proc.wait()
+    if out.exists():
+        pytest.skip("the merge finished before it could be killed")
+    stale = list(tmp_path.glob(".merged.tmp-*"))
+    assert stale, "the killed merge left no temporary directory to clean"
+    result = run_cli("merge", run, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["merged"]

@@ -51,6 +51,7 @@ def eval_cmd(
                                               "(eval.suite).", show_default=False)] = None,
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", min=1, help="Longest completion "
                                                        "(eval.max_new_tokens).", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an earlier evaluation in --out.")] = False,
 ) -> None:
     """Sample completions for held-out prompts and score them: the recipe's rewards, or a benchmark suite."""
 
@@ -61,7 +62,7 @@ def eval_cmd(
 def _evaluate(recipe: Path | None, overrides: list[str] | None, model: str | None, adapter: str | None,
               split: str | None, file: str | None, samples: int | None, num_generations: int | None,
               temperature: float | None, batch_size: int | None, out: Path | None, compare: list[str] | None,
-              backend: str, suite: str | None, max_new_tokens: int | None) -> None:
+              backend: str, suite: str | None, max_new_tokens: int | None, force: bool = False) -> None:
     """The eval command's work: a benchmark suite, or the recipe's eval split scored with its rewards."""
     from grpo_cli.cli.eval_suite import eval_suite, suite_target
 
@@ -72,13 +73,15 @@ def _evaluate(recipe: Path | None, overrides: list[str] | None, model: str | Non
                    k=num_generations, temperature=temperature, limit=samples, batch_size=batch_size,
                    max_new_tokens=max_new_tokens, backend=backend)
         return
-    from grpo_cli.evaluation import EvalSettings, label_models, run_eval, write_eval_outputs
+    from grpo_cli.evaluation import EvalSettings, check_eval_out, label_models, run_eval, write_eval_outputs
     from grpo_cli.models import model_reference, resolve_model_source
     from grpo_cli.runs import is_run_dir
 
     settings = EvalSettings.from_recipe(loaded, samples=samples, k=num_generations, temperature=temperature,
                                         batch_size=batch_size)
     settings.max_new_tokens = max_new_tokens or settings.max_new_tokens
+    target = out or Path("outputs") / "eval" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    check_eval_out(target, force)  # before any model loads
     first_ref = model or model_reference(loaded)
     trained = Path(loaded.output.dir)
     if model is None and is_run_dir(trained):
@@ -89,7 +92,6 @@ def _evaluate(recipe: Path | None, overrides: list[str] | None, model: str | Non
     sources += [resolve_model_source(ref, where="--compare") for ref in compare or []]
     results = run_eval(loaded, sources, settings, split=split, file=file, backend=backend, console=console)
     label_models(results)
-    target = out or Path("outputs") / "eval" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     completions, summary = write_eval_outputs(target, results, settings, sources)
     title = (f"{results[0].num_prompts} prompts x {settings.k} samples · T={settings.temperature} · "
              f"seed {settings.seed}")

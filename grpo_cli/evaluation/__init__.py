@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from grpo_cli.evaluation.run import (
     EvalSettings,
+    check_eval_out,
     evaluate_recipe_model,
     evaluate_rows,
     label_models,
@@ -29,6 +30,7 @@ __all__ = [
     "Suite",
     "SuiteResult",
     "SuiteSettings",
+    "check_eval_out",
     "evaluate_recipe_model",
     "evaluate_rows",
     "evaluate_suite",

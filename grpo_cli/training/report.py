@@ -106,9 +106,12 @@ def load_run(output_dir: str | Path) -> RunData:
         raise GrpoError(f"{metrics} holds no training log yet", where="OUTPUT_DIR",
                         fix="Wait for the first logging step (training.logging_steps), or check that the run "
                             "got past model loading (manifest.json).")
-    # a run without a (readable) manifest still has curves
+    from grpo_cli.run_lock import mark_if_killed
+
+    # A run that died without a word is `killed`, not running; one without a (readable) manifest still has curves.
+    manifest = mark_if_killed(out) or runs.read_manifest(out)
     tasks = [r for r in records if any(k.startswith("task/") for k in r)]
-    return RunData(out, train, evals, read_jsonl(out / runs.HEALTH), runs.read_manifest(out), tasks)
+    return RunData(out, train, evals, read_jsonl(out / runs.HEALTH), manifest, tasks)
 
 
 def reward_keys(records: list[dict[str, Any]], prefix: str = "") -> list[str]:
