@@ -95,6 +95,25 @@ class RichConsole(TrainerCallback):
             self.progress = None
 
 
+def _any_process(flag: bool) -> bool:
+    """Whether `flag` is set on any process of the run (every process must call it at the same point).
+
+    A signal reaches only the machine it was sent on (Ctrl-C on one node of a multi-node run); without
+    agreeing, that node would stop and save alone while the others wait for it in the next collective.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return flag
+    import torch
+
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    if dist.get_backend() == "nccl":
+        t = t.cuda()
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return bool(t.item())
+
+
 class GracefulStop(TrainerCallback):
     """First SIGINT/SIGTERM: save a checkpoint at the end of the current step and stop.
 
@@ -121,7 +140,9 @@ class GracefulStop(TrainerCallback):
         self.received = signum
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
-        if self.received is not None:
+        if _any_process(self.received is not None):
+            if self.received is None:  # another machine was told to stop: stop together, with one checkpoint
+                self.received = signal.SIGTERM
             control.should_save = True
             control.should_training_stop = True
         return control

@@ -271,11 +271,18 @@ def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_
 
     print(f"launching: {shlex.join(cmd)}", file=sys.stderr, flush=True)
     from grpo_cli.run_lock import LOCKED_ENV, RunLock
+    from grpo_cli.runs import read_manifest
 
     env = launch_env(gpus, deepspeed=_uses_deepspeed(recipe))
-    if lock_dir is None:
+    if lock_dir is None or recipe.launch.machine_rank > 0:
+        # Only the main machine writes the run; the others (often on the same shared filesystem) must
+        # not contend for its lock.
         return run_forwarding_signals(cmd, env)
     # This process holds the output dir's lock for the whole run; its workers know not to take it.
     with RunLock(Path(lock_dir)).acquire():
         env[LOCKED_ENV] = "1"
-        return run_forwarding_signals(cmd, env)
+        code = run_forwarding_signals(cmd, env)
+    # Stopped by a signal sent to another machine of the run: torchrun reports 1, the run says interrupted.
+    if code == 1 and read_manifest(Path(lock_dir)).get("status") == "interrupted":
+        return 130
+    return code
