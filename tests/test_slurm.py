@@ -1,0 +1,140 @@
+"""A real Slurm: a one-node cluster on localhost runs the script `grpo launch slurm` writes for the demo.
+
+The fixture starts MUNGE, slurmctld and slurmd with private sockets, ports and state under tmp_path (nothing
+in /etc is touched) and stops them afterwards. The script asks for 2 nodes x 1 task; on this one node the
+job is submitted as 2 tasks, which the script runs as 2 machines (machine rank = SLURM_PROCID), exactly as
+it would on two nodes. Needs root and Slurm/MUNGE (`scripts/install_slurm.sh`, which .ci/run calls).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RECIPES, run_cli
+
+pytestmark = [pytest.mark.slurm, pytest.mark.slow]
+
+DAEMONS = ("slurmctld", "slurmd", "munged")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _conf(d: Path, host: str) -> str:
+    return f"""ClusterName=grpotest
+SlurmctldHost={host}(127.0.0.1)
+SlurmctldPort={_free_port()}
+SlurmdPort={_free_port()}
+AuthType=auth/munge
+AuthInfo=socket={d}/munge.sock
+CredType=cred/munge
+SlurmUser=root
+SlurmdUser=root
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/slurmctld.log
+SlurmdLogFile={d}/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+ReturnToService=2
+MpiDefault=none
+SwitchType=switch/none
+JobCompType=jobcomp/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=2000 State=UNKNOWN
+PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+"""
+
+
+@pytest.fixture
+def slurm_cluster(tmp_path: Path, monkeypatch) -> Iterator[Path]:
+    """A private one-node cluster (2 CPUs); yields its slurm.conf, stops every daemon it started."""
+    missing = [d for d in DAEMONS if shutil.which(d) is None]
+    if missing or os.geteuid() != 0:
+        pytest.skip(f"needs root and Slurm/MUNGE (missing: {missing}); run scripts/install_slurm.sh as root")
+    d = tmp_path / "slurm"
+    (d / "state").mkdir(parents=True)
+    (d / "spool").mkdir()
+    key = d / "munge.key"
+    key.write_bytes(os.urandom(1024))
+    key.chmod(0o400)
+    conf = d / "slurm.conf"
+    conf.write_text(_conf(d, socket.gethostname()))
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    try:
+        subprocess.run(["munged", "-f", f"--socket={d}/munge.sock", f"--key-file={key}", f"--log-file={d}/munged.log",
+                        f"--pid-file={d}/munged.pid", f"--seed-file={d}/munged.seed"], check=True, timeout=30)
+        subprocess.run(["slurmctld", "-f", str(conf)], check=True, timeout=30)
+        subprocess.run(["slurmd", "-f", str(conf)], check=True, timeout=30)
+        deadline = time.monotonic() + 60
+        while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True).stdout:
+            assert time.monotonic() < deadline, (d / "slurmctld.log").read_text()[-2000:]
+            time.sleep(1)
+        yield conf
+    finally:
+        for name in DAEMONS:
+            pid_file = d / f"{name}.pid"
+            if pid_file.exists():
+                with contextlib.suppress(ProcessLookupError, ValueError):
+                    os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
+
+
+def _wait(job: str, timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        info = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
+        state = next((w.split("=", 1)[1] for w in info.split() if w.startswith("JobState=")), "")
+        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", ""):
+            return info
+        if time.monotonic() > deadline:
+            subprocess.run(["scancel", job])
+            pytest.fail(f"job {job} still {state} after {timeout}s")
+        time.sleep(2)
+
+
+def test_generated_sbatch_script_trains_the_demo_on_two_slurm_tasks(slurm_cluster: Path, tmp_path: Path,
+                                                                     monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "run"
+    venv = Path(sys.executable).parent.parent
+    result = run_cli("launch", "slurm", RECIPES / "demo.yaml", "launch.profile=ddp", "launch.num_processes=2",
+                     f"launch.main_process_port={_free_port()}", "training.max_steps=2",
+                     "training.per_device_train_batch_size=16", "training.num_generations=4",
+                     "training.logging_steps=1", "eval.before_after=false", f"output.dir={out}",
+                     "--nodes", "2", "--gpus-per-node", "0", "--time", "00:15:00", "-o", "job.sbatch",
+                     "--setup", f"source {venv}/bin/activate; export OMP_NUM_THREADS=1")
+    assert result.exit_code == 0, result
+    # One node acting as two: the same script, given 2 tasks on 1 node instead of 1 task on each of 2 nodes.
+    sub = subprocess.run(["sbatch", "--parsable", "--nodes=1", "--ntasks=2", "--ntasks-per-node=2", "job.sbatch"],
+                         capture_output=True, text=True, timeout=60)
+    assert sub.returncode == 0, sub.stderr
+    job = sub.stdout.strip().split(";")[0]
+    info = _wait(job, timeout=600)
+    log = next(tmp_path.glob(f"*-{job}.out")).read_text()
+    assert "JobState=COMPLETED" in info and "ExitCode=0:0" in info, log[-4000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["distributed"]["world_size"] == 2
+    steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+             if '"reward"' in line]
+    assert steps == [1, 2]  # both tasks trained each step together; the main one wrote it once
+    assert log.count("completed at step 2") == 1 and (out / "model.safetensors").exists()
