@@ -145,22 +145,26 @@ def check_layout(kind: str, world: int, held: int, total: int) -> None:
 
 
 def gather_layout(probe: ShardingProbe) -> dict[str, Any]:
-    """The run's layout for the manifest: type, world size, and the parameters each rank held.
+    """The run's layout for the manifest: type, world size, the parameters and peak memory of each rank.
 
     Every process must call it (it is a collective when several run); the result is the same on all.
     """
     layout = dict(probe.layout)
     if not layout:
         return {}
-    counts = [layout["held"]]
+    import resource
+
+    mine = (layout["held"], round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024))  # KiB on Linux
+    per_rank = [mine]
     if layout["world_size"] > 1:
         import torch.distributed as dist
 
         if dist.is_available() and dist.is_initialized():
             gathered: list[Any] = [None] * dist.get_world_size()
-            dist.all_gather_object(gathered, layout["held"])
-            counts = [int(c) for c in gathered]
-    want, shard_params = expected_layout()
+            dist.all_gather_object(gathered, mine)
+            per_rank = [tuple(g) for g in gathered]
+    counts = [int(held) for held, _ in per_rank]
+    want, _ = expected_layout()
     return {"type": layout["type"], "world_size": layout["world_size"], "parameters_total": layout["total"],
             "parameters_per_rank": counts, "sharded": max(counts) < layout["total"],
-            "requested": want or layout["type"]}
+            "requested": want or layout["type"], "peak_rss_mib_per_rank": [int(rss) for _, rss in per_rank]}
