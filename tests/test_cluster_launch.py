@@ -36,7 +36,7 @@ def test_slurm_script_for_two_cpu_nodes_comes_from_the_recipe(tmp_path: Path, mo
     text = (tmp_path / "job.sbatch").read_text()
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")]).returncode == 0  # valid shell
     assert _sbatch(text) == {"job-name": "grpo-demo", "nodes": "2", "ntasks": "2", "ntasks-per-node": "1",
-                             "time": "00:10:00", "output": f"{tmp_path}/%x-%j.out"}
+                             "signal": "TERM@300", "time": "00:10:00", "output": f"{tmp_path}/%x-%j.out"}
     words = _srun_train(text)
     assert words[:3] == ["grpo", "train", str(DEMO)]
     assert "launch.main_process_port=29611" in words  # the user's overrides travel with the command

@@ -128,7 +128,8 @@ def slurm_script(plan: ClusterPlan, *, workdir: Path, setup: str, log_dir: Path)
              + (" + 1 vLLM server node" if plan.vllm_node else "") + ".",
              f"# Written by `grpo launch slurm` from {plan.recipe_path}; regenerate it after editing the recipe.",
              f"#SBATCH --job-name={plan.name}", f"#SBATCH --nodes={total}", f"#SBATCH --ntasks={total}",
-             "#SBATCH --ntasks-per-node=1"]
+             "#SBATCH --ntasks-per-node=1",
+             "#SBATCH --signal=TERM@300"]  # 5 minutes before the time limit: every node saves a checkpoint
     if plan.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={plan.gpus_per_node}")
     lines += [f"#SBATCH --{k}={v}" for k, v in plan.extra_sbatch.items()]
