@@ -118,3 +118,16 @@ def test_cpu_launch_environment_per_profile() -> None:
     assert ds["DS_ACCELERATOR"] == "cpu" and "ACCELERATE_USE_CPU" not in ds
     gpu = launch_env(2, {}, deepspeed=True)
     assert "DS_ACCELERATOR" not in gpu and "ACCELERATE_USE_CPU" not in gpu
+
+
+@pytest.mark.slow
+def test_evaluating_during_a_sharded_run_is_refused_at_the_start(tmp_path: Path) -> None:
+    out = tmp_path / "fsdp"
+    cmd = [sys.executable, "-m", "grpo_cli", "train", str(RECIPES / "demo.yaml"), "--profile", "fsdp",
+           "--num-processes", "2", "-o", str(out), *SHORT, "training.max_steps=2", "eval.before_after=false",
+           "eval.every_steps=1"]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode != 0
+    assert "eval.every_steps" in proc.stderr and "wait forever" in proc.stderr
+    assert json.loads((out / "manifest.json").read_text())["status"] == "failed"

@@ -226,7 +226,7 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     recipe = run.recipe
     run.metrics = MetricsJsonl(run.out / runs.METRICS)
     run.stopper = GracefulStop()
-    run.probe = ShardingProbe()
+    run.probe = ShardingProbe(evaluates_during_training=bool(recipe.eval.every_steps))
     run.callbacks = [run.probe, run.metrics, run.stopper,
                      RichConsole(run.console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
     if run.aside is not None:

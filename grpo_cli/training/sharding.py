@@ -117,14 +117,21 @@ class ShardingProbe(TrainerCallback):
     """Measures, once the trainer has wrapped the model, what this rank holds; fails a run that was
     configured to shard (FSDP, ZeRO-3) but runs another distributed type or replicates the weights."""
 
-    def __init__(self) -> None:
+    def __init__(self, evaluates_during_training: bool = False) -> None:
         self.layout: dict[str, Any] = {}
+        self.evaluates_during_training = evaluates_during_training
 
     def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
         kind, world, rank = _runtime_state()
         held, total = local_parameter_count(model) if model is not None else (0, 0)
         self.layout = {"type": kind, "world_size": world, "rank": rank, "held": held, "total": total}
         check_layout(kind, world, held, total)
+        if self.evaluates_during_training and held < total:
+            raise GrpoError(f"eval.every_steps evaluates on the main process alone, but under {kind} it holds only "
+                            f"{held:,} of {total:,} parameters; generating would wait forever for the others",
+                            where="eval.every_steps",
+                            fix="Drop eval.every_steps for sharded profiles (eval.before_after still works: it "
+                                "evaluates the saved model), or train with `--profile ddp`.")
 
 
 def check_layout(kind: str, world: int, held: int, total: int) -> None:
