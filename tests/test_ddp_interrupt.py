@@ -1,0 +1,35 @@
+"""Ctrl-C of a 2-process DDP run: a checkpoint and one line saying so, not torch elastic's traceback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RECIPES, ROOT
+
+pytestmark = pytest.mark.slow
+
+
+def test_ctrl_c_of_a_ddp_run_prints_no_traceback(tmp_path: Path) -> None:
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "grpo_cli", "train", str(RECIPES / "demo.yaml"), "--profile", "ddp",
+           "--num-processes", "2", "-o", str(out), "training.max_steps=200", "training.per_device_train_batch_size=8",
+           "training.num_generations=4", "training.logging_steps=1", "eval.before_after=false"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    metrics = out / "metrics.jsonl"
+    deadline = time.monotonic() + 300
+    while not (metrics.exists() and metrics.read_text().count('"reward"') >= 2):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run ended or stalled before step 2"
+        time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)  # what a terminal's Ctrl-C sends to the launcher
+    output, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 130, output[-3000:]
+    assert "Traceback" not in output and "SignalException" not in output, output[-3000:]
+    assert "saved checkpoint-" in output and list(out.glob("checkpoint-*"))
