@@ -38,10 +38,15 @@ def test_binary_recipe(tmp_path: Path) -> None:
     _paragraph(run_cli("validate", path), "r.yaml", "binary")
 
 
+def test_reward_file_that_is_not_utf8(demo: Path) -> None:
+    (demo.parent / "latin1.py").write_bytes(b"def f(completions, **kwargs):\n    return ['caf\xe9']\n")
+    _paragraph(run_cli("validate", demo, "rewards=[{function: latin1.py:f}]"), "rewards[0].function", "latin1.py",
+               "UTF-8", "line 2")
+
+
 def test_binary_reward_file(demo: Path) -> None:
     (demo.parent / "bin.py").write_bytes(b"\x00\x9f\x92\x96" * 64)
-    _paragraph(run_cli("validate", demo, "rewards=[{function: bin.py:f}]"), "rewards[0].function", "bin.py",
-               "UTF-8")
+    _paragraph(run_cli("validate", demo, "rewards=[{function: bin.py:f}]"), "rewards[0].function", "bin.py", "binary")
 
 
 def test_data_file_that_is_a_directory(demo: Path) -> None:

@@ -24,6 +24,7 @@ from grpo_cli.hints import did_you_mean
 from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
 from grpo_cli.schema import local_model_dir
 from grpo_cli.schema.rewards import RewardEntry
+from grpo_cli.textfile import read_text
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
 TRL_KWARGS = frozenset(
@@ -110,7 +111,7 @@ def _static_function(entry: RewardEntry, base_dir: Path, where: str) -> tuple[st
             return target, None  # compiled or namespace module: checked at load time
         path = found
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = ast.parse(read_text(path, what="reward file", where=f"{where}.function"), filename=str(path))
     except SyntaxError as exc:
         raise GrpoError(f"{path} has a syntax error at line {exc.lineno}: {exc.msg}",
                         where=f"{where}.function") from None
@@ -248,6 +249,9 @@ class AsyncBoundReward(BoundReward):
 
 
 def _import_file(path: Path, where: str) -> Any:
+    if path.is_dir():
+        raise GrpoError(f"reward file {path} is a directory, not a file", where=where,
+                        fix="Give the path of a .py file.")
     if not path.is_file():
         raise GrpoError(f"reward file {path} not found", where=where,
                         fix="Paths are relative to the recipe's directory.")
