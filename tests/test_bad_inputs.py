@@ -10,9 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import run_cli
+
 
 def _paragraph(result, *needles: str) -> str:
     """Assert exit 2, no traceback, and every needle in the message; return the output."""

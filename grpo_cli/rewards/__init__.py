@@ -6,19 +6,16 @@
 
 from __future__ import annotations
 
-from grpo_cli.rewards.loaders import (
-    BoundReward,
-    RewardInfo,
-    build_reward_funcs,
-    inspect_reward,
-    load_reward,
-)
+from grpo_cli.rewards.build import build_reward_funcs
+from grpo_cli.rewards.calling import call_reward
+from grpo_cli.rewards.loaders import BoundReward, RewardInfo, inspect_reward, load_reward
 from grpo_cli.rewards.registry import builtin_names, describe_builtin, get_builtin
 
 __all__ = [
     "BoundReward",
     "RewardInfo",
     "build_reward_funcs",
+    "call_reward",
     "builtin_names",
     "describe_builtin",
     "get_builtin",
