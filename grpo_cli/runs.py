@@ -145,6 +145,9 @@ def prepare_output_dir(out: Path, *, resume: bool | str | None, force: bool, pol
                             fix="Give a checkpoint-N directory, or `--resume` alone for the latest one "
                                 "in the output dir.")
         return ckpt, False
+    if out.exists() and not out.is_dir():
+        raise GrpoError(f"{out} is a file, not a directory", where="output.dir",
+                        fix="Give --output-dir (or output.dir) a directory that is new, empty, or holds a run.")
     non_empty = out.exists() and any(out.iterdir())
     if resume or (policy == "resume" and not force):
         ckpt = latest_checkpoint(out)

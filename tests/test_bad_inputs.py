@@ -69,7 +69,7 @@ def test_corrupt_parquet(demo: Path) -> None:
 def test_output_dir_that_is_a_file(demo: Path) -> None:
     afile = demo.parent / "afile"
     afile.write_text("keep me")
-    _paragraph(run_cli("train", demo, "-o", afile), "afile", "not a directory")
+    _paragraph(run_cli("train", demo, "-o", afile), "afile", "not a directory", "output.dir")
     assert afile.read_text() == "keep me"
 
 

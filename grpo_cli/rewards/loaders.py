@@ -170,6 +170,7 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
                                 where=f"{where}.params.{key}",
                                 fix=(f"Did you mean `{guess}`? " if guess else "")
                                 + f"Its parameters: {', '.join(sorted(tunable)) or 'none'}.")
+        _check_builtin_values(entry, func, where)
         return RewardInfo(entry.label, "builtin", entry.name, list(_builtin_columns(entry)),
                           inspect.iscoroutinefunction(func))
     if entry.kind == "model":
@@ -184,6 +185,28 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
     if sig is None:
         return RewardInfo(entry.label, "function", target, note="signature checked when loaded")
     return RewardInfo(entry.label, "function", target, _check_signature(entry, sig, where), sig.is_async)
+
+
+def _check_builtin_values(entry: RewardEntry, func: Any, where: str) -> None:
+    """Each bound param has the type (or one of the values) its built-in declares, so a typo fails validate."""
+    import typing
+
+    from pydantic import TypeAdapter, ValidationError
+
+    hints = typing.get_type_hints(func)
+    for key, value in entry.params.items():
+        expected = hints.get(key, Any)
+        if expected is Any:
+            continue
+        try:
+            TypeAdapter(expected).validate_python(value, strict=True)
+        except ValidationError:
+            allowed = typing.get_args(expected) if typing.get_origin(expected) is typing.Literal else ()
+            name = getattr(expected, "__name__", str(expected))
+            want = f"one of {', '.join(map(str, allowed))}" if allowed else f"a value of type {name}"
+            raise GrpoError(f"{value!r} is not a valid {key} for the built-in reward {entry.name!r}: it takes {want}",
+                            where=f"{where}.params.{key}",
+                            fix="See docs/rewards.md for what each value means.") from None
 
 
 def _builtin_columns(entry: RewardEntry) -> list[tuple[str, ...]]:
