@@ -127,10 +127,9 @@ def test_row_errors_name_the_file_line_not_the_shuffled_row(demo: Path) -> None:
     lines = path.read_text(encoding="utf-8").splitlines()
     lines[5] = '{"question": ["not", "text"], "answer": "1"}'
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    from grpo_cli.recipe import load_recipe
-
     from grpo_cli.data.mapping import prepare_data
     from grpo_cli.errors import GrpoError
+    from grpo_cli.recipe import load_recipe
 
     with pytest.raises(GrpoError) as info:
         prepare_data(load_recipe(demo, ["data.prompt.template=null", "data.prompt.column=question"]))

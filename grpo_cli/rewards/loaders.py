@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.errors import GrpoError
+from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.paths import local_dir, read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.recipe.schema.rewards import RewardEntry
+from grpo_cli.rewards.calling import await_with_timeout, explain_in_training, run_with_timeout, training_problem
 from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
@@ -228,33 +229,42 @@ class BoundReward:
     """A reward with its recipe params bound and its recipe label as `__name__` (TRL's metric name).
 
     Params win over a dataset column of the same name, so a recipe can pin a value the data also holds.
+    Each call is limited to the entry's `timeout`. With `where` set (training), a crash, a timeout or a
+    result TRL would choke on stops the run with a paragraph naming the recipe entry instead of a traceback.
     """
 
-    def __init__(self, func: Any, params: dict[str, Any], label: str) -> None:
+    def __init__(self, func: Any, params: dict[str, Any], label: str, timeout: float | None = None) -> None:
         self.func = func
         self.params = dict(params)
         self.__name__ = label
         self.__doc__ = getattr(func, "__doc__", None)
-        self.where = ""  # set for training: a crash then names the recipe entry instead of a traceback
+        self.timeout = timeout
+        self.where = ""
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
         try:
-            return self.func(**{**kwargs, **self.params})
+            result = run_with_timeout(lambda: self.func(**{**kwargs, **self.params}), self.timeout, self.__name__)
         except Exception as exc:
             raise self._explain(exc, kwargs) from exc
+        return self._checked(result, kwargs)
+
+    def _checked(self, result: Any, kwargs: dict[str, Any]) -> Any:
+        problem = training_problem(result, len(kwargs.get("completions") or [])) if self.where else ""
+        if problem:
+            raise explain_in_training(self.__name__, self.where, problem, kwargs)
+        return result
 
     def _explain(self, exc: Exception, kwargs: dict[str, Any]) -> Exception:
-        if not self.where or isinstance(exc, GrpoError):
+        if not self.where:
             return exc
-        prompts = kwargs.get("prompts") or [""]
-        first = str(prompts[0])[:80]
-        state = kwargs.get("trainer_state")
-        step = f" at step {state.global_step}" if getattr(state, "global_step", None) is not None else ""
-        return GrpoError(f"reward {self.__name__!r} raised {type(exc).__name__}: {exc}{step}, scoring "
-                         f"{len(kwargs.get('completions') or [])} completions (first prompt: {first!r})",
-                         where=self.where,
-                         fix="Reproduce it without training: `grpo check-rewards RECIPE` calls every reward on "
-                             "probe completions and names the failing row.")
+        if isinstance(exc, RewardTimeoutError):
+            error = explain_in_training(self.__name__, self.where, f"did not return within its timeout of "
+                                        f"{exc.seconds:g} s", kwargs, RewardTimeoutError)
+            error.label, error.seconds = exc.label, exc.seconds
+            return error
+        if isinstance(exc, GrpoError):
+            return exc
+        return explain_in_training(self.__name__, self.where, f"raised {type(exc).__name__}: {exc}", kwargs)
 
     def __repr__(self) -> str:
         return f"<reward {self.__name__}>"
@@ -265,9 +275,10 @@ class AsyncBoundReward(BoundReward):
 
     async def __call__(self, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
         try:
-            return await self.func(**{**kwargs, **self.params})
+            result = await await_with_timeout(self.func(**{**kwargs, **self.params}), self.timeout, self.__name__)
         except Exception as exc:
             raise self._explain(exc, kwargs) from exc
+        return self._checked(result, kwargs)
 
 
 def _import_file(path: Path, where: str) -> Any:
@@ -364,4 +375,4 @@ def load_reward(entry: RewardEntry, base_dir: Path, index: int | None = None) ->
         return str(local) if local is not None else entry.model
     func = get_builtin(entry.name or "") if entry.kind == "builtin" else _import_function(entry, base_dir, index)
     wrapper = AsyncBoundReward if is_async_reward(func) else BoundReward
-    return wrapper(func, entry.params, entry.label)
+    return wrapper(func, entry.params, entry.label, entry.timeout)

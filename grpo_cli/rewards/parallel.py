@@ -14,7 +14,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.recipe.schema.rewards import RewardEntry
+from grpo_cli.rewards.calling import explain_in_training, run_with_timeout, training_problem
 
 _WORKER_REWARD: Any = None
 _LOCAL_ONLY = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
@@ -71,6 +73,7 @@ class ParallelReward:
         self.base_dir = base_dir
         self.workers = workers
         self.__name__ = entry.label
+        self.where = ""  # set for training, as on BoundReward
         self._pool: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:
@@ -83,6 +86,24 @@ class ParallelReward:
         return self._pool
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
+        try:
+            out = run_with_timeout(lambda: self._score(kwargs), self.entry.timeout, self.__name__)
+        except BaseException as exc:
+            if isinstance(exc, RewardTimeoutError | KeyboardInterrupt):
+                self._kill()  # workers still busy with the expired call would hold the next one up
+            if isinstance(exc, RewardTimeoutError) and self.where:
+                raise explain_in_training(self.__name__, self.where, f"did not return within its timeout of "
+                                          f"{exc.seconds:g} s", kwargs, RewardTimeoutError) from None
+            if isinstance(exc, Exception) and self.where and not isinstance(exc, GrpoError):
+                raise explain_in_training(self.__name__, self.where, f"raised {type(exc).__name__}: {exc}",
+                                          kwargs) from exc
+            raise
+        problem = training_problem(out, len(kwargs["completions"])) if self.where else ""
+        if problem:
+            raise explain_in_training(self.__name__, self.where, problem, kwargs)
+        return out
+
+    def _score(self, kwargs: dict[str, Any]) -> list[float | None]:
         n = len(kwargs["completions"])
         per_row = {k: v for k, v in kwargs.items()
                    if k not in _LOCAL_ONLY and isinstance(v, list | tuple) and len(v) == n}
@@ -105,6 +126,15 @@ class ParallelReward:
             for column, values in extras.items():
                 kwargs["log_extra"](column, values)
         return out
+
+    def _kill(self) -> None:
+        """Stop the workers now, mid-call (shutdown() would wait for a reward that never returns)."""
+        if self._pool is not None:
+            processes = getattr(self._pool, "_processes", None) or {}  # no public API to kill them before 3.14
+            for process in list(processes.values()):
+                process.kill()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def close(self) -> None:
         """Stop the worker processes (they are restarted on the next call)."""
