@@ -63,6 +63,59 @@ def hub_cache_file(repo_id: str, filename: str, revision: str | None = None) -> 
     return str(candidate) if commit and candidate.is_file() else None
 
 
+# ---------------------------------------------------------------------------- is the hub reachable?
+# Without network, huggingface_hub retries each request with back-off (about 50 s) before transformers gives up
+# or falls back to the cache. One TCP connect with a short timeout tells the same thing in seconds.
+
+HUB_PROBE_TIMEOUT_S = 3.0
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def hub_offline_mode() -> bool:
+    """Whether the user already told the libraries there is no network (HF_HUB_OFFLINE=1)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Why the hub cannot be reached, or None when it answers (or a proxy or offline mode makes the probe moot)."""
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    if hub_offline_mode() or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return None
+    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    found: dict[str, OSError | None] = {}
+
+    def probe() -> None:  # DNS lookups have no timeout of their own: run it where we need not wait for it
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            found["error"] = None
+        except OSError as exc:
+            found["error"] = exc
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if "error" not in found:
+        return f"{host} did not answer within {timeout:g} s"
+    error = found["error"]
+    return None if error is None else f"{host} cannot be reached ({error.strerror or error})"
+
+
+def go_offline() -> None:
+    """Make huggingface_hub, transformers and datasets use their caches without retrying the network."""
+    import sys
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    if "huggingface_hub.constants" in sys.modules:
+        sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
+    if "datasets.config" in sys.modules:
+        sys.modules["datasets.config"].HF_HUB_OFFLINE = True
+
+
 # ---------------------------------------------------------------------------- reading a user's text file
 # A recipe saved as Latin-1, a binary file given by mistake, or a directory where a file belongs must become a
 # paragraph naming the file (and line), not a UnicodeDecodeError traceback.

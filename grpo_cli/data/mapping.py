@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.paths import go_offline, hub_unreachable
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.schema.data import DataSection
 
@@ -72,6 +73,9 @@ def _local_paths(data: DataSection, recipe: Recipe, split: str) -> list[Path]:
 def _load_split(data: DataSection, recipe: Recipe, split: str, where: str) -> Any:
     import datasets
 
+    offline = hub_unreachable() if data.dataset else None
+    if offline:
+        go_offline()  # the local datasets cache only, without a minute of retries
     try:
         if data.dataset:
             ds = datasets.load_dataset(data.dataset, data.config, split=split)
@@ -88,9 +92,10 @@ def _load_split(data: DataSection, recipe: Recipe, split: str, where: str) -> An
         if not data.dataset:
             raise _local_load_error(data, recipe, split, where, exc) from None
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise GrpoError(f"cannot load split {split!r} of {data.dataset}: {type(exc).__name__}: {first}", where=where,
-                        fix="Check the dataset id, config and split names; "
-                            "without network use local `data.files`.") from None
+        network = f" (there is no network here: {offline}, so only the local cache was read)" if offline else ""
+        raise GrpoError(f"cannot load split {split!r} of {data.dataset}{network}: {type(exc).__name__}: {first}",
+                        where=where, fix="Check the dataset id, config and split names; "
+                                         "without network use local `data.files`.") from None
     return ds.add_column(SOURCE_INDEX, range(len(ds)))
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.paths import go_offline, hub_cache_file, hub_unreachable
 from grpo_cli.recipe.schema import Recipe
 
 _OFFLINE_FIX = ("Check the id or directory; without network access give a local directory "
@@ -97,8 +98,35 @@ def quantization_config(recipe: Recipe, dtype: str) -> Any:
                               bnb_4bit_compute_dtype=compute)
 
 
+def check_hub_access(reference: str, revision: str | None, where: str) -> None:
+    """Fail in seconds, not after a minute of retries, when a hub model is needed and there is no network.
+
+    A model already in the local cache is used from there (offline mode); anything else is a clear error.
+    """
+    if Path(reference).is_dir():
+        return
+    why = hub_unreachable()
+    if why is None:
+        return
+    if hub_cache_file(reference, "config.json", revision) is not None:
+        go_offline()
+        return
+    raise GrpoError(f"{reference} is a hub id, but there is no network here: {why}; and it is not in the local "
+                    "Hugging Face cache", where=where,
+                    fix="Give a local model directory, or download it where there is network (`hf download "
+                        f"{reference}`) and copy the cache (HF_HOME) here.")
+
+
+def _weights_error(ref: str, exc: Exception) -> GrpoError:
+    files = sorted(p.name for p in Path(ref).glob("*.safetensors")) if Path(ref).is_dir() else []
+    return GrpoError(f"cannot load the model {ref}: a weights file ({', '.join(files) or 'safetensors'}) is "
+                     f"damaged or truncated: {str(exc).splitlines()[0]}", where="model.name_or_path",
+                     fix="Copy or download the weights again (an interrupted copy leaves a truncated file).")
+
+
 def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     """Load the policy (and tokenizer); LoRA is returned as a peft config for TRL to apply."""
+    check_hub_access(model_reference(recipe), recipe.model.revision, "model.name_or_path")
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -113,8 +141,12 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     if quant is not None:
         kwargs["quantization_config"] = quant
         kwargs["device_map"] = {"": torch.cuda.current_device()}
+    from safetensors import SafetensorError
+
     try:
         model = AutoModelForCausalLM.from_pretrained(ref, **kwargs)
+    except SafetensorError as exc:
+        raise _weights_error(ref, exc) from None
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the model {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
                         fix=_OFFLINE_FIX) from None
