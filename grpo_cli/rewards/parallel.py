@@ -40,6 +40,10 @@ def _score_chunk(kwargs: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str
     return list(call_reward(_WORKER_REWARD, **kwargs)), logged
 
 
+def _ready(_: int) -> bool:
+    return True
+
+
 def _portable_state(state: Any) -> Any:
     """TRL's TrainerState as a namespace of its plain fields (global_step, max_steps, epoch, ...).
 
@@ -83,9 +87,11 @@ class ParallelReward:
                 self.workers, mp_context=ctx, initializer=_init_worker,
                 initargs=(self.entry.model_dump(), str(self.base_dir)),
             )
+            list(self._pool.map(_ready, range(self.workers)))  # spawn workers and run their initializers now
         return self._pool
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
+        self._executor()  # started (and its workers ready) outside the time limit: start-up is not the reward's
         try:
             out = run_with_timeout(lambda: self._score(kwargs), self.entry.timeout, self.__name__)
         except BaseException as exc:
