@@ -9,9 +9,11 @@ Nothing here imports torch except when a GPU count is really needed.
 
 from __future__ import annotations
 
+import importlib
+from typing import Any
+
 from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
 from grpo_cli.validation.checks import Preflight, preflight
-from grpo_cli.validation.memory import MemoryPlan, memory_plan
 from grpo_cli.validation.topology import resolve_num_processes, visible_gpu_count, world_size_explanation
 
 __all__ = [
@@ -26,3 +28,10 @@ __all__ = [
     "visible_gpu_count",
     "world_size_explanation",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The memory plan loads on first use (validate asks for it only when the model's shape is known)."""
+    if name in ("MemoryPlan", "memory_plan"):
+        return getattr(importlib.import_module("grpo_cli.validation.memory"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
