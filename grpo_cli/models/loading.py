@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.models.sources import damaged_weights_error
 from grpo_cli.paths import go_offline, hub_cache_file, hub_unreachable
 from grpo_cli.recipe.schema import Recipe
 
@@ -117,13 +118,6 @@ def check_hub_access(reference: str, revision: str | None, where: str) -> None:
                         f"{reference}`) and copy the cache (HF_HOME) here.")
 
 
-def _weights_error(ref: str, exc: Exception) -> GrpoError:
-    files = sorted(p.name for p in Path(ref).glob("*.safetensors")) if Path(ref).is_dir() else []
-    return GrpoError(f"cannot load the model {ref}: a weights file ({', '.join(files) or 'safetensors'}) is "
-                     f"damaged or truncated: {str(exc).splitlines()[0]}", where="model.name_or_path",
-                     fix="Copy or download the weights again (an interrupted copy leaves a truncated file).")
-
-
 def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     """Load the policy (and tokenizer); LoRA is returned as a peft config for TRL to apply."""
     check_hub_access(model_reference(recipe), recipe.model.revision, "model.name_or_path")
@@ -146,7 +140,7 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     try:
         model = AutoModelForCausalLM.from_pretrained(ref, **kwargs)
     except SafetensorError as exc:
-        raise _weights_error(ref, exc) from None
+        raise damaged_weights_error(ref, exc, "model.name_or_path") from None
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the model {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
                         fix=_OFFLINE_FIX) from None

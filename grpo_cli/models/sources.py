@@ -239,16 +239,27 @@ def load_tokenizer_for(source: ModelSource, *, trust_remote_code: bool = False) 
     return tok
 
 
+def damaged_weights_error(ref: str, exc: Exception, where: str) -> GrpoError:
+    """The paragraph for weights safetensors cannot read (a truncated copy or download, a corrupt header)."""
+    files = sorted(p.name for p in Path(ref).glob("*.safetensors")) if Path(ref).is_dir() else []
+    return GrpoError(f"cannot load the model {ref}: a weights file ({', '.join(files) or 'safetensors'}) is "
+                     f"damaged or truncated: {str(exc).splitlines()[0]}", where=where,
+                     fix="Copy or download the weights again (an interrupted copy leaves a truncated file).")
+
+
 def load_base(weights: str, *, dtype: str, device: str = "cpu", revision: str | None = None,
               trust_remote_code: bool = False, where: str = "--model") -> Any:
     """Full weights through plain transformers, with a one-paragraph error when they cannot be loaded."""
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
     try:
         with quiet_loading():
             model = AutoModelForCausalLM.from_pretrained(weights, dtype=getattr(torch, dtype), revision=revision,
                                                          trust_remote_code=trust_remote_code)
+    except SafetensorError as exc:
+        raise damaged_weights_error(weights, exc, where) from None
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the model {weights}: {str(exc).splitlines()[0]}", where=where,
                         fix="Check the id or directory; without network access give a local directory.") from None
