@@ -76,15 +76,28 @@ def hub_offline_mode() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+_probed: dict[str, str | None] = {}
+
+
 def hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
-    """Why the hub cannot be reached, or None when it answers (or a proxy or offline mode makes the probe moot)."""
+    """Why the hub cannot be reached, or None when it answers (or a proxy or offline mode makes the probe moot).
+
+    Probed once per process and endpoint.
+    """
+    if hub_offline_mode() or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    if endpoint not in _probed:
+        _probed[endpoint] = _probe(endpoint, timeout)
+    return _probed[endpoint]
+
+
+def _probe(endpoint: str, timeout: float) -> str | None:
     import socket
     import threading
     from urllib.parse import urlsplit
 
-    if hub_offline_mode() or any(os.environ.get(v) for v in _PROXY_VARIABLES):
-        return None
-    url = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    url = urlsplit(endpoint)
     host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
     found: dict[str, OSError | None] = {}
 

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.models.sources import damaged_weights_error
-from grpo_cli.paths import go_offline, hub_cache_file, hub_unreachable
+from grpo_cli.models.sources import check_hub_access, damaged_weights_error
 from grpo_cli.recipe.schema import Recipe
 
 _OFFLINE_FIX = ("Check the id or directory; without network access give a local directory "
@@ -97,25 +96,6 @@ def quantization_config(recipe: Recipe, dtype: str) -> Any:
     compute = torch.bfloat16 if dtype == "bfloat16" else torch.float16
     return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
                               bnb_4bit_compute_dtype=compute)
-
-
-def check_hub_access(reference: str, revision: str | None, where: str) -> None:
-    """Fail in seconds, not after a minute of retries, when a hub model is needed and there is no network.
-
-    A model already in the local cache is used from there (offline mode); anything else is a clear error.
-    """
-    if Path(reference).is_dir():
-        return
-    why = hub_unreachable()
-    if why is None:
-        return
-    if hub_cache_file(reference, "config.json", revision) is not None:
-        go_offline()
-        return
-    raise GrpoError(f"{reference} is a hub id, but there is no network here: {why}; and it is not in the local "
-                    "Hugging Face cache", where=where,
-                    fix="Give a local model directory, or download it where there is network (`hf download "
-                        f"{reference}`) and copy the cache (HF_HOME) here.")
 
 
 def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
