@@ -164,3 +164,59 @@ def test_hub_model_on_a_machine_without_network_fails_fast(demo: Path) -> None:
     assert proc.returncode == 2, out[-3000:]
     assert "Traceback" not in out and "Retrying" not in out
     assert "someone/some-model" in out and "hub.grpo-test.invalid" in out and "network" in out
+
+
+def test_a_reward_that_swallows_exceptions_is_still_stopped() -> None:
+    """The limit raises what `except Exception` cannot catch, so a retrying reward cannot outlive it."""
+    from grpo_cli.errors import RewardTimeoutError
+    from grpo_cli.rewards.calling import run_with_timeout
+
+    def stubborn() -> list[float]:
+        while True:
+            try:
+                time.sleep(10)
+            except Exception:
+                continue
+
+    start = time.monotonic()
+    with pytest.raises(RewardTimeoutError, match="'stubborn' did not return within its timeout of 1 s"):
+        run_with_timeout(stubborn, 1.0, "stubborn")
+    assert time.monotonic() - start < 30  # a hang guard
+    assert run_with_timeout(lambda: [1.0], 1.0, "quick") == [1.0]  # and the next call is not disturbed
+    time.sleep(1.5)  # nor interrupted later by a stray signal from the finished call
+
+
+def test_a_reward_called_outside_the_main_thread_is_stopped_too() -> None:
+    import threading
+
+    from grpo_cli.errors import RewardTimeoutError
+    from grpo_cli.rewards.calling import run_with_timeout
+
+    caught: list[BaseException] = []
+
+    def in_thread() -> None:
+        try:
+            run_with_timeout(lambda: time.sleep(30), 1.0, "sleepy")
+        except RewardTimeoutError as exc:
+            caught.append(exc)
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join(20)
+    assert caught and "sleepy" in str(caught[0])
+
+
+def test_hub_probe_tells_a_listening_endpoint_from_a_closed_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    from grpo_cli import paths
+
+    for name in ("HF_HUB_OFFLINE", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.getsockname()[1]}")
+        assert paths.hub_unreachable() is None
+    monkeypatch.setenv("HF_ENDPOINT", "http://127.0.0.1:1")  # nothing listens on port 1
+    assert "127.0.0.1 cannot be reached" in (paths.hub_unreachable() or "")
