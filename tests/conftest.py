@@ -78,7 +78,7 @@ def minimal_dir(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def demo(tmp_path: Path) -> Path:
+def demo_copy(tmp_path: Path) -> Path:
     """A copy of the demo recipe with its data beside it (data/train.jsonl, data/test.jsonl); returns the recipe."""
     data = ROOT / "grpo_cli" / "assets" / "tiny-arith-data"
     (tmp_path / "data").mkdir()

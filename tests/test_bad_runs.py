@@ -53,9 +53,9 @@ async def sleeps_async(completions, **kwargs):
 
 
 @pytest.fixture
-def rewards_dir(demo: Path) -> Path:
-    (demo.parent / "rw.py").write_text(REWARDS, encoding="utf-8")
-    return demo.parent
+def rewards_dir(demo_copy: Path) -> Path:
+    (demo_copy.parent / "rw.py").write_text(REWARDS, encoding="utf-8")
+    return demo_copy.parent
 
 
 def _paragraph(result, code: int, *needles: str) -> str:
@@ -113,17 +113,17 @@ def test_check_rewards_fails_a_reward_that_returns_none_for_everything(rewards_d
 # ------------------------------------------------------------------ data errors name the file and line
 
 
-def test_check_rewards_names_file_and_line_of_a_broken_jsonl_record(demo: Path) -> None:
-    path = demo.parent / "data" / "train.jsonl"
+def test_check_rewards_names_file_and_line_of_a_broken_jsonl_record(demo_copy: Path) -> None:
+    path = demo_copy.parent / "data" / "train.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines()
     lines[36] = lines[36][:12]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    out = _paragraph(run_cli("check-rewards", demo, "-n", "2"), 2, "train.jsonl", "line 37")
+    out = _paragraph(run_cli("check-rewards", demo_copy, "-n", "2"), 2, "train.jsonl", "line 37")
     assert "hub" not in out and "position" not in out
 
 
-def test_row_errors_name_the_file_line_not_the_shuffled_row(demo: Path) -> None:
-    path = demo.parent / "data" / "train.jsonl"
+def test_row_errors_name_the_file_line_not_the_shuffled_row(demo_copy: Path) -> None:
+    path = demo_copy.parent / "data" / "train.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines()
     lines[5] = '{"question": ["not", "text"], "answer": "1"}'
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -132,7 +132,7 @@ def test_row_errors_name_the_file_line_not_the_shuffled_row(demo: Path) -> None:
     from grpo_cli.recipe import load_recipe
 
     with pytest.raises(GrpoError) as info:
-        prepare_data(load_recipe(demo, ["data.prompt.template=null", "data.prompt.column=question"]))
+        prepare_data(load_recipe(demo_copy, ["data.prompt.template=null", "data.prompt.column=question"]))
     message = info.value.render()
     assert "train.jsonl" in message and "line 6" in message, message
 
@@ -141,25 +141,25 @@ def test_row_errors_name_the_file_line_not_the_shuffled_row(demo: Path) -> None:
 
 
 @pytest.mark.slow
-def test_corrupt_model_weights(demo: Path) -> None:
-    model = demo.parent / "model"
+def test_corrupt_model_weights(demo_copy: Path) -> None:
+    model = demo_copy.parent / "model"
     model.mkdir()
     for f in (ROOT / "grpo_cli" / "assets" / "tiny-arith").iterdir():
         if f.is_file():
             (model / f.name).write_bytes(f.read_bytes())
     (model / "model.safetensors").write_bytes(b"\xff" * 1000)
-    _paragraph(run_cli("train", demo, *FAST, "model.name_or_path=./model", "-o", demo.parent / "run"), 2,
+    _paragraph(run_cli("train", demo_copy, *FAST, "model.name_or_path=./model", "-o", demo_copy.parent / "run"), 2,
                "model.name_or_path", "model.safetensors")
 
 
-def test_hub_model_on_a_machine_without_network_fails_fast(demo: Path) -> None:
+def test_hub_model_on_a_machine_without_network_fails_fast(demo_copy: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
                                                             "TRANSFORMERS_OFFLINE")}
-    env.update(HF_ENDPOINT="https://hub.grpo-test.invalid", HF_HOME=str(demo.parent / "hf-home"))
-    cmd = [sys.executable, "-m", "grpo_cli", "train", str(demo), *FAST, "model.name_or_path=someone/some-model",
-           "-o", str(demo.parent / "run")]
+    env.update(HF_ENDPOINT="https://hub.grpo-test.invalid", HF_HOME=str(demo_copy.parent / "hf-home"))
+    cmd = [sys.executable, "-m", "grpo_cli", "train", str(demo_copy), *FAST, "model.name_or_path=someone/some-model",
+           "-o", str(demo_copy.parent / "run")]
     # The hang guard is far below the ~50 s of retries the libraries do on their own.
-    proc = subprocess.run(cmd, cwd=demo.parent, env=env, capture_output=True, text=True, timeout=40)
+    proc = subprocess.run(cmd, cwd=demo_copy.parent, env=env, capture_output=True, text=True, timeout=40)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 2, out[-3000:]
     assert "Traceback" not in out and "Retrying" not in out
