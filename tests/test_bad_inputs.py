@@ -81,6 +81,8 @@ def test_list_element_override_sets_that_element(demo_copy: Path) -> None:
     result = run_cli("validate", demo_copy, "rewards[0].weight=2", "--json")
     assert result.exit_code == 0, result
     assert "accuracy x2" in result.output
+    replaced = run_cli("validate", demo_copy, "rewards[0]={name: format}", "--json")
+    assert replaced.exit_code == 0 and '"rewards": "format x1"' in replaced.output, replaced
 
 
 def test_list_element_override_out_of_range(demo_copy: Path) -> None:

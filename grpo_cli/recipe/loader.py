@@ -156,7 +156,8 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
         if "[" not in key:
             continue
         _check_indices(cfg, key, item)
-        OmegaConf.update(cfg, key, _override_value(item), merge=True)
+        # `rewards[0]={...}` replaces the entry; `rewards[0].params={...}` merges into the params, like `a.b={...}`.
+        OmegaConf.update(cfg, key, _override_value(item), merge=not key.endswith("]"))
     return cfg
 
 
