@@ -23,7 +23,6 @@ from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.paths import local_dir, read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.recipe.schema.rewards import RewardEntry
-from grpo_cli.rewards.calling import await_with_timeout, explain_in_training, run_with_timeout, training_problem
 from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
@@ -242,6 +241,8 @@ class BoundReward:
         self.where = ""
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
+        from grpo_cli.rewards.calling import run_with_timeout  # asyncio: not for `grpo validate`
+
         try:
             result = run_with_timeout(lambda: self.func(**{**kwargs, **self.params}), self.timeout, self.__name__)
         except Exception as exc:
@@ -249,12 +250,16 @@ class BoundReward:
         return self._checked(result, kwargs)
 
     def _checked(self, result: Any, kwargs: dict[str, Any]) -> Any:
+        from grpo_cli.rewards.calling import explain_in_training, training_problem
+
         problem = training_problem(result, len(kwargs.get("completions") or [])) if self.where else ""
         if problem:
             raise explain_in_training(self.__name__, self.where, problem, kwargs)
         return result
 
     def _explain(self, exc: Exception, kwargs: dict[str, Any]) -> Exception:
+        from grpo_cli.rewards.calling import explain_in_training
+
         if not self.where:
             return exc
         if isinstance(exc, RewardTimeoutError):
@@ -274,6 +279,8 @@ class AsyncBoundReward(BoundReward):
     """The async twin of BoundReward, so TRL runs it on its event loop."""
 
     async def __call__(self, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        from grpo_cli.rewards.calling import await_with_timeout
+
         try:
             result = await await_with_timeout(self.func(**{**kwargs, **self.params}), self.timeout, self.__name__)
         except Exception as exc:
