@@ -70,7 +70,7 @@ def test_corrupt_parquet(demo_copy: Path) -> None:
 def test_output_dir_that_is_a_file(demo_copy: Path) -> None:
     afile = demo_copy.parent / "afile"
     afile.write_text("keep me")
-    _paragraph(run_cli("train", demo_copy, "-o", afile), "afile", "not a directory", "output.dir")
+    _paragraph(run_cli("train", demo_copy, "-o", afile), "afile", "not a directory")
     assert afile.read_text() == "keep me"
 
 
