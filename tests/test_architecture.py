@@ -132,6 +132,10 @@ def test_files_and_functions_stay_small() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
+                body = node.body[0] if node.body else None
+                if isinstance(body, ast.Expr) and isinstance(body.value, ast.Constant) and isinstance(
+                        body.value.value, str):  # the docstring documents; it is not logic to split
+                    length -= (body.end_lineno or body.lineno) - body.lineno + 1
                 if length > 60:
                     long_funcs.append(f"{path.relative_to(ROOT)}:{node.name} ({length} lines)")
     assert len(long_funcs) <= 2, f"functions over 60 lines: {long_funcs}"

@@ -243,6 +243,34 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.0f}%"
 
 
+_STATUS = {"ok": "[green]ok[/]", "missing": "[red]missing[/]", "incompatible": "[red]incompatible[/]",
+           "absent": "[dim]not installed[/]"}
+
+
+def render_doctor(console: Console, report: Any, *, as_json: bool = False) -> None:
+    """`grpo doctor`: one row per component, then devices, notes and the problems with their fixes."""
+    if as_json:
+        console.print_json(json.dumps(report.as_dict()))
+        return
+    table = Table(title="grpo doctor", show_lines=False)
+    for col in ("component", "installed", "supported", "status"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("window from")
+    table.add_row("torch build", escape(report.torch), "", "", "")
+    for c in report.checks:
+        status = _STATUS[c.status] + ("" if c.needed or c.status != "incompatible" else " (unused)")
+        table.add_row(c.name, escape(c.found or "-"), escape(c.wants), status, escape(c.source))
+    console.print(table)
+    for d in report.devices:
+        console.print(f"cuda:{d.index} {escape(d.name)}, {d.memory_gb:.1f} GiB, sm_{d.capability[0]}{d.capability[1]}, "
+                      f"bf16 {'yes' if d.bf16 else 'no'}")
+    for note in report.notes:
+        console.print(f"note: {escape(note)}")
+    for problem in report.problems:
+        console.print(f"[bold red]problem:[/] {escape(problem)}", soft_wrap=True)
+    console.print("[green]ready[/]" if report.ok else f"[red]{len(report.problems)} problem(s)[/]")
+
+
 def _pct1(value: Any) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 

@@ -242,10 +242,29 @@ def preflight(recipe: Recipe) -> Preflight:
     data_desc = _data_checks(recipe, pf)
     _reward_checks(recipe, pf)
     _training_checks(recipe, pf)
+    _trl_and_environment_checks(recipe, pf)
     pf.plan = _plan(recipe, pf, model_desc, data_desc)
     _eval_checks(recipe, pf)
     _memory(recipe, pf)
     return pf
+
+
+def _trl_and_environment_checks(recipe: Recipe, pf: Preflight) -> None:
+    """What TRL would reject after loading (validation/trl_rules.py) and the optional packages the recipe uses."""
+    from grpo_cli.validation.environment import recipe_problems
+    from grpo_cli.validation.trl_rules import check_trl_rules, rule_input
+
+    config = None
+    if recipe.training.get("router_aux_loss_coef"):  # the one rule that reads the model's config
+        from grpo_cli.validation.model_config import find_model_config
+
+        config, _ = find_model_config(recipe)
+    problems, warnings = check_trl_rules(rule_input(recipe, config))
+    pf.problems.extend(problems)
+    pf.warnings.extend(warnings)
+    problems, warnings = recipe_problems(recipe)
+    pf.problems.extend(problems)
+    pf.warnings.extend(warnings)
 
 
 def _memory(recipe: Recipe, pf: Preflight) -> None:
@@ -260,7 +279,8 @@ def _memory(recipe: Recipe, pf: Preflight) -> None:
     if plan is None:
         pf.plan["memory per GPU"] = f"not estimated ({why})" if why else "not estimated"
         return
-    pf.plan["memory per GPU"] = f"~{plan.total_gb:.1f} GiB (see `grpo memory` for the breakdown)"
+    pf.plan["memory per GPU"] = (f"~{plan.total_gb:.1f} GiB, model shape from {plan.source} "
+                                 "(`grpo memory` shows the breakdown)")
     if plan.warning:
         pf.warnings.append(plan.warning)
 
