@@ -31,7 +31,8 @@ def evaluate_rows(model: Any, tokenizer: Any, rows: Any, reward_funcs: list[Any]
         texts, ids, truncated = sampler(prompts)
     else:
         texts, ids, truncated = generate(model, tokenizer, prompts, k=k, temperature=temperature, top_p=top_p,
-                                         max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed)
+                                         max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed,
+                                         images=columns.get("images"))
     rep = [p for p in prompts for _ in range(k)]
     rep_cols = {c: [v for v in vals for _ in range(k)] for c, vals in columns.items()}
     chat = bool(prompts) and isinstance(prompts[0], list)

@@ -132,7 +132,7 @@ def _build(run: _Run) -> None:
         console.print(f"[bold]grpo train[/] {recipe.source or 'recipe'}: {recipe.model.name_or_path} -> {out}"
                       + (f", {steps} steps" if isinstance(steps, int) and steps > 0 else ""))
     run.loaded = load_model(recipe)
-    run.data = prepare_data(recipe, run.loaded.tokenizer)
+    run.data = prepare_data(recipe, run.loaded.processing_class)
     run.reward_funcs = build_reward_funcs(recipe)
 
     from trl import GRPOConfig
@@ -147,7 +147,7 @@ def _build(run: _Run) -> None:
     if recipe.eval.before_after and run.data.eval is not None and is_main_process() and run.ckpt is None:
         from grpo_cli.evaluation import evaluate_recipe_model
 
-        run.result.eval_before = evaluate_recipe_model(recipe, run.loaded.model, run.loaded.tokenizer, run.data.eval,
+        run.result.eval_before = evaluate_recipe_model(recipe, run.loaded.model, run.loaded.processing_class, run.data.eval,
                                                        console, label="before training")
     run.trainer = _make_trainer(run, config)
 
@@ -184,7 +184,7 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     data = run.data
     trainer = GRPOTrainer(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config, train_dataset=data.train,
                           eval_dataset=data.eval if config.eval_strategy != "no" else None,
-                          processing_class=run.loaded.tokenizer, peft_config=run.loaded.peft_config,
+                          processing_class=run.loaded.processing_class, peft_config=run.loaded.peft_config,
                           callbacks=run.callbacks)
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     return trainer
@@ -229,11 +229,11 @@ def _finish(run: _Run) -> TrainResult:
         result.status = "completed"
         trainer.save_model(str(out))
         if is_main_process():
-            run.loaded.tokenizer.save_pretrained(str(out))
+            run.loaded.processing_class.save_pretrained(str(out))
         if recipe.eval.before_after and run.data.eval is not None and is_main_process():
             from grpo_cli.evaluation import evaluate_recipe_model
 
-            result.eval_after = evaluate_recipe_model(recipe, trainer.model, run.loaded.tokenizer, run.data.eval,
+            result.eval_after = evaluate_recipe_model(recipe, trainer.model, run.loaded.processing_class, run.data.eval,
                                                       run.console, label="after training")
     run.manifest.update(status=result.status, finished=runs.now(), global_step=result.global_step,
                         message=result.message,

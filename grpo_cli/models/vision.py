@@ -1,0 +1,110 @@
+"""Vision-language models: detect them, load them with their processor, and aim LoRA / freezing at the right part.
+
+transformers 5 lays every VLM out the same way at the top: a vision encoder (`vision_tower`, `visual`,
+`vision_model`), often a projector (`multi_modal_projector`, `connector`), and the language model
+(`language_model`, or `text_model` for Idefics3). That layout is what LoRA targeting and freezing use, so no
+per-architecture table is needed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+
+LANGUAGE_PARTS = ("language_model", "text_model")
+VISION_ENCODERS = ("vision_tower", "visual", "vision_model", "vision_encoder", "image_encoder")
+
+
+def config_is_vision_language(config: dict[str, Any]) -> bool:
+    """A model config with a vision sub-config is a vision-language model (LLaVA, Qwen2-VL, Idefics3, Gemma3...)."""
+    return isinstance(config.get("vision_config"), dict) or "vision_config" in config
+
+
+def local_config(model_dir: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_vision_language(kind: str, ref: str, revision: str | None = None, *, local_only: bool = False) -> bool:
+    """Whether `ref` (a local directory or hub id) is a vision-language model; `kind` overrides detection."""
+    if kind != "auto":
+        return kind == "vision_language"
+    path = Path(ref)
+    if path.is_dir():
+        config = local_config(path)
+        return bool(config and config_is_vision_language(config))
+    from grpo_cli.paths import hub_cache_file
+
+    cached = hub_cache_file(ref, "config.json", revision)
+    if cached is not None:
+        config = local_config(Path(cached).parent)
+        return bool(config and config_is_vision_language(config))
+    if local_only:
+        return False
+    from transformers import AutoConfig
+
+    try:
+        return hasattr(AutoConfig.from_pretrained(ref, revision=revision), "vision_config")
+    except (OSError, ValueError):
+        return False
+
+
+def load_processor(ref: str, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:
+    """The model's AutoProcessor (image processor + tokenizer), left-padded for batched generation."""
+    from transformers import AutoProcessor
+
+    try:
+        processor = AutoProcessor.from_pretrained(ref, revision=revision, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, AttributeError) as exc:
+        raise GrpoError(f"cannot load the processor of {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
+                        fix="A vision-language model needs its processor files (preprocessor_config.json, "
+                            "tokenizer) next to the weights; set `model.kind: causal_lm` for a text-only model.")
+    if not hasattr(processor, "image_processor"):
+        raise GrpoError(f"{ref} has no image processor, so it cannot take images", where="model.kind",
+                        fix="Use a vision-language model, or set `model.kind: causal_lm`.")
+    tok = processor.tokenizer
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return processor
+
+
+def _core(model: Any) -> Any:
+    """The module that holds vision encoder, projector and language model (`model.model` in transformers 5)."""
+    inner = getattr(model, "model", None)
+    return inner if inner is not None and any(hasattr(inner, p) for p in LANGUAGE_PARTS) else model
+
+
+def vision_parts(model: Any) -> list[str]:
+    """Names of the top-level non-language submodules (vision encoder, projector)."""
+    return [name for name, _ in _core(model).named_children() if name not in LANGUAGE_PARTS]
+
+
+def lora_exclude_pattern(model: Any) -> str | None:
+    """A peft `exclude_modules` regex that keeps LoRA off the vision encoder and projector."""
+    parts = vision_parts(model)
+    if not parts:
+        return None
+    return rf"(.*\.)?({'|'.join(re.escape(p) for p in parts)})(\..*)?"
+
+
+def freeze_vision_tower(model: Any) -> int:
+    """Stop gradients into the vision encoder (the projector keeps training); returns the parameters frozen."""
+    core = _core(model)
+    frozen = 0
+    for name, module in core.named_children():
+        if name in VISION_ENCODERS:
+            for p in module.parameters():
+                p.requires_grad_(False)
+                frozen += p.numel()
+    if not frozen:
+        raise GrpoError("model.freeze_vision_tower is set but no vision encoder was found "
+                        f"(top-level parts: {', '.join(n for n, _ in core.named_children())})",
+                        where="model.freeze_vision_tower", fix="Remove the key, or use a vision-language model.")
+    return frozen
