@@ -11,6 +11,7 @@ from grpo_cli.errors import GrpoError, Problem, RecipeError
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.loaders import RewardInfo, inspect_reward
 from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
+from grpo_cli.validation.vision import vision_checks
 
 
 @dataclass
@@ -211,6 +212,7 @@ def preflight(recipe: Recipe) -> Preflight:
     _reward_checks(recipe, pf)
     _training_checks(recipe, pf)
     pf.plan = _plan(recipe, pf, model_desc, data_desc)
+    vision_checks(recipe, pf)
     _memory(recipe, pf)
     return pf
 
