@@ -55,6 +55,19 @@ def is_vision_language(kind: str, ref: str, revision: str | None = None, *, loca
         return False
 
 
+def source_is_vision_language(*refs: str | None) -> bool:
+    """Whether the first existing of `refs` (adapter/run dir, then base weights) is a vision-language model:
+    a saved processor next to a tokenizer, or a config with a vision sub-config."""
+    for ref in refs:
+        if not ref:
+            continue
+        path = Path(ref)
+        if path.is_dir() and ((path / "preprocessor_config.json").exists() or (path / "processor_config.json").exists()):
+            return True
+    weights = next((r for r in reversed(refs) if r), None)
+    return bool(weights) and is_vision_language("auto", str(weights))
+
+
 def load_processor(ref: str, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:
     """The model's AutoProcessor (image processor + tokenizer), left-padded for batched generation."""
     from transformers import AutoProcessor
