@@ -240,7 +240,7 @@ def correctness(
             continue
         try:
             pred = parse_completion_answer(completion_text(completion), answer_format, answer_tag)
-            out.append(answers_match(pred, ref, use_math_verify=use_math_verify))
+            out.append(answers_match(pred, ref, use_math_verify=use_math_verify and answer_format != "first_word"))
         except Exception as exc:  # one odd row must not stop training
             _log.debug("accuracy check failed: %s", exc)
             out.append(False)
