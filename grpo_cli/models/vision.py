@@ -121,3 +121,54 @@ def freeze_vision_tower(model: Any) -> int:
                         f"(top-level parts: {', '.join(n for n, _ in core.named_children())})",
                         where="model.freeze_vision_tower", fix="Remove the key, or use a vision-language model.")
     return frozen
+
+
+# ---------------------------------------------------------------------------- sizes from config files (no loading)
+
+
+def processor_settings(model_dir: Path) -> dict[str, Any] | None:
+    """The saved processor settings (processor_config.json, else preprocessor_config.json), or None."""
+    for name in ("processor_config.json", "preprocessor_config.json"):
+        config = local_config_file(model_dir / name)
+        if config is not None:
+            return config
+    return None
+
+
+def local_config_file(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def max_image_tokens(settings: dict[str, Any]) -> int | None:
+    """The most prompt tokens one image becomes, from processor settings (Qwen2-VL, LLaVA, Idefics3, Gemma3...)."""
+    image = settings.get("image_processor") if isinstance(settings.get("image_processor"), dict) else settings
+    for key in ("image_seq_len", "image_seq_length"):  # fixed-length processors (Idefics3/SmolVLM, Gemma3)
+        if isinstance(settings.get(key) or image.get(key), int):
+            return int(settings.get(key) or image.get(key))
+    patch = image.get("patch_size") or settings.get("patch_size")
+    if not isinstance(patch, int) or patch <= 0:
+        return None
+    size = image.get("size") if isinstance(image.get("size"), dict) else {}
+    max_pixels = image.get("max_pixels") or size.get("longest_edge")
+    merge = image.get("merge_size")
+    if isinstance(max_pixels, int) and isinstance(merge, int):  # Qwen2-VL / Qwen2.5-VL: pixels / (patch x merge)^2
+        return max_pixels // (patch * merge) ** 2
+    crop = image.get("crop_size") if isinstance(image.get("crop_size"), dict) else None
+    side = (crop or {}).get("height") or size.get("height") or size.get("shortest_edge")
+    if isinstance(side, int):  # LLaVA-style square input
+        return (side // patch) ** 2
+    return None
+
+
+def vision_params(config: dict[str, Any]) -> int:
+    """Approximate parameters of the vision encoder from its config (attention + MLP per layer)."""
+    vc = config.get("vision_config")
+    if not isinstance(vc, dict):
+        return 0
+    hidden = vc.get("hidden_size") or vc.get("embed_dim") or 0
+    layers = vc.get("num_hidden_layers") or vc.get("depth") or 0
+    inter = vc.get("intermediate_size") or int(hidden * (vc.get("mlp_ratio") or 4))
+    return int(layers * (4 * hidden * hidden + 2 * hidden * inter))

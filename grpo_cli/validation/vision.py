@@ -65,11 +65,12 @@ def _image_rows(recipe: Recipe, pf: Any) -> None:
     data = recipe.data
     assert data.images is not None
     column = data.images.column
-    if pf.columns is not None:
+    if pf.columns is not None and data.files is not None:  # hub datasets are not read when validating
         if column not in pf.columns and (data.keep_columns is None or column not in data.keep_columns):
             pf.problems.append(Problem("data.images.column", f"{column!r} is not a column of the data",
                                        f"Columns: {', '.join(pf.columns)}."))
             return
+    if pf.columns is not None:
         pf.columns = [c for c in pf.columns if c != column] + ["images"]
     paths = data.file_map.get(data.split) or []
     if not paths or data.images.check_rows == 0:
@@ -90,3 +91,41 @@ def _image_rows(recipe: Recipe, pf: Any) -> None:
     per_row = sorted({len(row) for _, row in rows})
     pf.plan["images"] = (f"column {column!r}: first {len(rows)} row(s) open, "
                          f"{'/'.join(map(str, per_row))} image(s) per row, sizes {', '.join(sizes)}")
+
+
+# ---------------------------------------------------------------------------- memory plan
+
+
+def image_tokens_per_image(recipe: Recipe) -> int | None:
+    """The most tokens one image adds to a prompt, from the saved processor settings (local or HF cache)."""
+    from grpo_cli.models.vision import max_image_tokens, processor_settings
+    from grpo_cli.paths import hub_cache_file
+
+    m = recipe.model
+    local = recipe.local_model_dir(m.name_or_path)
+    if local is None:
+        for name in ("processor_config.json", "preprocessor_config.json"):
+            cached = hub_cache_file(m.name_or_path, name, m.revision)
+            if cached is not None:
+                local = cached.parent
+                break
+    settings = processor_settings(local) if local is not None else None
+    return max_image_tokens(settings) if settings else None
+
+
+def image_prompt_tokens(recipe: Recipe, prompt_tokens: int, explicit: bool, notes: list[str]) -> int:
+    """Prompt tokens for the memory plan: image tokens are added to an assumed text length, never to
+    `max_prompt_tokens`, which already counts them (grpo filters on text + image tokens)."""
+    if recipe.data.images is None:
+        return prompt_tokens
+    per_image = image_tokens_per_image(recipe)
+    if explicit:
+        notes.append("data.max_prompt_tokens includes the image tokens" +
+                     (f" (up to {per_image} per image from the processor settings)" if per_image else ""))
+        return prompt_tokens
+    if per_image is None:
+        notes.append("image tokens per image unknown (no processor settings found locally): not counted")
+        return prompt_tokens
+    notes.append(f"prompts: {prompt_tokens} text tokens + {per_image} image tokens (one image per row assumed, "
+                 "the most the processor settings allow)")
+    return prompt_tokens + per_image
