@@ -62,7 +62,8 @@ def source_is_vision_language(*refs: str | None) -> bool:
         if not ref:
             continue
         path = Path(ref)
-        if path.is_dir() and ((path / "preprocessor_config.json").exists() or (path / "processor_config.json").exists()):
+        names = ("preprocessor_config.json", "processor_config.json")
+        if path.is_dir() and any((path / name).exists() for name in names):
             return True
     weights = next((r for r in reversed(refs) if r), None)
     return bool(weights) and is_vision_language("auto", str(weights))
@@ -75,9 +76,11 @@ def load_processor(ref: str, *, revision: str | None = None, trust_remote_code: 
     try:
         processor = AutoProcessor.from_pretrained(ref, revision=revision, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, AttributeError) as exc:
-        raise GrpoError(f"cannot load the processor of {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
-                        fix="A vision-language model needs its processor files (preprocessor_config.json, "
-                            "tokenizer) next to the weights; set `model.kind: causal_lm` for a text-only model.")
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise GrpoError(f"cannot load the processor of {ref}: {first}", where="model.name_or_path",
+                        fix="A vision-language model needs its processor files (processor_config.json or "
+                            "preprocessor_config.json, tokenizer) next to the weights; set `model.kind: causal_lm` "
+                            "for a text-only model.") from None
     if not hasattr(processor, "image_processor"):
         raise GrpoError(f"{ref} has no image processor, so it cannot take images", where="model.kind",
                         fix="Use a vision-language model, or set `model.kind: causal_lm`.")

@@ -147,8 +147,8 @@ def _build(run: _Run) -> None:
     if recipe.eval.before_after and run.data.eval is not None and is_main_process() and run.ckpt is None:
         from grpo_cli.evaluation import evaluate_recipe_model
 
-        run.result.eval_before = evaluate_recipe_model(recipe, run.loaded.model, run.loaded.processing_class, run.data.eval,
-                                                       console, label="before training")
+        run.result.eval_before = evaluate_recipe_model(recipe, run.loaded.model, run.loaded.processing_class,
+                                                       run.data.eval, console, label="before training")
     run.trainer = _make_trainer(run, config)
 
 

@@ -65,11 +65,11 @@ def _image_rows(recipe: Recipe, pf: Any) -> None:
     data = recipe.data
     assert data.images is not None
     column = data.images.column
-    if pf.columns is not None and data.files is not None:  # hub datasets are not read when validating
-        if column not in pf.columns and (data.keep_columns is None or column not in data.keep_columns):
-            pf.problems.append(Problem("data.images.column", f"{column!r} is not a column of the data",
-                                       f"Columns: {', '.join(pf.columns)}."))
-            return
+    read = pf.columns is not None and data.files is not None  # hub datasets are not read when validating
+    if read and column not in pf.columns and (data.keep_columns is None or column not in data.keep_columns):
+        pf.problems.append(Problem("data.images.column", f"{column!r} is not a column of the data",
+                                   f"Columns: {', '.join(pf.columns)}."))
+        return
     if pf.columns is not None:
         pf.columns = [c for c in pf.columns if c != column] + ["images"]
     paths = data.file_map.get(data.split) or []
