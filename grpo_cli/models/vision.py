@@ -69,6 +69,22 @@ def source_is_vision_language(*refs: str | None) -> bool:
     return bool(weights) and is_vision_language("auto", str(weights))
 
 
+def recipe_is_vision_language(recipe: Any) -> bool | None:
+    """True/False when known without loading anything (model.kind, or a config.json on disk); None for unknown."""
+    from grpo_cli.paths import hub_cache_file
+
+    m = recipe.model
+    if m.kind != "auto":
+        return m.kind == "vision_language"
+    local = recipe.local_model_dir(m.name_or_path)
+    if local is not None:
+        config = local_config(local)
+    else:
+        cached = hub_cache_file(m.name_or_path, "config.json", m.revision)
+        config = local_config(cached.parent) if cached is not None else None
+    return None if config is None else config_is_vision_language(config)
+
+
 def load_processor(ref: str, *, revision: str | None = None, trust_remote_code: bool = False) -> Any:
     """The model's AutoProcessor (image processor + tokenizer), left-padded for batched generation."""
     from transformers import AutoProcessor

@@ -9,25 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.models.vision import recipe_is_vision_language
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.schema.data import VLM_TRUNCATION_REASON
-
-
-def recipe_is_vision_language(recipe: Recipe) -> bool | None:
-    """True/False when known without loading anything (model.kind, or a config.json on disk); None for unknown."""
-    from grpo_cli.models.vision import config_is_vision_language, local_config
-    from grpo_cli.paths import hub_cache_file
-
-    m = recipe.model
-    if m.kind != "auto":
-        return m.kind == "vision_language"
-    local = recipe.local_model_dir(m.name_or_path)
-    if local is not None:
-        config = local_config(local)
-    else:
-        cached = hub_cache_file(m.name_or_path, "config.json", m.revision)
-        config = local_config(cached.parent) if cached is not None else None
-    return None if config is None else config_is_vision_language(config)
 
 
 def vision_checks(recipe: Recipe, pf: Any) -> None:

@@ -292,7 +292,7 @@ def _tokenizer(recipe: Recipe, notes: list[str]) -> Any:
     from grpo_cli.models import load_tokenizer
 
     try:
-        from grpo_cli.validation.vision import recipe_is_vision_language
+        from grpo_cli.models.vision import recipe_is_vision_language
 
         if recipe_is_vision_language(recipe):  # the processor counts image tokens when prompts are length-filtered
             from grpo_cli.models.loading import model_reference
