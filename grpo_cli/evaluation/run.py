@@ -134,7 +134,11 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
 
     if backend not in ("auto", "transformers", "vllm"):
         raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
-    use_vllm = backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile))
+    if recipe.data.images is not None and backend == "vllm":
+        raise GrpoError("grpo eval's vLLM backend does not pass images yet", where="--backend",
+                        fix="Use --backend transformers (the default picks it for image rows).")
+    use_vllm = recipe.data.images is None and (
+        backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile)))
     if backend == "vllm" and not vllm_available():
         raise GrpoError("--backend vllm needs vLLM installed and a CUDA GPU", where="--backend",
                         fix="pip install 'grpo-cli[vllm]' on a GPU machine, or use --backend transformers.")
