@@ -26,7 +26,8 @@ def _image_batches(processor: Any, prompts: list[Any], images: list[Any], k: int
     texts = [t for t in texts for _ in range(k)]
     images = [list(imgs or []) for imgs in images for _ in range(k)]
     for start in range(0, len(texts), batch_size):
-        yield processor(text=texts[start:start + batch_size], images=images[start:start + batch_size],
+        chunk = images[start:start + batch_size]
+        yield processor(text=texts[start:start + batch_size], images=chunk if any(chunk) else None,
                         padding=True, return_tensors="pt", add_special_tokens=False)
 
 
@@ -54,8 +55,10 @@ def generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, temperat
     processor = tokenizer if is_processor(tokenizer) else None
     if processor is not None:
         tokenizer = processor.tokenizer
-    with_images = processor is not None and images is not None
+    # A VLM's chat template lives in its processor: chat prompts go through it, with or without images.
+    with_images = processor is not None and (images is not None or bool(prompts) and isinstance(prompts[0], list))
     per_call = 1 if with_images else k
+    images = images if images is not None else [None] * len(prompts)
     batches = (_image_batches(processor, prompts, images, k, max(batch_size, 1) * k) if with_images
                else _text_batches(tokenizer, prompts, batch_size))
     extra: dict[str, Any] = {}
