@@ -156,12 +156,27 @@ def _staging_dir(out: Path) -> Path:
     return tmp
 
 
+def _processing_class(source: ModelSource) -> tuple[Any, bool]:
+    """The tokenizer to save with the merged model, or for a vision-language model its processor; and which."""
+    from transformers import AutoTokenizer
+
+    from grpo_cli.models.vision import load_processor, source_is_vision_language
+
+    vision = source_is_vision_language(source.tokenizer, source.weights)
+    try:
+        if vision:  # image processor + tokenizer + chat template, saved next to the merged weights
+            return load_processor(source.tokenizer or source.weights), True
+        return AutoTokenizer.from_pretrained(source.tokenizer or source.weights), False
+    except (OSError, ValueError) as exc:
+        raise GrpoError(f"cannot load the tokenizer from {source.tokenizer}: {str(exc).splitlines()[0]}",
+                        where="ADAPTER_DIR",
+                        fix="Check that the adapter or base directory holds a tokenizer.") from None
+
+
 def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: str = "auto", force: bool = False,
                   max_shard_size: str | int = "5GB", console: Any = None) -> MergeResult:
     """Fold the adapter at `ref` into its base, verify logits, and save a standalone model in `out`."""
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
-
-    from grpo_cli.models.vision import load_processor, source_is_vision_language
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     source = _adapter_source(ref, base)
     assert source.adapter is not None
@@ -178,16 +193,7 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
     say = console.print if console is not None else (lambda *a, **k: None)
     say(f"merging {source.adapter} into {source.weights} ({dtype})", markup=False)
 
-    vision = source_is_vision_language(source.tokenizer, source.weights)
-    try:
-        if vision:  # save the processor (image processor + tokenizer + chat template) with the merged model
-            tokenizer = load_processor(source.tokenizer or source.weights)
-        else:
-            tokenizer = AutoTokenizer.from_pretrained(source.tokenizer or source.weights)
-    except (OSError, ValueError) as exc:
-        raise GrpoError(f"cannot load the tokenizer from {source.tokenizer}: {str(exc).splitlines()[0]}",
-                        where="ADAPTER_DIR",
-                        fix="Check that the adapter or base directory holds a tokenizer.") from None
+    tokenizer, vision = _processing_class(source)
     model = attach_adapter(load_base(source.weights, dtype=dtype, where="--base"), source, where="--base")
     probes = probe_inputs(tokenizer.tokenizer if vision else tokenizer,
                           int(model.get_input_embeddings().weight.shape[0]))
