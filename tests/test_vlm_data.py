@@ -180,3 +180,27 @@ def test_the_real_model_recipe_validates_offline() -> None:
     result = run_cli("validate", RECIPES / "vlm.yaml")
     assert result.exit_code == 0, result.output
     assert "vision-language" in result.output
+
+
+def test_memory_plan_counts_the_vision_encoder_and_image_tokens() -> None:
+    from grpo_cli.validation.memory import memory_plan
+
+    recipe = load_recipe(RECIPES / "vlm-demo.yaml")
+    plan, why = memory_plan(recipe, gpu_memory_gb=None, world_size=1)
+    assert plan is not None, why
+    assert plan.item("vision encoder weights") is not None
+    assert any("includes the image tokens (up to 16 per image" in n for n in plan.notes)
+    unset = load_recipe(RECIPES / "vlm-demo.yaml", ["data.max_prompt_tokens=null"])
+    plan, _ = memory_plan(unset, gpu_memory_gb=None, world_size=1)
+    assert plan is not None and any("+ 16 image tokens" in n for n in plan.notes)
+
+
+def test_image_tokens_per_image_from_processor_settings() -> None:
+    from grpo_cli.models.vision import max_image_tokens
+
+    qwen25_vl = {"min_pixels": 3136, "max_pixels": 12845056, "patch_size": 14, "merge_size": 2,
+                 "image_processor_type": "Qwen2VLImageProcessor"}
+    assert max_image_tokens(qwen25_vl) == 16384
+    assert max_image_tokens({"image_seq_len": 64, "image_processor": {"size": {"longest_edge": 512}}}) == 64
+    llava = {"patch_size": 14, "image_processor": {"crop_size": {"height": 336, "width": 336}}}
+    assert max_image_tokens(llava) == 576
