@@ -55,7 +55,7 @@ TRAINER_STATE = "trainer_state.json"
 WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "adapter_model.bin", "pytorch_model.bin.index.json")
 # Per-step logs a resumed run writes again from its checkpoint's step on.
-STEP_LOGS = (METRICS, HEALTH)
+STEP_LOGS = (METRICS, HEALTH, COMPLETIONS)
 # Entries that do not make a directory "a previous run" (grpo's own bookkeeping).
 BOOKKEEPING = frozenset({LOCK})
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -203,7 +203,7 @@ def is_run_dir(out: Path) -> bool:
 
 
 def truncate_step_logs(out: Path, step: int) -> int:
-    """Drop records logged after `step` from metrics.jsonl and health.jsonl; return how many.
+    """Drop records logged after `step` from the per-step logs (STEP_LOGS); return how many.
 
     After a hard kill these files run ahead of the last checkpoint; the resumed run logs those steps
     again, and each step must appear once.

@@ -89,6 +89,19 @@ def _fmt_metric(key: str, value: Any) -> str:
     return str(value)
 
 
+def render_eval_outcome(console: Console, outcome: Any) -> None:
+    """`grpo eval`: the suite table or the per-model reward table, notes, and where the results went."""
+    for note in outcome.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    if outcome.suite:
+        render_suite_results(console, outcome.results)
+    else:
+        st = outcome.settings
+        render_eval(console, outcome.results, f"{outcome.results[0].num_prompts} prompts x {st.k} samples · "
+                                              f"T={st.temperature} · seed {st.seed}")
+    console.print("wrote " + " and ".join(str(p) for p in outcome.written), markup=False, soft_wrap=True)
+
+
 def render_eval(out: Console, results: list[Any], title: str) -> None:
     """One column per model; with several, a change column after each model but the first."""
     summaries = [r.summary(rates=True) for r in results]

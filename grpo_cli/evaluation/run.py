@@ -13,7 +13,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.sampling import generate
-from grpo_cli.evaluation.sampling_vllm import vllm_available, vllm_sampler
+from grpo_cli.evaluation.sampling_vllm import vllm_sampler
 from grpo_cli.evaluation.scoring import EvalResult, score
 from grpo_cli.recipe.schema import Recipe
 
@@ -80,10 +80,11 @@ class EvalSettings:
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, *, samples: int | None = None, k: int | None = None,
-                    temperature: float | None = None, batch_size: int | None = None) -> EvalSettings:
+                    temperature: float | None = None, batch_size: int | None = None,
+                    max_new_tokens: int | None = None) -> EvalSettings:
         """The recipe's `eval` section with the command-line flags on top."""
         ev = recipe.eval
-        max_new = ev.max_new_tokens or int(recipe.training.get("max_completion_length") or 256)
+        max_new = max_new_tokens or ev.max_new_tokens or int(recipe.training.get("max_completion_length") or 256)
         return cls(k or ev.num_generations, ev.temperature if temperature is None else temperature, ev.top_p,
                    max_new, batch_size or ev.batch_size, ev.seed, samples or ev.max_samples)
 
@@ -128,20 +129,13 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
 
     import torch
 
+    from grpo_cli.evaluation.backend import check_backend
     from grpo_cli.models.loading import resolve_dtype
     from grpo_cli.models.sources import load_source_model, load_tokenizer_for
     from grpo_cli.rewards import load_reward
 
-    if backend not in ("auto", "transformers", "vllm"):
-        raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
-    if recipe.data.images is not None and backend == "vllm":
-        raise GrpoError("grpo eval's vLLM backend does not pass images yet", where="--backend",
-                        fix="Use --backend transformers (the default picks it for image rows).")
-    use_vllm = recipe.data.images is None and (
-        backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile)))
-    if backend == "vllm" and not vllm_available():
-        raise GrpoError("--backend vllm needs vLLM installed and a CUDA GPU", where="--backend",
-                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or use --backend transformers.")
+    use_vllm = check_backend(backend, images=recipe.data.images is not None) and (
+        backend == "vllm" or recipe.launch.profile != "cpu")
     entries = recipe.eval.rewards or recipe.rewards
     funcs = [load_reward(e, recipe.base_dir) for e in entries]
     for e, f in zip(entries, funcs, strict=True):
@@ -214,12 +208,3 @@ def write_eval_outputs(out: Path, results: list[EvalResult], settings: EvalSetti
                           for r, s in zip(results, sources, strict=True)]}
     summary.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
     return completions, summary
-
-
-def label_models(results: list[EvalResult]) -> None:
-    """Make model labels unique (`a`, `a#2`), so side-by-side columns and JSON keys never collide."""
-    seen: dict[str, int] = {}
-    for r in results:
-        seen[r.label] = seen.get(r.label, 0) + 1
-        if seen[r.label] > 1:
-            r.label = f"{r.label}#{seen[r.label]}"

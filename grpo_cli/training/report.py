@@ -204,7 +204,7 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
               + ("" if summary.best else " No window has a reward value."), ""]
     lines += _eval_lines(run)
     lines += _task_lines(run)
-    from grpo_cli.training.completions import markdown_samples
+    from grpo_cli.training.samples import markdown_samples
 
     lines += markdown_samples(run.output_dir)
     lines += ["## Health guards", ""]
