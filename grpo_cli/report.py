@@ -20,7 +20,8 @@ from grpo_cli.errors import GrpoError
 
 WIDTH_IN, HEIGHT_IN, DPI = 12, 8, 100  # a fixed 1200x800 px image
 SUMMARY_KEYS = ("reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
-                "kl", "entropy", "loss", "grad_norm", "learning_rate")
+                "kl", "entropy", "loss", "grad_norm", "learning_rate", "tools/call_frequency",
+                "tools/failure_frequency")
 ARTEFACTS = (("metrics.jsonl", "per-step training logs"), ("health.jsonl", "health guard events"),
              ("manifest.json", "versions, command, status"), ("recipe.yaml", "the resolved recipe"),
              ("model.safetensors", "final model"), ("adapter_model.safetensors", "final LoRA adapter"),

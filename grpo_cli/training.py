@@ -209,6 +209,9 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     loaded = load_model(recipe)
     data = prepare_data(recipe, loaded.tokenizer)
     reward_funcs = build_reward_funcs(recipe)
+    from grpo_cli.tools import load_toolset
+
+    toolset = load_toolset(recipe)
     main = _is_main_process()
 
     from trl import GRPOConfig, GRPOTrainer
@@ -243,7 +246,8 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     callbacks += health_callbacks(recipe, out, console=console)
     trainer = GRPOTrainer(model=loaded.model, reward_funcs=reward_funcs, args=config, train_dataset=data.train,
                           eval_dataset=data.eval if config.eval_strategy != "no" else None,
-                          processing_class=loaded.tokenizer, peft_config=loaded.peft_config, callbacks=callbacks)
+                          processing_class=loaded.tokenizer, peft_config=loaded.peft_config, callbacks=callbacks,
+                          **(toolset.trainer_kwargs() if toolset else {}))
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
@@ -264,6 +268,8 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
             if hasattr(f, "close"):
                 f.close()
     result.global_step = trainer.state.global_step
+    if toolset is not None:
+        manifest.update(tools=toolset.summary())
     result.metrics = metrics.records
     result.summary = _summary(metrics.records)
     stop_reason = next((c.reason for c in callbacks if getattr(c, "reason", None)), "")
