@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.hints import did_you_mean
+from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.rewards.loaders import _import_file, _import_module, _split_ref
 from grpo_cli.tools.guard import ToolStats, guard, guarded_class
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import Problem
-from grpo_cli.hints import did_you_mean
+from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.rewards.loaders import _find_module_file, _split_ref
 
 TRANSFORMERS_FLOOR_TOOLS = "5.0.0"

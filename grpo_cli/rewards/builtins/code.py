@@ -112,10 +112,28 @@ def code(
     memory_mb: int = 512,
     **kwargs: Any,
 ) -> list[float | None]:
-    """Fraction of the row's tests that the completion's last ```python block passes, sandboxed.
+    r"""Fraction of the row's tests the completion's code passes, run in the sandbox.
 
-    `tests` (a dataset column): assert strings, one string of test code, or stdin/stdout pairs.
-    No code block -> 0.0; no tests -> None. Each program gets `timeout` s and `memory_mb` MiB.
+    Runs the completion's last fenced ```` ```python ```` (or ```` ```py ````) block against the row's tests. The
+    `tests` column may hold a list of assert statements (`["assert add(1, 2) == 3", ...]`), one string of test
+    code (e.g. a `check(candidate)` harness), or stdin/stdout pairs (`[{"input": "1 2\n", "output": "3\n"}]`,
+    APPS-style `{"inputs": [...], "outputs": [...]}`, open-r1's `{"test_cases": [...]}`, or any of these as a
+    JSON string; stdout must match up to trailing whitespace). A test passes only if the program exits 0
+    within its limits; assert tests must also reach a sentinel printed after them, so `sys.exit(0)` before
+    the tests does not pass. No code block gives 0.0; no tests (None, empty, unrecognised) gives None.
+
+    Args:
+        completions: the sampled completions.
+        tests: the row's tests (a dataset column).
+        timeout: wall-clock seconds per program.
+        memory_mb: address-space limit per program, in MiB.
+
+    Returns:
+        0 ... 1; None for a row without tests.
+
+    Example:
+        >>> code(["```python\ndef add(a, b):\n    return a + b\n```"], tests=[["assert add(1, 2) == 3"]])
+        [1.0]
     """
     n = len(completions)
     if tests is None:
