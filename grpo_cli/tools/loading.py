@@ -12,17 +12,17 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.hints import did_you_mean
-from grpo_cli.rewards.loaders import _import_file, _import_module, _split_ref
+from grpo_cli.rewards import import_file, import_module, split_reference
 from grpo_cli.tools.guard import ToolStats, guard, guarded_class
 
 
 def import_reference(ref: str, base_dir: Any, where: str, kind: str = "function") -> Any:
     """The object a `module:name` / `file.py:name` reference names, or a GrpoError naming `where`."""
-    target, name = _split_ref(ref)
+    target, name = split_reference(ref)
     if target.endswith(".py"):
-        module = _import_file((base_dir / target).expanduser().resolve(), where)
+        module = import_file((base_dir / target).expanduser().resolve(), where)
     else:
-        module = _import_module(target, base_dir, where)
+        module = import_module(target, base_dir, where)
     obj = getattr(module, name, None)
     wanted = inspect.isclass if kind == "class" else callable
     if obj is None or not wanted(obj):

@@ -17,7 +17,7 @@ from typing import Any
 
 from grpo_cli.errors import Problem
 from grpo_cli.recipe.hints import did_you_mean
-from grpo_cli.rewards.loaders import _find_module_file, _split_ref
+from grpo_cli.rewards import find_module_file, split_reference
 
 TRANSFORMERS_FLOOR_TOOLS = "5.0.0"
 TRANSFORMERS_FLOOR_ENVIRONMENTS = "5.2.0"
@@ -36,7 +36,7 @@ class ToolCheck:
 
 
 def _source_tree(ref: str, base_dir: Path, where: str, out: ToolCheck) -> tuple[Path | None, ast.Module | None]:
-    target, _ = _split_ref(ref)
+    target, _ = split_reference(ref)
     if target.endswith(".py"):
         path = (base_dir / target).expanduser()
         if not path.is_file():
@@ -44,7 +44,7 @@ def _source_tree(ref: str, base_dir: Path, where: str, out: ToolCheck) -> tuple[
                                         "Paths are relative to the recipe's directory."))
             return None, None
     else:
-        found = _find_module_file(target, [base_dir, Path.cwd()])
+        found = find_module_file(target, [base_dir, Path.cwd()])
         if found is None:
             import importlib.util
 
@@ -133,7 +133,7 @@ def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck
     path, tree = _source_tree(ref, base_dir, where, out)
     if tree is None:
         return
-    _, name = _split_ref(ref)
+    _, name = split_reference(ref)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     if name not in classes:
         guess = did_you_mean(name, list(classes))
