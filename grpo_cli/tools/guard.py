@@ -92,7 +92,7 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
             try:
                 call = func(*args, **{**kwargs, **bound})
                 out = await (asyncio.wait_for(call, timeout) if timeout else call)
-            except (asyncio.TimeoutError, TimeoutError) as exc:
+            except TimeoutError as exc:
                 err = exc if isinstance(exc, ToolTimeout) else ToolTimeout(
                     f"{name} did not return within {timeout:g} s")
                 stats.record(started, err)

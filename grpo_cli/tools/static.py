@@ -211,4 +211,5 @@ def _version_checks(recipe: Any, out: ToolCheck) -> None:
                                     f"{installed} is installed", "pip install -U 'transformers>=5.2'"))
     if recipe.environment is not None and Version(installed) < Version(TRANSFORMERS_FLOOR_ENVIRONMENTS):
         out.problems.append(Problem("environment", f"TRL needs transformers >= {TRANSFORMERS_FLOOR_ENVIRONMENTS} "
-                                    f"for environments; {installed} is installed", "pip install -U 'transformers>=5.2'"))
+                                    f"for environments; {installed} is installed",
+                                    "pip install -U 'transformers>=5.2'"))

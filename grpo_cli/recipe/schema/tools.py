@@ -65,7 +65,8 @@ class EnvironmentSection(Section):
     def _from_string(cls, value: Any) -> Any:
         if isinstance(value, str):
             return {"factory": value}
-        if isinstance(value, dict) and value and "factory" not in value and all(isinstance(v, str) for v in value.values()):
+        routes = isinstance(value, dict) and value and "factory" not in value
+        if routes and all(isinstance(v, str) for v in value.values()):
             return {"factory": value}  # `environment: {name: envs.py:Class, ...}`
         return value
 
