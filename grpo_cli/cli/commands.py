@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from grpo_cli.cli import check_rewards, eval, memory, merge, report, schema, train, validate, vllm_serve
+from grpo_cli.cli import check_rewards, check_tools, eval, memory, merge, report, schema, train, validate, vllm_serve
 from grpo_cli.cli.app import RECIPE_EPILOG
 
 
@@ -20,6 +20,7 @@ def get_commands() -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
         ("validate", validate.validate, {"epilog": RECIPE_EPILOG}),
         ("schema", schema.schema, {}),
         ("check-rewards", check_rewards.check_rewards_command, {"epilog": check_rewards.CHECK_EPILOG}),
+        ("check-tools", check_tools.check_tools_command, {"epilog": check_tools.CHECK_TOOLS_EPILOG}),
         ("train", train.train, {"epilog": RECIPE_EPILOG}),
         ("eval", eval.eval_cmd, {"epilog": eval.EVAL_EPILOG}),
         ("merge", merge.merge, {}),

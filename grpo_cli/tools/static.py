@@ -188,7 +188,7 @@ def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
     if not recipe.data.prompt.chat:
         out.problems.append(Problem("data.prompt.chat", "tools need chat prompts: TRL only parses tool calls out of "
                                     "conversational completions", "Set `chat: true` under data.prompt."))
-    _version_checks(recipe, out)
+    version_checks(recipe, out)
     local = recipe.local_model_dir(recipe.model.name_or_path)
     if local is not None and (local / "config.json").exists():
         from grpo_cli.tools.template import check_template
@@ -197,13 +197,15 @@ def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
     return out
 
 
-def _version_checks(recipe: Any, out: ToolCheck) -> None:
+def version_checks(recipe: Any, out: ToolCheck, installed: str | None = None) -> None:
+    """TRL's transformers floors for tools and environments (`installed`: the version to judge, default the real one)."""
     from importlib.metadata import PackageNotFoundError, version
 
-    try:
-        installed = version("transformers")
-    except PackageNotFoundError:
-        return
+    if installed is None:
+        try:
+            installed = version("transformers")
+        except PackageNotFoundError:
+            return
     from packaging.version import Version
 
     if recipe.tools and Version(installed) < Version(TRANSFORMERS_FLOOR_TOOLS):
