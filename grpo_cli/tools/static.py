@@ -198,7 +198,7 @@ def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
 
 
 def version_checks(recipe: Any, out: ToolCheck, installed: str | None = None) -> None:
-    """TRL's transformers floors for tools and environments (`installed`: the version to judge, default the real one)."""
+    """TRL's transformers floors for tools and environments (`installed`: the version to judge; default: real)."""
     from importlib.metadata import PackageNotFoundError, version
 
     if installed is None:
