@@ -33,7 +33,7 @@ def check_tools_command(
         import datasets
         from transformers.utils import logging as hf_logging
 
-        from grpo_cli.tools.dryrun import dry_run
+        from grpo_cli.tools import dry_run
 
         datasets.disable_progress_bars()
         hf_logging.disable_progress_bar()

@@ -62,7 +62,7 @@ def _evaluate_episodes(model: Any, tokenizer: Any, prompts: list[Any], columns: 
     """k tool episodes per prompt, scored with what TRL gives rewards (messages, environments)."""
     import torch
 
-    from grpo_cli.tools.episodes import run_episodes, start_episodes
+    from grpo_cli.tools import run_episodes, start_episodes
 
     torch.manual_seed(seed)
     rep = [p for p in prompts for _ in range(k)]

@@ -17,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.tools.examples import example_arguments
 from grpo_cli.tools.loading import Toolset, environment_methods, load_toolset, make_environment
-
-_EXAMPLES = {"integer": (3, 17, 250), "number": (1.5, 2.0, 10.25), "string": ("a", "hello", "grpo"),
-             "boolean": (True, False, True), "array": ([], [1], [1, 2]), "object": ({}, {"k": 1}, {"k": 2})}
 
 
 @dataclass
@@ -62,22 +60,6 @@ class DryRun:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self) | {"ok": self.ok}, indent=2, default=str)
-
-
-def example_arguments(schema: dict[str, Any], variant: int) -> dict[str, Any]:
-    """Arguments for a tool from its JSON schema: enum values, else a typed example (variant 0..2)."""
-    params = schema.get("function", schema).get("parameters", {})
-    props = params.get("properties", {})
-    out: dict[str, Any] = {}
-    for name in params.get("required", list(props)):
-        prop = props.get(name, {})
-        if prop.get("enum"):
-            out[name] = prop["enum"][variant % len(prop["enum"])]
-            continue
-        kind = prop.get("type", "string")
-        kind = kind[0] if isinstance(kind, list) else kind
-        out[name] = _EXAMPLES.get(kind, _EXAMPLES["string"])[variant % 3]
-    return out
 
 
 def call_once(tool: Any, arguments: dict[str, Any], environment: str | None = None) -> CallRecord:

@@ -173,7 +173,7 @@ def _reward_checks(recipe: Recipe, pf: Preflight) -> None:
 
 def _tool_checks(recipe: Recipe, pf: Preflight) -> str:
     """Tools and environments, read statically (grpo_cli.tools.static); returns the plan line."""
-    from grpo_cli.tools.static import check_tools
+    from grpo_cli.tools import check_tools
 
     check = check_tools(recipe, pf.columns)
     pf.problems.extend(check.problems)
