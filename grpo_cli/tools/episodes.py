@@ -169,7 +169,10 @@ def run_episodes(model: Any, tokenizer: Any, toolset: Toolset, episodes: list[Ep
                     continue
                 ep.completion += messages
                 ep.ids += suffix
-                still.append(i)
+                if len(ep.ids) < max_tokens:  # room left to answer
+                    still.append(i)
+                else:
+                    ep.truncated = True
             active = still
             iteration += 1
     finally:

@@ -186,8 +186,12 @@ def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
                                         f"Add an `environment` column naming one of {', '.join(env.factory)} per "
                                         "row (and keep it in data.keep_columns), or give a single class."))
     if not recipe.data.prompt.chat:
-        out.problems.append(Problem("data.prompt.chat", "tools need chat prompts: TRL only parses tool calls out of "
-                                    "conversational completions", "Set `chat: true` under data.prompt."))
+        what = ("tools need chat prompts: TRL only parses tool calls out of conversational completions")
+        if recipe.data.prompt.template is not None:
+            out.problems.append(Problem("data.prompt.chat", what, "Set `chat: true` under data.prompt."))
+        else:  # a column may already hold message lists
+            out.warnings.append(f"data.prompt.chat: {what}; make sure data.prompt.column holds message lists "
+                                "or set `chat: true`")
     version_checks(recipe, out)
     local = recipe.local_model_dir(recipe.model.name_or_path)
     if local is not None and (local / "config.json").exists():
