@@ -27,7 +27,7 @@ What the model sees (``question`` = ``347+589``)::
     tool: 936
     assistant: 936<eos>
 
-    python scripts/make_tiny_tool_model.py                     # writes into grpo_cli/assets/ (~3-5 min)
+    python scripts/make_tiny_tool_model.py                     # writes into grpo_cli/assets/ (~8-18 min)
     python scripts/make_tiny_tool_model.py --out-root /tmp/x   # writes elsewhere
 """
 

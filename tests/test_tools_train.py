@@ -35,6 +35,8 @@ def test_training_with_a_tool_changes_weights_and_logs_tool_metrics(tmp_path: Pa
     assert sum(r["tools/call_frequency"] for r in train_logs) > 0
     stats = json.loads((out / "manifest.json").read_text())["tools"]["add"]
     assert stats["calls"] > 0 and stats["timeouts"] == 0
+    report = (out / "report.md").read_text()
+    assert "| tools/call_frequency |" in report and "## Tools" in report and "| add |" in report
 
 
 def test_eval_runs_tool_episodes_and_reports_tool_use(tmp_path: Path) -> None:

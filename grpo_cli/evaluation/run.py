@@ -159,6 +159,19 @@ def load_eval_rows(recipe: Recipe, tokenizer: Any, *, split: str | None = None, 
     return map_split(recipe, tokenizer, split, data=data, where=where)
 
 
+def _use_vllm(recipe: Recipe, backend: str, tools: bool) -> bool:
+    """Whether `grpo eval` samples with vLLM: asked for (or auto and available), and no tool episodes to run."""
+    if backend not in ("auto", "transformers", "vllm"):
+        raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
+    if tools and backend == "vllm":
+        raise GrpoError("--backend vllm does not run multi-turn tool episodes", where="--backend",
+                        fix="Use --backend transformers (the default for recipes with tools).")
+    if backend == "vllm" and not vllm_available():
+        raise GrpoError("--backend vllm needs vLLM installed and a CUDA GPU", where="--backend",
+                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or use --backend transformers.")
+    return not tools and (backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile)))
+
+
 def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, split: str | None = None,
              file: str | None = None, backend: str = "auto", console: Any = None) -> list[EvalResult]:
     """Evaluate each model in turn on the same prompts with the same seed; one model in memory at a time."""
@@ -169,19 +182,10 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
     from grpo_cli.models.loading import resolve_dtype
     from grpo_cli.models.sources import load_source_model, load_tokenizer_for
     from grpo_cli.rewards import load_reward
-
-    if backend not in ("auto", "transformers", "vllm"):
-        raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
     from grpo_cli.tools import load_toolset
 
     toolset = load_toolset(recipe)
-    if toolset is not None and backend == "vllm":
-        raise GrpoError("--backend vllm does not run multi-turn tool episodes", where="--backend",
-                        fix="Use --backend transformers (the default for recipes with tools).")
-    use_vllm = toolset is None and (backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile)))
-    if backend == "vllm" and not vllm_available():
-        raise GrpoError("--backend vllm needs vLLM installed and a CUDA GPU", where="--backend",
-                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or use --backend transformers.")
+    use_vllm = _use_vllm(recipe, backend, toolset is not None)
     entries = recipe.eval.rewards or recipe.rewards
     funcs = [load_reward(e, recipe.base_dir) for e in entries]
     for e, f in zip(entries, funcs, strict=True):

@@ -198,6 +198,7 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines += ["", "Best = the window with the highest mean total reward."
               + ("" if summary.best else " No window has a reward value."), ""]
     lines += _eval_lines(run)
+    lines += _tool_lines(run)
     lines += ["## Health guards", ""]
     if run.events:
         for e in run.events:
@@ -215,6 +216,20 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     if checkpoints:
         lines.append(f"- checkpoints: {', '.join(f'`{p}`' for p in checkpoints)}")
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _tool_lines(run: RunData) -> list[str]:
+    """Per-tool calls, failures, timeouts and time of a run with tools (the manifest's `tools`)."""
+    tools = run.manifest.get("tools")
+    if not isinstance(tools, dict) or not tools:
+        return []
+    lines = ["## Tools", "", "| tool | calls | failures | timeouts | mean ms | last error |",
+             "|---|---:|---:|---:|---:|---|"]
+    for name, t in tools.items():
+        ms = f"{1000 * t['mean_seconds']:.3g}" if t.get("mean_seconds") is not None else "–"
+        lines.append(f"| {name} | {t.get('calls')} | {t.get('failures')} | {t.get('timeouts')} | {ms} | "
+                     f"{(t.get('last_error') or '–').replace('|', '/')} |")
+    return [*lines, ""]
 
 
 def _eval_lines(run: RunData) -> list[str]:
