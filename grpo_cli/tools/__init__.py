@@ -14,6 +14,7 @@ from typing import Any
 from grpo_cli.tools.static import ToolCheck, check_tools
 
 _LAZY = {"ToolStats": "grpo_cli.tools.guard", "ToolTimeout": "grpo_cli.tools.guard", "guard": "grpo_cli.tools.guard",
+         "stats_markdown": "grpo_cli.tools.guard",
          "Toolset": "grpo_cli.tools.loading", "environment_methods": "grpo_cli.tools.loading",
          "load_toolset": "grpo_cli.tools.loading", "make_environment": "grpo_cli.tools.loading",
          "Episode": "grpo_cli.tools.episodes", "run_episodes": "grpo_cli.tools.episodes",

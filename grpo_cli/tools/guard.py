@@ -49,6 +49,19 @@ class ToolStats:
             self.outputs.add(repr(output)[:200])
 
 
+def stats_markdown(tools: Any) -> list[str]:
+    """The report's `## Tools` table from a manifest's `tools` entry ([] when the run had no tools)."""
+    if not isinstance(tools, dict) or not tools:
+        return []
+    lines = ["## Tools", "", "| tool | calls | failures | timeouts | mean ms | last error |",
+             "|---|---:|---:|---:|---:|---|"]
+    for name, t in tools.items():
+        ms = f"{1000 * t['mean_seconds']:.3g}" if t.get("mean_seconds") is not None else "–"
+        lines.append(f"| {name} | {t.get('calls')} | {t.get('failures')} | {t.get('timeouts')} | {ms} | "
+                     f"{(t.get('last_error') or '–').replace('|', '/')} |")
+    return [*lines, ""]
+
+
 def _run_with_timeout(func: Any, args: tuple, kwargs: dict, timeout: float, name: str) -> Any:
     """Call `func` in a daemon thread; give up after `timeout` seconds (the thread is left to finish on its own)."""
     box: dict[str, Any] = {}
