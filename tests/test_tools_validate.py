@@ -232,3 +232,26 @@ def test_transformers_floors() -> None:
     out = ToolCheck()
     version_checks(R(), out, installed="4.57.1")
     assert [p.where for p in out.problems] == ["tools", "environment"]
+
+
+def test_template_that_is_not_prefix_preserving_or_has_no_parser_warns(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from grpo_cli.paths import ASSETS_DIR
+
+    model = tmp_path / "model"
+    shutil.copytree(ASSETS_DIR / "tiny-tool", model)
+    template = (model / "chat_template.jinja").read_text(encoding="utf-8")
+    # Mark the last message: appending a tool result then changes how the assistant turn before it renders.
+    (model / "chat_template.jinja").write_text(template.replace("{{ '\\n' }}{% endfor %}",
+                                                                "{% if loop.last %}{{ '.' }}{% endif %}{{ '\\n' }}"
+                                                                "{% endfor %}"), encoding="utf-8")
+    config = json.loads((model / "tokenizer_config.json").read_text(encoding="utf-8"))
+    del config["response_template"]
+    (model / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    result = run_cli("validate", _recipe(tmp_path, "tools: [tools.py:add]\n", model=str(model)))
+    assert result.exit_code == 0, result
+    flat = " ".join(result.output.split())
+    assert "is not prefix-preserving" in flat
+    assert "has no response_template" in flat

@@ -114,9 +114,10 @@ def check_template(model_dir: Path, out: Any) -> None:
                                     "`tool_calls` and `tool` messages."))
         return
     if not is_prefix_preserving(template, config):
-        out.warnings.append(f"the chat template in {model_dir} is not prefix-preserving: TRL swaps in its own "
-                            "training template for multi-turn tool rollouts (fine for known model families; "
-                            "`grpo check-tools` shows what the model sees)")
+        out.warnings.append(f"the chat template in {model_dir} is not prefix-preserving (appending a tool result "
+                            "changes how earlier turns render): TRL swaps in its own training template for the model "
+                            "families it knows (Qwen, Llama, DeepSeek, Cohere, ...) and refuses any other template "
+                            "when training starts")
     if not (config.get("response_template") or config.get("response_schema")):
         out.warnings.append(f"the tokenizer in {model_dir} has no response_template: TRL parses tool calls only "
                             "for chat templates it knows (Qwen2.5/3/3.5, Llama 3.1/3.2, GPT-OSS, GLM-4-MoE, ...); "
