@@ -39,7 +39,8 @@ def evaluate_rows(model: Any, tokenizer: Any, rows: Any, reward_funcs: list[Any]
         texts, ids, truncated = sampler(prompts)
     else:
         texts, ids, truncated = generate(model, tokenizer, prompts, k=k, temperature=temperature, top_p=top_p,
-                                         max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed)
+                                         max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed,
+                                         images=columns.get("images"))
     rep = [p for p in prompts for _ in range(k)]
     rep_cols = {c: [v for v in vals for _ in range(k)] for c, vals in columns.items()}
     chat = bool(prompts) and isinstance(prompts[0], list)
@@ -160,16 +161,20 @@ def load_eval_rows(recipe: Recipe, tokenizer: Any, *, split: str | None = None, 
 
 
 def _use_vllm(recipe: Recipe, backend: str, tools: bool) -> bool:
-    """Whether `grpo eval` samples with vLLM: asked for (or auto and available), and no tool episodes to run."""
+    """Whether `grpo eval` samples with vLLM: asked for (or auto and available), no tool episodes, no images."""
     if backend not in ("auto", "transformers", "vllm"):
         raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
     if tools and backend == "vllm":
         raise GrpoError("--backend vllm does not run multi-turn tool episodes", where="--backend",
                         fix="Use --backend transformers (the default for recipes with tools).")
+    if recipe.data.images is not None and backend == "vllm":
+        raise GrpoError("grpo eval's vLLM backend does not pass images yet", where="--backend",
+                        fix="Use --backend transformers (the default picks it for image rows).")
     if backend == "vllm" and not vllm_available():
         raise GrpoError("--backend vllm needs vLLM installed and a CUDA GPU", where="--backend",
                         fix="pip install 'grpo-cli[vllm]' on a GPU machine, or use --backend transformers.")
-    return not tools and (backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile)))
+    return not tools and recipe.data.images is None and (
+        backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile)))
 
 
 def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, split: str | None = None,

@@ -106,7 +106,7 @@ class EvalResult:
             if self.tool_calls:
                 row.update(tool_calls=self.tool_calls[j], tool_failures=self.tool_failures[j],
                            messages=self.transcripts[j])
-            row.update({c: vals[i] for c, vals in self.columns.items() if c not in row})
+            row.update({c: vals[i] for c, vals in self.columns.items() if c not in row and c != "images"})
             rows.append(row)
         return rows
 

@@ -7,15 +7,14 @@ completion more than the right answer wastes a whole run; this finds it in secon
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.errors import GrpoError
+from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.rewards.calling import call_reward
+from grpo_cli.rewards.calling import call_reward, result_problem, value_problem
 from grpo_cli.rewards.check.stats import (
     RewardResult,
     Violation,
@@ -158,12 +157,13 @@ def _generated_samples(recipe: Recipe, samples: int) -> tuple[list[Sample], Any]
     from grpo_cli.models import load_model
 
     loaded = load_model(recipe)
-    rows = prepare_data(recipe, loaded.tokenizer).train
+    rows = prepare_data(recipe, loaded.processing_class).train
     indices = _spread(len(rows), samples)
     picked = [rows[i] for i in indices]
     tr = recipe.training
     k = int(tr.get("num_generations") or 8)
-    texts, ids, _ = generate(loaded.model, loaded.tokenizer, [r["prompt"] for r in picked], k=k,
+    images = [r["images"] for r in picked] if "images" in rows.column_names else None
+    texts, ids, _ = generate(loaded.model, loaded.processing_class, [r["prompt"] for r in picked], k=k, images=images,
                              temperature=float(tr.get("temperature") or 1.0), top_p=float(tr.get("top_p") or 1.0),
                              max_new_tokens=int(tr.get("max_completion_length") or 256),
                              batch_size=max(1, 32 // k), seed=int(tr.get("seed") or 42))
@@ -198,41 +198,19 @@ def _call(func: Any, batch: list[Sample], state: Any, logs: _Logs) -> Any:
                        log_metric=logs.log_metric, **kwargs)
 
 
-def _as_values(result: Any, n: int) -> tuple[list[Any] | None, str]:
-    """The returned sequence, or None and what is wrong with its shape."""
-    if result is None or isinstance(result, str | bytes | dict) or not hasattr(result, "__len__"):
-        return None, f"returned {type(result).__name__}, not a list of floats"
-    values = list(result)
-    if len(values) != n:
-        return None, f"returned {len(values)} values for {n} completions"
-    return values, ""
-
-
-def _check_value(value: Any) -> tuple[float | None, str]:
-    """The value as TRL will use it, or the contract it breaks (non-numeric, NaN, infinite)."""
-    if value is None:
-        return None, ""
-    if isinstance(value, str | bytes):  # float("1.0") works, torch.tensor(["1.0"]) does not
-        return None, "type"
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None, "type"
-    if math.isnan(number):
-        return None, "nan"
-    if math.isinf(number):
-        return None, "inf"
-    return number, ""
-
-
 def _score(label: str, func: Any, samples: list[Sample], batches: list[list[int]], state: Any,
            logs: _Logs) -> RewardResult:
     res = RewardResult(label, [None] * len(samples))
-    for idx in batches:
+    for n, idx in enumerate(batches):
         batch = [samples[i] for i in idx]
         start = time.perf_counter()
         try:
             result = _call(func, batch, state, logs)
+        except RewardTimeoutError as exc:
+            res.seconds.append(time.perf_counter() - start)
+            skipped = [i for later in batches[n:] for i in later]  # each call would wait as long again
+            res.add_error("timeout", f"{exc.seconds:g} s", skipped, len(skipped))
+            break
         except Exception as exc:
             res.seconds.append(time.perf_counter() - start)
             culprits = [i for i in idx if _raises(func, samples[i], state)] or idx
@@ -240,12 +218,12 @@ def _score(label: str, func: Any, samples: list[Sample], batches: list[list[int]
             res.add_error("exception", f"raised {type(exc).__name__}: {message}", culprits, len(idx))
             continue
         res.seconds.append(time.perf_counter() - start)
-        values, problem = _as_values(result, len(batch))
-        if values is None:
+        problem = result_problem(result, len(batch))
+        if problem:
             res.add_error("length" if "values for" in problem else "not_list", problem, idx, len(idx))
             continue
-        for i, value in zip(idx, values, strict=True):
-            number, bad = _check_value(value)
+        for i, value in zip(idx, result, strict=True):
+            number, bad = value_problem(value)
             res.values[i] = number
             if bad:
                 res.add_error(bad, repr(value), [i], 1)
@@ -281,7 +259,7 @@ def _reward_funcs(recipe: Recipe) -> list[Any]:
 
     for i, entry in enumerate(recipe.rewards):
         inspect_reward(entry, recipe.base_dir, i)
-    funcs = build_reward_funcs(recipe)
+    funcs = build_reward_funcs(recipe, training=False)
     kwargs = recipe.training.get("chat_template_kwargs") or {}
     return [RewardModelScorer(f, e.label, chat_template_kwargs=kwargs, where=f"rewards[{i}].model")
             if isinstance(f, str) else f for i, (f, e) in enumerate(zip(funcs, recipe.rewards, strict=True))]
@@ -291,6 +269,14 @@ def _tokenizer(recipe: Recipe, notes: list[str]) -> Any:
     from grpo_cli.models import load_tokenizer
 
     try:
+        from grpo_cli.models.vision import recipe_is_vision_language
+
+        if recipe_is_vision_language(recipe):  # the processor counts image tokens when prompts are length-filtered
+            from grpo_cli.models.loading import model_reference
+            from grpo_cli.models.vision import load_processor
+
+            return load_processor(model_reference(recipe), revision=recipe.model.revision,
+                                  trust_remote_code=recipe.model.trust_remote_code)
         return load_tokenizer(recipe, local_only=True)
     except GrpoError as exc:
         notes.append(f"tokenizer of {recipe.model.name_or_path} not available ({exc.problems[0].what}); prompts "
@@ -329,7 +315,7 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
         else:
             tokenizer = _tokenizer(recipe, notes)
             rows = _rows(recipe, tokenizer)
-            tokens = Tokens(tokenizer)
+            tokens = Tokens(getattr(tokenizer, "tokenizer", tokenizer))  # a VLM processor holds the tokenizer
             if completions is not None:
                 found, source = _file_samples(recipe, rows, Path(completions), tokens), "file"
             else:
