@@ -22,11 +22,19 @@ Sampler = Callable[[list[Any]], tuple[list[str], list[list[int]], list[bool]]]
 
 def evaluate_rows(model: Any, tokenizer: Any, rows: Any, reward_funcs: list[Any], labels: list[str], *,
                   k: int, temperature: float, top_p: float, max_new_tokens: int, batch_size: int, seed: int,
-                  label: str = "", sampler: Sampler | None = None, weights: dict[str, float] | None = None
-                  ) -> EvalResult:
-    """Sample k completions per row of a mapped dataset and score them (`sampler` replaces HF generate)."""
+                  label: str = "", sampler: Sampler | None = None, weights: dict[str, float] | None = None,
+                  toolset: Any = None, max_tool_iterations: int | None = None) -> EvalResult:
+    """Sample k completions per row of a mapped dataset and score them (`sampler` replaces HF generate).
+
+    With a `toolset` each completion is a multi-turn tool episode, run as TRL's tool loop runs it.
+    """
     prompts = list(rows["prompt"])
     columns = {c: list(rows[c]) for c in rows.column_names if c != "prompt"}
+    if toolset is not None:
+        return _evaluate_episodes(model, tokenizer, prompts, columns, reward_funcs, labels, toolset, k=k,
+                                  temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                                  batch_size=batch_size, seed=seed, label=label, weights=weights,
+                                  max_iterations=max_tool_iterations)
     if sampler is not None:
         texts, ids, truncated = sampler(prompts)
     else:
@@ -38,16 +46,46 @@ def evaluate_rows(model: Any, tokenizer: Any, rows: Any, reward_funcs: list[Any]
     chat = bool(prompts) and isinstance(prompts[0], list)
     completions: list[Any] = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
     scores = score(reward_funcs, labels, rep, completions, ids, rep_cols)
+    return EvalResult(label, len(prompts), k, scores, texts, [len(i) for i in ids], truncated, _primary(scores),
+                      prompts, columns, dict(weights or {}))
+
+
+def _primary(scores: dict[str, list[float | None]]) -> str:
+    """The reward pass@k is computed on: the first 0/1 reward named like accuracy, else the first 0/1 one."""
     binary = [n for n, v in scores.items() if all(x in (0.0, 1.0) for x in v if x is not None)]
-    primary = next((n for n in binary if "accuracy" in n), binary[0] if binary else next(iter(scores), ""))
-    return EvalResult(label, len(prompts), k, scores, texts, [len(i) for i in ids], truncated, primary, prompts,
-                      columns, dict(weights or {}))
+    return next((n for n in binary if "accuracy" in n), binary[0] if binary else next(iter(scores), ""))
+
+
+def _evaluate_episodes(model: Any, tokenizer: Any, prompts: list[Any], columns: dict[str, list[Any]],
+                       reward_funcs: list[Any], labels: list[str], toolset: Any, *, k: int, temperature: float,
+                       top_p: float, max_new_tokens: int, batch_size: int, seed: int, label: str,
+                       weights: dict[str, float] | None, max_iterations: int | None) -> EvalResult:
+    """k tool episodes per prompt, scored with what TRL gives rewards (messages, environments)."""
+    import torch
+
+    from grpo_cli.tools import run_episodes, start_episodes
+
+    torch.manual_seed(seed)
+    rep = [p for p in prompts for _ in range(k)]
+    rep_cols = {c: [v for v in vals for _ in range(k)] for c, vals in columns.items()}
+    row_dicts = [{c: rep_cols[c][j] for c in rep_cols} for j in range(len(rep))]
+    episodes = start_episodes(toolset, rep, row_dicts)
+    run_episodes(model, tokenizer, toolset, episodes, max_tokens=max_new_tokens, max_iterations=max_iterations,
+                 temperature=temperature, top_p=top_p, batch_size=batch_size)
+    extra = {"environments": [e.environment for e in episodes]} if toolset.environments else None
+    scores = score(reward_funcs, labels, [e.prompt for e in episodes], [e.completion for e in episodes],
+                   [e.ids for e in episodes], rep_cols, extra)
+    return EvalResult(label, len(prompts), k, scores, [e.text for e in episodes], [len(e.ids) for e in episodes],
+                      [e.truncated for e in episodes], _primary(scores), prompts, columns, dict(weights or {}),
+                      [e.tool_calls for e in episodes], [e.tool_failures for e in episodes],
+                      [e.completion for e in episodes])
 
 
 def evaluate_recipe_model(recipe: Recipe, model: Any, tokenizer: Any, rows: Any, console: Any = None,
                           label: str = "") -> EvalResult:
     """Evaluate with the recipe's eval settings and rewards (eval.rewards, else the training rewards)."""
     from grpo_cli.rewards import load_reward
+    from grpo_cli.tools import load_toolset
 
     entries = recipe.eval.rewards or recipe.rewards
     funcs = [load_reward(e, recipe.base_dir) for e in entries]
@@ -60,7 +98,8 @@ def evaluate_recipe_model(recipe: Recipe, model: Any, tokenizer: Any, rows: Any,
     return evaluate_rows(model, tokenizer, rows, funcs, [e.label for e in entries], k=ev.num_generations,
                          temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=max_new,
                          batch_size=ev.batch_size, seed=ev.seed, label=label,
-                         weights={e.label: e.weight for e in entries})
+                         weights={e.label: e.weight for e in entries}, toolset=load_toolset(recipe),
+                         max_tool_iterations=recipe.training.get("max_tool_calling_iterations"))
 
 
 # ---------------------------------------------------------------------------- `grpo eval`
@@ -133,9 +172,11 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
     from grpo_cli.models.loading import resolve_dtype
     from grpo_cli.models.sources import load_source_model, load_tokenizer_for
     from grpo_cli.rewards import load_reward
+    from grpo_cli.tools import load_toolset
 
-    use_vllm = check_backend(backend, images=recipe.data.images is not None) and (
-        backend == "vllm" or recipe.launch.profile != "cpu")
+    toolset = load_toolset(recipe)
+    use_vllm = check_backend(backend, images=recipe.data.images is not None, tools=toolset is not None,
+                             profile=recipe.launch.profile)
     entries = recipe.eval.rewards or recipe.rewards
     funcs = [load_reward(e, recipe.base_dir) for e in entries]
     for e, f in zip(entries, funcs, strict=True):
@@ -168,7 +209,8 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
                                          temperature=settings.temperature, top_p=settings.top_p,
                                          max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
                                          seed=settings.seed, label=source.label, sampler=sampler,
-                                         weights={e.label: e.weight for e in entries}))
+                                         weights={e.label: e.weight for e in entries}, toolset=toolset,
+                                         max_tool_iterations=recipe.training.get("max_tool_calling_iterations")))
         finally:
             if close is not None:
                 close()
