@@ -46,11 +46,12 @@ BEST = "best"
 """The model with the best task metric (eval.every_steps); the manifest's `best` records it."""
 CARD = "README.md"
 """The model card (Hub format) of a finished run or merged model."""
+MERGE_INFO = "grpo_merge.json"
+"""What `grpo merge` folded into what, and how closely the logits matched."""
+BEST_RECORD = "grpo_best.json"
+"""Inside best/: the step, metric and value it was kept for."""
 
 
-def suite_result(suite: str) -> str:
-    """`grpo eval --suite` summary file next to a model."""
-    return f"eval-{suite}.json"
 TRAINER_STATE = "trainer_state.json"
 WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "adapter_model.bin", "pytorch_model.bin.index.json")
@@ -129,6 +130,16 @@ def start_manifest(recipe_source: str, seed: int, world_size: int) -> dict[str, 
         "versions": package_versions(),
         "hardware": hardware(),
     }
+
+
+def suite_result(suite: str) -> str:
+    """`grpo eval --suite` summary file next to a model."""
+    return f"eval-{suite}.json"
+
+
+def suite_completions(suite: str) -> str:
+    """`grpo eval --suite` completions file next to a model."""
+    return f"eval-{suite}-completions.jsonl"
 
 
 def read_manifest(out: Path) -> dict[str, Any]:

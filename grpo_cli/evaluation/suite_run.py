@@ -187,7 +187,7 @@ def write_suite_result(result: SuiteResult, directory: Path) -> tuple[Path, Path
 
     directory.mkdir(parents=True, exist_ok=True)
     summary = directory / runs.suite_result(result.suite)
-    completions = directory / f"eval-{result.suite}-completions.jsonl"
+    completions = directory / runs.suite_completions(result.suite)
     with completions.open("w", encoding="utf-8") as fh:
         for rec in result.records():
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")

@@ -111,7 +111,10 @@ def markdown_samples(output_dir: Path, count: int = 3) -> list[str]:
     rows = read_rows(output_dir / COMPLETIONS_FILE)
     if not rows:
         return []
-    last = max(int(r.get("step", 0)) for r in rows)
+    steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
+    if not steps:
+        return []
+    last = max(steps)
     rows = sorted((r for r in rows if r.get("step") == last), key=lambda r: _finite(r.get("reward")) or 0.0)
     picked = rows if len(rows) <= count else [*rows[:count // 2 + count % 2], *rows[-(count // 2):]]
 

@@ -23,7 +23,7 @@ from transformers import TrainerCallback
 from grpo_cli import runs
 
 BEST_DIR = runs.BEST
-BEST_RECORD = "grpo_best.json"
+BEST_RECORD = runs.BEST_RECORD
 """Inside best/: step, metric and value of the model there, so a resumed run only replaces it by a better one."""
 
 
