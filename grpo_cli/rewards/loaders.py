@@ -338,7 +338,15 @@ def load_reward(entry: RewardEntry, base_dir: Path, index: int | None = None) ->
         return str(local) if local is not None else entry.model
     func = get_builtin(entry.name or "") if entry.kind == "builtin" else _import_function(entry, base_dir, index)
     wrapper = AsyncBoundReward if is_async_reward(func) else BoundReward
-    return wrapper(func, entry.params, entry.label)
+    params = dict(entry.params)
+    if _pools_itself(entry) and entry.parallel > 0:
+        params.setdefault("parallel", entry.parallel)
+    return wrapper(func, params, entry.label)
+
+
+def _pools_itself(entry: RewardEntry) -> bool:
+    """Built-ins that run their own bounded pool (`code`: warm sandboxes) take `parallel:` as a param."""
+    return entry.kind == "builtin" and "parallel" in inspect.signature(get_builtin(entry.name or "")).parameters
 
 
 def build_reward_funcs(recipe: Any) -> list[Any]:
@@ -347,7 +355,7 @@ def build_reward_funcs(recipe: Any) -> list[Any]:
 
     funcs: list[Any] = []
     for i, entry in enumerate(recipe.rewards):
-        if entry.parallel > 1 and entry.kind != "model":
+        if entry.parallel > 1 and entry.kind != "model" and not _pools_itself(entry):
             funcs.append(ParallelReward(entry, recipe.base_dir, entry.parallel, index=i))
         else:
             func = load_reward(entry, recipe.base_dir, i)

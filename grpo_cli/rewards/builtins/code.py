@@ -84,8 +84,16 @@ def _same_output(actual: str, expected: str) -> bool:
     return norm(actual) == norm(expected)
 
 
+def _output_cap(expected: str) -> int:
+    return max(65536, 2 * len(expected.encode()) + 1024)
+
+
 def run_test(program: str, test: CodeTest, *, timeout: float, memory_mb: int) -> bool:
-    """Whether one test passes; any failure of the sandbox itself counts as a failed test."""
+    """Whether one test passes, in a process of its own; any failure of the sandbox fails the test.
+
+    The per-test path (one program per test, as the remote backends run it); `score_program` is
+    what the reward uses locally.
+    """
     from grpo_cli.rewards.sandbox import run_python
 
     try:
@@ -96,12 +104,50 @@ def run_test(program: str, test: CodeTest, *, timeout: float, memory_mb: int) ->
             result = run_python(source, timeout=timeout, memory_mb=memory_mb)
             return result.ok and result.stdout.rstrip().endswith(sentinel)
         expected = test.expected or ""
-        cap = max(65536, 2 * len(expected.encode()) + 1024)
-        result = run_python(program, test.stdin, timeout=timeout, memory_mb=memory_mb, max_output_bytes=cap)
+        result = run_python(program, test.stdin, timeout=timeout, memory_mb=memory_mb,
+                            max_output_bytes=_output_cap(expected))
         return result.ok and _same_output(result.stdout, expected)
     except Exception as exc:  # an unexpected sandbox error fails the test, never the step
         _log.warning("code reward: sandbox error: %s", exc)
         return False
+
+
+def score_program(program: str, tests: list[CodeTest], *, timeout: float, memory_mb: int) -> tuple[float, str]:
+    """(fraction passed, what happened) for one completion: all its tests in ONE sandboxed process."""
+    from grpo_cli.rewards.sandbox import run_tests
+
+    specs = [{"script": t.script} if t.script is not None else {"stdin": t.stdin, "cap": _output_cap(t.expected or "")}
+             for t in tests]
+    result = run_tests(program, specs, timeout=timeout, memory_mb=memory_mb)
+    if result.error:
+        _log.warning("code reward: %s", result.error)
+        return 0.0, result.error
+    passed, first_failure = 0, ""
+    for i, (test, outcome) in enumerate(zip(tests, result.outcomes, strict=True)):
+        ok = outcome.passed if test.script is not None else (
+            outcome.stdout is not None and _same_output(outcome.stdout, test.expected or ""))
+        passed += ok
+        if not ok and not first_failure:
+            first_failure = f"; test {i + 1}: {outcome.reason or 'wrong output'}"
+    return passed / len(tests), f"{passed}/{len(tests)} tests passed{first_failure}"
+
+
+def _score_remote(program: str, tests: list[CodeTest], backend: str, url: str, *, timeout: float,
+                  memory_mb: int) -> tuple[float, str]:
+    """The per-test path on a Piston / SandboxFusion server (see code_remote)."""
+    from grpo_cli.rewards.builtins.code_remote import run_remote
+
+    passed = 0
+    for test in tests:
+        if test.script is not None:
+            sentinel = f"grpo-tests-passed-{secrets.token_hex(8)}"
+            run = run_remote(backend, url, f"{program}\n\n{test.script}\n\nprint({sentinel!r})\n", "",
+                             timeout=timeout, memory_mb=memory_mb)
+            passed += run.ok and run.stdout.rstrip().endswith(sentinel)
+        else:
+            run = run_remote(backend, url, program, test.stdin, timeout=timeout, memory_mb=memory_mb)
+            passed += run.ok and _same_output(run.stdout, test.expected or "")
+    return passed / len(tests), f"{passed}/{len(tests)} tests passed on {backend}"
 
 
 def code(
@@ -110,13 +156,26 @@ def code(
     tests: Any = None,
     timeout: float = 5.0,
     memory_mb: int = 512,
+    backend: str = "local",
+    backend_url: str | None = None,
+    parallel: int = 0,
+    log_extra: Any = None,
     **kwargs: Any,
 ) -> list[float | None]:
     """Fraction of the row's tests that the completion's last ```python block passes, sandboxed.
 
     `tests` (a dataset column): assert strings, one string of test code, or stdin/stdout pairs.
-    No code block -> 0.0; no tests -> None. Each program gets `timeout` s and `memory_mb` MiB.
+    No code block -> 0.0; no tests -> None. Each test gets `timeout` s and each program `memory_mb`
+    MiB. Locally (`backend: local`) each completion runs all its tests in one process forked by a
+    warm sandbox server, `parallel` completions at a time (the reward entry's `parallel:`; 0 = one
+    per CPU). `backend: piston | sandbox-fusion` sends each test to that server at `backend_url`
+    instead. What happened to each completion goes to TRL's completions table (`code_result`).
     """
+    from grpo_cli.rewards.builtins.code_remote import BACKENDS, DEFAULT_URLS
+    from grpo_cli.rewards.sandbox_client import default_workers, shared_pool
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown code backend {backend!r}: use one of {', '.join(BACKENDS)}")
     n = len(completions)
     if tests is None:
         cells: list[Any] = [None] * n
@@ -124,16 +183,38 @@ def code(
         cells = [tests] * n
     else:
         cells = list(tests) + [None] * (n - len(tests))
-    rewards: list[float | None] = []
-    for completion, cell in zip(completions, cells, strict=False):
+    rewards: list[float | None] = [None] * n
+    notes = ["no tests"] * n
+    jobs: list[tuple[int, str, list[CodeTest]]] = []
+    for i, (completion, cell) in enumerate(zip(completions, cells, strict=False)):
         parsed = parse_tests(cell)
         if parsed is None:
-            rewards.append(None)
             continue
         program = extract_code(completion_text(completion))
         if program is None or not program.strip():
-            rewards.append(0.0)
+            rewards[i], notes[i] = 0.0, "no ```python block"
             continue
-        passed = sum(run_test(program, t, timeout=timeout, memory_mb=memory_mb) for t in parsed)
-        rewards.append(passed / len(parsed))
+        jobs.append((i, program, parsed))
+
+    def score(job: tuple[int, str, list[CodeTest]]) -> tuple[float, str]:
+        _, program, parsed = job
+        if backend == "local":
+            return score_program(program, parsed, timeout=timeout, memory_mb=memory_mb)
+        return _score_remote(program, parsed, backend, backend_url or DEFAULT_URLS[backend],
+                             timeout=timeout, memory_mb=memory_mb)
+
+    workers = max(1, min(parallel if parallel > 0 else default_workers(), len(jobs)))
+    if backend == "local":
+        shared_pool().ensure(workers)
+    if workers > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(workers, thread_name_prefix="grpo-code") as pool:
+            scored = list(pool.map(score, jobs))
+    else:
+        scored = [score(job) for job in jobs]
+    for (i, _, _), (value, note) in zip(jobs, scored, strict=True):
+        rewards[i], notes[i] = value, note
+    if callable(log_extra):
+        log_extra("code_result", notes)
     return rewards
