@@ -162,6 +162,30 @@ def set_parent_death_signal() -> None:
                             ctypes.c_ulong(0))  # PR_SET_PDEATHSIG
 
 
+def nproc_limit() -> int:
+    """RLIMIT_NPROC counts every task of the user: allow what exists now plus a few threads.
+
+    Root is exempt from RLIMIT_NPROC; there the seccomp filter and the audit hook stop forks.
+    """
+    import resource
+
+    uid, tasks = os.getuid(), 0
+    try:
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    st = os.stat(f"/proc/{pid}/task")
+                except OSError:
+                    continue
+                if st.st_uid == uid:
+                    tasks += max(1, st.st_nlink - 2)
+    except OSError:
+        tasks = 4096
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    limit = tasks + 16
+    return limit if hard == resource.RLIM_INFINITY or os.geteuid() == 0 else min(limit, hard)
+
+
 AUDIT_BLOCKED = frozenset({
     "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "os.kill", "os.killpg",
     "os.remove", "os.rmdir", "os.rename", "os.truncate", "os.chdir", "os.chmod", "os.chown", "os.link",

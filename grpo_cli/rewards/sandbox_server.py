@@ -20,6 +20,7 @@ Stdlib only: this file runs outside the `grpo_cli` package.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -105,30 +106,6 @@ class _Job:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
-def _nproc_limit() -> int:
-    """RLIMIT_NPROC counts every task of the user: allow what exists now plus a few threads.
-
-    Root is exempt from RLIMIT_NPROC; there the seccomp filter and the audit hook stop forks.
-    """
-    import resource
-
-    uid, tasks = os.getuid(), 0
-    try:
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
-                try:
-                    st = os.stat(f"/proc/{pid}/task")
-                except OSError:
-                    continue
-                if st.st_uid == uid:
-                    tasks += max(1, st.st_nlink - 2)
-    except OSError:
-        tasks = 4096
-    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-    limit = tasks + 16
-    return limit if hard == resource.RLIM_INFINITY or os.geteuid() == 0 else min(limit, hard)
-
-
 _NPROC: list[float] = [0.0, 0.0]
 
 
@@ -136,7 +113,7 @@ def _limits(req: dict[str, Any], cpu: int, fsize: int) -> list[tuple[int, int, i
     import resource
 
     if time.monotonic() - _NPROC[0] > 2.0:
-        _NPROC[:] = [time.monotonic(), float(_nproc_limit())]
+        _NPROC[:] = [time.monotonic(), float(policy.nproc_limit())]
     mem = int(req["memory_mb"]) * 1024 * 1024
     return [
         (resource.RLIMIT_AS, mem, mem),
@@ -163,20 +140,12 @@ def _spawn(job: _Job, stdin_path: str, limits: list[tuple[int, int, int]], start
 
             status = run_request(job.req, job.root, start)
         except BaseException as exc:  # noqa: BLE001 - report why the sandbox itself failed
-            with _suppress():
+            with contextlib.suppress(BaseException):
                 os.write(2, f"grpo sandbox: child setup failed: {type(exc).__name__}: {exc}\n".encode())
         finally:
             os._exit(status)
     os.close(wfd)
     return pid, rfd
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: Any) -> bool:
-        return True
 
 
 def _enter_child(job: _Job, stdin_path: str, limits: list[tuple[int, int, int]], wfd: int) -> None:
@@ -197,7 +166,7 @@ def _enter_child(job: _Job, stdin_path: str, limits: list[tuple[int, int, int]],
     if "tempfile" in sys.modules:
         sys.modules["tempfile"].tempdir = None  # type: ignore[attr-defined]
     for res, soft, hard in limits:
-        with _suppress():
+        with contextlib.suppress(BaseException):
             resource.setrlimit(res, (soft, hard))
     allow = bool(job.req.get("allow_file_writes"))
     policy.install_seccomp(allow)
@@ -206,7 +175,7 @@ def _enter_child(job: _Job, stdin_path: str, limits: list[tuple[int, int, int]],
 
 def _reap(pid: int) -> int:
     """SIGKILL the child's whole group, then reap it: its pid cannot be reused before the wait."""
-    with _suppress():
+    with contextlib.suppress(BaseException):
         os.killpg(pid, signal.SIGKILL)
     _, status = os.waitpid(pid, 0)
     return os.waitstatus_to_exitcode(status)

@@ -26,7 +26,8 @@ class RewardEntry(Section):
     params: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments bound to the reward function."""
     parallel: int = Field(0, ge=0)
-    """Score rows in a pool of this many processes (for slow rewards: math-verify, code execution)."""
+    """Score rows in a pool of this many processes (for slow rewards like math-verify). The `code` built-in
+    runs its sandboxes in parallel already (one per CPU when 0); for it this sets how many."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> RewardEntry:
