@@ -1,6 +1,6 @@
 """Batched vs per-prompt sampling for `grpo eval` on the bundled tiny model (target: batched >= 10x faster).
 
-Both paths run the same `grpo_cli.evaluation.generate` (left padding, k samples per prompt); the only
+Both paths run the same `grpo_cli.evaluation.run.generate` (left padding, k samples per prompt); the only
 difference is how many prompts go into one `generate` call. Prints a table of samples/s and appends it
 to docs/performance.md.
 
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grpo_cli.assets import ASSETS_DIR  # noqa: E402
+from grpo_cli.paths import ASSETS_DIR  # noqa: E402
 
 
 def _prompts(path: Path, n: int) -> list[str]:
@@ -55,7 +55,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_cli.evaluation import generate
+    from grpo_cli.evaluation.run import generate
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)

@@ -88,9 +88,9 @@ def builtin_throughput(rows: int) -> list[tuple[str, int, float]]:
 
 def parallel_speedup(name: str, make: Callable[..., dict[str, Any]], n: int, workers: int) -> tuple[float, float]:
     """Serial and pooled seconds for one call of n rows, fresh rows every call (no cache helps either side)."""
+    from grpo_cli.recipe.schema import RewardEntry
     from grpo_cli.rewards import load_reward
     from grpo_cli.rewards.parallel import ParallelReward
-    from grpo_cli.schema import RewardEntry
 
     entry = RewardEntry(name=name, parallel=workers)
     calls = [call_kwargs(make(n, k * n)) for k in range(3)]

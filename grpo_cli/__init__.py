@@ -20,10 +20,10 @@ __version__ = "0.1.0"
 _LAZY = {
     "GrpoError": "grpo_cli.errors",
     "RecipeError": "grpo_cli.errors",
-    "Recipe": "grpo_cli.schema",
-    "load_recipe": "grpo_cli.loading",
-    "preflight": "grpo_cli.validation",
-    "train": "grpo_cli.training",
+    "Recipe": "grpo_cli.recipe.schema",
+    "load_recipe": "grpo_cli.recipe.loader",
+    "preflight": "grpo_cli.validation.checks",
+    "train": "grpo_cli.training.run",
 }
 
 __all__ = [*_LAZY, "__version__"]

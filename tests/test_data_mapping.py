@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_cli.data.mapping import extract_answer, prepare_data
+from grpo_cli.data.mapping import extract_reference_answer, prepare_data
 from grpo_cli.errors import GrpoError
-from grpo_cli.loading import validate_recipe
+from grpo_cli.recipe.loader import validate_recipe
 
 
 @pytest.mark.parametrize("text,expected", [
@@ -20,13 +20,13 @@ from grpo_cli.loading import validate_recipe
     ("no marker here", None),
 ])
 def test_gsm8k_answer_extraction(text: str, expected: str | None) -> None:
-    assert extract_answer(text, "gsm8k") == expected
+    assert extract_reference_answer(text, "gsm8k") == expected
 
 
 def test_boxed_and_regex_extraction() -> None:
-    assert extract_answer(r"so \boxed{\frac{1}{2}} and \boxed{x^{2}}", "boxed") == "x^{2}"
-    assert extract_answer("Answer: 42.", "regex", r"Answer:\s*(\d+)") == "42"
-    assert extract_answer("nothing", "regex", r"Answer:\s*(\d+)") is None
+    assert extract_reference_answer(r"so \boxed{\frac{1}{2}} and \boxed{x^{2}}", "boxed") == "x^{2}"
+    assert extract_reference_answer("Answer: 42.", "regex", r"Answer:\s*(\d+)") == "42"
+    assert extract_reference_answer("nothing", "regex", r"Answer:\s*(\d+)") is None
 
 
 class _CharTokenizer:

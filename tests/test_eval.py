@@ -79,7 +79,7 @@ def test_adapter_flag_and_checkpoint_dir_load_the_trained_adapter(run, tmp_path:
 
 
 def test_pass_at_k_matches_a_hand_computation(tmp_path: Path) -> None:
-    from grpo_cli.evaluation import EvalResult
+    from grpo_cli.evaluation.run import EvalResult
 
     # 3 prompts x 4 samples with 1, 2 and 0 correct answers.
     scores = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
@@ -135,7 +135,7 @@ def test_eval_errors_are_one_paragraph_with_exit_2(args: list[str], expected: st
 
 def test_model_sources_are_classified_without_loading(tmp_path: Path, run) -> None:
     from grpo_cli.errors import GrpoError
-    from grpo_cli.model_sources import resolve_model_source
+    from grpo_cli.models.sources import resolve_model_source
 
     assert resolve_model_source("Qwen/Qwen2.5-0.5B-Instruct").kind == "hub"
     full = resolve_model_source("bundled:tiny-arith")
@@ -166,8 +166,8 @@ def test_vllm_engine_is_used_when_installed_with_a_gpu(run, monkeypatch: pytest.
     import torch
 
     from grpo_cli import load_recipe
-    from grpo_cli.evaluation import EvalSettings, run_eval
-    from grpo_cli.model_sources import resolve_model_source
+    from grpo_cli.evaluation.run import EvalSettings, run_eval
+    from grpo_cli.models.sources import resolve_model_source
 
     calls: dict = {}
 

@@ -14,18 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from grpo_cli import launching
 from grpo_cli.errors import GrpoError, RecipeError
-from grpo_cli.launching import (
+from grpo_cli.recipe.loader import load_recipe
+from grpo_cli.training import launch as launching
+from grpo_cli.training.launch import (
     accelerate_command,
     maybe_relaunch,
     profile_config_path,
     run_forwarding_signals,
     train_passthrough,
-    world_size_explanation,
 )
-from grpo_cli.loading import load_recipe
-from grpo_cli.vllm_serve import server_base_url, server_gpu_env, vllm_serve_command, wait_for_server
+from grpo_cli.training.vllm_server import server_base_url, server_gpu_env, vllm_serve_command, wait_for_server
+from grpo_cli.validation import world_size_explanation
 from tests.conftest import MINIMAL, ROOT, run_cli
 
 CONFIGS = ROOT / "accelerate_configs"
@@ -129,7 +129,7 @@ def test_custom_accelerate_config_is_relative_to_the_recipe(write_recipe, minima
                            "accelerate_config: my_zero3.yaml\n")
     cmd = accelerate_command(recipe, path, [], [], gpus=2)
     assert cmd[cmd.index("--config_file") + 1] == str(minimal_dir / "my_zero3.yaml")
-    monkeypatch.setattr(launching, "_installed", lambda name: name != "deepspeed")
+    monkeypatch.setattr(launching, "installed", lambda name: name != "deepspeed")
     with pytest.raises(GrpoError, match="DeepSpeed"):  # the custom file runs DeepSpeed: same install hint
         launching.check_launch_dependencies(recipe)
     missing, _ = _recipe(write_recipe, minimal_dir, "profile: ddp\naccelerate_config: nope.yaml\n", name="m.yaml")
@@ -178,14 +178,14 @@ def test_batch_sizes_are_checked_for_the_launched_world_size_before_launching(wr
 
 
 def _no_model_load(monkeypatch) -> None:
-    import grpo_cli.modeling
+    import grpo_cli.models
 
-    monkeypatch.setattr(grpo_cli.modeling, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    monkeypatch.setattr(grpo_cli.models, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
 
 
 def test_train_zero3_without_deepspeed_fails_before_loading_a_model(write_recipe, minimal_dir, monkeypatch) -> None:
     _no_model_load(monkeypatch)
-    monkeypatch.setattr(launching, "_installed", lambda name: name != "deepspeed")
+    monkeypatch.setattr(launching, "installed", lambda name: name != "deepspeed")
     path = write_recipe(MINIMAL)
     result = run_cli("train", path, "--profile", "zero3", "--num-processes", "2")
     assert result.exit_code == 2, result
@@ -194,7 +194,7 @@ def test_train_zero3_without_deepspeed_fails_before_loading_a_model(write_recipe
 
 def test_train_with_vllm_but_without_vllm_installed_fails_early(write_recipe, minimal_dir, monkeypatch) -> None:
     _no_model_load(monkeypatch)
-    monkeypatch.setattr(launching, "_installed", lambda name: name != "vllm")
+    monkeypatch.setattr(launching, "installed", lambda name: name != "vllm")
     path = write_recipe(MINIMAL)
     result = run_cli("train", path, "launch.vllm.mode=colocate")
     assert result.exit_code == 2, result
@@ -203,7 +203,7 @@ def test_train_with_vllm_but_without_vllm_installed_fails_early(write_recipe, mi
 
 def test_install_hint_is_printed_verbatim(write_recipe, minimal_dir, monkeypatch) -> None:
     _no_model_load(monkeypatch)
-    monkeypatch.setattr(launching, "_installed", lambda name: False)
+    monkeypatch.setattr(launching, "installed", lambda name: False)
     result = run_cli("train", write_recipe(MINIMAL), "--profile", "zero3", "--num-processes", "2")
     assert "pip install 'grpo-cli[deepspeed]'" in result.output, result
 

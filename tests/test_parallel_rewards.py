@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.loading import load_recipe
+from grpo_cli.recipe.loader import load_recipe
+from grpo_cli.recipe.schema import RewardEntry
 from grpo_cli.rewards import build_reward_funcs, load_reward
 from grpo_cli.rewards.parallel import ParallelReward
-from grpo_cli.schema import RewardEntry
 
 USER = '''
 import os

@@ -84,7 +84,7 @@ def test_schema_is_json_schema_with_trl_fields() -> None:
 
 
 def test_recipe_reference_doc_is_up_to_date() -> None:
-    from grpo_cli.docs_gen import recipe_markdown
+    from grpo_cli.recipe.docs import recipe_markdown
 
     doc = ROOT / "docs" / "recipes.md"
     assert doc.read_text(encoding="utf-8") == recipe_markdown(), (
@@ -92,7 +92,7 @@ def test_recipe_reference_doc_is_up_to_date() -> None:
 
 
 def test_cli_import_stays_light() -> None:
-    code = ("import sys, grpo_cli.cli, grpo_cli.loading, grpo_cli.validation; "
+    code = ("import sys, grpo_cli.cli, grpo_cli.recipe.loader, grpo_cli.validation.checks; "
             "heavy = [m for m in ('torch', 'transformers', 'trl', 'datasets', 'peft') if m in sys.modules]; "
             "print(','.join(heavy))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)

@@ -56,7 +56,7 @@ def gappy_run(tmp_path: Path) -> Path:
 
 
 def test_report_of_a_metrics_file_with_gaps_has_the_expected_size_and_numbers(gappy_run: Path) -> None:
-    from grpo_cli.report import write_report
+    from grpo_cli.training.report import write_report
 
     paths = write_report(gappy_run)
     assert paths.image == gappy_run / "report.png" and paths.summary == gappy_run / "report.md"
@@ -77,7 +77,7 @@ def test_report_of_a_metrics_file_with_gaps_has_the_expected_size_and_numbers(ga
 
 
 def test_report_renders_when_no_reward_has_a_value(tmp_path: Path) -> None:
-    from grpo_cli.report import write_report
+    from grpo_cli.training.report import write_report
 
     out = tmp_path / "nan"
     out.mkdir()

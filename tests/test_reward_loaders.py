@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.recipe.schema import RewardEntry
 from grpo_cli.rewards import build_reward_funcs, load_reward
-from grpo_cli.rewards.loaders import AsyncBoundReward, RewardModelScorer
-from grpo_cli.schema import RewardEntry
+from grpo_cli.rewards.loaders import AsyncBoundReward
+from grpo_cli.rewards.reward_model import RewardModelScorer
 from tests.conftest import run_cli
 
 USER_REWARDS = '''
@@ -48,7 +49,7 @@ made_at_runtime = _Scorer()
 
 def _call(func: Any, **columns: Any) -> list[float | None]:
     """Call as TRL does: keywords only, every column, trainer_state; await async rewards."""
-    from grpo_cli.evaluation import call_reward
+    from grpo_cli.rewards.calling import call_reward
 
     n = len(columns["completions"])
     columns.setdefault("prompts", ["p"] * n)
@@ -211,7 +212,7 @@ def _rm_recipe(root: Path) -> Path:
 
 
 def test_reward_model_loads_as_the_path_trl_expects(tiny_models: Path) -> None:
-    from grpo_cli.loading import load_recipe
+    from grpo_cli.recipe.loader import load_recipe
 
     recipe = load_recipe(_rm_recipe(tiny_models))
     funcs = build_reward_funcs(recipe)

@@ -15,7 +15,7 @@ from grpo_cli.rewards.builtins import BUILTINS, completion_text
 from grpo_cli.rewards.builtins.answers import (
     accuracy,
     answers_match,
-    extract_answer,
+    parse_completion_answer,
     reference_answer,
     to_number,
 )
@@ -97,7 +97,7 @@ def test_negative_numbers_and_numeric_reference() -> None:
 def test_latex_fraction_vs_decimal_and_nested_boxed() -> None:
     comps = [r"Thus \boxed{\frac{1}{2}}.", r"so $\boxed{0.5}$", r"\boxed{-\frac{1}{2}}", r"\boxed{2}"]
     assert accuracy(comps, answer=["0.5", r"\frac{1}{2}", "-1/2", "1/2"]) == [1.0, 1.0, 1.0, 0.0]
-    assert extract_answer(r"a \boxed{\frac{\sqrt{4}}{4}} b", "boxed") == r"\frac{\sqrt{4}}{4}"
+    assert parse_completion_answer(r"a \boxed{\frac{\sqrt{4}}{4}} b", "boxed") == r"\frac{\sqrt{4}}{4}"
 
 
 def test_text_after_answer_tag_is_ignored_by_answer_tag_format() -> None:
@@ -109,15 +109,15 @@ def test_text_after_answer_tag_is_ignored_by_answer_tag_format() -> None:
 
 def test_answer_formats() -> None:
     text = r"First 3, then \boxed{12}, so #### 15 and finally 21"
-    assert extract_answer(text, "boxed") == "12"
-    assert extract_answer(text, "gsm8k") == "15 and finally 21"
-    assert extract_answer(text, "first_number") == "3"
-    assert extract_answer(text, "last_number") == "21"
-    assert extract_answer(text, "auto") == "12"
-    assert extract_answer("no numbers here", "auto") is None
-    assert extract_answer(r"<think>maybe \boxed{3}</think> so 5 it is", "auto") == "5"
-    assert extract_answer(r"<think>it is \boxed{3}</think> done", "auto") == "3"
-    assert extract_answer("COVID-19 cases: 1,200", "first_number") == "19"
+    assert parse_completion_answer(text, "boxed") == "12"
+    assert parse_completion_answer(text, "gsm8k") == "15 and finally 21"
+    assert parse_completion_answer(text, "first_number") == "3"
+    assert parse_completion_answer(text, "last_number") == "21"
+    assert parse_completion_answer(text, "auto") == "12"
+    assert parse_completion_answer("no numbers here", "auto") is None
+    assert parse_completion_answer(r"<think>maybe \boxed{3}</think> so 5 it is", "auto") == "5"
+    assert parse_completion_answer(r"<think>it is \boxed{3}</think> done", "auto") == "3"
+    assert parse_completion_answer("COVID-19 cases: 1,200", "first_number") == "19"
     with pytest.raises(ValueError, match="answer_format"):
         accuracy(["1"], answer=["1"], answer_format="nope")
 

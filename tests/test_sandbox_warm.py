@@ -18,8 +18,7 @@ from grpo_cli.rewards.builtins.code import code
 from grpo_cli.rewards.parallel import ParallelReward
 from grpo_cli.rewards.sandbox import run_tests
 from grpo_cli.rewards.sandbox_client import shared_pool
-from grpo_cli.schema import Recipe  # noqa: F401  (the recipe model must import without heavy deps)
-from grpo_cli.schema.rewards import RewardEntry
+from grpo_cli.recipe.schema.rewards import RewardEntry
 
 ADD = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]

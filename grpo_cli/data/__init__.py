@@ -1,1 +1,23 @@
-"""Data: cheap peeks for the preflight (`peek`) and the full mapping to TRL rows (`mapping`)."""
+"""Data: cheap peeks for `grpo validate` (peek.py) and the full mapping to the rows TRL trains on (mapping.py).
+
+Evaluation and check-rewards map rows through `prepare_data` / `map_split`, so every command sees the
+prompts exactly as training does. The mapping loads on first use; the peeks are what validate needs.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from grpo_cli.data.peek import count_rows, peek_columns
+from grpo_cli.recipe.schema.data import LOCAL_SUFFIXES
+
+_MAPPING = ("MappedData", "extract_reference_answer", "map_split", "prepare_data", "prompt_token_length")
+
+__all__ = ["LOCAL_SUFFIXES", "count_rows", "peek_columns", *_MAPPING]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _MAPPING:
+        return getattr(importlib.import_module("grpo_cli.data.mapping"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

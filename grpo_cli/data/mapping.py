@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.schema import Recipe
-from grpo_cli.schema.data import DataSection
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema.data import DataSection
 
 _GSM8K = re.compile(r"####\s*([-+]?[\d,]*\.?\d+)")
 
@@ -26,7 +26,7 @@ class MappedData:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def extract_answer(text: Any, kind: str, pattern: str | None = None) -> str | None:
+def extract_reference_answer(text: Any, kind: str, pattern: str | None = None) -> str | None:
     """The reference answer inside a solution text (None when it cannot be found)."""
     if text is None:
         return None
@@ -98,7 +98,7 @@ def _row_mapper(data: DataSection) -> Any:
                             where="data.prompt", fix="Set `chat: true` for message lists, or point to a text column.")
         out = {"prompt": value}
         if answer is not None:
-            out[answer.into] = extract_answer(row.get(answer.column), answer.extract, answer.pattern)
+            out[answer.into] = extract_reference_answer(row.get(answer.column), answer.extract, answer.pattern)
         return out
 
     return to_row
@@ -170,6 +170,18 @@ def _limit_length(ds: Any, data: DataSection, tokenizer: Any, stats: dict[str, A
     cut = set(long_rows)
     return ds.map(lambda row, i: {"prompt": _truncate(row["prompt"], tokenizer, limit)} if i in cut else {},
                   with_indices=True, desc="truncating prompts")
+
+
+def map_split(recipe: Recipe, tokenizer: Any, split: str, *, data: DataSection | None = None,
+              where: str = "data") -> Any:
+    """One split through exactly the training mapping (columns checked, prompts built, length-limited).
+
+    `data` replaces the recipe's data section (e.g. a copy pointing at another file) for evaluation.
+    """
+    data = data or recipe.data
+    ds = _load_split(data, recipe, split, where)
+    _check_columns(ds, data, where)
+    return _limit_length(_map(ds, data), data, tokenizer, {}, split)
 
 
 def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:

@@ -1,27 +1,35 @@
 """Rewards: the built-in library, user functions, reward models, and the TRL-facing wrappers.
 
-`build_reward_funcs(recipe)` returns what `GRPOTrainer(reward_funcs=...)` takes;
-`inspect_reward(entry, base_dir)` checks a reference statically (no import) for `grpo validate`.
+`build_reward_funcs(recipe)` returns what `GRPOTrainer(reward_funcs=...)` takes; `call_reward` is the one
+place outside TRL that calls a reward; `inspect_reward(entry, base_dir)` checks a reference statically (no
+import) for `grpo validate`. Process pools and asyncio load only when those functions are used.
 """
 
 from __future__ import annotations
 
-from grpo_cli.rewards.loaders import (
-    BoundReward,
-    RewardInfo,
-    build_reward_funcs,
-    inspect_reward,
-    load_reward,
-)
+import importlib
+from typing import Any
+
+from grpo_cli.rewards.loaders import BoundReward, RewardInfo, inspect_reward, load_reward
 from grpo_cli.rewards.registry import builtin_names, describe_builtin, get_builtin
+
+_LAZY = {"build_reward_funcs": "grpo_cli.rewards.build", "call_reward": "grpo_cli.rewards.calling"}
 
 __all__ = [
     "BoundReward",
     "RewardInfo",
     "build_reward_funcs",
     "builtin_names",
+    "call_reward",
     "describe_builtin",
     "get_builtin",
     "inspect_reward",
     "load_reward",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """Import the heavier parts (process pools, asyncio) on first use, so `grpo validate` stays instant."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

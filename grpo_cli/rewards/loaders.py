@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.hints import did_you_mean
+from grpo_cli.paths import local_dir
+from grpo_cli.recipe.hints import did_you_mean
+from grpo_cli.recipe.schema.rewards import RewardEntry
 from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
-from grpo_cli.schema import local_model_dir
-from grpo_cli.schema.rewards import RewardEntry
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
 TRL_KWARGS = frozenset(
@@ -174,7 +174,7 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
                           inspect.iscoroutinefunction(func))
     if entry.kind == "model":
         assert entry.model is not None
-        local = local_model_dir(entry.model, base_dir)
+        local = local_dir(entry.model, base_dir)
         if local is not None and not (local / "config.json").exists():
             raise GrpoError(f"reward model directory {local} has no config.json", where=f"{where}.model",
                             fix="Point to a directory saved with save_pretrained, or to a hub id.")
@@ -334,83 +334,16 @@ def load_reward(entry: RewardEntry, base_dir: Path, index: int | None = None) ->
     """
     if entry.kind == "model":
         assert entry.model is not None
-        local = local_model_dir(entry.model, base_dir)
+        local = local_dir(entry.model, base_dir)
         return str(local) if local is not None else entry.model
     func = get_builtin(entry.name or "") if entry.kind == "builtin" else _import_function(entry, base_dir, index)
     wrapper = AsyncBoundReward if is_async_reward(func) else BoundReward
     params = dict(entry.params)
-    if _pools_itself(entry) and entry.parallel > 0:
+    if pools_itself(entry) and entry.parallel > 0:
         params.setdefault("parallel", entry.parallel)
     return wrapper(func, params, entry.label)
 
 
-def _pools_itself(entry: RewardEntry) -> bool:
+def pools_itself(entry: RewardEntry) -> bool:
     """Built-ins that run their own bounded pool (`code`: warm sandboxes) take `parallel:` as a param."""
     return entry.kind == "builtin" and "parallel" in inspect.signature(get_builtin(entry.name or "")).parameters
-
-
-def build_reward_funcs(recipe: Any) -> list[Any]:
-    """Everything `GRPOTrainer(reward_funcs=...)` needs, in recipe order."""
-    from grpo_cli.rewards.parallel import ParallelReward
-
-    funcs: list[Any] = []
-    for i, entry in enumerate(recipe.rewards):
-        if entry.parallel > 1 and entry.kind != "model" and not _pools_itself(entry):
-            funcs.append(ParallelReward(entry, recipe.base_dir, entry.parallel, index=i))
-        else:
-            func = load_reward(entry, recipe.base_dir, i)
-            if isinstance(func, BoundReward):
-                func.where = f"rewards[{i}]"
-            funcs.append(func)
-    return funcs
-
-
-class RewardModelScorer:
-    """A reward model as a plain reward function, scored the way GRPOTrainer scores it.
-
-    Training hands TRL the path string; `check-rewards` (and anything scoring outside a trainer)
-    uses this: same text (chat template of prompt + completion, or their concatenation), right
-    padding, no special tokens added, logits[:, 0].
-    """
-
-    def __init__(self, ref: str, label: str, *, chat_template_kwargs: dict[str, Any] | None = None,
-                 batch_size: int = 16, where: str = "rewards") -> None:
-        from transformers import AutoModelForSequenceClassification, AutoTokenizer
-
-        try:
-            self.tokenizer = AutoTokenizer.from_pretrained(ref)
-            self.model = AutoModelForSequenceClassification.from_pretrained(ref, num_labels=1)
-        except (OSError, ValueError) as exc:
-            raise GrpoError(f"cannot load the reward model {ref}: {str(exc).splitlines()[0]}", where=where,
-                            fix="Give a directory saved with save_pretrained (config.json, weights, tokenizer) "
-                                "or a hub id reachable from here.") from None
-        if self.tokenizer.pad_token_id is None:
-            self.tokenizer.pad_token = self.tokenizer.eos_token
-        self.model.config.get_text_config().pad_token_id = self.tokenizer.pad_token_id
-        self.model.eval()
-        self.chat_template_kwargs = dict(chat_template_kwargs or {})
-        self.batch_size = batch_size
-        self.__name__ = label
-
-    def texts(self, prompts: list[Any], completions: list[Any]) -> list[str]:
-        if prompts and isinstance(prompts[0], list):
-            from trl.data_utils import apply_chat_template
-
-            return [apply_chat_template({"messages": p + c}, self.tokenizer, **self.chat_template_kwargs)["text"]
-                    for p, c in zip(prompts, completions, strict=True)]
-        return [p + c for p, c in zip(prompts, completions, strict=True)]
-
-    def __call__(self, *, prompts: list[Any], completions: list[Any], **kwargs: Any) -> list[float | None]:
-        import torch
-
-        texts = self.texts(prompts, completions)
-        out: list[float | None] = []
-        for start in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(text=texts[start:start + self.batch_size], return_tensors="pt", padding=True,
-                                 padding_side="right", add_special_tokens=False)
-            with torch.inference_mode():
-                out.extend(float(x) for x in self.model(**enc).logits[:, 0])
-        return out
-
-    def __repr__(self) -> str:
-        return f"<reward model {self.__name__}>"

@@ -14,7 +14,7 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.schema.rewards import RewardEntry
+from grpo_cli.recipe.schema.rewards import RewardEntry
 
 _WORKER_REWARD: Any = None
 _LOCAL_ONLY = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
@@ -29,17 +29,13 @@ def _init_worker(entry_data: dict[str, Any], base_dir: str) -> None:
 
 def _score_chunk(kwargs: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str, Any]]]:
     """Score one chunk; return the values and the log calls the reward made."""
-    import asyncio
-    import inspect
+    from grpo_cli.rewards.calling import call_reward
 
     logged: list[tuple[str, str, Any]] = []
     kwargs = dict(kwargs)
     kwargs["log_extra"] = lambda column, values: logged.append(("extra", column, list(values)))
     kwargs["log_metric"] = lambda name, value: logged.append(("metric", name, value))
-    result = _WORKER_REWARD(**kwargs)
-    if inspect.isawaitable(result):
-        result = asyncio.run(result)
-    return list(result), logged
+    return list(call_reward(_WORKER_REWARD, **kwargs)), logged
 
 
 def _portable_state(state: Any) -> Any:

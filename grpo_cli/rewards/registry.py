@@ -35,15 +35,3 @@ def describe_builtin(name: str) -> str:
     """The first line of a built-in's docstring."""
     doc = inspect.getdoc(get_builtin(name)) or ""
     return doc.splitlines()[0] if doc else ""
-
-
-def builtin_params(name: str) -> dict[str, Any]:
-    """A built-in's tunable keyword parameters and their defaults."""
-    sig = inspect.signature(get_builtin(name))
-    skip = {"prompts", "completions", "completion_ids", "trainer_state", *REQUIRED_COLUMNS.get(name, ())}
-    return {
-        p.name: p.default
-        for p in sig.parameters.values()
-        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name not in skip
-        and p.default is not inspect.Parameter.empty
-    }

@@ -87,7 +87,7 @@ def numbers(text: str) -> list[str]:
     return [m.replace(",", "") for m in _NUMBER.findall(text)]
 
 
-def extract_answer(text: str, answer_format: str = "auto", answer_tag: str = "answer") -> str | None:
+def parse_completion_answer(text: str, answer_format: str = "auto", answer_tag: str = "answer") -> str | None:
     """The completion's final answer as a string, or None when there is none in that format."""
     if answer_format == "answer_tag":
         return tagged(text, answer_tag)
@@ -103,12 +103,12 @@ def extract_answer(text: str, answer_format: str = "auto", answer_tag: str = "an
         raise ValueError(f"unknown answer_format {answer_format!r}; use one of {', '.join(ANSWER_FORMATS)}")
     inner = tagged(text, answer_tag)
     if inner is not None:  # the tag's content may itself hold \boxed{} or ####
-        return last_boxed(inner) or extract_answer(inner, "gsm8k") or inner
+        return last_boxed(inner) or parse_completion_answer(inner, "gsm8k") or inner
     # Prefer what follows the reasoning: a number inside <think> is not the final answer.
     tail = text.rsplit("</think>", 1)[1] if "</think>" in text else ""
     for part in (tail, text):
         for fmt in ("boxed", "gsm8k", "last_number"):
-            found = extract_answer(part, fmt)
+            found = parse_completion_answer(part, fmt)
             if found:
                 return found
     return None
@@ -126,7 +126,7 @@ def reference_answer(reference: Any) -> str | None:
     if not text:
         return None
     if "####" in text:
-        return extract_answer(text, "gsm8k") or None
+        return parse_completion_answer(text, "gsm8k") or None
     return last_boxed(text) or text
 
 
@@ -236,7 +236,7 @@ def correctness(
             out.append(None)
             continue
         try:
-            pred = extract_answer(completion_text(completion), answer_format, answer_tag)
+            pred = parse_completion_answer(completion_text(completion), answer_format, answer_tag)
             out.append(answers_match(pred, ref, use_math_verify=use_math_verify))
         except Exception as exc:  # one odd row must not stop training
             _log.debug("accuracy check failed: %s", exc)
@@ -254,11 +254,38 @@ def accuracy(
     use_math_verify: bool = True,
     **kwargs: Any,
 ) -> list[float | None]:
-    """1.0 when the completion's final answer equals the reference answer, else 0.0.
+    r"""Final answer equals the reference answer.
 
-    The reference comes from the `answer` column (or `solution`); rows without one get None.
-    `answer_format`: auto (answer tag, then \\boxed{}, then ####, then last number), answer_tag,
-    boxed, gsm8k, last_number or first_number.
+    The reference is the `answer` column, or open-r1's `solution` column when there is no `answer`. It is
+    normalised: a GSM8K answer (`"... \n#### 1,080"`) becomes what follows the last `####`, a MATH solution the
+    content of its last `\boxed{}`; plain numbers stay as they are.
+
+    Equivalence, first that applies: equal after normalisation (`$`, `\text{}`, `\left`, spaces, trailing
+    period, case); if both are plain numbers (`1,080`, `-3`, `0.5`, `1/2`, `\frac{1}{2}`, `50%`, `$12`),
+    numeric equality with relative tolerance 1e-6 (decisive); an answer holding exactly one number
+    (`72 apples`) is compared by that number; otherwise math-verify (`\frac{1}{2}` = `0.5`, `x+1` = `1+x`,
+    sets, intervals) when it is installed (`pip install grpo-cli[math]`). math-verify errors count as "not
+    equal"; candidates over 400 characters skip it.
+
+    Args:
+        completions: the sampled completions (plain strings or chat messages).
+        answer: the reference answers, one per completion (a dataset column).
+        solution: open-r1's reference column, used when there is no `answer`.
+        answer_format: where the completion's answer is: `auto` (the last `<answer>...</answer>`, within it a
+            `\boxed{}` or `####` if any; else, after `</think>` first, the last `\boxed{}`, then `#### N`, then
+            the last number), `answer_tag`, `boxed`, `gsm8k` (the rest of the line after the last `####`),
+            `last_number` or `first_number`.
+        answer_tag: the tag name `answer_tag` and `auto` read.
+        use_math_verify: use math-verify when installed (numeric and string checks otherwise).
+
+    Returns:
+        {0, 1}; None for a row without a reference.
+
+    Example:
+        >>> accuracy(["<think>6*12</think><answer>72</answer>", "<answer>70</answer>"], answer=["#### 72"] * 2)
+        [1.0, 0.0]
+        >>> accuracy([r"so the result is \boxed{\frac{1}{2}}"], answer=["0.5"])
+        [1.0]
     """
     verdicts = correctness(completions, answer, solution, answer_format=answer_format,
                            answer_tag=answer_tag, use_math_verify=use_math_verify)

@@ -162,14 +162,36 @@ def code(
     log_extra: Any = None,
     **kwargs: Any,
 ) -> list[float | None]:
-    """Fraction of the row's tests that the completion's last ```python block passes, sandboxed.
+    r"""Fraction of the row's tests the completion's code passes, run in the sandbox.
 
-    `tests` (a dataset column): assert strings, one string of test code, or stdin/stdout pairs.
-    No code block -> 0.0; no tests -> None. Each test gets `timeout` s and each program `memory_mb`
-    MiB. Locally (`backend: local`) each completion runs all its tests in one process forked by a
-    warm sandbox server, `parallel` completions at a time (the reward entry's `parallel:`; 0 = one
-    per CPU). `backend: piston | sandbox-fusion` sends each test to that server at `backend_url`
-    instead. What happened to each completion goes to TRL's completions table (`code_result`).
+    Runs the completion's last fenced ```` ```python ```` (or ```` ```py ````) block against the row's tests. The
+    `tests` column may hold a list of assert statements (`["assert add(1, 2) == 3", ...]`, one test each), one
+    string of test code (e.g. a `check(candidate)` harness), or stdin/stdout pairs (`[{"input": "1 2\n",
+    "output": "3\n"}]`, APPS-style `{"inputs": [...], "outputs": [...]}`, open-r1's `{"test_cases": [...]}`, or
+    any of these as a JSON string; stdout must match up to trailing whitespace). All the tests of a completion
+    run in ONE sandboxed process, in sequence, each in a fresh `__main__` with its own deadline; a test that
+    hangs or crashes the process fails alone and a fresh process goes on with the next. An assert test passes
+    when the solution and the test run to the end (an exception or `sys.exit(0)` before the asserts fails it).
+    No code block gives 0.0; no tests (None, empty, unrecognised) gives None. What happened to each completion
+    is logged as the `code_result` column of TRL's completions table.
+
+    Args:
+        completions: the sampled completions.
+        tests: the row's tests (a dataset column).
+        timeout: wall-clock seconds per test.
+        memory_mb: address-space limit per sandboxed process, in MiB.
+        backend: `local` (the warm sandbox), or `piston` / `sandbox-fusion` to send each test to that HTTP
+            server (untested here: neither server could be started where grpo is developed).
+        backend_url: the external server's base address (default `http://localhost:2000` for Piston,
+            `http://localhost:8080` for SandboxFusion).
+        parallel: completions scored at once; 0 means one per CPU. Set it with the entry's `parallel:`.
+
+    Returns:
+        0 ... 1; None for a row without tests.
+
+    Example:
+        >>> code(["```python\ndef add(a, b):\n    return a + b\n```"], tests=[["assert add(1, 2) == 3"]])
+        [1.0]
     """
     from grpo_cli.rewards.builtins.code_remote import BACKENDS, DEFAULT_URLS
     from grpo_cli.rewards.sandbox_client import default_workers, shared_pool

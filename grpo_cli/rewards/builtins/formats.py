@@ -18,9 +18,23 @@ def _tags(think_tag: str, answer_tag: str) -> tuple[str, str]:
 def format_reward(
     completions: Sequence[Any], *, think_tag: str = "think", answer_tag: str = "answer", **kwargs: Any
 ) -> list[float]:
-    """1.0 when the whole completion is exactly <think>\\n...\\n</think>\\n<answer>\\n...\\n</answer>.
+    r"""Exact `<think>...</think><answer>...</answer>` layout.
 
-    Strict: nothing may come before <think> or after </answer> (one trailing newline is allowed).
+    The whole completion must match `^<think>\n.*?\n</think>\n<answer>\n.*?\n</answer>$` (`.` matches
+    newlines): nothing may come before `<think>` or after `</answer>` (one trailing newline is tolerated).
+    open-r1 uses `re.MULTILINE`, which lets text follow `</answer>` on a new line; this one does not.
+
+    Args:
+        completions: the sampled completions.
+        think_tag: the reasoning tag, e.g. `reasoning` for `<reasoning>...</reasoning>`.
+        answer_tag: the answer tag.
+
+    Returns:
+        {0, 1}
+
+    Example:
+        >>> format_reward(["<think>\n2+2\n</think>\n<answer>\n4\n</answer>", "4"])
+        [1.0, 0.0]
     """
     t, a = _tags(think_tag, answer_tag)
     pattern = re.compile(rf"^<{t}>\n.*?\n</{t}>\n<{a}>\n.*?\n</{a}>$", re.DOTALL)
@@ -30,7 +44,22 @@ def format_reward(
 def soft_format(
     completions: Sequence[Any], *, think_tag: str = "think", answer_tag: str = "answer", **kwargs: Any
 ) -> list[float]:
-    """1.0 when a <think>...</think> block is followed by an <answer>...</answer> block, anywhere."""
+    r"""A think block followed by an answer block, anywhere in the completion.
+
+    Searches for `<think>.*?</think>\s*<answer>.*?</answer>` (`.` matches newlines).
+
+    Args:
+        completions: the sampled completions.
+        think_tag: the reasoning tag.
+        answer_tag: the answer tag.
+
+    Returns:
+        {0, 1}
+
+    Example:
+        >>> soft_format(["Sure. <think>2+2</think> <answer>4</answer> Done.", "<answer>4</answer>"])
+        [1.0, 0.0]
+    """
     t, a = _tags(think_tag, answer_tag)
     pattern = re.compile(rf"<{t}>.*?</{t}>\s*<{a}>.*?</{a}>", re.DOTALL)
     return [1.0 if pattern.search(completion_text(c)) else 0.0 for c in completions]
@@ -39,9 +68,22 @@ def soft_format(
 def tag_count(
     completions: Sequence[Any], *, think_tag: str = "think", answer_tag: str = "answer", **kwargs: Any
 ) -> list[float]:
-    """0.25 for each of <think>\\n, \\n</think>\\n, \\n<answer>\\n, \\n</answer> present exactly once.
+    r"""Each of the four tags present exactly once.
 
-    A dense, partial-credit signal that teaches the tag layout before `format` can fire.
+    0.25 for each of `<think>\n`, `\n</think>\n`, `\n<answer>\n`, `\n</answer>` that occurs exactly once: a
+    dense, partial-credit signal that teaches the layout before `format` can fire.
+
+    Args:
+        completions: the sampled completions.
+        think_tag: the reasoning tag.
+        answer_tag: the answer tag.
+
+    Returns:
+        0 ... 1 in steps of 0.25
+
+    Example:
+        >>> tag_count(["<think>\nhm\n</think>\n<answer>\n4\n</answer>", "<think>\nhm\n</think>\n4"])
+        [1.0, 0.5]
     """
     markers = (f"<{think_tag}>\n", f"\n</{think_tag}>\n", f"\n<{answer_tag}>\n", f"\n</{answer_tag}>")
     rewards = []
@@ -52,10 +94,22 @@ def tag_count(
 
 
 def reasoning_steps(completions: Sequence[Any], *, min_steps: int = 3, **kwargs: Any) -> list[float]:
-    """Rewards visible step-by-step reasoning: min(1, steps / min_steps).
+    r"""Visible step-by-step reasoning.
 
-    A step is "Step N:", a numbered line "N.", a "-" or "*" bullet, or First,/Second,/Next,/Finally,.
-    Unlike open-r1, numbered items count on every line, not only at the very start.
+    `min(1, steps / min_steps)`, where a step is a match of `Step \d+:`, a numbered line `N.`, a `-` or `*`
+    bullet, or `First,` / `Second,` / `Next,` / `Finally,`. Unlike open-r1, numbered items count at the start
+    of every line, so a list `1. ... 2. ... 3. ...` counts 3.
+
+    Args:
+        completions: the sampled completions.
+        min_steps: steps needed for the full reward (>= 1).
+
+    Returns:
+        0 ... 1
+
+    Example:
+        >>> reasoning_steps(["1. add\n2. carry\n3. done", "First, add. Finally, done."])
+        [1.0, 0.6666666666666666]
     """
     if min_steps < 1:
         raise ValueError(f"min_steps must be >= 1, got {min_steps}")
@@ -70,7 +124,24 @@ def code_format(
     answer_tag: str = "answer",
     **kwargs: Any,
 ) -> list[float]:
-    """1.0 when think tags are followed by an answer that contains a fenced ```python code block."""
+    r"""Think tags followed by an answer holding a fenced code block.
+
+    open-r1's `get_code_format_reward`: the completion must match
+    `^<think>\n.*?\n</think>\n<answer>\n.*?```python.*?```.*?\n</answer>$` (`.` matches newlines).
+
+    Args:
+        completions: the sampled completions.
+        language: the fence's language tag.
+        think_tag: the reasoning tag.
+        answer_tag: the answer tag.
+
+    Returns:
+        {0, 1}
+
+    Example:
+        >>> code_format(["<think>\nloop\n</think>\n<answer>\n```python\nprint(1)\n```\n</answer>", "print(1)"])
+        [1.0, 0.0]
+    """
     t, a = _tags(think_tag, answer_tag)
     lang = re.escape(language)
     pattern = re.compile(rf"^<{t}>\n.*?\n</{t}>\n<{a}>\n.*?```{lang}.*?```.*?\n</{a}>$", re.DOTALL)

@@ -34,10 +34,29 @@ def length(
     use_math_verify: bool = True,
     **kwargs: Any,
 ) -> list[float | None]:
-    """Kimi 1.5 length reward: shorter than the batch's others is better; wrong answers never gain.
+    """Shorter than the batch's other completions (Kimi 1.5); wrong answers never gain.
 
-    lambda = 0.5 - (len - min_len) / (max_len - min_len) over this call's rows with a reference;
-    correct -> lambda, wrong -> min(0, lambda); all the same length -> 0; no reference -> None.
+    open-r1's `len_reward`. Over the rows of one call that have a reference, with `min_len` / `max_len` the
+    shortest / longest of them, `lambda = 0.5 - (len - min_len) / (max_len - min_len)`; a correct answer gets
+    `lambda`, a wrong one `min(0, lambda)`; all the same length gives 0. Correctness is `accuracy`'s check.
+    Lengths are tokens (characters without `completion_ids`). With a `parallel` pool, the batch is each
+    worker's chunk.
+
+    Args:
+        completions: the sampled completions.
+        answer: the reference answers (a dataset column).
+        solution: open-r1's reference column, used when there is no `answer`.
+        completion_ids: token ids of the completions (TRL passes them during training).
+        answer_format: as `accuracy`.
+        answer_tag: as `accuracy`.
+        use_math_verify: as `accuracy`.
+
+    Returns:
+        -0.5 ... 0.5; None for a row without a reference.
+
+    Example:
+        >>> length(["<answer>4</answer>", "it is <answer>4</answer>", "<answer>5</answer>"], answer=["4"] * 3)
+        [0.5, -0.5, 0.0]
     """
     verdicts = correctness(completions, answer, solution, answer_format=answer_format,
                            answer_tag=answer_tag, use_math_verify=use_math_verify)
@@ -76,8 +95,33 @@ def cosine(
 ) -> list[float | None]:
     """Correctness scaled by length on a cosine: short right answers best, short wrong ones worst.
 
-    r = v_min + 0.5 * (v_max - v_min) * (1 + cos(pi * min(len, max_len) / max_len)); correct uses
-    (min_value_correct, max_value_correct), wrong uses (max_value_wrong, min_value_wrong) swapped.
+    open-r1's / TRL's `get_cosine_scaled_reward`:
+    `r = v_min + 0.5 * (v_max - v_min) * (1 + cos(pi * min(len, max_len) / max_len))`, with
+    `(v_min, v_max) = (min_value_correct, max_value_correct)` for a correct answer and
+    `(max_value_wrong, min_value_wrong)` (swapped) for a wrong one, so long wrong answers are punished less,
+    keeping exploration. Lengths past `max_len` are clamped (as in TRL; open-r1 lets the cosine climb back).
+    Lengths are tokens (characters without `completion_ids`): set `max_len` to `max_completion_length`.
+
+    Args:
+        completions: the sampled completions.
+        answer: the reference answers (a dataset column).
+        solution: open-r1's reference column, used when there is no `answer`.
+        completion_ids: token ids of the completions (TRL passes them during training).
+        min_value_wrong: reward of a wrong answer of length 0.
+        max_value_wrong: reward of a wrong answer at `max_len`.
+        min_value_correct: reward of a correct answer at `max_len`.
+        max_value_correct: reward of a correct answer of length 0.
+        max_len: the length where the cosine ends (> 0).
+        answer_format: as `accuracy`.
+        answer_tag: as `accuracy`.
+        use_math_verify: as `accuracy`.
+
+    Returns:
+        -1 ... 1 with the defaults; None for a row without a reference.
+
+    Example:
+        >>> cosine(["<answer>4</answer>", "<answer>5</answer>"], answer=["4", "4"], completion_ids=[[0] * 500] * 2)
+        [0.75, -0.75]
     """
     if max_len <= 0:
         raise ValueError(f"max_len must be positive, got {max_len}")
@@ -114,10 +158,24 @@ def repetition_penalty(
     language: str = "en",
     **kwargs: Any,
 ) -> list[float]:
-    """Penalises repeated n-grams: (1 - unique / total n-grams) * max_penalty (0 for no repeats).
+    """Repeated n-grams, as a penalty.
 
-    Words (lower-cased, whitespace-split) for language="en"; characters for zh/ja/char.
-    Empty completions and ones shorter than `ngram_size` units get 0.
+    open-r1's `get_repetition_penalty_reward`: `(1 - unique_ngrams / total_ngrams) * max_penalty` over the
+    n-grams of lower-cased whitespace-separated words (`language: en`) or of characters (`zh`, `ja`, `char`:
+    no word segmenter needed). Empty completions and ones shorter than `ngram_size` units get 0.
+
+    Args:
+        completions: the sampled completions.
+        ngram_size: n of the n-grams (>= 1).
+        max_penalty: the penalty of a completion that is all repeats (<= 0).
+        language: `en` (words), `zh`, `ja` or `char` (characters).
+
+    Returns:
+        max_penalty ... 0
+
+    Example:
+        >>> repetition_penalty(["a b c a b c", "every word here is new"])
+        [-0.125, 0.0]
     """
     if max_penalty > 0:
         raise ValueError(f"max_penalty {max_penalty} should not be positive")
@@ -143,9 +201,25 @@ def soft_overlong_punishment(
     soft_punish_cache: int = 256,
     **kwargs: Any,
 ) -> list[float]:
-    """DAPO's soft overlong punishment: 0 up to max - cache, a linear ramp to -1 at max, -1 beyond.
+    """Running past the length budget (DAPO's soft overlong punishment).
 
-    Set `max_completion_len` to the trainer's max_completion_length.
+    TRL's `get_soft_overlong_punishment`, with `L` the completion length in tokens (characters without
+    `completion_ids`): 0 while `L <= max_completion_len - soft_punish_cache`, a linear ramp down to -1 at
+    `max_completion_len`, -1 beyond.
+
+    Args:
+        completions: the sampled completions.
+        completion_ids: token ids of the completions (TRL passes them during training).
+        max_completion_len: set it to the trainer's `max_completion_length`.
+        soft_punish_cache: width of the linear ramp; 0 gives a hard cut.
+
+    Returns:
+        -1 ... 0
+
+    Example:
+        >>> soft_overlong_punishment(["x"] * 3, completion_ids=[[0] * 10, [0] * 15, [0] * 30],
+        ...                          max_completion_len=20, soft_punish_cache=10)
+        [0.0, -0.5, -1.0]
     """
     if not 0 <= soft_punish_cache <= max_completion_len:
         raise ValueError("need 0 <= soft_punish_cache <= max_completion_len")

@@ -1,0 +1,54 @@
+"""`grpo check-rewards`: a dry run of the recipe's rewards on probes, given completions or samples."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.app import RECIPE_EPILOG, OverridesArg, RecipeArg, console, load, run_guarded
+
+CHECK_EPILOG = (
+    RECIPE_EPILOG + " Completions come from built-in probes for each sampled row (reference answer, wrong "
+    "answer, empty, tags only, no reasoning, overlong, repeated text), from --completions (JSONL: "
+    '{"row": 3, "completion": "..."} or {"prompt": "...", "completion": "...", "answer": "..."}), '
+    "or from the recipe's model with --generate. Exit codes: 0 every reward passes, 1 a contract is "
+    "violated, 2 bad input. See docs/rewards.md."
+)
+
+
+def check_rewards_command(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    samples: Annotated[int, typer.Option("--samples", "-n", min=1, help="Data rows to sample (spread evenly).")] = 8,
+    completions: Annotated[Path | None, typer.Option("--completions", help="Score the completions in this JSONL "
+                                                     "file instead of the built-in probes.")] = None,
+    generate: Annotated[bool, typer.Option("--generate", help="Sample num_generations completions per prompt "
+                                           "from the recipe's model (loads the model).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
+) -> None:
+    """Call every reward exactly as TRL will, on probes or given completions; flag broken or hackable rewards."""
+
+    def body() -> int:
+        import datasets
+        from transformers.utils import logging as hf_logging
+
+        from grpo_cli.rewards.check.run import check_rewards
+
+        datasets.disable_progress_bars()  # a dry run: keep the output to the report
+        hf_logging.disable_progress_bar()
+        loaded = load(recipe, overrides)
+        report = check_rewards(loaded, completions=completions, samples=samples, generate=generate)
+        if as_json:
+            sys.stdout.write(report.to_json() + "\n")
+        else:
+            from grpo_cli.cli.render import render_check_report
+
+            render_check_report(console, report)
+        return 0 if report.ok else 1
+
+    code = run_guarded(body)
+    if code:
+        raise typer.Exit(code)

@@ -1,0 +1,37 @@
+"""The explicit list of `grpo` verbs, in the order `grpo --help` shows them.
+
+A new verb is one file in this package plus one line here; nothing registers itself by being imported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from grpo_cli.cli import check_rewards, eval, memory, merge, report, schema, train, validate, vllm_serve
+from grpo_cli.cli.app import RECIPE_EPILOG
+
+
+def get_commands() -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
+    """(name, function, Typer options) for every verb."""
+    return [
+        ("validate", validate.validate, {"epilog": RECIPE_EPILOG}),
+        ("schema", schema.schema, {}),
+        ("check-rewards", check_rewards.check_rewards_command, {"epilog": check_rewards.CHECK_EPILOG}),
+        ("train", train.train, {"epilog": RECIPE_EPILOG}),
+        ("eval", eval.eval_cmd, {"epilog": eval.EVAL_EPILOG}),
+        ("merge", merge.merge, {}),
+        ("report", report.report, {}),
+        ("memory", memory.memory, {"epilog": RECIPE_EPILOG}),
+        ("vllm-serve", vllm_serve.vllm_serve, {"epilog": RECIPE_EPILOG}),
+    ]
+
+
+def register(app: typer.Typer) -> None:
+    """Add every verb to `app` once (importing grpo_cli.cli calls this)."""
+    known = {info.name for info in app.registered_commands}
+    for name, func, options in get_commands():
+        if name not in known:
+            app.command(name, **options)(func)

@@ -1,0 +1,76 @@
+"""`grpo eval`: sample held-out completions for one or more models and score them with the recipe's rewards."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.app import OverridesArg, RecipeArg, console, load, run_guarded
+
+EVAL_EPILOG = (
+    "Models can be hub ids, model dirs, LoRA adapter dirs (base read from adapter_config.json), grpo output "
+    "dirs or checkpoint-N dirs. Without --model the recipe's own model is evaluated. Repeat --compare to put "
+    "more models side by side; all see the same prompts and seed. Flags override the recipe's `eval` section."
+)
+
+
+def eval_cmd(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model to evaluate (default: the recipe's "
+                                              "model).", show_default=False)] = None,
+    adapter: Annotated[str | None, typer.Option("--adapter", help="LoRA adapter dir applied on top of --model.",
+                                                show_default=False)] = None,
+    split: Annotated[str | None, typer.Option("--split", help="Evaluate this split instead of the eval split.",
+                                              show_default=False)] = None,
+    file: Annotated[str | None, typer.Option("--file", help="Evaluate the rows of this .jsonl/.json/.csv/.parquet.",
+                                             show_default=False)] = None,
+    samples: Annotated[int | None, typer.Option("--samples", "-n", min=1, help="At most this many prompts "
+                                                "(eval.max_samples).", show_default=False)] = None,
+    num_generations: Annotated[int | None, typer.Option("--num-generations", "-k", min=1, help="Samples per "
+                                                        "prompt, the k of pass@k (eval.num_generations).",
+                                                        show_default=False)] = None,
+    temperature: Annotated[float | None, typer.Option("--temperature", "-t", min=0.0, help="Sampling temperature, "
+                                                      "0 for greedy (eval.temperature).", show_default=False)] = None,
+    batch_size: Annotated[int | None, typer.Option("--batch-size", min=1, help="Prompts per generate call "
+                                                   "(eval.batch_size).", show_default=False)] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Where completions.jsonl and summary.json go "
+                                             "(default: outputs/eval/<time>).", show_default=False)] = None,
+    compare: Annotated[list[str] | None, typer.Option("--compare", help="Another model to evaluate side by side "
+                                                      "(repeatable).", show_default=False)] = None,
+    backend: Annotated[str, typer.Option("--backend", help="auto (vLLM when installed and a GPU is present), "
+                                         "transformers or vllm.")] = "auto",
+) -> None:
+    """Sample completions for held-out prompts and score them with the recipe's rewards: mean, pass@k, lengths."""
+
+    def body() -> None:
+        from grpo_cli.evaluation import EvalSettings, label_models, run_eval, write_eval_outputs
+        from grpo_cli.models import model_reference, resolve_model_source
+        from grpo_cli.runs import is_run_dir
+
+        loaded = load(recipe, overrides)
+        settings = EvalSettings.from_recipe(loaded, samples=samples, k=num_generations, temperature=temperature,
+                                            batch_size=batch_size)
+        first_ref = model or model_reference(loaded)
+        trained = Path(loaded.output.dir)
+        if model is None and is_run_dir(trained):
+            console.print(f"note: evaluating the recipe's base model; add `--model {trained}` for the run trained "
+                          f"there (or `--compare {trained}` for both side by side)", markup=False)
+        # Paths from flags are relative to the current directory; the recipe's own model to the recipe.
+        sources = [resolve_model_source(first_ref, adapter=adapter, base_dir=None if model else loaded.base_dir)]
+        sources += [resolve_model_source(ref, where="--compare") for ref in compare or []]
+        results = run_eval(loaded, sources, settings, split=split, file=file, backend=backend, console=console)
+        label_models(results)
+        target = out or Path("outputs") / "eval" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        completions, summary = write_eval_outputs(target, results, settings, sources)
+        title = (f"{results[0].num_prompts} prompts x {settings.k} samples · T={settings.temperature} · "
+                 f"seed {settings.seed}")
+        from grpo_cli.cli.render import render_eval
+
+        render_eval(console, results, title)
+        console.print(f"wrote {completions} and {summary}", markup=False)
+
+    run_guarded(body)

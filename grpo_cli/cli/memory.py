@@ -1,0 +1,29 @@
+"""`grpo memory`: the per-GPU memory plan of a recipe, from the model's shape, without loading weights."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.app import OverridesArg, RecipeArg, console, load, run_guarded
+
+
+def memory(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    gpu_memory_gb: Annotated[float | None, typer.Option(
+        "--gpu-memory-gb", min=1.0, help="Memory of one GPU in GiB (default: read with nvidia-smi when present).")]
+    = None,
+) -> None:
+    """Estimate memory per GPU from the model's config.json and the recipe, without loading weights."""
+
+    def body() -> None:
+        from grpo_cli.cli.render import render_memory_plan
+        from grpo_cli.validation import memory_plan
+
+        loaded = load(recipe, overrides)
+        plan, why = memory_plan(loaded, gpu_memory_gb="auto" if gpu_memory_gb is None else gpu_memory_gb)
+        render_memory_plan(console, loaded, plan, why)
+
+    run_guarded(body)

@@ -1,0 +1,40 @@
+"""`grpo merge`: fold a LoRA adapter into its base and save a verified standalone model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.app import console, run_guarded
+
+
+def merge(
+    adapter_dir: Annotated[str, typer.Argument(help="LoRA adapter dir, grpo output dir or checkpoint holding one.",
+                                               show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the standalone model.",
+                                      show_default=False)],
+    base: Annotated[str | None, typer.Option("--base", help="Base model (default: from adapter_config.json).",
+                                             show_default=False)] = None,
+    dtype: Annotated[str, typer.Option("--dtype", help="auto (the base's saved dtype), float32, bfloat16 or "
+                                       "float16.")] = "auto",
+    force: Annotated[bool, typer.Option("--force", help="Replace a non-empty --out.")] = False,
+    max_shard_size: Annotated[str, typer.Option("--max-shard-size", help="Split safetensors files above this "
+                                                "size.")] = "5GB",
+) -> None:
+    """Fold a LoRA adapter into its base and save a standalone model (checked: logits must match)."""
+
+    def body() -> None:
+        from grpo_cli.models.merge import merge_adapter
+
+        result = merge_adapter(adapter_dir, out, base=base, dtype=dtype, force=force, max_shard_size=max_shard_size,
+                               console=console)
+        for note in result.notes:
+            console.print(f"[yellow]note:[/] {note}")
+        console.print(f"verified: largest logit difference vs base+adapter {result.max_diff:.3g} "
+                      f"(tolerance {result.tolerance:.3g}, {result.dtype})")
+        console.print(f"[green]merged[/] into {result.out} ({len(result.files)} files); load it with "
+                      f"AutoModelForCausalLM.from_pretrained({str(result.out)!r}), no peft needed", soft_wrap=True)
+
+    run_guarded(body)

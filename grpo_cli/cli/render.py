@@ -1,0 +1,238 @@
+"""Every rich table and message layout of the CLI, in one place, so the verbs stay thin and notebooks can reuse it."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def render_preflight(console: Console, pf: Any, *, as_json: bool = False) -> None:
+    """Print the plan of a valid recipe and its warnings."""
+    if as_json:
+        console.print_json(json.dumps({"ok": pf.ok, "plan": pf.plan, "warnings": pf.warnings}))
+        return
+    title = f"{pf.recipe.source or 'recipe'} is valid"
+    table = Table(title=title, show_header=False, title_justify="left", title_style="bold green")
+    table.add_column("what", style="bold")
+    table.add_column("plan")
+    for key, value in pf.plan.items():
+        table.add_row(key, str(value))
+    console.print(table)
+    for warning in pf.warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
+
+
+def _fmt_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def render_eval_pair(console: Console, before: Any, after: Any) -> None:
+    """Side-by-side held-out scores before and after training."""
+    a, b = before.summary(), (after.summary() if after else {})
+    table = Table(title="held-out evaluation (sampling)", title_justify="left")
+    table.add_column("metric")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    table.add_column("change", justify="right")
+    for key, value in a.items():
+        if key in ("label",):
+            continue
+        other = b.get(key)
+        change = other - value if isinstance(value, float) and isinstance(other, float) else None
+        table.add_row(key, _fmt_value(value), _fmt_value(other), (f"{change:+.4f}" if change is not None else ""))
+    console.print(table)
+
+
+def render_train_result(console: Console, result: Any) -> None:
+    """The end-of-run summary: first vs last logging window, eval before/after, where things are."""
+    if result.data_stats:
+        names = {"train_rows": "training rows", "eval_rows": "eval rows", "train_dropped_long": "dropped (too long)",
+                 "train_truncated": "truncated", "train_rows_without_answer": "rows without an answer"}
+        parts = [f"{v} {names[k]}" for k, v in result.data_stats.items() if k in names]
+        if parts:
+            console.print("data: " + ", ".join(parts))
+    if result.summary:
+        table = Table(title="training: first vs last logging window", title_justify="left")
+        table.add_column("metric")
+        table.add_column("first", justify="right")
+        table.add_column("last", justify="right")
+        table.add_column("change", justify="right")
+        for key, first, last in result.summary:
+            table.add_row(key, f"{first:.4f}", f"{last:.4f}", f"{last - first:+.4f}")
+        console.print(table)
+    if result.eval_before is not None:
+        render_eval_pair(console, result.eval_before, result.eval_after)
+    style = {"completed": "green", "interrupted": "yellow", "stopped": "red"}.get(result.status, "white")
+    console.print(f"[{style}]{result.status}[/] at step {result.global_step}; outputs in {result.output_dir}")
+    if result.message:
+        console.print(result.message, markup=False)
+
+
+def _fmt_metric(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{100 * value:.1f}%" if key.endswith("/rate") else f"{value:.4f}"
+    return str(value)
+
+
+def render_eval(out: Console, results: list[Any], title: str) -> None:
+    """One column per model; with several, a change column after each model but the first."""
+    summaries = [r.summary(rates=True) for r in results]
+    keys: list[str] = []
+    for s in summaries:
+        keys += [k for k in s if k != "label" and k not in keys]
+    caption = f"Δ: change from {results[0].label}" if len(results) > 1 else None
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    table.add_column("metric", no_wrap=True)
+    for i, r in enumerate(results):
+        table.add_column(r.label, justify="right", overflow="fold")
+        if i:
+            table.add_column("Δ", justify="right", no_wrap=True)
+    for key in keys:
+        cells = []
+        first = summaries[0].get(key)
+        for i, s in enumerate(summaries):
+            value = s.get(key)
+            cells.append(_fmt_metric(key, value))
+            if i:
+                delta = value - first if isinstance(value, float) and isinstance(first, float) else None
+                cells.append("" if delta is None else f"{100 * delta:+.1f}pp" if key.endswith("/rate")
+                             else f"{delta:+.4f}")
+        table.add_row(key, *cells)
+    out.print(table)
+
+
+def render_memory_plan(console: Console, loaded: Any, plan: Any, why: str | None) -> None:
+    """The per-GPU memory table of `grpo memory`, or why there is none."""
+    if plan is None:
+        console.print(f"[yellow]no memory plan:[/] {escape(why or 'unknown')}", soft_wrap=True)
+        return
+    title = (f"memory per GPU: {escape(loaded.model.name_or_path)}, profile {loaded.launch.profile}, "
+             f"{plan.world_size} process{'es' if plan.world_size != 1 else ''}")
+    table = Table(title=title, title_justify="left")
+    table.add_column("item")
+    table.add_column("GiB", justify="right")
+    table.add_column("how", overflow="fold")
+    rows = plan.render_rows()
+    for i, (name, gib, note) in enumerate(rows):
+        style = "bold" if i == len(rows) - 1 else None
+        table.add_row(escape(name), gib, escape(note), style=style, end_section=i == len(rows) - 2)
+    console.print(table)
+    console.print(f"config: {plan.source}", markup=False, soft_wrap=True)
+    for note in plan.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    if plan.warning:
+        console.print(f"[yellow]warning:[/] {escape(plan.warning)}", soft_wrap=True)
+
+
+def render_report_written(console: Console, run: Any, paths: Any) -> None:
+    """One line on the run `grpo report` plotted, its health events, and where the files went."""
+    from grpo_cli.training.report import summarize_run
+
+    summary = summarize_run(run)
+    final, best = summary.final.means.get("reward"), summary.best
+    line = f"{len(run.train)} training logs"
+    if final is not None:
+        line += f"; final reward {final:.4f}"
+    if best is not None and best.means.get("reward") is not None:
+        line += f", best {best.means['reward']:.4f} (step {best.last_step})"
+    console.print(line, markup=False)
+    if run.events:
+        console.print(f"[yellow]{len(run.events)} health event(s):[/] "
+                      + ", ".join(f"{e.get('guard')} at step {e.get('step')}" for e in run.events))
+    console.print(f"wrote {paths.image} and {paths.summary}", markup=False, soft_wrap=True)
+
+
+def _fmt_score(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}g}"
+
+
+def _preview(text: str, width: int = 32) -> str:
+    flat = text.replace("\n", "⏎")
+    return flat if len(flat) <= width else flat[:width - 1] + "…"
+
+
+def render_check_report(out: Console, report: Any) -> None:
+    """The rows × rewards table, per-reward statistics, correlations, notes and the verdict."""
+    if not out.is_terminal and out.width < 140:  # piped or captured: no terminal to fit, keep columns readable
+        out = Console(file=out.file, width=140, highlight=False, force_terminal=False, no_color=out.no_color)
+    names = [r.name for r in report.rewards]
+    errors = {r.name: {i for _, idx in r.problems.values() for i in idx} for r in report.rewards}
+    source = f"probes written as {report.probe_format}" if report.probe_format else report.source
+    out.print(escape(f"{len(report.samples)} completions ({source}) in {report.groups} groups"), soft_wrap=True)
+    scores = Table()
+    scores.add_column("row", justify="right")
+    scores.add_column("completion" if report.source != "probes" else "probe")
+    scores.add_column("text", no_wrap=True, overflow="ellipsis", max_width=32)
+    for name in names:
+        scores.add_column(name, justify="right")
+    scores.add_column("total", justify="right", style="bold")
+    last_group = None
+    for i, s in enumerate(report.samples):
+        cells = ["[red]ERR[/]" if i in errors[r.name] else _fmt_score(r.values[i]) for r in report.rewards]
+        new_group = last_group is not None and s.group != last_group
+        if new_group:
+            scores.add_section()
+        last_group = s.group
+        row = "" if s.row is None else str(s.row)
+        scores.add_row(row, s.probe, escape(_preview(s.text)), *cells, _fmt_score(report.totals[i]))
+    out.print(scores)
+
+    _render_reward_stats(out, report)
+    if len(names) > 1:
+        corr = Table(title="correlation between rewards", title_justify="left")
+        corr.add_column("")
+        for name in names:
+            corr.add_column(name, justify="right")
+        for a in names:
+            corr.add_row(a, *[_fmt_score(report.correlation[a][b], 2) for b in names])
+        out.print(corr)
+    if report.metrics:
+        out.print("metrics logged by rewards: " + ", ".join(f"{k}={v:.3g}" for k, v in report.metrics.items()))
+    for note in report.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    if report.ok:
+        out.print(f"[green]✓ all {len(names)} rewards pass[/] on {len(report.samples)} completions")
+        return
+    out.print(f"[bold red]✗ {len(report.violations)} violation(s):[/]")
+    for v in report.violations:
+        out.print(f"  [red]{v.kind}[/] {escape(v.message)}", soft_wrap=True)
+
+
+def _render_reward_stats(out: Console, report: Any) -> None:
+    """Per-reward statistics of check-rewards, then the weighted total."""
+    stats = Table(title="per reward", title_justify="left")
+    for col in ("reward", "weight", "mean", "std", "min", "max", "None", "errors", "ms/call", "zero-std"):
+        stats.add_column(col, justify="left" if col == "reward" else "right", no_wrap=col == "reward")
+    for r in report.rewards:
+        d = r.to_dict()
+        stats.add_row(escape(r.name), f"{r.weight:g}", *(_fmt_score(d[k]) for k in ("mean", "std", "min", "max")),
+                      str(d["none"]), str(r.errors) if not r.errors else f"[red]{r.errors}[/]",
+                      _ms(d["seconds_per_call"]), _pct(r.zero_std))
+    from grpo_cli.rewards.check import describe
+
+    total = describe([t for t in report.totals if t is not None])
+    stats.add_section()
+    stats.add_row("[bold]total[/]", "", _fmt_score(total["mean"]), _fmt_score(total["std"]), _fmt_score(total["min"]),
+                  _fmt_score(total["max"]), "", "", "", _pct(report.frac_zero_std))
+    out.print(stats)
+    out.print("total = weighted sum of the rewards (None counts 0, as in TRL; — when every reward skipped it); "
+              f"groups with zero std (TRL's frac_reward_zero_std): {_pct(report.frac_zero_std)} of {report.groups}",
+              soft_wrap=True)
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{1000 * seconds:.3g}"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.0f}%"

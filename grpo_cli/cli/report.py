@@ -1,0 +1,27 @@
+"""`grpo report OUTPUT_DIR`: plot a run's curves and summarise it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.app import console, run_guarded
+
+
+def report(
+    output_dir: Annotated[Path, typer.Argument(help="Output directory of a `grpo train` run.", show_default=False)],
+    out: Annotated[Path | None, typer.Option("--out", help="Write the image here (the .md summary beside it); "
+                                             "default OUTPUT_DIR/report.png and report.md.")] = None,
+) -> None:
+    """Plot a run's reward, spread, length, KL/entropy and learning-rate curves (PNG) and summarise it (Markdown)."""
+
+    def body() -> None:
+        from grpo_cli.cli.render import render_report_written
+        from grpo_cli.training.report import load_run, write_report
+
+        paths = write_report(output_dir, out)
+        render_report_written(console, load_run(output_dir), paths)
+
+    run_guarded(body)

@@ -1,0 +1,33 @@
+"""`grpo validate`: check a recipe without loading any model and print the plan."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.app import OverridesArg, RecipeArg, console, load, run_guarded
+
+
+def validate(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    print_recipe: Annotated[bool, typer.Option("--print", help="Print the resolved recipe as YAML.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Check a recipe without loading any model: schema, batch arithmetic, data, rewards; print the plan."""
+
+    def body() -> None:
+        from grpo_cli.cli.render import render_preflight
+        from grpo_cli.validation import preflight
+
+        loaded = load(recipe, overrides)
+        if print_recipe:
+            from grpo_cli.recipe import dump_yaml
+
+            console.print(dump_yaml(loaded.model_dump(mode="json", exclude_defaults=False)), markup=False)
+        pf = preflight(loaded)
+        pf.raise_for_problems()
+        render_preflight(console, pf, as_json=as_json)
+
+    run_guarded(body)

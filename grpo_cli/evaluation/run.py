@@ -1,0 +1,207 @@
+"""Held-out evaluation by sampling: batched generation, reward scoring, pass@k.
+
+Used by `grpo train` (before/after numbers) and `grpo eval`. Prompts go through exactly
+the training data mapping, and rewards are called exactly as TRL calls them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.evaluation.sampling import generate
+from grpo_cli.evaluation.sampling_vllm import vllm_available, vllm_sampler
+from grpo_cli.evaluation.scoring import EvalResult, score
+from grpo_cli.recipe.schema import Recipe
+
+Sampler = Callable[[list[Any]], tuple[list[str], list[list[int]], list[bool]]]
+
+
+def evaluate_rows(model: Any, tokenizer: Any, rows: Any, reward_funcs: list[Any], labels: list[str], *,
+                  k: int, temperature: float, top_p: float, max_new_tokens: int, batch_size: int, seed: int,
+                  label: str = "", sampler: Sampler | None = None, weights: dict[str, float] | None = None
+                  ) -> EvalResult:
+    """Sample k completions per row of a mapped dataset and score them (`sampler` replaces HF generate)."""
+    prompts = list(rows["prompt"])
+    columns = {c: list(rows[c]) for c in rows.column_names if c != "prompt"}
+    if sampler is not None:
+        texts, ids, truncated = sampler(prompts)
+    else:
+        texts, ids, truncated = generate(model, tokenizer, prompts, k=k, temperature=temperature, top_p=top_p,
+                                         max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed)
+    rep = [p for p in prompts for _ in range(k)]
+    rep_cols = {c: [v for v in vals for _ in range(k)] for c, vals in columns.items()}
+    chat = bool(prompts) and isinstance(prompts[0], list)
+    completions: list[Any] = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
+    scores = score(reward_funcs, labels, rep, completions, ids, rep_cols)
+    binary = [n for n, v in scores.items() if all(x in (0.0, 1.0) for x in v if x is not None)]
+    primary = next((n for n in binary if "accuracy" in n), binary[0] if binary else next(iter(scores), ""))
+    return EvalResult(label, len(prompts), k, scores, texts, [len(i) for i in ids], truncated, primary, prompts,
+                      columns, dict(weights or {}))
+
+
+def evaluate_recipe_model(recipe: Recipe, model: Any, tokenizer: Any, rows: Any, console: Any = None,
+                          label: str = "") -> EvalResult:
+    """Evaluate with the recipe's eval settings and rewards (eval.rewards, else the training rewards)."""
+    from grpo_cli.rewards import load_reward
+
+    entries = recipe.eval.rewards or recipe.rewards
+    funcs = [load_reward(e, recipe.base_dir) for e in entries]
+    ev = recipe.eval
+    if ev.max_samples:
+        rows = rows.select(range(min(ev.max_samples, len(rows))))
+    max_new = ev.max_new_tokens or int(recipe.training.get("max_completion_length") or 256)
+    if console is not None:
+        console.print(f"evaluating {len(rows)} held-out prompts x {ev.num_generations} samples ({label})")
+    return evaluate_rows(model, tokenizer, rows, funcs, [e.label for e in entries], k=ev.num_generations,
+                         temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=max_new,
+                         batch_size=ev.batch_size, seed=ev.seed, label=label,
+                         weights={e.label: e.weight for e in entries})
+
+
+# ---------------------------------------------------------------------------- `grpo eval`
+
+
+@dataclass
+class EvalSettings:
+    """Sampling settings shared by every model of one `grpo eval` (same seed ⇒ same prompts and draws)."""
+
+    k: int
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    batch_size: int
+    seed: int
+    max_samples: int | None
+
+    @classmethod
+    def from_recipe(cls, recipe: Recipe, *, samples: int | None = None, k: int | None = None,
+                    temperature: float | None = None, batch_size: int | None = None) -> EvalSettings:
+        """The recipe's `eval` section with the command-line flags on top."""
+        ev = recipe.eval
+        max_new = ev.max_new_tokens or int(recipe.training.get("max_completion_length") or 256)
+        return cls(k or ev.num_generations, ev.temperature if temperature is None else temperature, ev.top_p,
+                   max_new, batch_size or ev.batch_size, ev.seed, samples or ev.max_samples)
+
+
+def load_eval_rows(recipe: Recipe, tokenizer: Any, *, split: str | None = None, file: str | None = None) -> Any:
+    """The prompts to evaluate, through exactly the training mapping: the recipe's eval split by default."""
+    from grpo_cli.data import LOCAL_SUFFIXES, map_split, prepare_data
+
+    if split and file:
+        raise GrpoError("give --split or --file, not both", where="command line")
+    data = recipe.data
+    if not split and not file:
+        if not data.has_eval:
+            raise GrpoError("the recipe has no eval split (data.eval_split / data.eval_holdout)", where="data",
+                            fix="Pass --split NAME or --file PATH, or set `data.eval_split` in the recipe.")
+        rows = prepare_data(recipe, tokenizer).eval
+        assert rows is not None
+        return rows
+    if file:
+        path = Path(file).expanduser().resolve()
+        if not path.is_file():
+            raise GrpoError(f"file {file} not found", where="--file",
+                            fix="Give an existing .jsonl/.json/.csv/.parquet file.")
+        if not path.name.endswith(LOCAL_SUFFIXES):
+            raise GrpoError(f"{file} is not a supported data file", where="--file",
+                            fix=f"Use one of {', '.join(LOCAL_SUFFIXES)}.")
+        data = data.model_copy(update={"dataset": None, "files": {"eval": [str(path)]}})
+        split, where = "eval", "--file"
+    else:
+        where = "--split"
+        if data.files is not None and split not in data.file_map:
+            raise GrpoError(f"split {split!r} is not in data.files", where="--split",
+                            fix=f"Splits of this recipe: {', '.join(data.file_map)}; or pass --file PATH.")
+    assert split is not None
+    return map_split(recipe, tokenizer, split, data=data, where=where)
+
+
+def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, split: str | None = None,
+             file: str | None = None, backend: str = "auto", console: Any = None) -> list[EvalResult]:
+    """Evaluate each model in turn on the same prompts with the same seed; one model in memory at a time."""
+    import gc
+
+    import torch
+
+    from grpo_cli.models.loading import resolve_dtype
+    from grpo_cli.models.sources import load_source_model, load_tokenizer_for
+    from grpo_cli.rewards import load_reward
+
+    if backend not in ("auto", "transformers", "vllm"):
+        raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
+    use_vllm = backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile))
+    if backend == "vllm" and not vllm_available():
+        raise GrpoError("--backend vllm needs vLLM installed and a CUDA GPU", where="--backend",
+                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or use --backend transformers.")
+    entries = recipe.eval.rewards or recipe.rewards
+    funcs = [load_reward(e, recipe.base_dir) for e in entries]
+    for e, f in zip(entries, funcs, strict=True):
+        if isinstance(f, str) and console is not None:
+            console.print(f"[yellow]note:[/] reward model {e.label!r} is not scored by grpo eval")
+    dtype = resolve_dtype(recipe.model.dtype, recipe.launch.profile)
+    device = "cuda" if torch.cuda.is_available() and recipe.launch.profile != "cpu" else "cpu"
+    rows = None
+    results = []
+    for source in sources:
+        tokenizer = load_tokenizer_for(source, trust_remote_code=recipe.model.trust_remote_code)
+        if rows is None:
+            rows = load_eval_rows(recipe, tokenizer, split=split, file=file)
+            if settings.max_samples:
+                rows = rows.select(range(min(settings.max_samples, len(rows))))
+            if len(rows) == 0:
+                raise GrpoError("there are no prompts to evaluate", where=file or split or "data.eval_split")
+        if console is not None:
+            console.print(f"evaluating {source.describe()} on {len(rows)} prompts x {settings.k} samples"
+                          f"{' (vLLM)' if use_vllm else ''}", markup=False)
+        model, close = None, None
+        sampler: Sampler | None = None
+        if use_vllm:
+            sampler, close = vllm_sampler(source, tokenizer, settings, dtype, recipe.model.trust_remote_code)
+        else:
+            model = load_source_model(source, dtype=dtype, device=device, revision=recipe.model.revision,
+                                      trust_remote_code=recipe.model.trust_remote_code)
+        try:
+            results.append(evaluate_rows(model, tokenizer, rows, funcs, [e.label for e in entries], k=settings.k,
+                                         temperature=settings.temperature, top_p=settings.top_p,
+                                         max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
+                                         seed=settings.seed, label=source.label, sampler=sampler,
+                                         weights={e.label: e.weight for e in entries}))
+        finally:
+            if close is not None:
+                close()
+            del model
+            gc.collect()
+    return results
+
+
+def write_eval_outputs(out: Path, results: list[EvalResult], settings: EvalSettings,
+                       sources: list[Any]) -> tuple[Path, Path]:
+    """completions.jsonl (every completion with its scores) and summary.json (settings + one summary per model)."""
+    import dataclasses
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    completions = out / "completions.jsonl"
+    with completions.open("w", encoding="utf-8") as f:
+        for result in results:
+            for row in result.records():
+                f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    summary = out / "summary.json"
+    payload = {"settings": dataclasses.asdict(settings),
+               "models": [{"label": r.label, "source": s.describe(), "summary": r.summary(rates=True)}
+                          for r, s in zip(results, sources, strict=True)]}
+    summary.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
+    return completions, summary
+
+
+def label_models(results: list[EvalResult]) -> None:
+    """Make model labels unique (`a`, `a#2`), so side-by-side columns and JSON keys never collide."""
+    seen: dict[str, int] = {}
+    for r in results:
+        seen[r.label] = seen.get(r.label, 0) + 1
+        if seen[r.label] > 1:
+            r.label = f"{r.label}#{seen[r.label]}"

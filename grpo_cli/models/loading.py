@@ -1,0 +1,127 @@
+"""Load the policy model and tokenizer as the recipe says (dtype, LoRA, quantization)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.recipe.schema import Recipe
+
+_OFFLINE_FIX = ("Check the id or directory; without network access give a local directory "
+                "(HF_HUB_OFFLINE=1 fails fast).")
+
+
+@dataclass
+class LoadedModel:
+    model: Any
+    tokenizer: Any
+    peft_config: Any | None
+    dtype: str
+    device: str
+
+
+def resolve_dtype(requested: str, profile: str = "single") -> str:
+    """`auto` means bfloat16 on a GPU that supports it, float32 otherwise (CPU, old GPUs)."""
+    import torch
+
+    on_gpu = torch.cuda.is_available() and profile != "cpu"
+    if requested != "auto":
+        return requested  # bfloat16/float16 on CPU is allowed (slow): the user asked for it
+    if on_gpu and torch.cuda.is_bf16_supported():
+        return "bfloat16"
+    return "float32"
+
+
+def model_reference(recipe: Recipe) -> str:
+    """The string to hand to from_pretrained: a resolved local path or the hub id."""
+    local = recipe.local_model_dir(recipe.model.name_or_path)
+    return str(local) if local is not None else recipe.model.name_or_path
+
+
+def load_tokenizer(recipe: Recipe, *, local_only: bool = False) -> Any:
+    """The policy's tokenizer; `local_only` never touches the network (dry runs must not wait on retries)."""
+    from transformers import AutoTokenizer
+
+    ref = model_reference(recipe)
+    if local_only and not Path(ref).is_dir():
+        from grpo_cli.paths import hub_cache_file
+
+        if hub_cache_file(ref, "tokenizer_config.json", recipe.model.revision) is None:
+            raise GrpoError(f"{ref} is not in the local Hugging Face cache", where="model.name_or_path",
+                            fix=f"Download it once (`hf download {ref}`) or use a local directory.")
+    try:
+        tok = AutoTokenizer.from_pretrained(ref, revision=recipe.model.revision, local_files_only=local_only,
+                                            trust_remote_code=recipe.model.trust_remote_code)
+    except (OSError, ValueError) as exc:
+        raise GrpoError(f"cannot load the tokenizer of {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
+                        fix=_OFFLINE_FIX) from None
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def lora_config(recipe: Recipe) -> Any:
+    if recipe.model.lora is None:
+        return None
+    from peft import LoraConfig
+
+    lo = recipe.model.lora
+    return LoraConfig(task_type="CAUSAL_LM", r=lo.r, lora_alpha=lo.alpha, lora_dropout=lo.dropout,
+                      target_modules=lo.target_modules, bias=lo.bias, modules_to_save=lo.modules_to_save,
+                      use_rslora=lo.use_rslora, use_dora=lo.use_dora)
+
+
+def quantization_config(recipe: Recipe, dtype: str) -> Any:
+    q = recipe.model.quantization
+    if q is None:
+        return None
+    import torch
+
+    if not torch.cuda.is_available():
+        raise GrpoError(f"{q} quantization needs a CUDA GPU (bitsandbytes), and none is available",
+                        where="model.quantization",
+                        fix="Remove `quantization` to train in full precision on this machine.")
+    try:
+        import bitsandbytes  # noqa: F401
+    except ImportError:
+        raise GrpoError("quantization needs bitsandbytes, which is not installed", where="model.quantization",
+                        fix="pip install 'grpo-cli[quant]'") from None
+    from transformers import BitsAndBytesConfig
+
+    if q == "8bit":
+        return BitsAndBytesConfig(load_in_8bit=True)
+    compute = torch.bfloat16 if dtype == "bfloat16" else torch.float16
+    return BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4", bnb_4bit_use_double_quant=True,
+                              bnb_4bit_compute_dtype=compute)
+
+
+def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
+    """Load the policy (and tokenizer); LoRA is returned as a peft config for TRL to apply."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = resolve_dtype(recipe.model.dtype, recipe.launch.profile)
+    device = "cuda" if torch.cuda.is_available() and recipe.launch.profile != "cpu" else "cpu"
+    quant = quantization_config(recipe, dtype)
+    ref = model_reference(recipe)
+    kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype), "revision": recipe.model.revision,
+                              "trust_remote_code": recipe.model.trust_remote_code}
+    if recipe.model.attn_implementation:
+        kwargs["attn_implementation"] = recipe.model.attn_implementation
+    if quant is not None:
+        kwargs["quantization_config"] = quant
+        kwargs["device_map"] = {"": torch.cuda.current_device()}
+    try:
+        model = AutoModelForCausalLM.from_pretrained(ref, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise GrpoError(f"cannot load the model {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
+                        fix=_OFFLINE_FIX) from None
+    if quant is not None:
+        from peft import prepare_model_for_kbit_training
+
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(
+            recipe.training.get("gradient_checkpointing")))
+    tokenizer = load_tokenizer(recipe) if with_tokenizer else None
+    return LoadedModel(model, tokenizer, lora_config(recipe), dtype, device)

@@ -1,0 +1,215 @@
+"""`grpo merge`: fold a LoRA adapter into its base and save a standalone model that needs no peft.
+
+The merge is only trusted after it is checked: logits of base+adapter and of the merged model,
+reloaded from disk with plain transformers, must agree on probe inputs. Everything is written to
+a temporary sibling directory and renamed at the end, so an interrupted merge leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.models.sources import (
+    ModelSource,
+    attach_adapter,
+    load_base,
+    local_path,
+    quantization_of,
+    quiet_loading,
+    resolve_model_source,
+    saved_dtype,
+)
+
+DTYPES = ("float32", "bfloat16", "float16")
+# Largest logit difference accepted, relative to the largest logit magnitude (at least 1).
+TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 5e-2}
+PROBE_TEXTS = ("3+5=", "The quick brown fox jumps over the lazy dog. 12*7=")
+
+
+class MergeMismatch(GrpoError):
+    """The merged model does not reproduce base+adapter: nothing was written (exit code 1)."""
+
+    exit_code = 1
+
+
+@dataclass
+class MergeResult:
+    """Where the merged model went and how closely it reproduces base+adapter."""
+
+    out: Path
+    base: str
+    adapter: Path
+    dtype: str
+    max_diff: float
+    tolerance: float
+    files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _adapter_source(ref: str, base: str | None) -> ModelSource:
+    """Resolve ADAPTER_DIR, with merge-specific errors for things that hold no adapter."""
+    path = local_path(ref)
+    if path is None or not path.is_dir():
+        raise GrpoError(f"{ref} is not a local directory", where="ADAPTER_DIR",
+                        fix="Give the directory holding adapter_config.json (a LoRA run's output dir or checkpoint).")
+    if not (path / "adapter_config.json").exists():
+        if (path / "config.json").exists():
+            fix = "It holds full model weights already (a full fine-tune): it is standalone, there is nothing to merge."
+        else:
+            from grpo_cli.runs import latest_checkpoint
+
+            ckpt = latest_checkpoint(path)
+            has = ckpt is not None and (ckpt / "adapter_config.json").exists()
+            fix = (f"The run saved no final adapter; merge its latest checkpoint: grpo merge {ckpt} --out DIR."
+                   if has else "Give a LoRA output dir (trained with `model.lora`) or a checkpoint-N dir of one.")
+        raise GrpoError(f"no LoRA adapter in {path} (no adapter_config.json)", where="ADAPTER_DIR", fix=fix)
+    return resolve_model_source(ref, base=base, where="--base")
+
+
+def _check_out(out: Path, source: ModelSource, force: bool) -> None:
+    if out.exists() and not out.is_dir():
+        raise GrpoError(f"{out} exists and is a file", where="--out", fix="Give a directory path.")
+    out_r = out.resolve()
+    protected = [p.resolve() for p in (source.adapter, source.run_dir) if p is not None]
+    if any(out_r == p or out_r in p.parents for p in protected):
+        raise GrpoError(f"--out {out} would replace the adapter being merged", where="--out",
+                        fix="Write the merged model to a new directory, e.g. --out outputs/merged.")
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise GrpoError(f"output directory {out} is not empty; refusing to overwrite it", where="--out",
+                        fix="Choose an empty or new directory, or pass --force to replace it.")
+
+
+def _pick_dtype(requested: str, weights: str) -> str:
+    if requested == "auto":
+        return saved_dtype(weights) or "float32"
+    if requested not in DTYPES:
+        raise GrpoError(f"unknown dtype {requested!r}", where="--dtype", fix=f"Use auto or one of {', '.join(DTYPES)}.")
+    return requested
+
+
+def probe_inputs(tokenizer: Any, vocab_size: int) -> list[Any]:
+    """Token-id tensors to compare logits on: real text plus seeded random ids covering the vocabulary."""
+    import torch
+
+    probes = []
+    for text in PROBE_TEXTS:
+        ids = tokenizer(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        if ids.shape[1]:
+            probes.append(ids)
+    gen = torch.Generator().manual_seed(0)
+    probes.append(torch.randint(0, vocab_size, (2, 24), generator=gen))
+    return probes
+
+
+def probe_logits(model: Any, probes: list[Any]) -> list[Any]:
+    import torch
+
+    with torch.inference_mode():
+        return [model(input_ids=ids.to(model.device)).logits.float().cpu() for ids in probes]
+
+
+def _fold(model: Any) -> Any:
+    """Merge the LoRA weights into the base weights (safe_merge refuses NaNs) and drop the peft wrapper."""
+    return model.merge_and_unload(safe_merge=True)
+
+
+def _max_diff(a: list[Any], b: list[Any]) -> tuple[float, float]:
+    diff = max(float((x - y).abs().max()) for x, y in zip(a, b, strict=True))
+    scale = max(1.0, max(float(x.abs().max()) for x in a))
+    return diff, scale
+
+
+def _install(tmp: Path, out: Path) -> None:
+    """Put the finished tmp dir in place of `out`; the old contents go only after the new ones are in."""
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.replace(out, old / "dir")
+    os.replace(tmp, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _qlora_notes(source: ModelSource, dtype: str) -> list[str]:
+    run_model = (source.run_recipe() or {}).get("model") or {}
+    if not run_model.get("quantization"):
+        return []
+    return [f"the adapter was trained on a {run_model['quantization']}-quantized base; it is merged into "
+            f"the full-precision {dtype} base, as is usual for QLoRA"]
+
+
+def _staging_dir(out: Path) -> Path:
+    """A hidden sibling of `out` to write into, renamed into place only once verified."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    umask = os.umask(0)
+    os.umask(umask)
+    tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the final dir should look like any other
+    return tmp
+
+
+def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: str = "auto", force: bool = False,
+                  max_shard_size: str | int = "5GB", console: Any = None) -> MergeResult:
+    """Fold the adapter at `ref` into its base, verify logits, and save a standalone model in `out`."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    source = _adapter_source(ref, base)
+    assert source.adapter is not None
+    out = Path(out).expanduser()
+    _check_out(out, source, force)
+    quant = quantization_of(source.weights)
+    if quant:
+        raise GrpoError(f"the base model {source.weights} is quantized ({quant}); LoRA deltas cannot be folded "
+                        "into quantized weights without losing the adapter's precision", where="--base",
+                        fix="Pass --base with the original full-precision model (the one that was quantized). "
+                            "A QLoRA run quantizes at load time, so its recipe's model.name_or_path is that model.")
+    dtype = _pick_dtype(dtype, source.weights)
+    notes = _qlora_notes(source, dtype)
+    say = console.print if console is not None else (lambda *a, **k: None)
+    say(f"merging {source.adapter} into {source.weights} ({dtype})", markup=False)
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source.tokenizer or source.weights)
+    except (OSError, ValueError) as exc:
+        raise GrpoError(f"cannot load the tokenizer from {source.tokenizer}: {str(exc).splitlines()[0]}",
+                        where="ADAPTER_DIR",
+                        fix="Check that the adapter or base directory holds a tokenizer.") from None
+    model = attach_adapter(load_base(source.weights, dtype=dtype, where="--base"), source, where="--base")
+    probes = probe_inputs(tokenizer, int(model.get_input_embeddings().weight.shape[0]))
+    reference = probe_logits(model, probes)
+
+    tmp = _staging_dir(out)
+    try:
+        merged = _fold(model)
+        del model
+        with quiet_loading():
+            merged.save_pretrained(str(tmp), max_shard_size=max_shard_size)
+        tokenizer.save_pretrained(str(tmp))
+        del merged
+        with quiet_loading():
+            reloaded = AutoModelForCausalLM.from_pretrained(str(tmp), dtype="auto")
+        diff, scale = _max_diff(reference, probe_logits(reloaded, probes))
+        del reloaded
+        tolerance = TOLERANCE[dtype] * scale
+        if not diff <= tolerance:  # also catches NaN
+            raise MergeMismatch(f"verification failed: the merged model's logits differ from base+adapter by up to "
+                                f"{diff:.3g} (tolerance {tolerance:.3g} for {dtype}); nothing was written",
+                                where=str(source.adapter),
+                                fix="Retry with --dtype float32; if it persists, the adapter uses a layer type "
+                                    "that peft cannot merge exactly (e.g. DoRA on a quantized base).")
+        info = {"base": source.weights, "adapter": str(source.adapter.resolve()), "dtype": dtype,
+                "max_logit_diff": diff, "tolerance": tolerance}
+        (tmp / "grpo_merge.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        files = sorted(p.name for p in tmp.iterdir())
+        _install(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return MergeResult(out, source.weights, source.adapter, dtype, diff, tolerance, files, notes)

@@ -1,0 +1,91 @@
+"""Hints for unknown recipe keys: typos ("did you mean") and names from older guides.
+
+Many GRPO blog posts and scripts predate TRL 1.x; their option names still reach us in
+recipes. We keep TRL's current names and point from the old ones to the new.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+# Old or foreign name -> (where it lives now, a short explanation).
+MIGRATIONS: dict[str, tuple[str, str]] = {
+    "kl_coef": ("training.beta", "TRL calls the KL coefficient `beta`"),
+    "init_kl_coef": ("training.beta", "TRL calls the KL coefficient `beta`"),
+    "kl_beta": ("training.beta", "TRL calls the KL coefficient `beta`"),
+    "max_new_tokens": ("training.max_completion_length", "GRPOConfig limits completions with this name"),
+    "max_length": ("training.max_completion_length", "GRPOConfig limits completions with this name"),
+    "max_prompt_length": (
+        "data.max_prompt_tokens",
+        "TRL 1.16 dropped `max_prompt_length`; grpo filters or truncates prompts itself "
+        "(see `data.prompt_overflow`)",
+    ),
+    "reward_function": ("rewards", "rewards are a top-level list of {name|function|model, weight, params}"),
+    "reward_functions": ("rewards", "rewards are a top-level list of {name|function|model, weight, params}"),
+    "reward_funcs": ("rewards", "rewards are a top-level list of {name|function|model, weight, params}"),
+    "reward_weights": ("rewards[].weight", "each reward entry carries its own `weight`"),
+    "num_samples": ("training.num_generations", "GRPO's group size is `num_generations`"),
+    "group_size": ("training.num_generations", "GRPO's group size is `num_generations`"),
+    "n_samples": ("training.num_generations", "GRPO's group size is `num_generations`"),
+    "batch_size": ("training.per_device_train_batch_size", "TRL counts completions per device per step"),
+    "warmup_ratio": ("training.warmup_steps", "transformers 5 folded it into `warmup_steps` (a float < 1 is a ratio)"),
+    "evaluation_strategy": ("training.eval_strategy", "transformers renamed it `eval_strategy`"),
+    "lr": ("training.learning_rate", "TRL's name is `learning_rate`"),
+    "epochs": ("training.num_train_epochs", "TRL's name is `num_train_epochs`"),
+    "cliprange": ("training.epsilon", "GRPO's clipping range is `epsilon` (and `epsilon_high`)"),
+    "clip_range": ("training.epsilon", "GRPO's clipping range is `epsilon` (and `epsilon_high`)"),
+    "model_name_or_path": ("model.name_or_path", "the model section holds the model id or directory"),
+    "model_name": ("model.name_or_path", "the model section holds the model id or directory"),
+    "torch_dtype": ("model.dtype", "the model section's `dtype` is auto|bfloat16|float16|float32"),
+    "dataset_name": ("data.dataset", "the data section names the hub dataset"),
+    "dataset_config": ("data.config", "the data section holds the dataset config name"),
+    "dataset_train_split": ("data.split", "the data section holds the split name"),
+    "dataset_test_split": ("data.eval_split", "the data section holds the eval split"),
+    "system_prompt": ("data.prompt.system_prompt", "prompts are built by the data section"),
+    "use_peft": ("model.lora", "LoRA is on when `model.lora` is given"),
+    "lora_r": ("model.lora.r", "LoRA settings live under `model.lora`"),
+    "lora_alpha": ("model.lora.alpha", "LoRA settings live under `model.lora`"),
+    "lora_dropout": ("model.lora.dropout", "LoRA settings live under `model.lora`"),
+    "lora_target_modules": ("model.lora.target_modules", "LoRA settings live under `model.lora`"),
+    "load_in_4bit": ("model.quantization", "set `model.quantization: 4bit`"),
+    "load_in_8bit": ("model.quantization", "set `model.quantization: 8bit`"),
+    "output_dir": ("output.dir", "run outputs are configured in the output section"),
+    "report_to": ("output.report_to", "trackers are configured in the output section"),
+    "overwrite_output_dir": ("output.overwrite", "use `output.overwrite` or `grpo train --force`"),
+    "use_vllm": ("launch.vllm.mode", "vLLM is configured in the launch section (off|colocate|server)"),
+    "vllm_mode": ("launch.vllm.mode", "vLLM is configured in the launch section (off|colocate|server)"),
+    "vllm_server_host": ("launch.vllm.host", "vLLM is configured in the launch section"),
+    "vllm_server_port": ("launch.vllm.port", "vLLM is configured in the launch section"),
+    "vllm_server_base_url": ("launch.vllm.base_url", "vLLM is configured in the launch section"),
+    "vllm_gpu_memory_utilization": ("launch.vllm.gpu_memory_utilization", "vLLM is configured in launch"),
+    "vllm_tensor_parallel_size": ("launch.vllm.tensor_parallel_size", "vLLM is configured in launch"),
+    "vllm_enable_sleep_mode": ("launch.vllm.enable_sleep_mode", "vLLM is configured in launch"),
+    "deepspeed": ("launch.profile", "choose `launch.profile: zero2|zero3` (see accelerate_configs/)"),
+    "fsdp": ("launch.profile", "choose `launch.profile: fsdp` (see accelerate_configs/)"),
+    "num_processes": ("launch.num_processes", "process counts live in the launch section"),
+}
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
+    """The closest valid name to a typo, or None when nothing is close."""
+    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.72)
+    return matches[0] if matches else None
+
+
+def unknown_key_hint(name: str, candidates: Iterable[str], here: str) -> str:
+    """The fix sentence for an unknown key `name` found at path `here`."""
+    if name in MIGRATIONS:
+        target, why = MIGRATIONS[name]
+        if target.rsplit(".", 1)[-1] == name and target.startswith(here):
+            return ""
+        return f"`{name}` is a name from older guides: use `{target}` instead ({why})."
+    guess = did_you_mean(name, candidates)
+    if guess:
+        return f"Did you mean `{guess}`?"
+    if here == "":
+        from grpo_cli.recipe.trl_fields import grpo_config_fields
+
+        if name in grpo_config_fields():
+            return f"`{name}` is a GRPOConfig field: put it under `training:` (`training.{name}`)."
+    return "Run `grpo schema` or see docs/recipes.md for the valid keys."

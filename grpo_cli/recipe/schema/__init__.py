@@ -1,0 +1,95 @@
+"""The recipe schema: the single source of truth for validation, `grpo schema` and the docs.
+
+One module per section; `Recipe` ties them together.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, PrivateAttr, model_validator
+
+from grpo_cli.recipe.schema.common import Section
+from grpo_cli.recipe.schema.data import AnswerSection, DataSection, PromptSection
+from grpo_cli.recipe.schema.evaluation import EvalSection
+from grpo_cli.recipe.schema.health import HealthSection
+from grpo_cli.recipe.schema.launch import LaunchSection, VllmSection
+from grpo_cli.recipe.schema.model import LoraSection, ModelSection
+from grpo_cli.recipe.schema.output import OutputSection
+from grpo_cli.recipe.schema.rewards import RewardEntry
+from grpo_cli.recipe.schema.training import TrainingSection
+
+__all__ = [
+    "AnswerSection",
+    "DataSection",
+    "EvalSection",
+    "HealthSection",
+    "LaunchSection",
+    "LoraSection",
+    "ModelSection",
+    "OutputSection",
+    "PromptSection",
+    "Recipe",
+    "RewardEntry",
+    "TrainingSection",
+    "VllmSection",
+]
+
+
+class Recipe(Section):
+    """A GRPO training recipe."""
+
+    description: str | None = None
+    """Free text shown by `grpo validate`."""
+    model: ModelSection
+    """The policy model."""
+    data: DataSection
+    """Training data and prompt mapping."""
+    rewards: list[RewardEntry] = Field(min_length=1)
+    """Weighted rewards; the total is their weighted sum."""
+    training: TrainingSection = Field(default_factory=TrainingSection)
+    """TRL GRPOConfig fields."""
+    launch: LaunchSection = Field(default_factory=LaunchSection)
+    """Processes, distributed profile and vLLM."""
+    output: OutputSection = Field(default_factory=OutputSection)
+    """Run outputs and trackers."""
+    eval: EvalSection = Field(default_factory=EvalSection)
+    """Held-out evaluation by sampling."""
+    health: HealthSection = Field(default_factory=HealthSection)
+    """Training health guards."""
+
+    _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
+    _source: str = PrivateAttr(default="")
+
+    @property
+    def base_dir(self) -> Path:
+        """Directory relative paths in the recipe are resolved against (the recipe's own)."""
+        return self._base_dir
+
+    @property
+    def source(self) -> str:
+        """The recipe file this was loaded from ('' when built in Python)."""
+        return self._source
+
+    def resolve_path(self, path: str) -> Path:
+        """Resolve a recipe path: `bundled:` assets, absolute, or relative to the recipe."""
+        from grpo_cli.paths import resolve
+
+        return resolve(path, self._base_dir)
+
+    def local_model_dir(self, ref: str) -> Path | None:
+        """The directory a model reference names, or None for a hub id."""
+        from grpo_cli.paths import local_dir
+
+        return local_dir(ref, self._base_dir)
+
+    @model_validator(mode="after")
+    def _unique_reward_labels(self) -> Recipe:
+        seen: set[str] = set()
+        for entry in self.rewards:
+            if entry.label in seen:
+                raise ValueError(
+                    f"two rewards are named {entry.label!r}; metrics would collide: give one a distinct `name`"
+                )
+            seen.add(entry.label)
+        return self

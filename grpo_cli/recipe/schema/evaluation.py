@@ -1,0 +1,31 @@
+"""The `eval` section: held-out evaluation by sampling, used by `grpo train` and `grpo eval`."""
+
+from __future__ import annotations
+
+from pydantic import Field
+
+from grpo_cli.recipe.schema.common import Section
+from grpo_cli.recipe.schema.rewards import RewardEntry
+
+
+class EvalSection(Section):
+    """How held-out prompts are sampled and scored."""
+
+    before_after: bool = False
+    """`grpo train`: evaluate the eval split before and after training and print both."""
+    num_generations: int = Field(1, ge=1)
+    """Completions per prompt (k of pass@k)."""
+    temperature: float = Field(1.0, ge=0.0)
+    """Sampling temperature; 0 means greedy."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling."""
+    max_new_tokens: int | None = Field(None, gt=0)
+    """Longest completion; defaults to training.max_completion_length."""
+    max_samples: int | None = Field(None, gt=0)
+    """Evaluate at most this many prompts."""
+    batch_size: int = Field(64, ge=1)
+    """Prompts per generate call."""
+    seed: int = 1234
+    """Sampling seed (the same for every model compared)."""
+    rewards: list[RewardEntry] | None = None
+    """Eval-only rewards; the training rewards when absent."""

@@ -1,0 +1,111 @@
+"""The `health` section: guards that watch the logged metrics of `grpo train` and warn or stop.
+
+GRPO fails silently (identical rewards in every group, NaN gradients, collapsed entropy,
+truncated completions), so every guard is on by default with thresholds a healthy short run
+does not reach. A `stop` saves a checkpoint and ends the run with exit code 3.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from grpo_cli.recipe.schema.common import Section
+
+Action = Literal["warn", "stop"]
+
+
+class ZeroStdSettings(Section):
+    """Groups whose completions all got the same reward carry no learning signal."""
+
+    enabled: bool = True
+    """Watch `frac_reward_zero_std`."""
+    threshold: float = Field(0.95, gt=0.0, le=1.0)
+    """Fire when the share of zero-std groups stays at or above this for `window` logging steps."""
+    window: int = Field(5, ge=1)
+    """Consecutive logging steps the condition must hold."""
+    action: Action = "warn"
+    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
+
+
+class NonFiniteSettings(Section):
+    """NaN or inf in `loss`, `grad_norm` or the total `reward` (missing when no completion could be scored)."""
+
+    enabled: bool = True
+    """Watch loss, grad norm and the total reward. Note that Trainer's `logging_nan_inf_filter` (on by default)
+    hides NaN losses, so a NaN usually shows in the grad norm first."""
+    window: int = Field(1, ge=1)
+    """Fire after this many consecutive logging steps with a non-finite value."""
+    action: Action = "stop"
+    """Stop by default: after NaN weights or a batch no reward could score, later steps are wasted."""
+
+
+class UnscoredRewardSettings(Section):
+    """One reward function scored no completion (it returned None or NaN for every row)."""
+
+    enabled: bool = True
+    """Watch each `rewards/<name>/mean`. Multi-task rewards return None for rows of other tasks, which is fine
+    for a while; a reward that never scores anything is a bug."""
+    window: int = Field(5, ge=1)
+    """Fire when a reward's mean is missing for this many consecutive logging steps."""
+    action: Action = "warn"
+    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
+
+
+class EntropySettings(Section):
+    """Token entropy near zero: the policy always samples the same answer and stops exploring."""
+
+    enabled: bool = True
+    """Watch `entropy` (nats per completion token)."""
+    threshold: float = Field(0.02, ge=0.0)
+    """Fire when entropy stays below this floor for `window` logging steps."""
+    window: int = Field(3, ge=1)
+    """Consecutive logging steps the condition must hold."""
+    action: Action = "warn"
+    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
+
+
+class ClippedSettings(Section):
+    """Completions cut at `training.max_completion_length` get rewards for unfinished answers."""
+
+    enabled: bool = True
+    """Watch `completions/clipped_ratio`."""
+    threshold: float = Field(0.95, gt=0.0, le=1.0)
+    """Fire when the share of truncated completions stays at or above this for `window` logging steps."""
+    window: int = Field(3, ge=1)
+    """Consecutive logging steps the condition must hold."""
+    action: Action = "warn"
+    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
+
+
+class FlatRewardSettings(Section):
+    """The total reward has not moved over a long window: the run has converged or is not learning."""
+
+    enabled: bool = True
+    """Watch `reward`."""
+    threshold: float = Field(0.01, ge=0.0)
+    """Fire when max - min of the reward over the last `window` logging steps is below this."""
+    window: int = Field(20, ge=2)
+    """Logging steps compared (never fires before this many)."""
+    action: Action = "warn"
+    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
+
+
+class HealthSection(Section):
+    """Guards that watch each training log; events go to OUTPUT_DIR/health.jsonl and the console."""
+
+    enabled: bool = True
+    """Master switch; false turns every guard off."""
+    zero_std: ZeroStdSettings = Field(default_factory=ZeroStdSettings)
+    """Most groups got identical rewards (`frac_reward_zero_std` near 1)."""
+    nonfinite: NonFiniteSettings = Field(default_factory=NonFiniteSettings)
+    """NaN/inf in loss, grad norm or total reward."""
+    unscored_reward: UnscoredRewardSettings = Field(default_factory=UnscoredRewardSettings)
+    """A reward function that scores no completion."""
+    entropy: EntropySettings = Field(default_factory=EntropySettings)
+    """Entropy collapse."""
+    clipped: ClippedSettings = Field(default_factory=ClippedSettings)
+    """Nearly every completion hits the length limit."""
+    flat_reward: FlatRewardSettings = Field(default_factory=FlatRewardSettings)
+    """The reward stopped moving."""

@@ -1,0 +1,80 @@
+"""The `launch` section: how many processes, which distributed profile, where vLLM runs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from grpo_cli.recipe.schema.common import Section
+
+Profile = Literal["cpu", "single", "ddp", "zero2", "zero3", "fsdp"]
+MULTI_PROCESS_PROFILES = ("ddp", "zero2", "zero3", "fsdp")
+
+
+class VllmSection(Section):
+    """Generation with vLLM (needs the `vllm` extra and a GPU)."""
+
+    mode: Literal["off", "colocate", "server"] = "off"
+    """off: transformers generate; colocate: vLLM inside each training process; server: a separate
+    `grpo vllm-serve` process on its own GPUs."""
+    host: str = "127.0.0.1"
+    """Server mode: host of the vLLM server."""
+    port: int = Field(8000, ge=1, le=65535)
+    """Server mode: port of the vLLM server."""
+    base_url: str | None = None
+    """Server mode: full URL of the server (overrides host and port)."""
+    server_timeout: float = Field(240.0, gt=0)
+    """Server mode: seconds to wait for the server's health endpoint before giving up."""
+    server_gpus: int = Field(1, ge=0)
+    """Server mode: GPUs on the first node taken by the vLLM server (not available for training)."""
+    gpu_memory_utilization: float = Field(0.3, gt=0.0, le=1.0)
+    """Colocate mode: share of each GPU's memory that vLLM may take."""
+    tensor_parallel_size: int = Field(1, ge=1)
+    """Tensor parallel size of the vLLM engine."""
+    enable_sleep_mode: bool = False
+    """Colocate mode: offload vLLM weights and cache during the optimizer step to save memory."""
+    max_model_length: int | None = Field(None, gt=0)
+    """Context length for vLLM; defaults to the model's."""
+
+
+class LaunchSection(Section):
+    """Process layout; `grpo train` re-launches itself under `accelerate launch` when needed."""
+
+    profile: Profile = "single"
+    """cpu: force CPU; single: one process on one GPU if present, else CPU; ddp / zero2 / zero3 / fsdp:
+    several processes through accelerate with the matching file in accelerate_configs/."""
+    num_processes: int | None = Field(None, ge=1)
+    """Training processes across all machines (accelerate semantics). Defaults to 1 for cpu/single."""
+    num_machines: int = Field(1, ge=1)
+    """Number of nodes."""
+    machine_rank: int = Field(0, ge=0)
+    """This node's rank (0 is the main node)."""
+    main_process_ip: str | None = None
+    """Address of the main node (multi-node only)."""
+    main_process_port: int = Field(29500, ge=1, le=65535)
+    """Rendezvous port on the main node."""
+    accelerate_config: str | None = None
+    """A custom accelerate config file (relative to the recipe) instead of the profile's."""
+    vllm: VllmSection = Field(default_factory=VllmSection)
+    """vLLM generation settings."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> LaunchSection:
+        if self.profile in ("cpu", "single") and (self.num_processes or 1) > 1:
+            raise ValueError(
+                f"profile {self.profile!r} runs one process but num_processes={self.num_processes}: "
+                "use `launch.profile: ddp` (or zero2/zero3/fsdp) for several processes"
+            )
+        if self.machine_rank >= self.num_machines:
+            raise ValueError(f"machine_rank={self.machine_rank} must be below num_machines={self.num_machines}")
+        if self.num_machines > 1 and not self.main_process_ip:
+            raise ValueError("a multi-node run needs `launch.main_process_ip` (the address of the rank-0 node)")
+        if self.profile == "cpu" and self.vllm.mode != "off":
+            raise ValueError("vLLM needs a GPU: set `launch.vllm.mode: off` with `launch.profile: cpu`")
+        return self
+
+    @property
+    def world_size(self) -> int:
+        """Training processes in total: what TRL's batch arithmetic divides by."""
+        return self.num_processes or 1

@@ -1,0 +1,61 @@
+"""The `model` section: what to load and how (dtype, LoRA, quantization)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from grpo_cli.recipe.schema.common import Section
+
+
+class LoraSection(Section):
+    """LoRA adapters through peft; training updates only these weights."""
+
+    r: int = Field(16, gt=0)
+    """Rank of the update matrices."""
+    alpha: int = Field(32, gt=0)
+    """Scaling numerator (peft's `lora_alpha`); the update is scaled by alpha / r."""
+    dropout: float = Field(0.05, ge=0.0, lt=1.0)
+    """Dropout on the LoRA input (peft's `lora_dropout`)."""
+    target_modules: list[str] | Literal["all-linear"] = "all-linear"
+    """Module names to adapt, e.g. [q_proj, v_proj], or `all-linear`."""
+    bias: Literal["none", "all", "lora_only"] = "none"
+    """Which biases to train."""
+    modules_to_save: list[str] | None = None
+    """Extra modules trained in full and saved with the adapter (e.g. lm_head)."""
+    use_rslora: bool = False
+    """Rank-stabilised scaling alpha / sqrt(r)."""
+    use_dora: bool = False
+    """Weight-decomposed LoRA (DoRA)."""
+
+
+class ModelSection(Section):
+    """The policy model: a hub id, a local directory, or `bundled:tiny-arith`."""
+
+    name_or_path: str = Field(min_length=1)
+    """Hub model id (e.g. Qwen/Qwen2.5-0.5B-Instruct), a local directory (relative to the recipe),
+    or `bundled:<name>` for a model shipped with grpo."""
+    revision: str | None = None
+    """Hub revision (branch, tag or commit) to load."""
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = "auto"
+    """Weights dtype; `auto` is bfloat16 on a GPU that supports it and float32 otherwise (CPU)."""
+    attn_implementation: Literal["eager", "sdpa", "flash_attention_2", "flash_attention_3", "flex_attention"] | None = (
+        None
+    )
+    """Attention kernel; None lets transformers choose."""
+    trust_remote_code: bool = False
+    """Allow model repositories that ship their own Python code."""
+    lora: LoraSection | None = None
+    """LoRA settings; full fine-tuning when absent."""
+    quantization: Literal["4bit", "8bit"] | None = None
+    """Load the base model quantized with bitsandbytes (QLoRA); needs CUDA and `model.lora`."""
+
+    @model_validator(mode="after")
+    def _quantization_needs_lora(self) -> ModelSection:
+        if self.quantization and self.lora is None:
+            raise ValueError(
+                f"quantization={self.quantization!r} freezes the base weights, so training needs LoRA adapters: "
+                "add a `model.lora` section (e.g. `lora: {r: 16}`) or remove `quantization`"
+            )
+        return self

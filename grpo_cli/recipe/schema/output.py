@@ -1,0 +1,30 @@
+"""The `output` section: where a run writes and what it reports to."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from grpo_cli.recipe.schema.common import Section
+
+Tracker = Literal["tensorboard", "wandb", "trackio", "none"]
+
+
+class OutputSection(Section):
+    """Where the model, checkpoints, metrics and manifest of a run go."""
+
+    dir: str = "outputs/run"
+    """Output directory (relative to the current directory). `grpo train --output-dir` overrides it."""
+    overwrite: Literal["refuse", "resume", "force"] = "refuse"
+    """What to do when the directory is not empty: refuse (default), resume from its latest checkpoint,
+    or force (delete it first)."""
+    report_to: list[Tracker] = Field(default_factory=lambda: ["tensorboard"])
+    """Experiment trackers; TensorBoard is local and needs no account."""
+    save_adapter_only: bool = True
+    """With LoRA, save only the adapter (use `grpo merge` for a standalone model)."""
+
+    @field_validator("report_to", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value

@@ -1,0 +1,59 @@
+"""The `rewards` section: a weighted list of built-in, user-code or reward-model rewards."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from grpo_cli.recipe.schema.common import Section
+
+_FUNC_REF = re.compile(r"^(?P<target>[^:]+(?:\.py)?):(?P<func>[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+class RewardEntry(Section):
+    """One reward. Give a built-in `name`, a `function` reference, or a reward `model`."""
+
+    name: str | None = None
+    """A built-in reward (see docs/rewards.md), or the metric label of a function/model reward."""
+    function: str | None = None
+    """User code: `package.module:func` or `path/to/file.py:func` (relative to the recipe)."""
+    model: str | None = None
+    """A sequence-classification reward model: hub id or local directory."""
+    weight: float = 1.0
+    """Weight of this reward in the total (TRL's reward_weights)."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments bound to the reward function."""
+    parallel: int = Field(0, ge=0)
+    """Score rows in a pool of this many processes (for slow rewards like math-verify). The `code` built-in
+    runs its sandboxes in parallel already (one per CPU when 0); for it this sets how many."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> RewardEntry:
+        kinds = [k for k in ("function", "model") if getattr(self, k) is not None]
+        if len(kinds) > 1:
+            raise ValueError("give either `function` or `model`, not both")
+        if not kinds and not self.name:
+            raise ValueError("each reward needs a built-in `name`, a `function` or a `model`")
+        if self.function is not None and not _FUNC_REF.match(self.function):
+            raise ValueError(
+                f"function {self.function!r} is not a reference: write `package.module:func` or "
+                "`path/to/file.py:func`"
+            )
+        if self.model is not None and self.params:
+            raise ValueError("a reward `model` takes no `params`")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return "function" if self.function else "model" if self.model else "builtin"
+
+    @property
+    def label(self) -> str:
+        """The name metrics are logged under (rewards/<label>/mean)."""
+        if self.name:
+            return self.name
+        if self.function:
+            return self.function.rsplit(":", 1)[1]
+        return (self.model or "reward_model").rstrip("/").rsplit("/", 1)[-1]

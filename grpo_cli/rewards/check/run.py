@@ -1,0 +1,364 @@
+"""`grpo check-rewards`: call every reward exactly as TRL will, on known completions, before training.
+
+A reward that crashes, returns the wrong number of values, never varies, or pays a degenerate
+completion more than the right answer wastes a whole run; this finds it in seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.rewards.calling import call_reward
+from grpo_cli.rewards.check.stats import (
+    RewardResult,
+    Violation,
+    assess,
+    correlations,
+    describe,
+    frac_zero_std,
+)
+from grpo_cli.rewards.registry import REQUIRED_COLUMNS
+
+__all__ = ["CheckReport", "RewardResult", "Sample", "Violation", "check_rewards"]
+
+
+@dataclass
+class Sample:
+    """One completion to score, in the group (prompt) it belongs to."""
+
+    group: int
+    row: int | None
+    probe: str
+    prompt: Any
+    columns: dict[str, Any]
+    completion: Any
+    text: str
+    ids: list[int]
+    has_reference: bool = False
+
+
+@dataclass
+class CheckReport:
+    """Everything check-rewards found: per-completion scores, per-reward statistics, violations."""
+
+    recipe: str
+    source: str
+    samples: list[Sample]
+    rewards: list[RewardResult]
+    totals: list[float | None]
+    frac_zero_std: float | None
+    correlation: dict[str, dict[str, float | None]]
+    violations: list[Violation] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    metrics: dict[str, float] = field(default_factory=dict)
+    probe_format: str = ""
+    """How the probes were written (tags or bare answer), when source is "probes"."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    @property
+    def groups(self) -> int:
+        return len({s.group for s in self.samples})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "recipe": self.recipe, "source": self.source, "probe_format": self.probe_format, "ok": self.ok,
+            "groups": self.groups, "completions": len(self.samples),
+            "rewards": [r.to_dict() for r in self.rewards],
+            "total": {**describe([t for t in self.totals if t is not None]),
+                      "frac_reward_zero_std": self.frac_zero_std},
+            "correlation": self.correlation,
+            "samples": [{"row": s.row, "group": s.group, "probe": s.probe, "completion": s.text,
+                         "completion_tokens": len(s.ids),
+                         "scores": {r.name: r.values[i] for r in self.rewards}, "total": self.totals[i]}
+                        for i, s in enumerate(self.samples)],
+            "violations": [v.to_dict() for v in self.violations],
+            "notes": self.notes, "metrics_logged": self.metrics,
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, default=str)
+
+
+# ---------------------------------------------------------------------------- gathering completions
+
+
+def _rows(recipe: Recipe, tokenizer: Any) -> Any:
+    from grpo_cli.data.mapping import prepare_data
+
+    return prepare_data(recipe, tokenizer).train
+
+
+def _spread(n: int, k: int) -> list[int]:
+    """k row indices spread evenly over n rows (multi-task data gets every task)."""
+    k = min(k, n)
+    return sorted({(i * n) // k for i in range(k)})
+
+
+def _columns(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in row.items() if k != "prompt"}
+
+
+def _wrap(text: str, chat: bool) -> Any:
+    return [{"role": "assistant", "content": text}] if chat else text
+
+
+def _probe_samples(recipe: Recipe, rows: Any, indices: list[int], tokens: Any, budget: int) -> list[Sample]:
+    from grpo_cli.rewards.check.probes import make_probes, probe_style, row_reference
+
+    style = probe_style(recipe)
+    chat = recipe.data.prompt.chat
+    out: list[Sample] = []
+    for group, index in enumerate(indices):
+        row = rows[index]
+        cols = _columns(row)
+        ref = row_reference(cols, recipe)
+        for name, text in make_probes(cols, style, ref, budget * tokens.CHARS_PER_TOKEN * 2):
+            clipped, ids = tokens.clip(text, budget)
+            out.append(Sample(group, index, name, row["prompt"], cols, _wrap(clipped, chat), clipped, ids,
+                              has_reference=ref is not None or bool(cols.get("reference_code"))))
+    return out
+
+
+def _file_samples(recipe: Recipe, rows: Any, path: Path, tokens: Any) -> list[Sample]:
+    from grpo_cli.rewards.builtins.answers import completion_text
+    from grpo_cli.rewards.check.probes import read_completions
+
+    lines = read_completions(path, len(rows), recipe)
+    column_names = [c for c in rows.column_names if c != "prompt"]
+    groups: dict[str, int] = {}
+    out: list[Sample] = []
+    for line in lines:
+        if line.row is not None:
+            row = rows[line.row]
+            prompt, cols, key = row["prompt"], _columns(row), f"row:{line.row}"
+        else:
+            prompt = line.prompt
+            cols = {**dict.fromkeys(column_names), **line.columns}
+            key = json.dumps([prompt, line.columns], sort_keys=True, default=str)
+        group = groups.setdefault(key, len(groups))
+        text = completion_text(line.completion)
+        ids = tokens.encode(text) + ([tokens.eos] if tokens.eos is not None else [])
+        out.append(Sample(group, line.row, f"line {line.line}", prompt, cols, line.completion, text, ids))
+    return sorted(out, key=lambda s: s.group)  # TRL's groups are consecutive; the sort is stable
+
+
+def _generated_samples(recipe: Recipe, samples: int) -> tuple[list[Sample], Any]:
+    from grpo_cli.data.mapping import prepare_data
+    from grpo_cli.evaluation import generate
+    from grpo_cli.models import load_model
+
+    loaded = load_model(recipe)
+    rows = prepare_data(recipe, loaded.tokenizer).train
+    indices = _spread(len(rows), samples)
+    picked = [rows[i] for i in indices]
+    tr = recipe.training
+    k = int(tr.get("num_generations") or 8)
+    texts, ids, _ = generate(loaded.model, loaded.tokenizer, [r["prompt"] for r in picked], k=k,
+                             temperature=float(tr.get("temperature") or 1.0), top_p=float(tr.get("top_p") or 1.0),
+                             max_new_tokens=int(tr.get("max_completion_length") or 256),
+                             batch_size=max(1, 32 // k), seed=int(tr.get("seed") or 42))
+    chat = recipe.data.prompt.chat
+    out = [Sample(g, indices[g], f"sample {j}", row["prompt"], _columns(row), _wrap(texts[g * k + j], chat),
+                  texts[g * k + j], ids[g * k + j]) for g, row in enumerate(picked) for j in range(k)]
+    return out, loaded.tokenizer
+
+
+# ---------------------------------------------------------------------------- calling rewards
+
+
+class _Logs:
+    """Stand-ins for TRL's log_extra / log_metric that keep what rewards log."""
+
+    def __init__(self) -> None:
+        self.metrics: dict[str, list[float]] = {}
+
+    def log_extra(self, column: str, values: list[Any]) -> None:
+        pass
+
+    def log_metric(self, name: str, value: float) -> None:
+        self.metrics.setdefault(name, []).append(float(value))
+
+
+def _call(func: Any, batch: list[Sample], state: Any, logs: _Logs) -> Any:
+    """One call with exactly TRL's keyword arguments; returns what the reward returned."""
+    keys = list(batch[0].columns)
+    kwargs: dict[str, Any] = {k: [s.columns.get(k) for s in batch] for k in keys}
+    return call_reward(func, prompts=[s.prompt for s in batch], completions=[s.completion for s in batch],
+                       completion_ids=[s.ids for s in batch], trainer_state=state, log_extra=logs.log_extra,
+                       log_metric=logs.log_metric, **kwargs)
+
+
+def _as_values(result: Any, n: int) -> tuple[list[Any] | None, str]:
+    """The returned sequence, or None and what is wrong with its shape."""
+    if result is None or isinstance(result, str | bytes | dict) or not hasattr(result, "__len__"):
+        return None, f"returned {type(result).__name__}, not a list of floats"
+    values = list(result)
+    if len(values) != n:
+        return None, f"returned {len(values)} values for {n} completions"
+    return values, ""
+
+
+def _check_value(value: Any) -> tuple[float | None, str]:
+    """The value as TRL will use it, or the contract it breaks (non-numeric, NaN, infinite)."""
+    if value is None:
+        return None, ""
+    if isinstance(value, str | bytes):  # float("1.0") works, torch.tensor(["1.0"]) does not
+        return None, "type"
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None, "type"
+    if math.isnan(number):
+        return None, "nan"
+    if math.isinf(number):
+        return None, "inf"
+    return number, ""
+
+
+def _score(label: str, func: Any, samples: list[Sample], batches: list[list[int]], state: Any,
+           logs: _Logs) -> RewardResult:
+    res = RewardResult(label, [None] * len(samples))
+    for idx in batches:
+        batch = [samples[i] for i in idx]
+        start = time.perf_counter()
+        try:
+            result = _call(func, batch, state, logs)
+        except Exception as exc:
+            res.seconds.append(time.perf_counter() - start)
+            culprits = [i for i in idx if _raises(func, samples[i], state)] or idx
+            message = (str(exc).strip().splitlines() or [""])[0][:200]
+            res.add_error("exception", f"raised {type(exc).__name__}: {message}", culprits, len(idx))
+            continue
+        res.seconds.append(time.perf_counter() - start)
+        values, problem = _as_values(result, len(batch))
+        if values is None:
+            res.add_error("length" if "values for" in problem else "not_list", problem, idx, len(idx))
+            continue
+        for i, value in zip(idx, values, strict=True):
+            number, bad = _check_value(value)
+            res.values[i] = number
+            if bad:
+                res.add_error(bad, repr(value), [i], 1)
+    return res
+
+
+def _raises(func: Any, sample: Sample, state: Any) -> bool:
+    try:
+        _call(func, [sample], state, _Logs())
+        return False
+    except Exception:
+        return True
+
+
+def _batches(samples: list[Sample], per_call: int) -> list[list[int]]:
+    """Consecutive whole groups, about `per_call` completions a call, as TRL's generation batch."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i, s in enumerate(samples):
+        if current and samples[current[-1]].group != s.group and len(current) >= per_call:
+            batches.append(current)
+            current = []
+        current.append(i)
+    return [*batches, current] if current else batches
+
+
+# ---------------------------------------------------------------------------- the check
+
+
+def _reward_funcs(recipe: Recipe) -> list[Any]:
+    from grpo_cli.rewards import build_reward_funcs, inspect_reward
+    from grpo_cli.rewards.reward_model import RewardModelScorer
+
+    for i, entry in enumerate(recipe.rewards):
+        inspect_reward(entry, recipe.base_dir, i)
+    funcs = build_reward_funcs(recipe)
+    kwargs = recipe.training.get("chat_template_kwargs") or {}
+    return [RewardModelScorer(f, e.label, chat_template_kwargs=kwargs, where=f"rewards[{i}].model")
+            if isinstance(f, str) else f for i, (f, e) in enumerate(zip(funcs, recipe.rewards, strict=True))]
+
+
+def _tokenizer(recipe: Recipe, notes: list[str]) -> Any:
+    from grpo_cli.models import load_tokenizer
+
+    try:
+        return load_tokenizer(recipe, local_only=True)
+    except GrpoError as exc:
+        notes.append(f"tokenizer of {recipe.model.name_or_path} not available ({exc.problems[0].what}); prompts "
+                     "were not length-filtered and completion_ids are estimated at 4 characters a token")
+        return None
+
+
+def _trainer_state(recipe: Recipe) -> Any:
+    from transformers import TrainerState
+
+    return TrainerState(max_steps=int(recipe.training.get("max_steps") or 0), global_step=0)
+
+
+def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples: int = 8,
+                  generate: bool = False) -> CheckReport:
+    """Score probes (default), a completions file, or freshly generated samples with every recipe reward.
+
+    Raises GrpoError for bad input (recipe, data, file, reward references); contract violations are
+    returned in `report.violations`.
+    """
+    if samples < 1:
+        raise GrpoError(f"--samples must be at least 1, got {samples}", where="--samples")
+    if completions is not None and generate:
+        raise GrpoError("--completions and --generate both choose where completions come from",
+                        where="command line", fix="Give one of them.")
+    notes: list[str] = []
+    funcs = _reward_funcs(recipe)
+    tr = recipe.training
+    budget = int(tr.get("max_completion_length") or 256)
+    try:
+        from grpo_cli.rewards.check.probes import Tokens
+
+        if generate:
+            found, tokenizer = _generated_samples(recipe, samples)
+            source = "generate"
+        else:
+            tokenizer = _tokenizer(recipe, notes)
+            rows = _rows(recipe, tokenizer)
+            tokens = Tokens(tokenizer)
+            if completions is not None:
+                found, source = _file_samples(recipe, rows, Path(completions), tokens), "file"
+            else:
+                found, source = _probe_samples(recipe, rows, _spread(len(rows), samples), tokens, budget), "probes"
+        per_call = int(tr.get("per_device_train_batch_size") or 8) * int(
+            tr.get("steps_per_generation") or tr.get("gradient_accumulation_steps") or 1)
+        batches = _batches(found, per_call)
+        state, logs = _trainer_state(recipe), _Logs()
+        results = [_score(e.label, f, found, batches, state, logs) for e, f in zip(recipe.rewards, funcs, strict=True)]
+    finally:
+        for f in funcs:
+            if hasattr(f, "close"):
+                f.close()
+    weights = [float(e.weight) for e in recipe.rewards]
+    for res, entry in zip(results, recipe.rewards, strict=True):
+        res.kind, res.weight = entry.kind, float(entry.weight)
+        res.needs_reference = entry.kind != "builtin" or entry.name in REQUIRED_COLUMNS
+    # TRL: a weighted nansum, except that a completion every reward skipped is NaN (no advantage).
+    totals: list[float | None] = [
+        None if all(r.values[i] is None for r in results)
+        else sum(w * v for w, r in zip(weights, results, strict=True) if (v := r.values[i]) is not None)
+        for i in range(len(found))]
+    groups = [s.group for s in found]
+    report = CheckReport(str(recipe.source), source, found, results, totals, frac_zero_std(totals, groups),
+                         correlations(results), notes=notes,
+                         metrics={k: sum(v) / len(v) for k, v in logs.metrics.items()})
+    if source == "probes":
+        from grpo_cli.rewards.check.probes import probe_style
+
+        report.probe_format = probe_style(recipe).describe()
+    assess(report, groups)
+    return report

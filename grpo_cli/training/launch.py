@@ -1,0 +1,208 @@
+"""Re-launch `grpo train` under `accelerate launch` for multi-process profiles.
+
+`grpo train` stays the single entry point: for ddp/zero2/zero3/fsdp it builds an
+`accelerate launch ... -m grpo_cli train RECIPE ...` command, runs it as a child process
+group and returns its exit code. Everything that can fail cheaply (missing DeepSpeed or
+vLLM, a process count that cannot work, batch sizes that do not divide) fails here, once,
+before N processes start loading a model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.paths import ASSETS_DIR
+from grpo_cli.recipe.schema.launch import MULTI_PROCESS_PROFILES
+from grpo_cli.validation.topology import (
+    check_batches_for_world,
+    installed,
+    resolve_num_processes,
+    visible_gpu_count,
+)
+
+DEEPSPEED_PROFILES = ("zero2", "zero3")
+# Set in the environment of the processes `grpo train` starts, so they never re-launch again.
+RELAUNCHED_ENV = "GRPO_RELAUNCHED"
+# Seconds torchrun waits for workers to save a checkpoint after Ctrl-C before it kills them.
+SHUTDOWN_TIMEOUT_S = "600"
+_CONFIG_DIRS = (
+    ASSETS_DIR.parent.parent / "accelerate_configs",  # a source checkout: the top-level link users see
+    ASSETS_DIR / "accelerate_configs",  # an installed wheel
+)
+
+
+def under_launcher() -> bool:
+    """True inside a process started by accelerate/torchrun (it must not re-launch again)."""
+    return any(k in os.environ for k in ("LOCAL_RANK", "ACCELERATE_LAUNCHED", RELAUNCHED_ENV))
+
+
+def profile_config_path(profile: str) -> Path:
+    """The accelerate config file shipped for a profile (accelerate_configs/<profile>.yaml)."""
+    for directory in _CONFIG_DIRS:
+        path = directory / f"{profile}.yaml"
+        if path.is_file():
+            return path
+    raise GrpoError(f"the accelerate config for profile {profile!r} is not installed (looked in "
+                    f"{', '.join(str(d) for d in _CONFIG_DIRS)})", where="launch.profile",
+                    fix="Copy accelerate_configs/ from the grpo-cli sources and set `launch.accelerate_config` "
+                        "to the file for your profile.")
+
+
+def accelerate_config_path(recipe: Any) -> Path:
+    """`launch.accelerate_config` (relative to the recipe) if set, else the profile's file."""
+    custom = recipe.launch.accelerate_config
+    if custom is None:
+        return profile_config_path(recipe.launch.profile)
+    path = recipe.resolve_path(custom)
+    if not path.is_file():
+        raise GrpoError(f"file {custom} not found (looked at {path})", where="launch.accelerate_config",
+                        fix="Paths are relative to the recipe's directory; start from a copy of "
+                            "accelerate_configs/<profile>.yaml.")
+    return path
+
+
+def _uses_deepspeed(recipe: Any) -> bool:
+    if recipe.launch.accelerate_config is None:
+        return recipe.launch.profile in DEEPSPEED_PROFILES
+    import yaml
+
+    try:
+        data = yaml.safe_load(accelerate_config_path(recipe).read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError:
+        return False  # accelerate itself reports a broken file
+    return isinstance(data, dict) and str(data.get("distributed_type", "")).upper() == "DEEPSPEED"
+
+
+def check_launch_dependencies(recipe: Any) -> None:
+    """Fail before any model loads when the profile needs DeepSpeed or the recipe needs vLLM."""
+    if recipe.launch.profile in MULTI_PROCESS_PROFILES and _uses_deepspeed(recipe) and not installed("deepspeed"):
+        raise GrpoError(f"profile {recipe.launch.profile!r} runs DeepSpeed ZeRO, which is not installed",
+                        where="launch.profile",
+                        fix="Install it with `pip install 'grpo-cli[deepspeed]'` (needs a CUDA toolkit), or use "
+                            "`--profile fsdp` for sharded training without DeepSpeed.")
+    mode = recipe.launch.vllm.mode
+    if mode != "off" and not installed("vllm"):
+        raise GrpoError(f"vLLM generation (mode {mode!r}) needs vLLM, which is not installed",
+                        where="launch.vllm.mode",
+                        fix="Install it with `pip install 'grpo-cli[vllm]'` on a CUDA machine, or set "
+                            "`launch.vllm.mode=off` to generate with transformers.")
+
+
+def train_passthrough(output_dir: str | Path | None = None, resume: bool = False, resume_path: str | None = None,
+                      force: bool = False) -> list[str]:
+    """`grpo train` flags the re-launched processes must see again, in their command-line form.
+
+    A checkpoint given as `--resume PATH` travels as a positional argument after `--resume`, which
+    is how `grpo train` reads it (a bare path among the overrides).
+    """
+    args: list[str] = []
+    if output_dir is not None:
+        args += ["--output-dir", str(output_dir)]
+    if resume or resume_path:
+        args.append("--resume")
+        if resume_path:
+            args.append(str(resume_path))
+    if force:
+        args.append("--force")
+    return args
+
+
+def accelerate_command(recipe: Any, recipe_path: Path | str, overrides: Sequence[str], launch_overrides: Sequence[str],
+                       train_args: Sequence[str] = (), *, gpus: int | None = None) -> list[str]:
+    """The `accelerate launch` command line that runs this training on all processes of this node.
+
+    `train_args` are the `grpo train` flags to pass through (see `train_passthrough`). When the
+    recipe does not fix `launch.num_processes`, the derived count is appended to the launch
+    overrides so every process checks TRL's batch arithmetic for the world size it really runs in.
+    """
+    launch = recipe.launch
+    n = resolve_num_processes(recipe, gpus)
+    child_launch = list(launch_overrides)
+    if launch.num_processes is None:
+        child_launch.append(f"launch.num_processes={n}")
+    cmd = [sys.executable, "-m", "accelerate.commands.launch",
+           "--config_file", str(accelerate_config_path(recipe)),
+           "--num_processes", str(n),
+           "--num_machines", str(launch.num_machines),
+           "--machine_rank", str(launch.machine_rank)]
+    if launch.num_machines > 1:
+        cmd += ["--main_process_ip", str(launch.main_process_ip), "--main_process_port", str(launch.main_process_port)]
+    return [*cmd, "-m", "grpo_cli", "train", str(recipe_path), *overrides, *child_launch, *train_args]
+
+
+def launch_env(gpus: int, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of the re-launched processes.
+
+    Without a CUDA GPU, ACCELERATE_USE_CPU makes accelerate pick CPU DDP over gloo (its `--cpu`
+    flag would instead run a single process). The shutdown timeout gives workers time to save a
+    checkpoint after Ctrl-C before torchrun kills them.
+    """
+    env = dict(os.environ if base is None else base)
+    env[RELAUNCHED_ENV] = "1"
+    env.setdefault("TORCH_ELASTIC_SHUTDOWN_TIMEOUT", SHUTDOWN_TIMEOUT_S)
+    if gpus == 0:
+        env["ACCELERATE_USE_CPU"] = "true"
+    return env
+
+
+def run_forwarding_signals(cmd: Sequence[str], env: dict[str, str]) -> int:
+    """Run `cmd` in its own process group, inheriting stdio; return its exit code (130 if interrupted).
+
+    The first SIGINT/SIGTERM is sent to the whole group as SIGTERM: every worker saves a
+    checkpoint and stops (forwarding SIGINT would reach each worker twice, once from us and once
+    from torchrun, and a second SIGINT means "stop now"). A second SIGINT is forwarded as SIGINT
+    (stop now), a third kills the group.
+    """
+    proc = subprocess.Popen(list(cmd), env=env, process_group=0)
+    received: list[int] = []
+
+    def forward(signum: int, frame: Any) -> None:
+        received.append(signum)
+        sig = {1: signal.SIGTERM, 2: signal.SIGINT}.get(len(received), signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            try:
+                code = proc.wait()
+                break
+            except InterruptedError:  # pragma: no cover - wait() retries on EINTR since PEP 475
+                continue
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if received and code != 0:
+        return 130
+    return code if code >= 0 else 128 - code
+
+
+def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_overrides: list[str],
+                   train_args: Sequence[str] = ()) -> int | None:
+    """Run this command again under accelerate when the profile needs several processes; return its exit code.
+
+    Returns None (train in this process) for the cpu/single profiles and inside a launched process.
+    Missing DeepSpeed/vLLM is reported first, for every profile, before anything heavy happens.
+    """
+    check_launch_dependencies(recipe)
+    if recipe.launch.profile not in MULTI_PROCESS_PROFILES or under_launcher():
+        return None
+    gpus = visible_gpu_count()
+    if gpus == 0 and recipe.launch.profile != "ddp":
+        raise GrpoError(f"profile {recipe.launch.profile!r} needs CUDA GPUs and none is visible",
+                        where="launch.profile", fix="On CPU use `--profile ddp --num-processes N` (or `cpu`).")
+    cmd = accelerate_command(recipe, recipe_path, overrides, launch_overrides, train_args, gpus=gpus)
+    check_batches_for_world(recipe, resolve_num_processes(recipe, gpus), gpus)
+    import shlex
+
+    print(f"launching: {shlex.join(cmd)}", file=sys.stderr, flush=True)
+    return run_forwarding_signals(cmd, launch_env(gpus))

@@ -1,0 +1,363 @@
+"""`grpo report`: the curves and the summary a user looks at first after a run.
+
+Pure functions over the files a run leaves behind (metrics.jsonl, health.jsonl, manifest.json),
+so a report can be rebuilt at any time, also for a run that is still going or crashed. Every
+metric may be missing or null in any record (TRL logs None when all values were NaN; older
+TRL or other settings omit KL or entropy): gaps are drawn as gaps, never as errors.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_cli import runs
+from grpo_cli.errors import GrpoError
+
+WIDTH_IN, HEIGHT_IN, DPI = 12, 8, 100  # a fixed 1200x800 px image
+SUMMARY_KEYS = ("reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
+                "kl", "entropy", "loss", "grad_norm", "learning_rate")
+ARTEFACTS = ((runs.METRICS, "per-step training logs"), (runs.HEALTH, "health guard events"),
+             (runs.MANIFEST, "versions, command, status"), (runs.RECIPE, "the resolved recipe"),
+             ("model.safetensors", "final model"), ("adapter_model.safetensors", "final LoRA adapter"),
+             ("runs", "TensorBoard logs"))
+
+
+@dataclass
+class ReportPaths:
+    """Where a report was written."""
+
+    image: Path
+    summary: Path
+
+
+@dataclass
+class RunData:
+    """What a run left behind."""
+
+    output_dir: Path
+    train: list[dict[str, Any]]
+    evals: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Window:
+    """Mean of each metric over consecutive logging steps."""
+
+    first_step: int
+    last_step: int
+    means: dict[str, float | None]
+
+
+@dataclass
+class Summary:
+    size: int
+    keys: list[str]
+    first: Window
+    best: Window | None
+    final: Window
+
+
+def num(value: Any) -> float | None:
+    """A finite float, or None for missing/null/NaN/inf/non-numbers."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a JSON-lines file; a truncated or garbled line (a killed run) is skipped."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def load_run(output_dir: str | Path) -> RunData:
+    """Read a run directory; a clear error when there is nothing to report."""
+    out = Path(output_dir)
+    if not out.is_dir():
+        raise GrpoError(f"{out} is not a directory", where="OUTPUT_DIR",
+                        fix="Give the output directory of a `grpo train` run (output.dir or --output-dir).")
+    metrics = out / runs.METRICS
+    if not metrics.is_file():
+        raise GrpoError(f"there is no metrics.jsonl in {out}", where="OUTPUT_DIR",
+                        fix="Give the output directory of a `grpo train` run; it writes metrics.jsonl from the "
+                            "first logging step (training.logging_steps).")
+    records = read_jsonl(metrics)
+    train = [r for r in records if not any(k.startswith("eval_") for k in r) and ("loss" in r or "reward" in r)]
+    evals = [r for r in records if any(k.startswith("eval_") for k in r)]
+    if not train:
+        raise GrpoError(f"{metrics} holds no training log yet", where="OUTPUT_DIR",
+                        fix="Wait for the first logging step (training.logging_steps), or check that the run "
+                            "got past model loading (manifest.json).")
+    # a run without a (readable) manifest still has curves
+    return RunData(out, train, evals, read_jsonl(out / runs.HEALTH), runs.read_manifest(out))
+
+
+def reward_keys(records: list[dict[str, Any]], prefix: str = "") -> list[str]:
+    """`rewards/<name>/mean` keys in the order they first appear."""
+    keys: list[str] = []
+    for r in records:
+        for k in r:
+            if k.startswith(f"{prefix}rewards/") and k.endswith("/mean") and k not in keys:
+                keys.append(k)
+    return keys
+
+
+def series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
+    """Steps and values of one metric over the records that log it; NaN (a gap in the plot) where it was
+    logged without a usable value (null, NaN, inf)."""
+    kept = [(i, r) for i, r in enumerate(records) if key in r]
+    steps = [int(r.get("step", i)) for i, r in kept]
+    values = [v if (v := num(r.get(key))) is not None else math.nan for _, r in kept]
+    return steps, values
+
+
+def _window(records: list[dict[str, Any]], keys: list[str]) -> Window:
+    means: dict[str, float | None] = {}
+    for key in keys:
+        vals = [v for r in records if (v := num(r.get(key))) is not None]
+        means[key] = sum(vals) / len(vals) if vals else None
+    return Window(int(records[0].get("step", 0)), int(records[-1].get("step", 0)), means)
+
+
+def summarize_run(run: RunData) -> Summary:
+    """First, best (highest mean reward) and final windows of max(1, n // 5) logging steps."""
+    logs = run.train
+    size = max(1, len(logs) // 5)
+    keys = ["reward", *reward_keys(logs), *SUMMARY_KEYS]
+    keys = [k for k in keys if any(num(r.get(k)) is not None for r in logs)]
+    # Sliding means of the reward from prefix sums: linear in the number of logs, even for long runs.
+    sums, counts = [0.0], [0]
+    for r in logs:
+        v = num(r.get("reward"))
+        sums.append(sums[-1] + (v or 0.0))
+        counts.append(counts[-1] + (v is not None))
+    best_at, best_mean = None, -math.inf
+    for i in range(len(logs) - size + 1):
+        n = counts[i + size] - counts[i]
+        if n and (mean := (sums[i + size] - sums[i]) / n) > best_mean:
+            best_at, best_mean = i, mean
+    best = _window(logs[best_at:best_at + size], keys) if best_at is not None else None
+    return Summary(size, keys, _window(logs[:size], keys), best, _window(logs[-size:], keys))
+
+
+def _f(value: Any) -> str:
+    """4 decimals; 3 significant digits for small values (learning rates); integers as they are."""
+    v = num(value)
+    if v is None:
+        return "–"
+    if isinstance(value, int):
+        return str(value)
+    return f"{v:.3g}" if v != 0 and abs(v) < 0.01 else f"{v:.4f}"
+
+
+def _steps(w: Window) -> str:
+    return f"step {w.first_step}" if w.first_step == w.last_step else f"steps {w.first_step}–{w.last_step}"
+
+
+def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
+    """The short Markdown summary: status, windows, eval, guard events, artefacts."""
+    m, logs = run.manifest, run.train
+    last = logs[-1]
+    lines = [f"# Run report: {run.output_dir.name or run.output_dir}", ""]
+    status = m.get("status", "unknown (no manifest.json)")
+    lines.append(f"- status: **{status}** at step {m.get('global_step', last.get('step'))}"
+                 + (f" — {m['message']}" if m.get("message") else ""))
+    if m.get("recipe"):
+        lines.append(f"- recipe: `{m['recipe']}`")
+    if m.get("started"):
+        lines.append(f"- started {m['started']}, finished {m.get('finished') or '–'}")
+    plural = "s" if len(logs) > 1 else ""
+    lines.append(f"- {len(logs)} training log{plural}, steps {logs[0].get('step')}–{last.get('step')}"
+                 + (f", {last['time']:.0f} s" if num(last.get("time")) is not None else ""))
+    lines += ["", f"## Training (windows of {summary.size} logging step{'s' if summary.size > 1 else ''})", ""]
+    cols = [("first", summary.first), ("best", summary.best), ("final", summary.final)]
+    cols = [(name, w) for name, w in cols if w is not None]
+    lines.append("| metric | " + " | ".join(f"{n} ({_steps(w)})" for n, w in cols) + " |")
+    lines.append("|---|" + "---:|" * len(cols))
+    for key in summary.keys:
+        lines.append(f"| {key} | " + " | ".join(_f(w.means.get(key)) for _, w in cols) + " |")
+    if not summary.keys:
+        lines.append("| (no metric was logged with a value) |" + " |" * len(cols))
+    lines += ["", "Best = the window with the highest mean total reward."
+              + ("" if summary.best else " No window has a reward value."), ""]
+    lines += _eval_lines(run)
+    lines += ["## Health guards", ""]
+    if run.events:
+        for e in run.events:
+            lines.append(f"- step {e.get('step')}: **{e.get('guard')}** ({e.get('action')}) — {e.get('message', '')}")
+    elif (run.output_dir / runs.HEALTH).exists():
+        lines.append("No guard fired.")
+    else:
+        lines.append("No guard fired (no health.jsonl).")
+    lines += ["", "## Artefacts", "", f"- `{paths.image}`: the curves", f"- `{paths.summary}`: this summary"]
+    for name, what in ARTEFACTS:
+        if (run.output_dir / name).exists():
+            lines.append(f"- `{run.output_dir / name}`: {what}")
+    checkpoints = sorted((p for p in run.output_dir.iterdir() if runs.checkpoint_step(p) is not None),
+                         key=lambda p: runs.checkpoint_step(p) or 0)
+    if checkpoints:
+        lines.append(f"- checkpoints: {', '.join(f'`{p}`' for p in checkpoints)}")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _eval_lines(run: RunData) -> list[str]:
+    lines: list[str] = []
+    if run.evals:
+        keys = [k for k in ("eval_reward", *reward_keys(run.evals, "eval_"), "eval_frac_reward_zero_std",
+                            "eval_completions/mean_length") if any(num(r.get(k)) is not None for r in run.evals)]
+        lines += ["## Evaluation during training", "", "| step | " + " | ".join(keys) + " |",
+                  "|---:|" + "---:|" * len(keys)]
+        for r in run.evals[-5:]:
+            lines.append(f"| {r.get('step')} | " + " | ".join(_f(r.get(k)) for k in keys) + " |")
+        lines += [f"\n{len(run.evals)} evaluations; the last {min(5, len(run.evals))} are shown.", ""]
+    before, after = run.manifest.get("eval_before"), run.manifest.get("eval_after")
+    if isinstance(before, dict):
+        after = after if isinstance(after, dict) else {}
+        lines += ["## Held-out evaluation (sampling)", "", "| metric | before | after |", "|---|---:|---:|"]
+        for key, value in before.items():
+            if key != "label":
+                lines.append(f"| {key} | {_f(value)} | {_f(after.get(key))} |")
+        lines.append("")
+    return lines
+
+
+def _plot_lines(ax: Any, records: list[dict[str, Any]], keys: Sequence[tuple[str, str]], first_colour: int = 0,
+                suffix: str = "", **style: Any) -> int:
+    """Plot each metric that has at least one value; colours C0, C1, ... continue across twin axes."""
+    drawn = 0
+    for key, label in keys:
+        steps, values = series(records, key)
+        if all(math.isnan(v) for v in values):
+            continue
+        look = {"color": f"C{(first_colour + drawn) % 10}", "linewidth": 1.4}
+        if key == "reward":  # the total: thick and dark, so per-reward lines on top of it stay visible
+            look = {"color": "black", "linewidth": 3.0, "alpha": 0.45}
+        ax.plot(steps, values, marker="o", markersize=2.5, label=label + suffix, **{**look, **style})
+        drawn += 1
+    return drawn
+
+
+def _has_values(run: RunData, keys: Sequence[tuple[str, str]]) -> bool:
+    return any(any(not math.isnan(v) for v in series(run.train, k)[1]) for k, _ in keys)
+
+
+def _panel(ax: Any, title: str, run: RunData, left: Sequence[tuple[str, str]], right: Sequence[tuple[str, str]] = (),
+           right_limits: tuple[float, float] | None = None, label_events: bool = False) -> None:
+    """One panel: metrics on the left axis and others dashed on a twin right axis (on the left if it is empty)."""
+    from matplotlib.ticker import MaxNLocator
+
+    ax.set_title(title, fontsize=11)
+    ax.grid(alpha=0.3)
+    if not _has_values(run, left):
+        left, right = right, ()
+        if right_limits:
+            ax.set_ylim(*right_limits)
+    drawn = _plot_lines(ax, run.train, left)
+    handles, labels = ax.get_legend_handles_labels()
+    if right and _has_values(run, right):
+        twin = ax.twinx()
+        drawn += _plot_lines(twin, run.train, right, drawn, " (right)", linestyle="--")
+        if right_limits:
+            twin.set_ylim(*right_limits)
+        h2, l2 = twin.get_legend_handles_labels()
+        handles, labels = handles + h2, labels + l2
+    if not drawn:
+        ax.text(0.5, 0.5, "no values logged", ha="center", va="center", transform=ax.transAxes, color="grey")
+    elif handles:
+        ax.legend(handles, labels, fontsize=8, loc="best")
+    for e in run.events:
+        if num(e.get("step")) is not None:
+            ax.axvline(float(e["step"]), color="red" if e.get("action") == "stop" else "orange", alpha=0.6,
+                       linewidth=1)
+            if label_events:
+                ax.text(float(e["step"]), 0.98, f" {e.get('guard')}", transform=ax.get_xaxis_transform(),
+                        rotation=90, va="top", fontsize=7, color="grey")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
+    ax.set_xlabel("step", fontsize=9)
+
+
+def plot(run: RunData, path: Path) -> None:
+    """A fixed 1200x800 PNG of the curves that matter first; missing metrics leave an empty panel."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI)
+    FigureCanvasAgg(fig)
+    axes = fig.subplots(2, 3)
+    rewards = [(k, k.split("/")[1]) for k in reward_keys(run.train)]
+    ax = axes[0][0]
+    _panel(ax, "reward (total and per function)", run, [("reward", "total"), *rewards], label_events=True)
+    eval_steps, eval_values = series(run.evals, "eval_reward")
+    if any(not math.isnan(v) for v in eval_values):
+        ax.plot(eval_steps, eval_values, marker="s", linestyle=":", color="black", label="eval")
+        ax.legend(fontsize=8, loc="best")
+    _panel(axes[0][1], "reward spread", run, [("reward_std", "reward_std")],
+           [("frac_reward_zero_std", "frac zero std")], (-0.02, 1.02))
+    _panel(axes[0][2], "completions", run, [("completions/mean_length", "mean length")],
+           [("completions/clipped_ratio", "clipped ratio")], (-0.02, 1.02))
+    _panel(axes[1][0], "KL and entropy", run, [("kl", "kl")], [("entropy", "entropy")])
+    _panel(axes[1][1], "learning rate", run, [("learning_rate", "learning rate")])
+    _panel(axes[1][2], "loss and grad norm", run, [("loss", "loss")], [("grad_norm", "grad norm")])
+    steps = [int(r["step"]) for r in run.train if num(r.get("step")) is not None]
+    if steps:  # one x range for every panel, so the curves line up
+        lo, hi = min(steps), max(steps)
+        pad = max(1.0, (hi - lo) * 0.04)
+        for row in axes:
+            for a in row:
+                a.set_xlim(lo - pad, hi + pad)
+    m = run.manifest
+    status = f" — {m['status']} at step {m.get('global_step')}" if m.get("status") else ""
+    events = f" — {len(run.events)} health event(s)" if run.events else ""
+    fig.suptitle(f"{run.output_dir.name or run.output_dir}{status}{events}", fontsize=13)
+    fig.tight_layout(rect=(0, 0, 1, 0.96))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=DPI, format="png")
+
+
+def report_paths(output_dir: str | Path, out: str | Path | None = None) -> ReportPaths:
+    """OUTPUT_DIR/report.{png,md} by default; `out` names the image (or the .md) and the other sits beside it."""
+    if out is None:
+        return ReportPaths(Path(output_dir) / runs.REPORT_IMAGE, Path(output_dir) / runs.REPORT_SUMMARY)
+    out = Path(out)
+    if out.suffix.lower() == ".md":
+        return ReportPaths(out.with_suffix(".png"), out)
+    image = out if out.suffix else out.with_suffix(".png")
+    return ReportPaths(image, image.with_suffix(".md"))
+
+
+def write_report(output_dir: str | Path, out: str | Path | None = None) -> ReportPaths:
+    """Write the PNG and the Markdown summary of a run; GrpoError when it has no metrics."""
+    run = load_run(output_dir)
+    paths = report_paths(output_dir, out)
+    plot(run, paths.image)
+    paths.summary.write_text(render_markdown(run, summarize_run(run), paths), encoding="utf-8")
+    return paths
+
+
+def report_after_training(output_dir: str | Path, console: Any = None) -> ReportPaths | None:
+    """For `grpo train`: write the report, but never let a report problem fail a finished run."""
+    try:
+        paths = write_report(output_dir)
+    except Exception as exc:  # noqa: BLE001 - a report is a convenience; the run's outputs are what matter
+        if console is not None:
+            console.print(f"[yellow]report not written:[/] {exc}", soft_wrap=True)
+        return None
+    if console is not None:
+        console.print(f"report: {paths.summary} and {paths.image}", markup=False, soft_wrap=True)
+    return paths

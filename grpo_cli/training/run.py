@@ -1,0 +1,247 @@
+"""`grpo train`: build TRL's GRPOTrainer from a recipe and run it.
+
+Order matters: everything that can fail cheaply (preflight, output dir policy) happens
+before the model loads, and nothing is written until those checks pass.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_cli import runs
+from grpo_cli.errors import GrpoError
+from grpo_cli.recipe.loader import dump_yaml
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.training.config import grpo_config_kwargs
+
+SUMMARY_KEYS = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length",
+                "completions/clipped_ratio", "kl", "entropy", "loss")
+
+
+@dataclass
+class TrainResult:
+    """What a run did: where it wrote, how it ended, and what it measured."""
+
+    output_dir: Path
+    status: str
+    global_step: int
+    metrics: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    summary: list[tuple[str, float, float]] = field(default_factory=list)
+    eval_before: Any = None
+    eval_after: Any = None
+    data_stats: dict[str, Any] = field(default_factory=dict)
+    message: str = ""
+
+
+def is_main_process() -> bool:
+    """Rank 0 (or a single process): the one that writes files and prints summaries."""
+    return int(os.environ.get("RANK", "0")) == 0
+
+
+def _quiet_libraries() -> None:
+    """Hide datasets/transformers progress bars: grpo prints its own progress and summary."""
+    import datasets
+    import transformers
+
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
+
+
+def _summary(records: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    """Mean of each headline metric over the first and the last logging windows."""
+    logs = [r for r in records if "reward" in r]
+    if not logs:
+        return []
+    window = max(1, len(logs) // 5)
+    first, last = logs[:window], logs[-window:]
+    keys = [k for k in SUMMARY_KEYS if k in logs[-1]]
+    keys[1:1] = sorted(k for k in logs[-1] if k.startswith("rewards/") and k.endswith("/mean"))
+    rows = []
+    for key in keys:
+        a = [r[key] for r in first if isinstance(r.get(key), (int, float))]
+        b = [r[key] for r in last if isinstance(r.get(key), (int, float))]
+        if a and b:
+            rows.append((key, sum(a) / len(a), sum(b) / len(b)))
+    return rows
+
+
+@dataclass
+class _Run:
+    """Everything one run holds between its phases."""
+
+    recipe: Recipe
+    out: Path
+    console: Any
+    ckpt: Path | None = None
+    replace: bool = False
+    loaded: Any = None
+    data: Any = None
+    reward_funcs: list[Any] = field(default_factory=list)
+    trainer: Any = None
+    callbacks: list[Any] = field(default_factory=list)
+    metrics: Any = None
+    stopper: Any = None
+    manifest: dict[str, Any] = field(default_factory=dict)
+    result: TrainResult | None = None
+
+
+def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool | str | None = None,
+          force: bool = False, console: Any = None) -> TrainResult:
+    """Validate, load, and train; returns when training ends, is stopped, or is interrupted."""
+    run = _prepare(recipe, Path(output_dir or recipe.output.dir), resume, force, console)
+    _build(run)
+    _fit(run)
+    return _finish(run)
+
+
+def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Any) -> _Run:
+    """Everything that can fail cheaply, before any model loads and before anything is written."""
+    from grpo_cli.validation import preflight
+
+    preflight(recipe).raise_for_problems()
+    ckpt, replace = runs.prepare_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
+    if ckpt is not None:
+        runs.check_resume_compatible(recipe, out)
+    if recipe.launch.vllm.mode == "server" and is_main_process():
+        from grpo_cli.training.vllm_server import server_base_url, wait_for_server
+
+        wait_for_server(server_base_url(recipe), recipe.launch.vllm.server_timeout, recipe_source=recipe.source)
+    return _Run(recipe, out, console, ckpt, replace)
+
+
+def _build(run: _Run) -> None:
+    """Load model, data and rewards, then (only now) replace an old run and write recipe and manifest."""
+    import warnings
+
+    # transformers 5 warns on every run that TRL's `gradient_checkpointing` is an alias; not the user's doing.
+    warnings.filterwarnings("ignore", message=".*(gradient_checkpointing|is_gradient_checkpointing).*deprecated",
+                            category=FutureWarning)
+    from grpo_cli.data import prepare_data
+    from grpo_cli.models import load_model
+    from grpo_cli.rewards import build_reward_funcs
+
+    recipe, out, console = run.recipe, run.out, run.console
+    _quiet_libraries()
+    if console is not None and is_main_process():
+        steps = recipe.training.get("max_steps")
+        console.print(f"[bold]grpo train[/] {recipe.source or 'recipe'}: {recipe.model.name_or_path} -> {out}"
+                      + (f", {steps} steps" if isinstance(steps, int) and steps > 0 else ""))
+    run.loaded = load_model(recipe)
+    run.data = prepare_data(recipe, run.loaded.tokenizer)
+    run.reward_funcs = build_reward_funcs(recipe)
+
+    from trl import GRPOConfig
+
+    try:
+        config = GRPOConfig(**grpo_config_kwargs(recipe, out, run.loaded.dtype, run.loaded.device))
+    except (ValueError, TypeError) as exc:
+        raise GrpoError(f"TRL rejected the training settings: {str(exc).splitlines()[0]}", where="training",
+                        fix="Fix the named training key; `grpo validate` checks most of these up front.") from None
+    _start_run_dir(run, config.seed)
+    run.result = TrainResult(out, "running", 0, data_stats=run.data.stats)
+    if recipe.eval.before_after and run.data.eval is not None and is_main_process() and run.ckpt is None:
+        from grpo_cli.evaluation import evaluate_recipe_model
+
+        run.result.eval_before = evaluate_recipe_model(recipe, run.loaded.model, run.loaded.tokenizer, run.data.eval,
+                                                       console, label="before training")
+    run.trainer = _make_trainer(run, config)
+
+
+def _start_run_dir(run: _Run, seed: int) -> None:
+    """Replace the previous run (only now that everything loaded) and write recipe.yaml and the manifest."""
+    out = run.out
+    if is_main_process():
+        if run.replace and out.exists():
+            shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / runs.RECIPE).write_text(dump_yaml(run.recipe.model_dump(mode="json")), encoding="utf-8")
+    run.manifest = runs.start_manifest(run.recipe.source, seed, run.recipe.launch.world_size)
+    run.manifest.update(output_dir=str(out), resumed_from=str(run.ckpt) if run.ckpt else None, data=run.data.stats,
+                        dtype=run.loaded.dtype, device=run.loaded.device)
+    if is_main_process():
+        runs.write_manifest(out / runs.MANIFEST, run.manifest)
+
+
+def _make_trainer(run: _Run, config: Any) -> Any:
+    """TRL's GRPOTrainer with grpo's callbacks (metrics, graceful stop, console, health guards)."""
+    from transformers.trainer_callback import PrinterCallback
+    from trl import GRPOTrainer
+
+    from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, RichConsole
+    from grpo_cli.training.health import health_callbacks
+
+    recipe = run.recipe
+    run.metrics = MetricsJsonl(run.out / runs.METRICS)
+    run.stopper = GracefulStop()
+    run.callbacks = [run.metrics, run.stopper,
+                     RichConsole(run.console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
+    run.callbacks += health_callbacks(recipe, run.out, console=run.console)
+    data = run.data
+    trainer = GRPOTrainer(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config, train_dataset=data.train,
+                          eval_dataset=data.eval if config.eval_strategy != "no" else None,
+                          processing_class=run.loaded.tokenizer, peft_config=run.loaded.peft_config,
+                          callbacks=run.callbacks)
+    trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
+    return trainer
+
+
+def _fit(run: _Run) -> None:
+    """Train; on any failure mark the manifest failed and still write the report."""
+    run.stopper.install()
+    try:
+        run.trainer.train(resume_from_checkpoint=str(run.ckpt) if run.ckpt else None)
+    except BaseException:
+        run.manifest.update(status="failed", finished=runs.now(), global_step=run.trainer.state.global_step)
+        if is_main_process():
+            runs.write_manifest(run.out / runs.MANIFEST, run.manifest)
+            from grpo_cli.training.report import report_after_training
+
+            report_after_training(run.out, run.console)
+        raise
+    finally:
+        run.stopper.uninstall()
+        for f in run.reward_funcs:
+            if hasattr(f, "close"):
+                f.close()
+
+
+def _finish(run: _Run) -> TrainResult:
+    """Decide how the run ended, save the model of a completed run, evaluate it, write manifest and report."""
+    recipe, out, trainer, result = run.recipe, run.out, run.trainer, run.result
+    assert result is not None
+    result.global_step = trainer.state.global_step
+    result.metrics = run.metrics.records
+    result.summary = _summary(run.metrics.records)
+    stop_reason = next((c.reason for c in run.callbacks if getattr(c, "reason", None)), "")
+    if run.stopper.received is not None:
+        result.status = "interrupted"
+        result.message = (f"{run.stopper.signal_name} received: saved checkpoint-{result.global_step} in {out}; "
+                          f"continue with `grpo train {recipe.source or 'RECIPE'} --resume`.")
+    elif stop_reason:
+        result.status = "stopped"
+        result.message = stop_reason
+    else:
+        result.status = "completed"
+        trainer.save_model(str(out))
+        if is_main_process():
+            run.loaded.tokenizer.save_pretrained(str(out))
+        if recipe.eval.before_after and run.data.eval is not None and is_main_process():
+            from grpo_cli.evaluation import evaluate_recipe_model
+
+            result.eval_after = evaluate_recipe_model(recipe, trainer.model, run.loaded.tokenizer, run.data.eval,
+                                                      run.console, label="after training")
+    run.manifest.update(status=result.status, finished=runs.now(), global_step=result.global_step,
+                        message=result.message,
+                        eval_before=result.eval_before.summary() if result.eval_before else None,
+                        eval_after=result.eval_after.summary() if result.eval_after else None)
+    if is_main_process():
+        runs.write_manifest(out / runs.MANIFEST, run.manifest)
+        from grpo_cli.training.report import report_after_training
+
+        report_after_training(out, run.console)
+    return result

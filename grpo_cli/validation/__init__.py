@@ -1,0 +1,37 @@
+"""What `grpo validate` checks before any model loads, and the plan it prints.
+
+- checks.py: `preflight(recipe)` -> `Preflight` (problems, warnings, plan): model, data, rewards, training.
+- batching.py: TRL's batch arithmetic for the real world size (the one list of batch keys).
+- topology.py: visible GPUs and the number of training processes, with the reason.
+- memory.py: the per-GPU memory plan from the model's shape.
+Nothing here imports torch except when a GPU count is really needed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
+from grpo_cli.validation.checks import Preflight, preflight
+from grpo_cli.validation.topology import resolve_num_processes, visible_gpu_count, world_size_explanation
+
+__all__ = [
+    "BATCH_KEYS",
+    "BatchPlan",
+    "MemoryPlan",
+    "Preflight",
+    "memory_plan",
+    "plan_batches",
+    "preflight",
+    "resolve_num_processes",
+    "visible_gpu_count",
+    "world_size_explanation",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """The memory plan loads on first use (validate asks for it only when the model's shape is known)."""
+    if name in ("MemoryPlan", "memory_plan"):
+        return getattr(importlib.import_module("grpo_cli.validation.memory"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,271 @@
+"""`grpo validate`: everything that can be checked before a model loads, and a plan of the run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.data.peek import count_rows, peek_columns
+from grpo_cli.errors import GrpoError, Problem, RecipeError
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.rewards.loaders import RewardInfo, inspect_reward
+from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
+
+
+@dataclass
+class Preflight:
+    """The outcome of the preflight: problems (fatal), warnings, and the plan."""
+
+    recipe: Recipe
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    batches: BatchPlan | None = None
+    rewards: list[RewardInfo] = field(default_factory=list)
+    columns: list[str] | None = None
+    train_rows: int | None = None
+    eval_rows: int | None = None
+    plan: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def raise_for_problems(self) -> None:
+        if self.problems:
+            raise RecipeError(self.problems, source=self.recipe.source)
+
+
+def _model_checks(recipe: Recipe, pf: Preflight) -> str:
+    ref = recipe.model.name_or_path
+    local = recipe.local_model_dir(ref)
+    if local is not None:
+        if not (local / "config.json").exists():
+            pf.problems.append(Problem("model.name_or_path", f"{local} is not a model directory (no config.json)",
+                                       "Give a directory saved with save_pretrained, or a hub id like "
+                                       "Qwen/Qwen2.5-0.5B-Instruct."))
+        elif recipe.data.prompt.chat and not _has_chat_template(local):
+            pf.problems.append(Problem("data.prompt.chat", f"the prompts are chat messages but the tokenizer in "
+                                       f"{local} has no chat template",
+                                       "Use an instruct/chat model, or set `chat: false` with a `template` for "
+                                       "plain-text prompts."))
+        return f"local directory {local}"
+    return f"hub model {ref}" + (f" @ {recipe.model.revision}" if recipe.model.revision else "")
+
+
+def _has_chat_template(model_dir: Path) -> bool:
+    """Whether a saved tokenizer carries a chat template (a .jinja file or tokenizer_config.json's key)."""
+    import json
+
+    if (model_dir / "chat_template.jinja").exists() or (model_dir / "chat_template.json").exists():
+        return True
+    config = model_dir / "tokenizer_config.json"
+    if not config.exists():
+        return True  # a tokenizer we cannot read here; training checks it when it loads
+    try:
+        return bool(json.loads(config.read_text(encoding="utf-8")).get("chat_template"))
+    except ValueError:
+        return True
+
+
+def _data_checks(recipe: Recipe, pf: Preflight) -> str:
+    data = recipe.data
+    if data.dataset:
+        desc = f"hub dataset {data.dataset}" + (f" ({data.config})" if data.config else "") + f", split {data.split}"
+        pf.columns = list(data.keep_columns) if data.keep_columns is not None else None
+        pf.warnings.append(f"hub dataset {data.dataset} is not read when validating: its columns "
+                           f"({', '.join(data.prompt.columns)} for the prompt) are checked when training loads it; "
+                           "`grpo check-rewards` with local `data.files` checks them now.")
+        return desc
+    files = data.file_map
+    if data.split not in files:
+        pf.problems.append(Problem("data.files", f"has no {data.split!r} split (splits: {', '.join(files)})",
+                                   "Name the training files under the key given by `data.split`."))
+        return "local files"
+    if data.eval_split and data.eval_split not in files:
+        pf.problems.append(Problem("data.eval_split", f"{data.eval_split!r} is not a key of data.files "
+                                   f"(splits: {', '.join(files)})", "Add its files to `data.files`."))
+    columns = _file_columns(recipe, pf)
+    if columns is None:
+        return "local files"
+    missing = [c for c in data.prompt.columns if c not in columns]
+    if missing:
+        key = "data.prompt.column" if data.prompt.column else "data.prompt.template"
+        pf.problems.append(Problem(key, f"uses column(s) {', '.join(missing)} that the data does not have",
+                                   f"Columns in the {data.split!r} files: {', '.join(columns)}."))
+    if data.answer and data.answer.column not in columns:
+        pf.problems.append(Problem("data.answer.column", f"{data.answer.column!r} is not a column of the data",
+                                   f"Columns: {', '.join(columns)}."))
+    if data.keep_columns is not None:
+        absent = [c for c in data.keep_columns if c not in columns and not (data.answer and c == data.answer.into)]
+        if absent:
+            pf.problems.append(Problem("data.keep_columns", f"names column(s) {', '.join(absent)} the data lacks",
+                                       f"Columns: {', '.join(columns)}."))
+    kept = list(data.keep_columns) if data.keep_columns is not None else list(columns)
+    pf.columns = [c for c in kept if c != "prompt"]
+    _count_rows(recipe, pf)
+    return "local files " + ", ".join(f"{s}: {', '.join(ps)}" for s, ps in files.items())
+
+
+def _file_columns(recipe: Recipe, pf: Preflight) -> list[str] | None:
+    """Every local file exists and has rows; the columns of the first training file."""
+    data = recipe.data
+    columns: list[str] | None = None
+    for split, paths in data.file_map.items():
+        for p in paths:
+            path = recipe.resolve_path(p)
+            if not path.exists():
+                pf.problems.append(Problem(f"data.files.{split}", f"file {p} not found (looked at {path})",
+                                           "Paths are relative to the recipe's directory."))
+                continue
+            try:
+                cols = peek_columns(path)
+            except GrpoError as exc:
+                pf.problems.append(Problem(f"data.files.{split}", exc.problems[0].render()))
+                continue
+            if not cols:
+                pf.problems.append(Problem(f"data.files.{split}", f"{p} has no rows",
+                                           "Give a file with at least one record."))
+                continue
+            if split == data.split and columns is None:
+                columns = cols
+    return columns
+
+
+def _count_rows(recipe: Recipe, pf: Preflight) -> None:
+    """Training and eval rows the run will see (after holdout and max_samples)."""
+    data, files = recipe.data, recipe.data.file_map
+    rows = [count_rows(recipe.resolve_path(p)) for p in files.get(data.split, [])]
+    pf.train_rows = sum(r for r in rows if r is not None)
+    if data.eval_split:
+        pf.eval_rows = sum(count_rows(recipe.resolve_path(p)) or 0 for p in files.get(data.eval_split, []))
+    elif data.eval_holdout:
+        pf.eval_rows = max(1, int(pf.train_rows * data.eval_holdout))
+        pf.train_rows -= pf.eval_rows
+    if data.max_samples:
+        pf.train_rows = min(pf.train_rows, data.max_samples)
+    if data.max_eval_samples and pf.eval_rows:
+        pf.eval_rows = min(pf.eval_rows, data.max_eval_samples)
+
+
+def _reward_checks(recipe: Recipe, pf: Preflight) -> None:
+    provided = None if pf.columns is None else set(pf.columns)
+    if provided is not None and recipe.data.answer:
+        provided.add(recipe.data.answer.into)
+    for i, entry in enumerate(recipe.rewards):
+        try:
+            info = inspect_reward(entry, recipe.base_dir, i)
+        except GrpoError as exc:
+            pf.problems.extend(exc.problems)
+            continue
+        pf.rewards.append(info)
+        if provided is None:
+            continue
+        for alternatives in info.columns:
+            if not provided.intersection(alternatives):
+                need = " or ".join(f"`{c}`" for c in alternatives)
+                pf.problems.append(Problem(
+                    f"rewards[{i}]", f"reward {entry.label!r} needs the dataset column {need}, which the data "
+                    f"mapping does not provide (it provides: {', '.join(sorted(provided)) or 'nothing'})",
+                    "Add the column to `data.keep_columns`, map it with `data.answer` (e.g. `into: answer`), "
+                    "or bind a value with the reward's `params`."))
+
+
+def _training_checks(recipe: Recipe, pf: Preflight) -> None:
+    t = {k: recipe.training.get(k) for k in BATCH_KEYS}
+    if recipe.data.has_eval and "eval_strategy" not in recipe.training.values():
+        t["eval_strategy"] = "no"
+    plan, problems = plan_batches(t, recipe.launch.world_size, recipe.data.has_eval)
+    pf.problems.extend(problems)
+    pf.batches = plan
+    per_process = plan.per_device * plan.steps_per_generation if plan is not None else 0
+    if plan is not None and plan.world_size > 1 and per_process % plan.num_generations:
+        pf.warnings.append(
+            f"each process generates {plan.per_device * plan.steps_per_generation} completions per generation, not a "
+            f"multiple of num_generations={plan.num_generations}: a prompt's group is split across processes, so "
+            "rewards that compare completions within a call (e.g. `length`) see partial groups. TRL still gathers "
+            "all rewards before computing advantages.")
+    if recipe.launch.profile not in ("cpu", "single") and recipe.launch.num_processes is None:
+        from grpo_cli.validation.topology import visible_gpu_count
+
+        if visible_gpu_count() == 0:
+            pf.warnings.append(f"launch.profile={recipe.launch.profile} without launch.num_processes and no GPU "
+                               "visible here: `grpo train` will ask for --num-processes; the batch plan above "
+                               "assumes 1 process.")
+    lr = recipe.training.get("learning_rate")
+    if isinstance(lr, float) and lr > 1e-3 and recipe.model.lora is None and not recipe.model.name_or_path.startswith(
+        "bundled:"
+    ):
+        pf.warnings.append(f"training.learning_rate={lr:g} is very high for full fine-tuning of a pretrained "
+                           "model (1e-6 .. 1e-5 is typical); the policy may collapse.")
+    if recipe.model.quantization and recipe.launch.profile == "cpu":
+        pf.problems.append(Problem("model.quantization", "4/8-bit loading needs a CUDA GPU, but launch.profile is cpu",
+                                   "Remove `quantization` or run on a GPU."))
+
+
+def preflight(recipe: Recipe) -> Preflight:
+    """Check everything checkable without loading a model; never raises for recipe problems."""
+    pf = Preflight(recipe)
+    model_desc = _model_checks(recipe, pf)
+    data_desc = _data_checks(recipe, pf)
+    _reward_checks(recipe, pf)
+    _training_checks(recipe, pf)
+    pf.plan = _plan(recipe, pf, model_desc, data_desc)
+    _memory(recipe, pf)
+    return pf
+
+
+def _memory(recipe: Recipe, pf: Preflight) -> None:
+    """Add the memory plan (from the model's config, no weights loaded) and its warning."""
+    from grpo_cli.validation.memory import memory_plan
+    from grpo_cli.validation.topology import world_size_explanation
+
+    pf.plan["launch"] = world_size_explanation(recipe) + f", vLLM {recipe.launch.vllm.mode}"
+    if recipe.launch.profile == "cpu":
+        return
+    plan, why = memory_plan(recipe)
+    if plan is None:
+        pf.plan["memory per GPU"] = f"not estimated ({why})" if why else "not estimated"
+        return
+    pf.plan["memory per GPU"] = f"~{plan.total_gb:.1f} GiB (see `grpo memory` for the breakdown)"
+    if plan.warning:
+        pf.warnings.append(plan.warning)
+
+
+def _plan(recipe: Recipe, pf: Preflight, model_desc: str, data_desc: str) -> dict[str, Any]:
+    m = recipe.model
+    tuning = f"LoRA r={m.lora.r} alpha={m.lora.alpha}" if m.lora else "full fine-tune"
+    if m.quantization:
+        tuning += f" on a {m.quantization} base"
+    plan: dict[str, Any] = {
+        "model": f"{model_desc} (dtype {m.dtype}, {tuning})",
+        "data": data_desc,
+        "prompt": (f"column {recipe.data.prompt.column!r}" if recipe.data.prompt.column
+                   else f"template {recipe.data.prompt.template!r}") + (" as chat messages" if recipe.data.prompt.chat
+                                                                       else " as plain text"),
+        "rewards": ", ".join(f"{r.label} x{e.weight:g}" for r, e in zip(pf.rewards, recipe.rewards, strict=False)),
+        "launch": f"profile {recipe.launch.profile}, {recipe.launch.world_size} training process(es), "
+                  f"vLLM {recipe.launch.vllm.mode}",
+        "output": recipe.output.dir,
+    }
+    if pf.train_rows is not None:
+        plan["train rows"] = pf.train_rows
+    if pf.eval_rows:
+        plan["eval rows"] = pf.eval_rows
+    b = pf.batches
+    if b is not None:
+        plan["completions per micro-step"] = f"{b.global_batch} ({b.per_device} per device x {b.world_size})"
+        every = "micro-step" if b.steps_per_generation == 1 else f"{b.steps_per_generation} micro-steps"
+        plan["generation batch"] = (f"{b.generation_batch_size} completions = {b.prompts_per_generation} prompts x "
+                                    f"{b.num_generations} generations, every {every}")
+        plan["completions per optimizer step"] = b.completions_per_optimizer_step
+        max_steps = int(recipe.training.get("max_steps") or -1)
+        if max_steps > 0:
+            plan["total optimizer steps"] = max_steps
+        if pf.train_rows:
+            per_epoch = b.optimizer_steps_per_epoch(pf.train_rows)
+            plan["optimizer steps per epoch"] = per_epoch
+            epochs = float(recipe.training.get("num_train_epochs") or 1)
+            plan["total optimizer steps"] = max_steps if max_steps > 0 else int(per_epoch * epochs)
+    return plan
+

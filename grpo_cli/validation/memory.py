@@ -1,0 +1,304 @@
+"""A per-GPU memory plan from the model's config.json, before any weight is loaded.
+
+The usual GRPO out-of-memory comes after minutes of loading, from something the recipe
+already decides: AdamW state of a full fine-tune, activations without checkpointing, or the
+fp32 completion logits (batch x completion length x vocabulary). This plan estimates each
+line from the architecture numbers in config.json and the recipe, so `grpo memory` can say
+which one to cut.
+
+Assumptions (per GPU; docs/distributed.md has the full list): dtype `auto` is bfloat16 on GPU;
+single/ddp keep gradients and AdamW moments in the weights' dtype, zero2/zero3/fsdp add an fp32
+master copy and fp32 moments (16 bytes per bf16 param); LoRA adapters are fp32, r x (in + out)
+per adapted projection; ZeRO-3/FSDP shard weights, gradients and optimizer state, ZeRO-2 only the
+last two; a decoder layer keeps about 6h + 3 kv_dim + 4 I values per token for backward (only h
+with gradient checkpointing, plus one recomputed layer); completion logits are
+batch x completion length x vocab x 4 bytes; the generation KV cache and the training pass are
+never alive together, so total = static + max(generation, training); 1 GiB of CUDA context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from grpo_cli.paths import hub_cache_file
+from grpo_cli.validation.shapes import ModelShape
+
+GIB = 1024**3
+DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
+QUANT_BYTES = {"4bit": 0.5625, "8bit": 1.0}
+DEFAULT_PROMPT_TOKENS = 512
+OVERHEAD_BYTES = 1.0 * GIB
+
+
+@dataclass
+class MemoryItem:
+    """One line of the plan; phase says when it is alive (static, generation, or training pass)."""
+
+    name: str
+    bytes: float
+    note: str = ""
+    phase: Literal["static", "generation", "training"] = "static"
+
+    @property
+    def gib(self) -> float:
+        return self.bytes / GIB
+
+
+@dataclass
+class MemoryPlan:
+    """Estimated memory per GPU; total = static + max(generation, training pass)."""
+
+    items: list[MemoryItem]
+    params: int
+    trainable_params: int
+    world_size: int
+    dtype: str
+    source: str
+    gpu_memory_gb: float | None = None
+    activations_full: float = 0.0
+    activations_checkpointed: float = 0.0
+    notes: list[str] = field(default_factory=list)
+
+    def item(self, name: str) -> MemoryItem | None:
+        return next((i for i in self.items if i.name == name), None)
+
+    def _phase(self, phase: str) -> float:
+        return sum(i.bytes for i in self.items if i.phase == phase)
+
+    @property
+    def total_bytes(self) -> float:
+        return self._phase("static") + max(self._phase("generation"), self._phase("training"))
+
+    @property
+    def total_gb(self) -> float:
+        return self.total_bytes / GIB
+
+    @property
+    def warning(self) -> str | None:
+        """A sentence when the plan does not fit the GPU, naming the largest items to cut."""
+        if self.gpu_memory_gb is None or self.total_gb <= self.gpu_memory_gb:
+            return None
+        biggest = sorted(self.items, key=lambda i: i.bytes, reverse=True)[:3]
+        return (f"the plan needs about {self.total_gb:.1f} GiB per GPU but the GPU has {self.gpu_memory_gb:.1f} GiB; "
+                f"largest items: {', '.join(f'{i.name} {i.gib:.1f} GiB' for i in biggest)}. Cut them with "
+                "gradient_checkpointing, a smaller per_device_train_batch_size or max_completion_length, "
+                "LoRA, or a sharded profile (zero3/fsdp) over more GPUs.")
+
+    def render_rows(self) -> list[tuple[str, str, str]]:
+        """(item, GiB, note) rows for a table, ending with the total."""
+        rows = [(i.name, f"{i.gib:.2f}", i.note) for i in self.items]
+        fits = ""
+        if self.gpu_memory_gb is not None:
+            fits = f"of {self.gpu_memory_gb:.1f} GiB: " + ("fits" if self.warning is None else "DOES NOT FIT")
+        rows.append(("total per GPU", f"{self.total_gb:.2f}", fits or "static + max(generation, training pass)"))
+        return rows
+
+
+def _nvidia_smi_memory() -> list[float]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
+                             text=True, timeout=10, check=True).stdout
+        mem = [float(line) / 1024 for line in out.split() if line.strip()]
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return []
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        with contextlib.suppress(ValueError):  # GPU UUIDs instead of indices: keep the full list
+            mem = [mem[int(i)] for i in visible.split(",") if i.strip() and 0 <= int(i) < len(mem)]
+    return mem
+
+
+def _count(n: int) -> str:
+    """123k / 494M / 7.6B: readable at every model size."""
+    for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return f"{n / div:,.{1 if n < div * 10 else 0}f}{unit}"
+    return str(n)
+
+
+def find_model_config(recipe: Any) -> tuple[dict[str, Any] | None, str]:
+    """(config.json contents, where from) or (None, why not). Never touches the network."""
+    ref = recipe.model.name_or_path
+    local = recipe.local_model_dir(ref)
+    if local is not None:
+        path = local / "config.json"
+        if not path.is_file():
+            return None, f"{local} has no config.json"
+        return json.loads(path.read_text(encoding="utf-8")), str(path)
+    cached = hub_cache_file(ref, "config.json", recipe.model.revision)
+    if cached is None:
+        return None, (f"{ref}'s config.json is not in the local HF cache; `hf download {ref} config.json` "
+                      "enables it (the plan never downloads)")
+    return json.loads(Path(cached).read_text(encoding="utf-8")), f"hub cache {cached}"
+
+
+def _world_size(recipe: Any, gpu_count: int) -> tuple[int, str]:
+    from grpo_cli.errors import GrpoError
+    from grpo_cli.validation.topology import resolve_num_processes
+
+    if recipe.launch.num_processes is not None or recipe.launch.profile in ("cpu", "single"):
+        return recipe.launch.world_size, ""
+    try:
+        return resolve_num_processes(recipe, gpus=gpu_count), ""
+    except GrpoError:
+        return 1, "launch.num_processes is not set and no GPU is visible: sharding computed for 1 process"
+
+
+def memory_plan(recipe: Any, *, gpu_memory_gb: float | None | Literal["auto"] = "auto", world_size: int | None = None,
+                config: dict[str, Any] | None = None) -> tuple[MemoryPlan | None, str]:
+    """(plan, "") or (None, why no plan): the model config must be local or in the HF cache."""
+    source = "given config"
+    if config is None:
+        config, source = find_model_config(recipe)
+        if config is None:
+            return None, source
+    try:
+        shape = ModelShape.from_config(config)
+    except ValueError as exc:
+        return None, f"cannot plan memory for this model: {exc}"
+    notes: list[str] = []
+    smi = _nvidia_smi_memory() if gpu_memory_gb == "auto" or world_size is None else []
+    if gpu_memory_gb == "auto":
+        gpu_memory_gb = min(smi) if smi else None
+    if world_size is None:
+        world_size, note = _world_size(recipe, len(smi))
+        if note:
+            notes.append(note)
+    return _plan(recipe, shape, world_size, gpu_memory_gb, source, notes), ""
+
+
+def _plan(recipe: Any, shape: ModelShape, world: int, gpu_gb: float | None, source: str,
+          notes: list[str]) -> MemoryPlan:
+    """Weights and optimizer state (static), then max(training pass, generation), per GPU."""
+    profile = recipe.launch.profile
+    m = recipe.model
+    dtype = m.dtype if m.dtype != "auto" else ("float32" if profile == "cpu" else "bfloat16")
+    items, trainable = _static_items(recipe, shape, world, dtype, notes)
+    training, full, ckpt = _training_items(recipe, shape, dtype, notes)
+    items += training
+    items += _generation_items(recipe, shape, world, dtype, gpu_gb, notes)
+    if profile != "cpu":
+        items.append(MemoryItem("CUDA context & workspace", OVERHEAD_BYTES, "allowance; fragmentation not counted"))
+    else:
+        notes.append("profile cpu: these are bytes of host RAM")
+    return MemoryPlan(items, shape.params, trainable, world, dtype, source, gpu_gb, full, ckpt, notes)
+
+
+def _static_items(recipe: Any, shape: ModelShape, world: int, dtype: str,
+                  notes: list[str]) -> tuple[list[MemoryItem], int]:
+    """Weights, adapters, gradients, optimizer state and the reference model; and the trainable count."""
+    m, t, profile = recipe.model, recipe.training, recipe.launch.profile
+    wb, params = DTYPE_BYTES[dtype], shape.params
+    shard_weights = world if profile in ("zero3", "fsdp") else 1
+    shard_state = world if profile in ("zero2", "zero3", "fsdp") else 1
+    sharded = f" / {world} (ZeRO-3/FSDP)" if shard_weights > 1 else ""
+    items: list[MemoryItem] = []
+    if m.quantization:
+        weights = shape.linear_params * QUANT_BYTES[m.quantization] + (params - shape.linear_params) * wb
+        wnote = f"{_count(params)} params, projections {m.quantization}, rest {dtype}"
+    else:
+        weights = params * wb
+        wnote = f"{_count(params)} params x {wb:g} bytes ({dtype})"
+    items.append(MemoryItem("weights", weights / shard_weights, wnote + sharded))
+    eight_bit = "8bit" in str(t.get("optim") or "")
+    if m.lora is not None:
+        trainable, unknown = shape.lora_params(m.lora.r, m.lora.target_modules)
+        if unknown:
+            notes.append(f"LoRA target(s) {', '.join(unknown)} not recognised: not counted")
+        for extra in m.lora.modules_to_save or []:
+            if extra in ("lm_head", "embed_tokens"):
+                trainable += shape.embedding_params
+        items.append(MemoryItem("LoRA adapters", trainable * 4.0 / shard_weights,
+                                f"{trainable / 1e6:,.2f}M trainable params, fp32{sharded}"))
+        grad_b, moments_b, master_b = 4.0, (2.0 if eight_bit else 8.0), 0.0
+        why = "fp32 adapters"
+    else:
+        trainable, grad_b = params, wb
+        if profile in ("zero2", "zero3", "fsdp"):
+            moments_b, master_b = (2.0 if eight_bit else 8.0), (4.0 if wb < 4 else 0.0)
+            why = "DeepSpeed/FSDP mixed precision: fp32 moments"
+        else:
+            moments_b, master_b = (2.0 if eight_bit else 2 * wb), 0.0
+            why = f"torch AdamW keeps moments in {dtype}"
+    split = f" / {world}" if shard_state > 1 else ""
+    items.append(MemoryItem("gradients", trainable * grad_b / shard_state, f"{grad_b:g} bytes/param{split}"))
+    items.append(MemoryItem("optimizer (AdamW m, v)", trainable * moments_b / shard_state,
+                            f"{moments_b:g} bytes/param, {'8-bit optimizer' if eight_bit else why}{split}"))
+    if master_b:
+        items.append(MemoryItem("fp32 master weights", trainable * master_b / shard_state, f"4 bytes/param{split}"))
+    beta = float(t.get("beta") or 0.0)
+    if beta > 0 and m.lora is None:
+        items.append(MemoryItem("reference model", weights / shard_weights, f"beta={beta:g}: a frozen copy{sharded}"))
+    elif beta > 0:
+        notes.append("beta > 0 with LoRA: the reference is the base model with the adapter disabled (no copy)")
+    return items, trainable
+
+
+def _sequence(recipe: Any, notes: list[str]) -> tuple[int, int, int]:
+    """(per-device batch, completion tokens, prompt + completion tokens)."""
+    t = recipe.training
+    per_device = int(t.get("per_device_train_batch_size") or 8)
+    completion = int(t.get("max_completion_length") or 256)
+    prompt = recipe.data.max_prompt_tokens
+    if prompt is None:
+        prompt = DEFAULT_PROMPT_TOKENS
+        notes.append(f"data.max_prompt_tokens is not set: prompts assumed {DEFAULT_PROMPT_TOKENS} tokens")
+    return per_device, completion, prompt + completion
+
+
+def _training_items(recipe: Any, shape: ModelShape, dtype: str,
+                    notes: list[str]) -> tuple[list[MemoryItem], float, float]:
+    """Activations and completion logits of one micro-batch; and activations with/without checkpointing."""
+    ab = 4.0 if dtype == "float32" else 2.0  # activation bytes
+    per_device, completion, seq = _sequence(recipe, notes)
+    tokens = per_device * seq
+    per_layer = shape.activation_values_per_token_layer() * ab * tokens
+    eager = recipe.model.attn_implementation == "eager"
+    scores = 2 * shape.heads * seq * seq * ab * per_device if eager else 0.0
+    full = (per_layer + scores) * shape.layers
+    ckpt = shape.hidden * ab * tokens * shape.layers + per_layer + scores
+    use_ckpt = bool(recipe.training.get("gradient_checkpointing"))
+    chosen, other = (ckpt, full) if use_ckpt else (full, ckpt)
+    items = [MemoryItem(
+        "activations", chosen,
+        f"{tokens:,} tokens/micro-batch, gradient checkpointing {'on' if use_ckpt else 'off'} "
+        f"({'off' if use_ckpt else 'on'}: {other / GIB:.2f} GiB)" + (", eager attention" if eager else ""),
+        "training")]
+    logits = per_device * completion * shape.vocab * 4.0
+    items.append(MemoryItem("completion logits", logits,
+                            f"{per_device} x {completion} tokens x {shape.vocab:,} vocab x 4 bytes", "training"))
+    return items, full, ckpt
+
+
+def _generation_items(recipe: Any, shape: ModelShape, world: int, dtype: str, gpu_gb: float | None,
+                      notes: list[str]) -> list[MemoryItem]:
+    """The generation KV cache (transformers) or vLLM's reservation (colocate); server mode counts nothing."""
+    t, vllm = recipe.training, recipe.launch.vllm
+    if vllm.mode == "off":
+        per_device, _, seq = _sequence(recipe, [])
+        spg = t.get("steps_per_generation") or t.get("gradient_accumulation_steps") or 1
+        gbs = t.get("generation_batch_size")
+        gen_batch = int(gbs) // world if gbs else per_device * int(spg)
+        kv = 2 * shape.layers * shape.kv_dim * (4.0 if dtype == "float32" else 2.0) * gen_batch * seq
+        return [MemoryItem("generation KV cache", kv, f"{gen_batch} sequences x {seq} tokens (transformers "
+                           "generate)", "generation")]
+    if vllm.mode == "colocate":
+        util = vllm.gpu_memory_utilization
+        if gpu_gb is not None:
+            return [MemoryItem("vLLM (colocate)", util * gpu_gb * GIB, f"gpu_memory_utilization {util:g} x "
+                               f"{gpu_gb:.1f} GiB")]
+        notes.append(f"vLLM colocate reserves {util:g} x the GPU's memory: not counted (GPU memory unknown; "
+                     "pass --gpu-memory-gb)")
+        return []
+    notes.append(f"vLLM server mode: generation runs on {vllm.server_gpus} other GPU(s), not counted")
+    return []

@@ -1,0 +1,110 @@
+"""Process topology: visible GPUs, the number of training processes a recipe gets, and why.
+
+Shared by `grpo validate` (the plan), the memory plan and the accelerate re-launch, so the world size
+is computed by one rule.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+from grpo_cli.errors import GrpoError, RecipeError
+from grpo_cli.recipe.schema.launch import MULTI_PROCESS_PROFILES
+from grpo_cli.validation.batching import BATCH_KEYS, plan_batches
+
+
+def installed(module: str) -> bool:
+    """Whether a module can be imported, without importing it (importing deepspeed/vllm takes seconds)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def visible_gpu_count() -> int:
+    """CUDA GPUs this process may use (honours CUDA_VISIBLE_DEVICES); 0 without CUDA."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _server_on_this_layout(recipe: Any) -> bool:
+    """A vLLM server that shares the training node's GPUs (single node, server mode)."""
+    v = recipe.launch.vllm
+    return v.mode == "server" and recipe.launch.num_machines == 1 and v.server_gpus > 0
+
+
+def resolve_num_processes(recipe: Any, gpus: int | None = None) -> int:
+    """Training processes across all machines: launch.num_processes, else derived from the visible GPUs."""
+    launch = recipe.launch
+    if launch.profile not in MULTI_PROCESS_PROFILES:
+        return 1
+    if launch.num_processes is not None:
+        n = launch.num_processes
+    else:
+        gpus = visible_gpu_count() if gpus is None else gpus
+        if gpus == 0:
+            raise GrpoError(f"profile {launch.profile!r} needs a number of processes and no CUDA GPU is visible",
+                            where="launch.num_processes",
+                            fix="Pass `--num-processes N` (on CPU only the ddp profile works, e.g. "
+                                "`--profile ddp --num-processes 2`).")
+        if launch.vllm.mode == "server" and launch.num_machines > 1:
+            raise GrpoError("a multi-node run with a vLLM server cannot derive its process count from the GPUs",
+                            where="launch.num_processes",
+                            fix="Pass `--num-processes N` with N the training GPUs on all nodes together "
+                                "(the server usually runs on a node of its own).")
+        n = gpus * launch.num_machines
+        if _server_on_this_layout(recipe):
+            n = gpus - launch.vllm.server_gpus
+            if n < 1:
+                raise GrpoError(f"{gpus} GPU(s) visible and launch.vllm.server_gpus={launch.vllm.server_gpus} "
+                                "leaves none for training", where="launch.vllm.server_gpus",
+                                fix="Run the server on another machine (`launch.vllm.host`), or use "
+                                    "`launch.vllm.mode=colocate` to share the GPUs.")
+    if launch.num_machines > 1 and n % launch.num_machines:
+        raise GrpoError(f"{n} processes cannot be split evenly over {launch.num_machines} machines",
+                        where="launch.num_processes",
+                        fix="accelerate starts num_processes / num_machines processes on every node: use a "
+                            f"multiple of {launch.num_machines}.")
+    return n
+
+
+def world_size_explanation(recipe: Any, gpus: int | None = None) -> str:
+    """One line saying how many training processes the run gets and why (for validate and errors)."""
+    launch = recipe.launch
+    profile = launch.profile
+    if profile not in MULTI_PROCESS_PROFILES:
+        return f"1 training process (profile {profile})"
+    v = launch.vllm
+    server = f"{v.server_gpus} taken by the vLLM server" if _server_on_this_layout(recipe) else ""
+    nodes = f" over {launch.num_machines} machines" if launch.num_machines > 1 else ""
+    try:
+        n = resolve_num_processes(recipe, gpus)
+    except GrpoError as exc:
+        return exc.problems[0].what
+    if launch.num_processes is not None:
+        text = f"{n} training process{'es' if n != 1 else ''}{nodes} (launch.num_processes)"
+        if server:
+            text += f"; the vLLM server needs {v.server_gpus} more GPU(s) (launch.vllm.server_gpus)"
+        return text
+    gpus = visible_gpu_count() if gpus is None else gpus
+    per_node = f"{gpus} GPU{'s' if gpus != 1 else ''} visible"
+    if server:
+        return f"{per_node}, {server} → {n} training process{'es' if n != 1 else ''}"
+    if nodes:
+        per_node += f" per machine{nodes}"
+    return f"{per_node} → {n} training processes"
+
+
+def check_batches_for_world(recipe: Any, n: int, gpus: int | None) -> None:
+    """TRL's batch arithmetic for the real process count (the recipe alone may not say it)."""
+    t = {k: recipe.training.get(k) for k in BATCH_KEYS}
+    if recipe.data.has_eval and "eval_strategy" not in recipe.training.values():
+        t["eval_strategy"] = "no"
+    _, problems = plan_batches(t, n, recipe.data.has_eval)
+    if problems:
+        why = world_size_explanation(recipe, gpus)
+        for p in problems:
+            p.fix = f"{p.fix.rstrip('.')}. (World size: {why}.)" if p.fix else f"World size: {why}."
+        raise RecipeError(problems, source=recipe.source)

@@ -1,0 +1,137 @@
+"""The package's shape, held by tests: no import circles, layers only point down, small files and functions.
+
+The import graph is read from the source with `ast` (module-level and function-level imports alike), so a
+lazy import that closes a circle is caught too. docs/architecture.md explains the layers.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PACKAGE = ROOT / "grpo_cli"
+# Lower number = lower layer. A module may import its own layer or lower ones.
+LAYERS = {"grpo_cli": 0, "errors": 0, "paths": 0, "runs": 0, "assets": 0, "recipe": 1, "data": 2, "rewards": 2,
+          "models": 3, "validation": 4, "evaluation": 5, "training": 6, "cli": 7, "__main__": 8}
+# The upward imports we accept, each for a reason (docs/architecture.md): check-rewards --generate samples
+# completions with the evaluation sampler from the recipe's model.
+ALLOWED_UPWARD = {("grpo_cli.rewards.check.run", "grpo_cli.evaluation"),
+                  ("grpo_cli.rewards.check.run", "grpo_cli.models")}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> grpo_cli modules it imports (a `from pkg import name` counts as pkg, or pkg.name if a module)."""
+    mods = _modules()
+
+    def known(name: str) -> str:
+        while name not in mods:
+            name = name.rpartition(".")[0]
+        return name
+
+    edges: dict[str, set[str]] = {m: set() for m in mods}
+    for mod, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in mods else node.module
+                           for a in node.names]
+            else:
+                continue
+            for target in targets:
+                if target.startswith("grpo_cli"):
+                    found = known(target)
+                    if found != mod and not mod.startswith(found + "."):  # a package's own parents are not edges
+                        edges[mod].add(found)
+    return edges
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "grpo_cli"
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in edges[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                found.append(sorted(comp))
+
+    for v in edges:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_layers_only_point_down() -> None:
+    upward = {(m, f"grpo_cli.{_package(t)}") for m, ts in _graph().items() for t in ts
+              if LAYERS[_package(t)] > LAYERS[_package(m)]}
+    assert upward <= ALLOWED_UPWARD, f"imports pointing up a layer: {sorted(upward - ALLOWED_UPWARD)}"
+    assert len(ALLOWED_UPWARD) <= 3
+
+
+def test_recipe_imports_nothing_above_it_and_cli_is_imported_by_nobody() -> None:
+    edges = _graph()
+    for mod, targets in edges.items():
+        if _package(mod) == "recipe":
+            assert {_package(t) for t in targets} <= {"recipe", "errors", "paths"}, (mod, targets)
+        if _package(mod) not in ("cli", "__main__"):
+            assert not any(_package(t) == "cli" for t in targets), (mod, targets)
+
+
+def test_no_private_names_imported_across_packages() -> None:
+    mods = _modules()
+    for mod, path in mods.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("grpo_cli")
+                    and _package(node.module) != _package(mod)):
+                private = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                assert not private, f"{mod} imports private {private} from {node.module}"
+
+
+def test_files_and_functions_stay_small() -> None:
+    long_files = {str(p.relative_to(ROOT)): n for p in PACKAGE.rglob("*.py")
+                  if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    assert not long_files, f"modules over 400 lines: {long_files}"
+    long_funcs = []
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                length = (node.end_lineno or node.lineno) - node.lineno + 1
+                if length > 60:
+                    long_funcs.append(f"{path.relative_to(ROOT)}:{node.name} ({length} lines)")
+    assert len(long_funcs) <= 2, f"functions over 60 lines: {long_funcs}"
