@@ -13,12 +13,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.recipe.schema.rewards import RewardEntry
 from grpo_cli.rewards import load_reward
 from grpo_cli.rewards.builtins.code import code
 from grpo_cli.rewards.parallel import ParallelReward
 from grpo_cli.rewards.sandbox import run_tests
 from grpo_cli.rewards.sandbox_client import shared_pool
-from grpo_cli.recipe.schema.rewards import RewardEntry
 
 ADD = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -150,6 +151,50 @@ def _score_remote(program: str, tests: list[CodeTest], backend: str, url: str, *
     return passed / len(tests), f"{passed}/{len(tests)} tests passed on {backend}"
 
 
+_Job = tuple[int, str, list[CodeTest]]
+
+
+def _jobs(completions: Sequence[Any], tests: Any) -> tuple[list[float | None], list[str], list[_Job]]:
+    """Rewards and notes for rows settled without running anything, and (row, program, tests) for the rest."""
+    n = len(completions)
+    if tests is None:
+        cells: list[Any] = [None] * n
+    elif isinstance(tests, str | Mapping):
+        cells = [tests] * n
+    else:
+        cells = list(tests) + [None] * (n - len(tests))
+    rewards: list[float | None] = [None] * n
+    notes = ["no tests"] * n
+    jobs: list[_Job] = []
+    for i, (completion, cell) in enumerate(zip(completions, cells, strict=False)):
+        parsed = parse_tests(cell)
+        if parsed is None:
+            continue
+        program = extract_code(completion_text(completion))
+        if program is None or not program.strip():
+            rewards[i], notes[i] = 0.0, "no ```python block"
+            continue
+        jobs.append((i, program, parsed))
+    return rewards, notes, jobs
+
+
+def _score_job(job: _Job, *, backend: str, url: str, timeout: float, memory_mb: int) -> tuple[float, str]:
+    _, program, parsed = job
+    if backend == "local":
+        return score_program(program, parsed, timeout=timeout, memory_mb=memory_mb)
+    return _score_remote(program, parsed, backend, url, timeout=timeout, memory_mb=memory_mb)
+
+
+def _map(score: Any, jobs: list[_Job], workers: int) -> list[tuple[float, str]]:
+    """Score the jobs, `workers` at a time (threads: the work happens in the sandbox processes)."""
+    if workers <= 1:
+        return [score(job) for job in jobs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="grpo-code") as pool:
+        return list(pool.map(score, jobs))
+
+
 def code(
     completions: Sequence[Any],
     *,
@@ -180,10 +225,8 @@ def code(
         tests: the row's tests (a dataset column).
         timeout: wall-clock seconds per test.
         memory_mb: address-space limit per sandboxed process, in MiB.
-        backend: `local` (the warm sandbox), or `piston` / `sandbox-fusion` to send each test to that HTTP
-            server (untested here: neither server could be started where grpo is developed).
-        backend_url: the external server's base address (default `http://localhost:2000` for Piston,
-            `http://localhost:8080` for SandboxFusion).
+        backend: `local` (the warm sandbox), or `piston` / `sandbox-fusion`: each test sent to that server.
+        backend_url: its base address (default `http://localhost:2000` Piston, `http://localhost:8080` Fusion).
         parallel: completions scored at once; 0 means one per CPU. Set it with the entry's `parallel:`.
 
     Returns:
@@ -198,43 +241,14 @@ def code(
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown code backend {backend!r}: use one of {', '.join(BACKENDS)}")
-    n = len(completions)
-    if tests is None:
-        cells: list[Any] = [None] * n
-    elif isinstance(tests, str | Mapping):
-        cells = [tests] * n
-    else:
-        cells = list(tests) + [None] * (n - len(tests))
-    rewards: list[float | None] = [None] * n
-    notes = ["no tests"] * n
-    jobs: list[tuple[int, str, list[CodeTest]]] = []
-    for i, (completion, cell) in enumerate(zip(completions, cells, strict=False)):
-        parsed = parse_tests(cell)
-        if parsed is None:
-            continue
-        program = extract_code(completion_text(completion))
-        if program is None or not program.strip():
-            rewards[i], notes[i] = 0.0, "no ```python block"
-            continue
-        jobs.append((i, program, parsed))
+    rewards, notes, jobs = _jobs(completions, tests)
 
-    def score(job: tuple[int, str, list[CodeTest]]) -> tuple[float, str]:
-        _, program, parsed = job
-        if backend == "local":
-            return score_program(program, parsed, timeout=timeout, memory_mb=memory_mb)
-        return _score_remote(program, parsed, backend, backend_url or DEFAULT_URLS[backend],
-                             timeout=timeout, memory_mb=memory_mb)
-
+    url = backend_url or DEFAULT_URLS.get(backend, "")
+    score = functools.partial(_score_job, backend=backend, url=url, timeout=timeout, memory_mb=memory_mb)
     workers = max(1, min(parallel if parallel > 0 else default_workers(), len(jobs)))
     if backend == "local":
         shared_pool().ensure(workers)
-    if workers > 1:
-        from concurrent.futures import ThreadPoolExecutor
-
-        with ThreadPoolExecutor(workers, thread_name_prefix="grpo-code") as pool:
-            scored = list(pool.map(score, jobs))
-    else:
-        scored = [score(job) for job in jobs]
+    scored = _map(score, jobs, workers)
     for (i, _, _), (value, note) in zip(jobs, scored, strict=True):
         rewards[i], notes[i] = value, note
     if callable(log_extra):
