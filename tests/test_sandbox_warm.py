@@ -161,3 +161,15 @@ def test_pool_is_parallel_by_default_bounded_and_reused() -> None:
     entry = RewardEntry(name="code", parallel=3)
     reward = load_reward(entry, Path("."))
     assert not isinstance(reward, ParallelReward) and reward.params["parallel"] == 3
+
+
+def test_external_backend_that_cannot_be_reached_stops_with_a_clear_error() -> None:
+    import pytest
+
+    from grpo_cli.errors import GrpoError
+
+    for backend in ("piston", "sandbox-fusion"):
+        with pytest.raises(GrpoError, match="cannot reach the code sandbox at http://127.0.0.1:9"):
+            code([completion(ADD)], tests=[TESTS], backend=backend, backend_url="http://127.0.0.1:9")
+    with pytest.raises(ValueError, match="unknown code backend 'e2b'"):
+        code([completion(ADD)], tests=[TESTS], backend="e2b")

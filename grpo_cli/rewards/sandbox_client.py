@@ -1,7 +1,7 @@
 """Parent side of the warm sandbox: start fork servers, talk to them, restart them when they die.
 
 A `SandboxPool` holds up to N servers (`sandbox_server.py`, one bare interpreter each, inside an
-empty network namespace when this process may create one). A call checks out an idle server, so
+empty network namespace when this process may create one: root). A call checks out an idle server, so
 N threads can run N programs at once; servers start lazily and live until the process exits, so
 a training run pays their start-up (~0.1 s each) once, not per step. A server that dies or stops
 answering is killed with its process group and replaced on the next call; the call that was in
@@ -23,11 +23,9 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_server.py")
-_CLONE_NEWNET = 0x40000000
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 MAX_WORKERS = 32
 
@@ -45,39 +43,6 @@ def default_workers() -> int:
     return max(1, min(cpus, MAX_WORKERS))
 
 
-def _unshare_function() -> Callable[[int], None] | None:
-    """`os.unshare` (Python 3.12+) or the same call through libc; None when unavailable."""
-    if hasattr(os, "unshare"):
-        return os.unshare  # type: ignore[no-any-return]
-    if sys.platform != "linux":
-        return None
-    try:
-        import ctypes
-
-        libc_unshare = ctypes.CDLL(None, use_errno=True).unshare
-    except (OSError, AttributeError):
-        return None
-
-    def unshare(flags: int) -> None:
-        if libc_unshare(ctypes.c_int(flags)) != 0:
-            raise OSError(ctypes.get_errno(), "unshare failed")
-
-    return unshare
-
-
-def _preexec(isolate_network: bool) -> Callable[[], None] | None:
-    """An empty network namespace (not even loopback) for the server and so for every child."""
-    unshare = _unshare_function() if isolate_network and os.geteuid() == 0 else None
-    if unshare is None:
-        return None
-
-    def preexec() -> None:
-        with contextlib.suppress(OSError):
-            unshare(_CLONE_NEWNET)
-
-    return preexec
-
-
 def _scratch_root() -> str | None:
     """A memory filesystem for the per-program directories when there is one (no disk journal to wait
     on: creating and removing a directory there is ~100x cheaper than on an ext4 /tmp), else the default."""
@@ -88,10 +53,12 @@ def _scratch_root() -> str | None:
 def spawn_server(isolate_network: bool, once: bool = False) -> tuple[subprocess.Popen[bytes], str]:
     """Start one server; returns the process and its base directory (removed by `stop_server`)."""
     base = tempfile.mkdtemp(prefix="grpo-sandbox-server-", dir=_scratch_root())
-    cmd = [sys.executable, "-I", "-S", "-B", SERVER_SCRIPT, base] + (["--once"] if once else [])
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=base, env=_ENV, close_fds=True, start_new_session=True,
-                            preexec_fn=_preexec(isolate_network))
+    flags = (["--once"] if once else []) + (["--netns"] if isolate_network and os.geteuid() == 0 else [])
+    # No preexec_fn: it is unsafe in a threaded process (the reward calls this from worker threads,
+    # next to torch's); the server moves itself into a new network namespace instead.
+    proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", SERVER_SCRIPT, base, *flags], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=base, env=_ENV, close_fds=True,
+                            start_new_session=True)
     return proc, base
 
 

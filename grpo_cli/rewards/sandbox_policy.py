@@ -105,7 +105,7 @@ def seccomp_program(allow_file_writes: bool) -> list[tuple[int, int, int, int]]:
     return prog
 
 
-_PREPARED: dict[bool, Any] = {}
+_PREPARED: dict[Any, Any] = {}
 
 
 def prepare_seccomp(allow_file_writes: bool) -> Any:
@@ -151,15 +151,27 @@ def install_seccomp(allow_file_writes: bool) -> bool:
     return bool(prctl(22, two, fprog, zero, zero) == 0)  # PR_SET_SECCOMP, SECCOMP_MODE_FILTER
 
 
-def set_parent_death_signal() -> None:
-    """SIGKILL this process when the process that forked it dies (Linux), so nothing outlives its server."""
+def enter_empty_network_namespace() -> bool:
+    """unshare(CLONE_NEWNET): a namespace where not even loopback is up; False where not permitted."""
+    if sys.platform != "linux":
+        return False
+    import ctypes
+
+    return bool(ctypes.CDLL(None, use_errno=True).unshare(ctypes.c_int(0x40000000)) == 0)
+
+
+def set_parent_death_signal(prepare_only: bool = False) -> None:
+    """SIGKILL this process when the thread that forked it dies (Linux), so no child outlives its server."""
     if sys.platform != "linux":
         return
     import ctypes
     import signal
 
-    ctypes.CDLL(None).prctl(1, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0), ctypes.c_ulong(0),
-                            ctypes.c_ulong(0))  # PR_SET_PDEATHSIG
+    if "pdeathsig" not in _PREPARED:  # resolved once in the server, not in every child
+        _PREPARED["pdeathsig"] = (ctypes.CDLL(None).prctl, ctypes.c_ulong(signal.SIGKILL), ctypes.c_ulong(0))
+    prctl, sigkill, zero = _PREPARED["pdeathsig"]
+    if not prepare_only:
+        prctl(1, sigkill, zero, zero, zero)  # PR_SET_PDEATHSIG
 
 
 def nproc_limit() -> int:

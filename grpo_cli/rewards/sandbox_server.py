@@ -1,8 +1,8 @@
 """The warm sandbox: a bare interpreter that forks one locked-down child per program.
 
-Started by `sandbox_client.py` as `python -I -S -B sandbox_server.py BASE_DIR [--once]` (no
-site-packages, no env vars, no cwd on sys.path), already inside an empty network namespace when
-the parent could create one. It reads length-prefixed JSON requests on stdin and answers on
+Started by `sandbox_client.py` as `python -I -S -B sandbox_server.py BASE_DIR [--once] [--netns]` (no
+site-packages, no env vars, no cwd on sys.path); with `--netns` (root) it first moves into a new, empty
+network namespace, which every child inherits. It reads length-prefixed JSON requests on stdin and answers on
 stdout. For each request it makes a throwaway directory under BASE_DIR and forks a child that,
 before running any user code, starts a new session, points fds 0-2 at its own files, closes every
 other fd but its report pipe, moves into an empty working directory, scrubs the environment, sets
@@ -337,6 +337,9 @@ def _preload() -> None:
     if sys.platform == "linux" and platform.machine() == "x86_64":
         policy.prepare_seccomp(False)
         policy.prepare_seccomp(True)
+    policy.set_parent_death_signal(prepare_only=True)
+    # No PR_SET_PDEATHSIG for the server itself: it fires when the parent *thread* that started it exits
+    # (a reward's worker thread); the server ends on end-of-input instead, when its parent is gone.
     import gc
 
     gc.freeze()  # children's collections then skip the server's objects (fewer copy-on-write faults)
@@ -345,6 +348,8 @@ def _preload() -> None:
 def main(argv: list[str]) -> int:
     """Serve requests until stdin closes (`--once`: serve one, the cold path)."""
     base, once = argv[1], "--once" in argv[2:]
+    if "--netns" in argv[2:]:
+        policy.enter_empty_network_namespace()
     req_fd, rep_fd = os.dup(0), os.dup(1)
     null = os.open(os.devnull, os.O_RDWR)
     os.dup2(null, 0)
