@@ -120,13 +120,9 @@ def run_python(
             reply = call_cold(request, budget, isolate_network)
     except SandboxCrash as exc:
         return SandboxResult(-1, "", str(exc), False, "sandbox_failed", time.monotonic() - start)
-    out, err = reply["stdout"], reply["stderr"]
-    out_cut, err_cut = len(out.encode()) > max_output_bytes, len(err.encode()) > max_output_bytes
-    stdout, stderr = _cap(out, max_output_bytes), _cap(err, max_output_bytes)
-    rc = int(reply["returncode"])
-    reason = _killed_reason(rc, bool(reply["timed_out"]), out_cut or err_cut, stderr)
-    return SandboxResult(rc, stdout, stderr, bool(reply["timed_out"]), reason, float(reply["duration"]),
-                         out_cut or err_cut)
+    rc, cut, stderr = int(reply["returncode"]), bool(reply["truncated"]), reply["stderr"]
+    reason = _killed_reason(rc, bool(reply["timed_out"]), cut, stderr)
+    return SandboxResult(rc, reply["stdout"], stderr, bool(reply["timed_out"]), reason, float(reply["duration"]), cut)
 
 
 def run_tests(
@@ -180,11 +176,6 @@ def probe_isolation() -> dict[str, bool]:
         "seccomp": bool(parts) and parts[0] == "1",
         "network_namespace": len(parts) > 1 and bool(host_ns) and parts[1] != host_ns,
     }
-
-
-def _cap(text: str, limit: int) -> str:
-    data = text.encode()
-    return text if len(data) <= limit else data[:limit].decode("utf-8", errors="replace")
 
 
 def _killed_reason(rc: int, timed_out: bool, truncated: bool, stderr: str) -> str | None:

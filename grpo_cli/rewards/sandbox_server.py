@@ -203,9 +203,10 @@ def handle_run(job: _Job) -> dict[str, Any]:
     os.close(rfd)
     timed_out = _wait_exit(pid, start + float(req["timeout"]))
     rc = _reap(pid)
+    out, err = job.read("stdout", 0, cap + 1), job.read("stderr", 0, cap + 1)
     return {"returncode": rc, "timed_out": timed_out, "duration": time.monotonic() - start,
-            "stdout": job.read("stdout", 0, cap + 1).decode("utf-8", "replace"),
-            "stderr": job.read("stderr", 0, cap + 1).decode("utf-8", "replace")}
+            "stdout": out[:cap].decode("utf-8", "replace"), "stderr": err[:cap].decode("utf-8", "replace"),
+            "truncated": len(out) > cap or len(err) > cap}
 
 
 def _death_reason(rc: int, timed_out: bool) -> str:
