@@ -157,26 +157,52 @@ def _time(func: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def code_paths(rows: int, old_rows: int) -> list[tuple[str, int, float]]:
-    """(path, completions per call, seconds) for the code reward old and new: fastest call, fresh rows each."""
+def _cpu_seconds() -> float:
+    """CPU time of this process, its reaped children, and the live sandbox servers with their reaped children."""
+    import resource
+
+    from grpo_cli.rewards.sandbox_client import shared_pool
+
+    total = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                for f in ("ru_utime", "ru_stime"))
+    for server in shared_pool().servers:
+        try:
+            fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, TypeError):
+            continue
+        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _measure(func: Callable[[], Any]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one call."""
+    cpu = _cpu_seconds()
+    wall = _time(func)
+    return wall, _cpu_seconds() - cpu
+
+
+def code_paths(rows: int, old_rows: int) -> list[tuple[str, int, float, float]]:
+    """(path, completions per call, seconds of the fastest call, CPU ms per completion) for the code reward."""
     from grpo_cli.rewards.builtins import BUILTINS
     from grpo_cli.rewards.sandbox_client import default_workers
 
     code = BUILTINS["code"]
-    out: list[tuple[str, int, float]] = []
+    out: list[tuple[str, int, float, float]] = []
     old = _old_sandbox()
     if old is not None:
         batches = [code_batch(old_rows, k * old_rows) for k in range(2)]
         warm = code_batch(2, -2)
         assert old_code_reward(old, warm["completions"], warm["tests"]) == [1.0, 1.0]
-        seconds = min(_time(lambda b=b: old_code_reward(old, b["completions"], b["tests"])) for b in batches)
-        out.append((f"old: fresh interpreter per test, serial ({OLD_REV[:7]})", old_rows, seconds))
+        runs = [_measure(lambda b=b: old_code_reward(old, b["completions"], b["tests"])) for b in batches]
+        out.append((f"old: fresh interpreter per test, serial ({OLD_REV[:7]})", old_rows, min(w for w, _ in runs),
+                    1000 * sum(c for _, c in runs) / (old_rows * len(runs))))
     for workers in (1, default_workers()):
         assert code(**call_kwargs(code_batch(rows, -rows)), parallel=workers) == [1.0] * rows  # servers up
         calls = [call_kwargs(code_batch(rows, k * rows)) for k in range(3)]
-        seconds = min(_time(lambda c=c, w=workers: code(**c, parallel=w)) for c in calls)
+        runs = [_measure(lambda c=c, w=workers: code(**c, parallel=w)) for c in calls]
         label = f"{workers} (default: one per CPU)" if workers == default_workers() else str(workers)
-        out.append((f"new: warm server, one process per completion, parallel: {label}", rows, seconds))
+        out.append((f"new: warm server, one process per completion, parallel: {label}", rows,
+                    min(w for w, _ in runs), 1000 * sum(c for _, c in runs) / (rows * len(runs))))
     return out
 
 
@@ -201,14 +227,17 @@ def floor_rates() -> list[tuple[str, float]]:
             ("`python -I -S -c pass`", 20 / _time(lambda: pythons(20, "-I", "-S")))]
 
 
-def code_table(code_rows: list[tuple[str, int, float]], floors: list[tuple[str, float]]) -> list[str]:
-    old = [k / sec for label, k, sec in code_rows if label.startswith("old")]
+def code_table(code_rows: list[tuple[str, int, float, float]], floors: list[tuple[str, float]]) -> list[str]:
+    old = [k / sec for label, k, sec, _ in code_rows if label.startswith("old")]
+    cores = os.cpu_count() or 1
     lines = ["| `code` path (2 assert tests per completion) | completions per call | completions/s | test-runs/s "
-             "| vs old |", "|---|---|---|---|---|"]
-    for label, k, sec in code_rows:
+             f"| vs old | CPU per completion (ms) | CPU-bound limit on {cores} cores (completions/s) |",
+             "|---|---|---|---|---|---|---|"]
+    for label, k, sec, cpu_ms in code_rows:
         versus = f"{(k / sec) / old[0]:.1f}x" if old else ""
-        lines.append(f"| {label} | {k} | {k / sec:,.0f} | {2 * k / sec:,.0f} | {versus} |")
-    lines += [f"| floor: {label} | | {rate:,.0f} processes/s | | |" for label, rate in floors]
+        lines.append(f"| {label} | {k} | {k / sec:,.0f} | {2 * k / sec:,.0f} | {versus} | {cpu_ms:.1f} | "
+                     f"{cores * 1000 / cpu_ms:,.0f} |")
+    lines += [f"| floor: {label} | | {rate:,.0f} processes/s | | | | |" for label, rate in floors]
     return lines
 
 
@@ -275,9 +304,11 @@ def main() -> None:
                   f"--rows {args.rows}`)\n\n")
         note = (f"\n\n{load[0].upper()}{load[1:]}. Serial and pooled times are the fastest of 3 calls each "
                 "after a warm-up call (the pool's start-up is not counted: in training it starts once). The `code` "
-                "paths are the fastest of 2 (old) or 3 (new) calls on fresh rows after a warm-up call; the floor rows "
-                "are how many bare processes per second the machine starts, the limit a process-per-completion "
-                "design works against. The ceiling "
+                "paths are the fastest of 2 (old) or 3 (new) calls on fresh rows after a warm-up call; their CPU per "
+                "completion (all processes involved, averaged over those calls) hardly depends on the load, and the "
+                "last column turns it into what the cores could do if nothing else ran. The floor rows are how many "
+                "bare processes per second the machine starts, the limit a process-per-completion design works "
+                "against. The ceiling "
                 "row is what the machine offered at the time: two plain processes spinning in pure Python, against "
                 "one doing both shares; a busy machine lowers it, and no pool can beat it.\n")
         path = ROOT / "docs" / "performance.md"
