@@ -18,7 +18,7 @@ from grpo_cli.rewards import load_reward
 from grpo_cli.rewards.builtins.code import code
 from grpo_cli.rewards.parallel import ParallelReward
 from grpo_cli.rewards.sandbox import run_tests
-from grpo_cli.rewards.sandbox_client import shared_pool
+from grpo_cli.rewards.sandbox_client import SERVER_SCRIPT, shared_pool
 
 ADD = "def add(a, b):\n    return a + b\n"
 TESTS = ["assert add(2, 3) == 5", "assert add(-1, 1) == 0"]
@@ -81,13 +81,20 @@ def test_completion_that_kills_its_own_process_group() -> None:
 
 
 def test_completion_that_forks() -> None:
-    forker = "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\n"
+    forker = "import os, time\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    time.sleep(60)\n"
     value, note = score(ADD + forker, TESTS)
     assert value == 0.0 and "PermissionError" in note
     bypass = "import posix\nposix.fork()"
     assert score(ADD, [bypass, TESTS[0]])[0] == 0.5
-    servers = [s.pid for s in shared_pool().servers if s.pid is not None]
-    assert servers and all(_children_of(pid) == [] for pid in servers)  # nothing left running
+    servers = {s.pid for s in shared_pool().servers if s.pid is not None}
+    forks_of_server = set()  # any process running our server script: a fork that escaped would be one
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if SERVER_SCRIPT.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+                forks_of_server.add(int(entry))
+        except OSError:
+            continue
+    assert servers and forks_of_server == servers
 
 
 def test_completion_that_changes_directory_and_deletes_files(tmp_path: Path) -> None:
