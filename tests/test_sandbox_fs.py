@@ -131,3 +131,30 @@ def test_issue_reproductions_as_root(tmp_path: Path) -> None:
     assert not target.exists() and int(host_file.stat().st_mtime) == OLD
     assert [r.ok for r in (mkdir, utime, bypass)] == [False, False, False]
     assert "PermissionError" in mkdir.stderr and "PermissionError" in utime.stderr
+
+
+def _landlock() -> int:
+    from grpo_cli.rewards.sandbox_policy import landlock_abi
+
+    return landlock_abi()
+
+
+@pytest.mark.skipif(not LINUX_X86 or _landlock() < 1, reason="needs Landlock (Linux 5.13+)")
+def test_opted_in_file_writes_stay_in_the_working_directory(tmp_path: Path) -> None:
+    """`allow_file_writes=True` lets a program write its own files, and nothing outside its directory."""
+    host = tmp_path / "host.txt"
+    host.write_text("precious")
+    code = textwrap.dedent(f"""
+        open("mine.txt", "w").write("ok")
+        results = [open("mine.txt").read()]
+        for path in ({str(host)!r}, {str(tmp_path / "new.txt")!r}):
+            try:
+                open(path, "w").write("pwned")
+                results.append("wrote")
+            except OSError as e:
+                results.append(type(e).__name__)
+        print(results)
+    """)
+    r = run_python(code, allow_file_writes=True)
+    assert r.stdout.strip() == "['ok', 'PermissionError', 'PermissionError']", r.stderr
+    assert host.read_text() == "precious" and sorted(p.name for p in tmp_path.iterdir()) == ["host.txt"]

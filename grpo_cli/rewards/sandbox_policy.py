@@ -7,9 +7,10 @@ Filesystem policy. Reading the host filesystem is allowed (the program needs the
 call that changes it is refused by the kernel filter, in both modes: no mkdir/rmdir, rename,
 unlink, link/symlink, mknod, chmod/chown, utime/utimensat, truncate/ftruncate/fallocate, xattr
 changes, or chattr ioctls. The program's writable state is its already-open stdout/stderr. With
-`allow_file_writes` it may also open regular files for writing (it starts in an empty throwaway
-working directory); that mode cannot confine *which* path is opened (seccomp sees a pointer, not
-the path), so it is off by default and the `code` reward never turns it on.
+`allow_file_writes` it may also open regular files for writing in its empty throwaway working
+directory: seccomp sees a pointer, not the path, so the path is confined by Landlock (Linux 5.13+),
+which allows writes only beneath that directory; where the kernel has no Landlock, that mode cannot
+confine which path is opened, so it is off by default and the `code` reward never turns it on.
 """
 
 from __future__ import annotations
@@ -158,6 +159,66 @@ def enter_empty_network_namespace() -> bool:
     import ctypes
 
     return bool(ctypes.CDLL(None, use_errno=True).unshare(ctypes.c_int(0x40000000)) == 0)
+
+
+# Landlock filesystem rights (uapi/linux/landlock.h): every right that creates, writes or removes something.
+_LL_WRITE_FILE, _LL_TRUNCATE = 1 << 1, 1 << 14
+_LL_WRITES = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write_file, remove_*, make_*
+_NR_LL_CREATE, _NR_LL_ADD_RULE, _NR_LL_RESTRICT = 444, 445, 446
+
+
+def landlock_abi() -> int:
+    """The kernel's Landlock ABI version; 0 where there is none (then only seccomp guards writes)."""
+    if sys.platform != "linux" or platform.machine() != "x86_64":
+        return 0
+    import ctypes
+
+    syscall = ctypes.CDLL(None, use_errno=True).syscall
+    syscall.restype = ctypes.c_long
+    return max(0, int(syscall(ctypes.c_long(_NR_LL_CREATE), None, ctypes.c_size_t(0), ctypes.c_uint32(1))))
+
+
+def restrict_writes_to(workdir: str | None) -> bool:
+    """Landlock: no write, create or remove anywhere but beneath `workdir` (None: nowhere) and /dev/null.
+
+    The path-aware layer seccomp cannot be: with `allow_file_writes` a program may write files, but only
+    in its throwaway directory. Reading stays allowed. False where the kernel has no Landlock.
+    """
+    abi = landlock_abi()
+    if abi < 1:
+        return False
+    import ctypes
+
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    handled = _LL_WRITES | (1 << 13 if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)  # + refer, truncate
+    attr = RulesetAttr(handled)
+    ruleset = int(libc.syscall(ctypes.c_long(_NR_LL_CREATE), ctypes.byref(attr), ctypes.c_size_t(8),
+                               ctypes.c_uint32(0)))
+    if ruleset < 0:
+        return False
+    try:
+        rules = [("/dev/null", _LL_WRITE_FILE | (_LL_TRUNCATE if abi >= 3 else 0))]
+        rules += [(workdir, handled)] if workdir else []
+        for path, allowed in rules:
+            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = PathBeneath(allowed, fd)
+                libc.syscall(ctypes.c_long(_NR_LL_ADD_RULE), ctypes.c_int(ruleset), ctypes.c_int(1),
+                             ctypes.byref(rule), ctypes.c_uint32(0))  # LANDLOCK_RULE_PATH_BENEATH
+            finally:
+                os.close(fd)
+        libc.prctl(38, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))  # NO_NEW_PRIVS
+        return bool(libc.syscall(ctypes.c_long(_NR_LL_RESTRICT), ctypes.c_int(ruleset), ctypes.c_uint32(0)) == 0)
+    finally:
+        os.close(ruleset)
 
 
 def set_parent_death_signal(prepare_only: bool = False) -> None:

@@ -169,6 +169,7 @@ def _enter_child(job: _Job, stdin_path: str, limits: list[tuple[int, int, int]],
         with contextlib.suppress(BaseException):
             resource.setrlimit(res, (soft, hard))
     allow = bool(job.req.get("allow_file_writes"))
+    policy.restrict_writes_to(job.work if allow else None)
     policy.install_seccomp(allow)
     policy.install_python_guard(allow)
 
