@@ -167,15 +167,24 @@ _LL_WRITES = sum(1 << b for b in (1, 4, 5, 6, 7, 8, 9, 10, 11, 12))  # write_fil
 _NR_LL_CREATE, _NR_LL_ADD_RULE, _NR_LL_RESTRICT = 444, 445, 446
 
 
+def _landlock() -> tuple[int, Any]:
+    """(ABI version or 0, libc), resolved once (the fork server does it before forking)."""
+    if "landlock" not in _PREPARED:
+        abi, libc = 0, None
+        if sys.platform == "linux" and platform.machine() == "x86_64":
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.syscall.restype = ctypes.c_long
+            abi = max(0, int(libc.syscall(ctypes.c_long(_NR_LL_CREATE), None, ctypes.c_size_t(0),
+                                          ctypes.c_uint32(1))))  # LANDLOCK_CREATE_RULESET_VERSION
+        _PREPARED["landlock"] = (abi, libc)
+    return _PREPARED["landlock"]  # type: ignore[no-any-return]
+
+
 def landlock_abi() -> int:
     """The kernel's Landlock ABI version; 0 where there is none (then only seccomp guards writes)."""
-    if sys.platform != "linux" or platform.machine() != "x86_64":
-        return 0
-    import ctypes
-
-    syscall = ctypes.CDLL(None, use_errno=True).syscall
-    syscall.restype = ctypes.c_long
-    return max(0, int(syscall(ctypes.c_long(_NR_LL_CREATE), None, ctypes.c_size_t(0), ctypes.c_uint32(1))))
+    return _landlock()[0]
 
 
 def restrict_writes_to(workdir: str | None) -> bool:
@@ -184,22 +193,17 @@ def restrict_writes_to(workdir: str | None) -> bool:
     The path-aware layer seccomp cannot be: with `allow_file_writes` a program may write files, but only
     in its throwaway directory. Reading stays allowed. False where the kernel has no Landlock.
     """
-    abi = landlock_abi()
+    abi, libc = _landlock()
     if abi < 1:
         return False
     import ctypes
-
-    class RulesetAttr(ctypes.Structure):
-        _fields_ = [("handled_access_fs", ctypes.c_uint64)]
 
     class PathBeneath(ctypes.Structure):
         _pack_ = 1
         _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall.restype = ctypes.c_long
     handled = _LL_WRITES | (1 << 13 if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)  # + refer, truncate
-    attr = RulesetAttr(handled)
+    attr = ctypes.c_uint64(handled)  # struct landlock_ruleset_attr, first field only (accepted by every ABI)
     ruleset = int(libc.syscall(ctypes.c_long(_NR_LL_CREATE), ctypes.byref(attr), ctypes.c_size_t(8),
                                ctypes.c_uint32(0)))
     if ruleset < 0:
