@@ -147,7 +147,10 @@ class SandboxServer:
             send(proc, request)
             reply = receive(proc, time.monotonic() + budget)
         except (EOFError, TimeoutError, OSError, ValueError) as exc:
-            status = proc.poll()
+            status = None
+            if not isinstance(exc, TimeoutError):  # its pipe closed: it is exiting, give the kernel a moment
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    status = proc.wait(timeout=2.0)
             said = stop_server(proc, self._base)
             self._proc = None
             self.restarts += 1
@@ -156,7 +159,7 @@ class SandboxServer:
             elif status is not None and status < 0:
                 why = f"died ({signal.Signals(-status).name})" if -status in signal.valid_signals() else "died"
             else:
-                why = f"died (exit status {status})"
+                why = f"died (exit status {status})" if status is not None else "closed its pipe"
             detail = f": {said.splitlines()[-1]}" if said else ""
             raise SandboxCrash(f"the sandbox server {why} while running this program{detail}; "
                                "it was restarted") from None
