@@ -184,6 +184,15 @@ def _reap(pid: int) -> int:
 
 def _wait_exit(pid: int, deadline: float) -> bool:
     """Wait for the child to exit (without reaping) until the deadline; True when it timed out."""
+    try:
+        pidfd = os.pidfd_open(pid)  # readable once the process exits: no polling delay
+    except (AttributeError, OSError):
+        pidfd = -1
+    if pidfd >= 0:
+        try:
+            return not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]
+        finally:
+            os.close(pidfd)
     delay = 0.0005
     while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
         left = deadline - time.monotonic()
