@@ -294,11 +294,25 @@ def _refuse(name: str) -> Callable[..., Any]:
     return refused
 
 
+def guard_patches() -> list[tuple[Any, str, Callable[..., Any]]]:
+    """(module, name, refusing function) for every patched name; built once (in the fork server)."""
+    if "patches" not in _PREPARED:
+        import posix
+        import socket
+
+        names = [(m, n, f"os.{n}") for m in (os, posix) for n in _OS_BLOCKED if hasattr(m, n)]
+        names += [(shutil, n, f"shutil.{n}") for n in ("rmtree", "move", "chown", "copystat", "copymode")]
+        names += [(subprocess, n, f"subprocess.{n}") for n in ("Popen", "run", "call", "check_call", "check_output",
+                                                                "getoutput", "getstatusoutput")]
+        names += [(socket, n, f"socket.{n}") for n in ("socket", "socketpair", "create_connection", "create_server",
+                                                       "fromfd", "getaddrinfo")]
+        _PREPARED["patches"] = [(m, n, _refuse(label)) for m, n, label in names]
+    return _PREPARED["patches"]  # type: ignore[no-any-return]
+
+
 def install_python_guard(allow_file_writes: bool) -> None:
     """Human-eval style guard plus an audit hook; the hook holds even if the patches are undone."""
     import builtins
-    import posix
-    import socket
 
     blocked_imports = frozenset(BLOCKED_MODULES)
 
@@ -315,16 +329,8 @@ def install_python_guard(allow_file_writes: bool) -> None:
             if writing:
                 raise PermissionError(f"writing files is disabled in the grpo sandbox: {args[0]!r}")
 
-    for module in (os, posix):
-        for name in _OS_BLOCKED:
-            if hasattr(module, name):
-                setattr(module, name, _refuse(f"os.{name}"))
-    for name in ("rmtree", "move", "chown", "copystat", "copymode"):
-        setattr(shutil, name, _refuse(f"shutil.{name}"))
-    for name in ("Popen", "run", "call", "check_call", "check_output", "getoutput", "getstatusoutput"):
-        setattr(subprocess, name, _refuse(f"subprocess.{name}"))
-    for name in ("socket", "socketpair", "create_connection", "create_server", "fromfd", "getaddrinfo"):
-        setattr(socket, name, _refuse(f"socket.{name}"))
+    for module, name, refused in guard_patches():
+        setattr(module, name, refused)
     for name in BLOCKED_MODULES:
         sys.modules[name] = None  # type: ignore[assignment]
     builtins.help = None  # type: ignore[assignment]  # pydoc can spawn a pager

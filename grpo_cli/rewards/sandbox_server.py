@@ -350,6 +350,7 @@ def _preload() -> None:
         policy.prepare_seccomp(True)
     policy.set_parent_death_signal(prepare_only=True)
     policy.landlock_abi()
+    policy.guard_patches()
     # No PR_SET_PDEATHSIG for the server itself: it fires when the parent *thread* that started it exits
     # (a reward's worker thread); the server ends on end-of-input instead, when its parent is gone.
     import gc
