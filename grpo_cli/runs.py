@@ -7,6 +7,11 @@ Every other module names run files through the constants here, so the layout is 
       metrics.jsonl    one record per log          health.jsonl    health guard events
       report.png/.md   `grpo report`                checkpoint-N/   transformers checkpoints (TRL's naming)
       model/adapter files and the tokenizer, once the run completes
+      .grpo.lock       held by the live run (see run_lock.py)
+
+Rules every writer follows: a checkpoint counts only when complete (its trainer_state.json, written
+last, parses); a resumed run first drops the step logs written after its checkpoint; `--force`
+sets the previous run aside and deletes it only after the new run's first step.
 """
 
 from __future__ import annotations
@@ -17,8 +22,11 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +38,26 @@ METRICS = "metrics.jsonl"
 HEALTH = "health.jsonl"
 REPORT_IMAGE = "report.png"
 REPORT_SUMMARY = "report.md"
+LOCK = ".grpo.lock"
 CHECKPOINT_PREFIX = "checkpoint-"
+COMPLETIONS = "completions.jsonl"
+"""Sampled prompts, completions, rewards and advantages of each logging step (`grpo samples`)."""
+BEST = "best"
+"""The model with the best task metric (eval.every_steps); the manifest's `best` records it."""
+CARD = "README.md"
+"""The model card (Hub format) of a finished run or merged model."""
+
+
+def suite_result(suite: str) -> str:
+    """`grpo eval --suite` summary file next to a model."""
+    return f"eval-{suite}.json"
+TRAINER_STATE = "trainer_state.json"
+WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safetensors.index.json",
+                "pytorch_model.bin", "adapter_model.bin", "pytorch_model.bin.index.json")
+# Per-step logs a resumed run writes again from its checkpoint's step on.
+STEP_LOGS = (METRICS, HEALTH)
+# Entries that do not make a directory "a previous run" (grpo's own bookkeeping).
+BOOKKEEPING = frozenset({LOCK})
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 
 PACKAGES = ("grpo-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers",
@@ -119,55 +146,177 @@ def checkpoint_step(path: Path) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def latest_checkpoint(out: Path) -> Path | None:
-    """The checkpoint-N directory with the highest N, if any."""
+def checkpoints(out: Path) -> list[Path]:
+    """All checkpoint-N directories in `out`, lowest step first (complete or not)."""
     steps = [(checkpoint_step(c), c) for c in out.iterdir()] if out.is_dir() else []
-    found = [(s, c) for s, c in steps if s is not None and c.is_dir()]
-    return max(found)[1] if found else None
+    return [c for s, c in sorted((s, c) for s, c in steps if s is not None and c.is_dir())]
+
+
+def checkpoint_problem(ckpt: Path) -> str | None:
+    """Why `ckpt` cannot be resumed from (None when it is complete).
+
+    transformers writes trainer_state.json last, after the weights, optimizer and RNG states, so a
+    save cut short (SIGKILL, full disk) leaves it missing or truncated.
+    """
+    try:
+        state = json.loads((ckpt / TRAINER_STATE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return f"no {TRAINER_STATE} (the save was cut short)"
+    except (OSError, ValueError):
+        return f"{TRAINER_STATE} is truncated or unreadable (the save was cut short)"
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        return f"{TRAINER_STATE} holds no global_step"
+    if not any((ckpt / name).is_file() for name in WEIGHT_FILES):
+        return "no model or adapter weights"
+    return None
+
+
+def resumable_checkpoints(out: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest complete checkpoint, and the newer incomplete ones with the reason for each."""
+    skipped: list[tuple[Path, str]] = []
+    for ckpt in reversed(checkpoints(out)):
+        problem = checkpoint_problem(ckpt)
+        if problem is None:
+            return ckpt, skipped
+        skipped.append((ckpt, problem))
+    return None, skipped
+
+
+def latest_checkpoint(out: Path) -> Path | None:
+    """The complete checkpoint-N directory with the highest N, if any."""
+    return resumable_checkpoints(out)[0]
+
+
+def saved_step(ckpt: Path) -> int:
+    """The global step a complete checkpoint was saved at (its trainer_state.json)."""
+    return int(json.loads((ckpt / TRAINER_STATE).read_text(encoding="utf-8"))["global_step"])
+
+
+def run_entries(out: Path) -> list[Path]:
+    """What `out` holds besides grpo's bookkeeping (the lock file)."""
+    return [p for p in out.iterdir() if p.name not in BOOKKEEPING] if out.is_dir() else []
 
 
 def is_run_dir(out: Path) -> bool:
     """Whether `out` holds (part of) a grpo training run."""
-    return any((out / n).exists() for n in (MANIFEST, RECIPE, METRICS)) or latest_checkpoint(out) is not None
+    return any((out / n).exists() for n in (MANIFEST, RECIPE, METRICS)) or bool(checkpoints(out))
 
 
-def prepare_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy: str) -> tuple[Path | None, bool]:
-    """Apply the overwrite policy without touching anything yet.
+def truncate_step_logs(out: Path, step: int) -> int:
+    """Drop records logged after `step` from metrics.jsonl and health.jsonl; return how many.
 
-    Returns (checkpoint to resume from or None, whether the old directory must be replaced).
-    The replacement happens only once the model, data and config are ready, so a run that
-    fails to start leaves the previous one intact.
+    After a hard kill these files run ahead of the last checkpoint; the resumed run logs those steps
+    again, and each step must appear once.
     """
+    return sum(_truncate_jsonl(out / name, step) for name in STEP_LOGS)
+
+
+def _truncate_jsonl(path: Path, step: int) -> int:
+    if not path.is_file():
+        return 0
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    keep: list[str] = []
+    for line in lines:
+        try:
+            record_step = json.loads(line).get("step")
+        except (ValueError, AttributeError):
+            continue  # a line cut short by the kill
+        if not (isinstance(record_step, int) and record_step > step):
+            keep.append(line)
+    dropped = len(lines) - len(keep)
+    if dropped:
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(f"{line}\n" for line in keep), encoding="utf-8")
+        tmp.replace(path)
+    return dropped
+
+
+@dataclass
+class OutputPlan:
+    """What `grpo train` does with its output directory, decided before anything is written."""
+
+    checkpoint: Path | None = None
+    replace: bool = False
+    skipped: list[tuple[Path, str]] = field(default_factory=list)
+
+
+def _resume_plan(out: Path, resume: bool | str | None, non_empty: bool) -> OutputPlan:
     if isinstance(resume, str):
         ckpt = Path(resume)
-        if not (ckpt / "trainer_state.json").exists():
-            raise GrpoError(f"{ckpt} is not a training checkpoint (no trainer_state.json)", where="--resume",
-                            fix="Give a checkpoint-N directory, or `--resume` alone for the latest one "
-                                "in the output dir.")
-        return ckpt, False
-    non_empty = out.exists() and any(out.iterdir())
+        problem = checkpoint_problem(ckpt) if ckpt.is_dir() else "not a directory"
+        if problem:
+            raise GrpoError(f"{ckpt} is not a checkpoint that can be resumed from: {problem}", where="--resume",
+                            fix="Give a complete checkpoint-N directory, or `--resume` alone for the newest "
+                                "complete one in the output dir.")
+        return OutputPlan(ckpt)
+    ckpt, skipped = resumable_checkpoints(out)
+    if ckpt is None and resume:
+        why = "; ".join(f"{p.name}: {reason}" for p, reason in skipped)
+        raise GrpoError(f"there is no complete checkpoint-N directory in {out} to resume from"
+                        + (f" ({why})" if why else ""), where="--resume",
+                        fix="Drop --resume to start a new run, or point --output-dir at the run to continue.")
+    if ckpt is None and non_empty:
+        raise GrpoError(f"output directory {out} is not empty and holds no checkpoint", where="output.dir",
+                        fix="Use --force to replace it, or choose another --output-dir.")
+    return OutputPlan(ckpt, skipped=skipped)
+
+
+def plan_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy: str) -> OutputPlan:
+    """Apply the overwrite/resume policy without touching anything.
+
+    `resume` is True (newest complete checkpoint in `out`), a checkpoint path, or None. The old run
+    is replaced only later (see `SetAside`), once the new one is ready to train.
+    """
+    if out.exists() and not out.is_dir():
+        raise GrpoError(f"{out} exists and is a file, not a directory", where="--output-dir",
+                        fix="Choose a directory path for the run.")
+    non_empty = bool(run_entries(out))
     if resume or (policy == "resume" and not force):
-        ckpt = latest_checkpoint(out)
-        if ckpt is None:
-            if resume:
-                raise GrpoError(f"there is no checkpoint-N directory in {out} to resume from", where="--resume",
-                                fix="Drop --resume to start a new run, or point --output-dir at the run to continue.")
-            if non_empty:
-                raise GrpoError(f"output directory {out} is not empty and holds no checkpoint", where="output.dir",
-                                fix="Use --force to replace it, or choose another --output-dir.")
-        return ckpt, False
-    if non_empty:
-        if force or policy == "force":
-            if not is_run_dir(out):
-                raise GrpoError(f"{out} is not empty and does not look like a grpo run (no manifest.json, "
-                                "recipe.yaml, metrics.jsonl or checkpoint); refusing to delete it", where="--force",
-                                fix="Choose an empty or new --output-dir.")
-            return None, True
-        else:
-            raise GrpoError(f"output directory {out} is not empty; refusing to overwrite a previous run",
-                            where="output.dir",
-                            fix="Use --resume to continue it, --force to replace it, or --output-dir for a new one.")
-    return None, False
+        return _resume_plan(out, resume, non_empty)
+    if not non_empty:
+        return OutputPlan()
+    if not (force or policy == "force"):
+        raise GrpoError(f"output directory {out} is not empty; refusing to overwrite a previous run",
+                        where="output.dir",
+                        fix="Use --resume to continue it, --force to replace it, or --output-dir for a new one.")
+    if not is_run_dir(out):
+        raise GrpoError(f"{out} is not empty and does not look like a grpo run (no manifest.json, recipe.yaml, "
+                        "metrics.jsonl or checkpoint); refusing to delete it", where="--force",
+                        fix="Choose an empty or new --output-dir.")
+    return OutputPlan(replace=True)
+
+
+class SetAside:
+    """The previous run's files, moved next to `out` while a `--force` run starts.
+
+    `discard` deletes them once the new run has completed a step; `restore` puts them back when it
+    fails before that, so a replacement that never trained loses nothing. The lock file stays put.
+    """
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.path = Path(tempfile.mkdtemp(prefix=f".{out.name}.previous-", dir=out.parent))
+        self.done = False
+        for entry in run_entries(out):
+            os.replace(entry, self.path / entry.name)
+
+    def discard(self) -> None:
+        if not self.done:
+            shutil.rmtree(self.path, ignore_errors=True)
+            self.done = True
+
+    def restore(self) -> None:
+        if self.done:
+            return
+        for entry in run_entries(self.out):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+        for entry in self.path.iterdir():
+            os.replace(entry, self.out / entry.name)
+        self.path.rmdir()
+        self.done = True
 
 
 def check_resume_compatible(recipe: Any, out: Path) -> None:

@@ -13,8 +13,8 @@ from tests.conftest import ROOT
 
 PACKAGE = ROOT / "grpo_cli"
 # Lower number = lower layer. A module may import its own layer or lower ones.
-LAYERS = {"grpo_cli": 0, "errors": 0, "paths": 0, "runs": 0, "assets": 0, "recipe": 1, "data": 2, "rewards": 2,
-          "models": 3, "validation": 4, "evaluation": 5, "training": 6, "cli": 7, "__main__": 8}
+LAYERS = {"grpo_cli": 0, "errors": 0, "paths": 0, "runs": 0, "run_lock": 0, "assets": 0, "recipe": 1, "data": 2,
+          "rewards": 2, "models": 3, "validation": 4, "evaluation": 5, "training": 6, "cli": 7, "__main__": 8}
 # The upward imports we accept, each for a reason (docs/architecture.md): check-rewards --generate samples
 # completions with the evaluation sampler from the recipe's model.
 ALLOWED_UPWARD = {("grpo_cli.rewards.check.run", "grpo_cli.evaluation"),
@@ -132,6 +132,10 @@ def test_files_and_functions_stay_small() -> None:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 length = (node.end_lineno or node.lineno) - node.lineno + 1
+                body = node.body[0] if node.body else None
+                if isinstance(body, ast.Expr) and isinstance(body.value, ast.Constant) and isinstance(
+                        body.value.value, str):  # the docstring documents; it is not logic to split
+                    length -= (body.end_lineno or body.lineno) - body.lineno + 1
                 if length > 60:
                     long_funcs.append(f"{path.relative_to(ROOT)}:{node.name} ({length} lines)")
     assert len(long_funcs) <= 2, f"functions over 60 lines: {long_funcs}"

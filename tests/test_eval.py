@@ -198,3 +198,16 @@ def test_vllm_engine_is_used_when_installed_with_a_gpu(run, monkeypatch: pytest.
     assert calls["params"].n == 1 and calls["params"].temperature == 0.0  # greedy: one sample, repeated k times
     assert len(calls["inputs"]) == 3 and all("prompt_token_ids" in i for i in calls["inputs"])
     assert result.completions == ["4"] * 6 and result.truncated == [False] * 6
+
+
+def test_an_earlier_evaluation_is_kept_unless_forced(tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    args = ["eval", DEMO, "-n", "2", "-k", "1", "--out", out]
+    assert run_cli(*args).exit_code == 0
+    before = (out / "summary.json").read_text()
+    again = run_cli(*args, "--temperature", "0")
+    assert again.exit_code == 2 and "--force" in again.output and "Traceback" not in again.output, again.output
+    assert (out / "summary.json").read_text() == before
+    forced = run_cli(*args, "--temperature", "0", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert json.loads((out / "summary.json").read_text())["settings"]["temperature"] == 0

@@ -21,6 +21,7 @@ from grpo_cli.training.launch import (
     accelerate_command,
     maybe_relaunch,
     profile_config_path,
+    resume_command,
     run_forwarding_signals,
     train_passthrough,
 )
@@ -141,6 +142,14 @@ def test_resume_path_travels_as_the_positional_train_expects() -> None:
     assert train_passthrough(output_dir=Path("runs/a"), resume=True, resume_path="runs/a/checkpoint-5") == [
         "--output-dir", "runs/a", "--resume", "runs/a/checkpoint-5"]
     assert train_passthrough() == []
+
+
+def test_resume_hint_keeps_the_output_dir_and_the_launch_flags() -> None:
+    # What a DDP worker sees after `grpo train r.yaml x=1 --profile ddp --num-processes 2 -o runs/a`.
+    overrides = ["training.max_steps=9", "rewards=[{name: accuracy}]", "launch.profile=ddp", "launch.num_processes=2"]
+    assert resume_command("r.yaml", overrides, Path("runs/a")) == (
+        "grpo train r.yaml training.max_steps=9 'rewards=[{name: accuracy}]' -o runs/a --profile ddp "
+        "--num-processes 2 --resume")
 
 
 def test_single_and_launched_processes_train_in_process(write_recipe, minimal_dir, monkeypatch) -> None:

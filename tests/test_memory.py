@@ -111,7 +111,8 @@ def test_activations_logits_and_kv_cache_by_hand(write_recipe, minimal_dir) -> N
     per_layer = (6 * H + 3 * KV_DIM + 4 * INTER) * 2 * tokens  # values kept per token per layer, bf16
     assert plan.activations_full == per_layer * L
     assert _b(plan, "activations") == plan.activations_checkpointed == H * 2 * tokens * L + per_layer
-    assert _b(plan, "completion logits") == 4 * 512 * V * 4  # fp32 logits of the completions: the usual OOM
+    # TRL's fused LM head: 7 fp32 tiles of (completion tokens, capped at 4096) x (vocab, capped at 32768)
+    assert _b(plan, "log-prob tiles") == 7 * (4 * 512) * 32768 * 4
     assert _b(plan, "generation KV cache") == 2 * L * KV_DIM * 2 * (4 * 2) * (256 + 512)
     no_ckpt = _plan(write_recipe, ["training.per_device_train_batch_size=4", "training.gradient_checkpointing=false"])
     assert _b(no_ckpt, "activations") == per_layer * L > _b(plan, "activations")
@@ -120,7 +121,7 @@ def test_activations_logits_and_kv_cache_by_hand(write_recipe, minimal_dir) -> N
 def test_total_is_static_plus_the_larger_transient_phase(write_recipe, minimal_dir) -> None:
     plan = _plan(write_recipe, [])
     static = sum(i.bytes for i in plan.items if i.phase == "static")
-    training = _b(plan, "activations") + _b(plan, "completion logits")
+    training = _b(plan, "activations") + _b(plan, "log-prob tiles")
     assert plan.total_bytes == static + max(training, _b(plan, "generation KV cache"))
     assert plan.render_rows()[-1][:2] == ("total per GPU", f"{plan.total_bytes / GIB:.2f}")
 

@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -72,6 +73,13 @@ def test_merged_model_loads_without_peft_and_matches_base_plus_adapter(run: Path
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= names
     assert not names & {"adapter_config.json", "adapter_model.safetensors"}
     assert not list(tmp_path.glob(".merged*")), "temporary directory left behind"
+    from huggingface_hub import ModelCard
+
+    card = ModelCard.load(out / "README.md")  # the merged model's card: a full model, made by this run
+    assert card.data.library_name == "transformers" and {"grpo", "trl"} <= set(card.data.tags)
+    assert "| accuracy | 1.0 |" in card.text and "lora:" in card.text and "report.png" in names
+    run_card = ModelCard.load(run / "README.md")  # the run's own card: a LoRA adapter
+    assert run_card.data.library_name == "peft" and "lora" in run_card.data.tags
 
     saved = tmp_path / "logits.pt"
     proc = subprocess.run([sys.executable, "-c", PLAIN, str(out), str(saved)], capture_output=True, text=True,
@@ -107,9 +115,14 @@ def test_refuses_non_empty_out_unless_forced(run: Path, tmp_path: Path) -> None:
     result = run_cli("merge", run, "--out", out)
     assert result.exit_code == 2 and "not empty" in result.output and "--force" in result.output
     assert (out / "keep.txt").read_text() == "precious"
-    result = run_cli("merge", run, "--out", out, "--force")
+    earlier = tmp_path / "earlier"
+    assert run_cli("merge", run, "--out", earlier).exit_code == 0
+    (earlier / "stale.txt").write_text("from the earlier merge")
+    result = run_cli("merge", run, "--out", earlier)
+    assert result.exit_code == 2 and "not empty" in result.output
+    result = run_cli("merge", run, "--out", earlier, "--force")
     assert result.exit_code == 0, result.output
-    assert not (out / "keep.txt").exists() and (out / "model.safetensors").exists()
+    assert not (earlier / "stale.txt").exists() and (earlier / "model.safetensors").exists()
 
 
 def test_interrupted_or_failed_merge_leaves_nothing(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -175,3 +188,30 @@ def test_merge_errors_say_how_to_proceed(run: Path, tmp_path: Path) -> None:
     # The explicit --base fixes the moved adapter.
     result = run_cli("merge", bare, "--base", _base(run), *out)
     assert result.exit_code == 0, result.output
+
+
+def test_force_refuses_a_directory_that_is_not_a_model(run: Path, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "notes.txt").write_text("not a model")
+    result = run_cli("merge", run, "--out", home, "--force")
+    assert result.exit_code == 2 and "does not look like a model" in result.output, result.output
+    assert (home / "notes.txt").read_text() == "not a model"
+
+
+def test_a_killed_merge_leaves_nothing_that_later_merges_keep(run: Path, tmp_path: Path) -> None:
+    out = tmp_path / "merged"
+    cmd = [sys.executable, "-m", "grpo_cli", "merge", str(run), "--out", str(out)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not list(tmp_path.glob(".merged.tmp-*")) and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.005)
+    proc.kill()  # SIGKILL: no cleanup handler runs
+    proc.wait()
+    if out.exists():
+        pytest.skip("the merge finished before it could be killed")
+    stale = list(tmp_path.glob(".merged.tmp-*"))
+    assert stale, "the killed merge left no temporary directory to clean"
+    result = run_cli("merge", run, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["merged"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -115,7 +117,9 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues_at_that_step(tmp_path: 
     proc.send_signal(signal.SIGTERM)
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, output
-    assert "SIGTERM" in output and "--resume" in output
+    assert "SIGTERM" in output
+    hint = re.search(r"continue with `(grpo train [^`]+)`", " ".join(output.split()))
+    assert hint, output
     checkpoints = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     assert checkpoints, output
     stopped_at = int(checkpoints[-1].name.split("-")[1])
@@ -124,9 +128,10 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues_at_that_step(tmp_path: 
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["status"] == "interrupted"
 
-    resumed = run_cli("train", DEMO, f"training.max_steps={stopped_at + 2}", "training.per_device_train_batch_size=8",
-                      "training.num_generations=4", "training.logging_steps=1", "eval.before_after=false",
-                      "-o", out, "--resume")
+    # The printed command works as it stands (one more override only shortens the run for the test).
+    resume_args = shlex.split(hint.group(1))[2:]
+    assert "-o" in resume_args and "--resume" in resume_args
+    resumed = run_cli("train", *resume_args, f"training.max_steps={stopped_at + 2}")
     assert resumed.exit_code == 0, resumed.output
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [r["step"] for r in records if "reward" in r]
@@ -152,6 +157,14 @@ def test_force_keeps_the_old_run_when_the_new_one_cannot_start(tmp_path: Path) -
     result = run_cli("train", DEMO, *FAST, "model.name_or_path=./no-such-model", "-o", out, "--force")
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert (out / "manifest.json").read_text() == before
+    # The new run starts, then fails at step 0 (its reward raises): the previous run must survive as well.
+    (tmp_path / "boom.py").write_text("def boom(completions, **kwargs):\n    raise ValueError('no')\n")
+    result = run_cli("train", DEMO, *FAST, f"rewards=[{{function: {tmp_path / 'boom.py'}:boom}}]", "-o", out,
+                     "--force")
+    assert result.exit_code == 2 and "boom" in result.output, result.output
+    assert (out / "manifest.json").read_text() == before
+    assert (out / "model.safetensors").exists() and (out / "metrics.jsonl").exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".run")], "a moved-aside copy was left behind"
 
 
 def test_resume_with_a_different_lora_setting_is_refused(tmp_path: Path) -> None:

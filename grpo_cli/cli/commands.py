@@ -10,7 +10,20 @@ from typing import Any
 
 import typer
 
-from grpo_cli.cli import check_rewards, eval, memory, merge, report, schema, train, validate, vllm_serve
+from grpo_cli.cli import (
+    check_rewards,
+    doctor,
+    eval,
+    memory,
+    merge,
+    push,
+    report,
+    samples,
+    schema,
+    train,
+    validate,
+    vllm_serve,
+)
 from grpo_cli.cli.app import RECIPE_EPILOG
 
 
@@ -24,8 +37,11 @@ def get_commands() -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
         ("eval", eval.eval_cmd, {"epilog": eval.EVAL_EPILOG}),
         ("merge", merge.merge, {}),
         ("report", report.report, {}),
+        ("samples", samples.samples, {}),
+        ("push", push.push, {}),
         ("memory", memory.memory, {"epilog": RECIPE_EPILOG}),
         ("vllm-serve", vllm_serve.vllm_serve, {"epilog": RECIPE_EPILOG}),
+        ("doctor", doctor.doctor, {"epilog": doctor.DOCTOR_EPILOG}),
     ]
 
 

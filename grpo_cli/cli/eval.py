@@ -8,17 +8,21 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.app import OverridesArg, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.app import OverridesArg, console, run_guarded
 
 EVAL_EPILOG = (
     "Models can be hub ids, model dirs, LoRA adapter dirs (base read from adapter_config.json), grpo output "
     "dirs or checkpoint-N dirs. Without --model the recipe's own model is evaluated. Repeat --compare to put "
-    "more models side by side; all see the same prompts and seed. Flags override the recipe's `eval` section."
+    "more models side by side; all see the same prompts and seed. Flags override the recipe's `eval` section. "
+    "With --suite (or eval.suite in the recipe) a bundled benchmark is scored instead: gsm8k, math500 or svamp, "
+    "greedy pass@1 with a 95% interval; the recipe may then be omitted and a model or run dir given in its place "
+    "(grpo eval --suite gsm8k RUN_DIR). Suite results are written as eval-<suite>.json next to the model."
 )
 
 
 def eval_cmd(
-    recipe: RecipeArg,
+    recipe: Annotated[Path | None, typer.Argument(help="Recipe YAML file; with --suite it may be left out or be "
+                                                  "the model/run dir to evaluate.", show_default=False)] = None,
     overrides: OverridesArg = None,
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model to evaluate (default: the recipe's "
                                               "model).", show_default=False)] = None,
@@ -28,7 +32,7 @@ def eval_cmd(
                                               show_default=False)] = None,
     file: Annotated[str | None, typer.Option("--file", help="Evaluate the rows of this .jsonl/.json/.csv/.parquet.",
                                              show_default=False)] = None,
-    samples: Annotated[int | None, typer.Option("--samples", "-n", min=1, help="At most this many prompts "
+    samples: Annotated[int | None, typer.Option("--samples", "--limit", "-n", min=1, help="At most this many prompts "
                                                 "(eval.max_samples).", show_default=False)] = None,
     num_generations: Annotated[int | None, typer.Option("--num-generations", "-k", min=1, help="Samples per "
                                                         "prompt, the k of pass@k (eval.num_generations).",
@@ -43,34 +47,55 @@ def eval_cmd(
                                                       "(repeatable).", show_default=False)] = None,
     backend: Annotated[str, typer.Option("--backend", help="auto (vLLM when installed and a GPU is present), "
                                          "transformers or vllm.")] = "auto",
+    suite: Annotated[str | None, typer.Option("--suite", help="Score a bundled benchmark: gsm8k, math500 or svamp "
+                                              "(eval.suite).", show_default=False)] = None,
+    max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", min=1, help="Longest completion "
+                                                       "(eval.max_new_tokens).", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite an earlier evaluation in --out.")] = False,
 ) -> None:
-    """Sample completions for held-out prompts and score them with the recipe's rewards: mean, pass@k, lengths."""
+    """Sample completions for held-out prompts and score them: the recipe's rewards, or a benchmark suite."""
 
-    def body() -> None:
-        from grpo_cli.evaluation import EvalSettings, label_models, run_eval, write_eval_outputs
-        from grpo_cli.models import model_reference, resolve_model_source
-        from grpo_cli.runs import is_run_dir
+    args = dict(locals())
+    run_guarded(lambda: _evaluate(**args))
 
-        loaded = load(recipe, overrides)
-        settings = EvalSettings.from_recipe(loaded, samples=samples, k=num_generations, temperature=temperature,
-                                            batch_size=batch_size)
-        first_ref = model or model_reference(loaded)
-        trained = Path(loaded.output.dir)
-        if model is None and is_run_dir(trained):
-            console.print(f"note: evaluating the recipe's base model; add `--model {trained}` for the run trained "
-                          f"there (or `--compare {trained}` for both side by side)", markup=False)
-        # Paths from flags are relative to the current directory; the recipe's own model to the recipe.
-        sources = [resolve_model_source(first_ref, adapter=adapter, base_dir=None if model else loaded.base_dir)]
-        sources += [resolve_model_source(ref, where="--compare") for ref in compare or []]
-        results = run_eval(loaded, sources, settings, split=split, file=file, backend=backend, console=console)
-        label_models(results)
-        target = out or Path("outputs") / "eval" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        completions, summary = write_eval_outputs(target, results, settings, sources)
-        title = (f"{results[0].num_prompts} prompts x {settings.k} samples · T={settings.temperature} · "
-                 f"seed {settings.seed}")
-        from grpo_cli.cli.render import render_eval
 
-        render_eval(console, results, title)
-        console.print(f"wrote {completions} and {summary}", markup=False)
+def _evaluate(recipe: Path | None, overrides: list[str] | None, model: str | None, adapter: str | None,
+              split: str | None, file: str | None, samples: int | None, num_generations: int | None,
+              temperature: float | None, batch_size: int | None, out: Path | None, compare: list[str] | None,
+              backend: str, suite: str | None, max_new_tokens: int | None, force: bool = False) -> None:
+    """The eval command's work: a benchmark suite, or the recipe's eval split scored with its rewards."""
+    from grpo_cli.cli.eval_suite import eval_suite, suite_target
 
-    run_guarded(body)
+    loaded, model_ref = suite_target(recipe, overrides, suite, model)
+    suite_name = suite or (loaded.eval.suite if loaded is not None else None)
+    if suite_name:
+        eval_suite(suite_name, loaded, model_ref, adapter=adapter, compare=compare or [], out=out,
+                   k=num_generations, temperature=temperature, limit=samples, batch_size=batch_size,
+                   max_new_tokens=max_new_tokens, backend=backend)
+        return
+    from grpo_cli.evaluation import EvalSettings, check_eval_out, label_models, run_eval, write_eval_outputs
+    from grpo_cli.models import model_reference, resolve_model_source
+    from grpo_cli.runs import is_run_dir
+
+    settings = EvalSettings.from_recipe(loaded, samples=samples, k=num_generations, temperature=temperature,
+                                        batch_size=batch_size)
+    settings.max_new_tokens = max_new_tokens or settings.max_new_tokens
+    target = out or Path("outputs") / "eval" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    check_eval_out(target, force)  # before any model loads
+    first_ref = model or model_reference(loaded)
+    trained = Path(loaded.output.dir)
+    if model is None and is_run_dir(trained):
+        console.print(f"note: evaluating the recipe's base model; add `--model {trained}` for the run trained "
+                      f"there (or `--compare {trained}` for both side by side)", markup=False)
+    # Paths from flags are relative to the current directory; the recipe's own model to the recipe.
+    sources = [resolve_model_source(first_ref, adapter=adapter, base_dir=None if model else loaded.base_dir)]
+    sources += [resolve_model_source(ref, where="--compare") for ref in compare or []]
+    results = run_eval(loaded, sources, settings, split=split, file=file, backend=backend, console=console)
+    label_models(results)
+    completions, summary = write_eval_outputs(target, results, settings, sources)
+    title = (f"{results[0].num_prompts} prompts x {settings.k} samples · T={settings.temperature} · "
+             f"seed {settings.seed}")
+    from grpo_cli.cli.render import render_eval
+
+    render_eval(console, results, title)
+    console.print(f"wrote {completions} and {summary}", markup=False)

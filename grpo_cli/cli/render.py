@@ -37,15 +37,20 @@ def _fmt_value(value: Any) -> str:
 def render_eval_pair(console: Console, before: Any, after: Any) -> None:
     """Side-by-side held-out scores before and after training."""
     a, b = before.summary(), (after.summary() if after else {})
-    table = Table(title="held-out evaluation (sampling)", title_justify="left")
+    suite = a.get("suite")
+    title = f"{suite} ({a.get('decoding')})" if suite else "held-out evaluation (sampling)"
+    table = Table(title=title, title_justify="left")
     table.add_column("metric")
     table.add_column("before", justify="right")
     table.add_column("after", justify="right")
     table.add_column("change", justify="right")
     for key, value in a.items():
-        if key in ("label",):
+        if key in ("label", "suite", "model", "source", "decoding") or (suite and value is None):
             continue
         other = b.get(key)
+        if key == "ci95":  # a suite's 95% interval, as percentages
+            table.add_row("95% CI", *(f"{100 * v[0]:.1f}–{100 * v[1]:.1f}%" if v else "-" for v in (value, other)), "")
+            continue
         change = other - value if isinstance(value, float) and isinstance(other, float) else None
         table.add_row(key, _fmt_value(value), _fmt_value(other), (f"{change:+.4f}" if change is not None else ""))
     console.print(table)
@@ -236,3 +241,88 @@ def _ms(seconds: float | None) -> str:
 
 def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.0f}%"
+
+
+_STATUS = {"ok": "[green]ok[/]", "missing": "[red]missing[/]", "incompatible": "[red]incompatible[/]",
+           "absent": "[dim]not installed[/]"}
+
+
+def render_doctor(console: Console, report: Any, *, as_json: bool = False) -> None:
+    """`grpo doctor`: one row per component, then devices, notes and the problems with their fixes."""
+    if as_json:
+        console.print_json(json.dumps(report.as_dict()))
+        return
+    table = Table(title="grpo doctor", show_lines=False)
+    for col in ("component", "installed", "supported", "status"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("window from")
+    table.add_row("torch build", escape(report.torch), "", "", "")
+    for c in report.checks:
+        status = _STATUS[c.status] + ("" if c.needed or c.status != "incompatible" else " (unused)")
+        table.add_row(c.name, escape(c.found or "-"), escape(c.wants), status, escape(c.source))
+    console.print(table)
+    for d in report.devices:
+        console.print(f"cuda:{d.index} {escape(d.name)}, {d.memory_gb:.1f} GiB, sm_{d.capability[0]}{d.capability[1]}, "
+                      f"bf16 {'yes' if d.bf16 else 'no'}")
+    for note in report.notes:
+        console.print(f"note: {escape(note)}")
+    for problem in report.problems:
+        console.print(f"[bold red]problem:[/] {escape(problem)}", soft_wrap=True)
+    console.print("[green]ready[/]" if report.ok else f"[red]{len(report.problems)} problem(s)[/]")
+
+
+def _pct1(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def render_suite_results(console: Console, results: list[Any]) -> None:
+    """`grpo eval --suite`: one row per model, accuracy with its 95% Wilson interval, change from the first."""
+    first = results[0]
+    k = first.k
+    temperature = first.settings.temperature
+    title = f"{first.suite}: {len(first.rows)} problems, " + (
+        "greedy pass@1" if temperature == 0 else f"{k} samples at T={temperature}")
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("model", "left"), ("accuracy", "right"), ("95% CI", "right")):
+        table.add_column(name, justify=justify, overflow="fold")
+    if k > 1:
+        table.add_column(f"pass@{k}", justify="right")
+    table.add_column("no answer", justify="right")
+    if len(results) > 1:
+        table.add_column("Δ accuracy", justify="right")
+    for r in results:
+        s = r.summary()
+        lo, hi = s["ci95"]
+        cells = [r.label, _pct1(s["accuracy"]), f"{100 * lo:.1f}–{100 * hi:.1f}%"]
+        if k > 1:
+            cells.append(_pct1(s.get(f"pass@{k}")))
+        cells.append(_pct1(s["no_answer_rate"]))
+        if len(results) > 1:
+            cells.append("" if r is first else f"{100 * (r.accuracy - first.accuracy):+.1f}pp")
+        table.add_row(*cells)
+    console.print(table)
+
+
+def render_samples(console: Console, rows: list[dict[str, Any]], title: str, width: int = 400) -> None:
+    """`grpo samples`: one row per completion with its total reward, each reward and its advantage."""
+    names: list[str] = []
+    for r in rows:
+        names += [n for n in (r.get("rewards") or {}) if n not in names]
+    table = Table(title=title, title_justify="left", show_lines=True)
+    table.add_column("step", justify="right")
+    table.add_column("prompt", overflow="fold", ratio=2)
+    table.add_column("completion", overflow="fold", ratio=3)
+    table.add_column("reward", justify="right")
+    for n in names:
+        table.add_column(n, justify="right")
+    table.add_column("adv.", justify="right")
+
+    def cut(text: Any) -> str:
+        text = str(text or "")
+        return text if len(text) <= width else text[:width] + " …"
+
+    for r in rows:
+        scores = r.get("rewards") or {}
+        table.add_row(str(r.get("step")), cut(r.get("prompt")), cut(r.get("completion")), _fmt_value(r.get("reward")),
+                      *(_fmt_value(scores.get(n)) for n in names), _fmt_value(r.get("advantage")), style=None)
+    console.print(table)

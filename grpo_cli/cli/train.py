@@ -36,17 +36,20 @@ def train(
         launch_overrides = _launch_overrides(profile, num_processes, num_machines, machine_rank, main_process_ip)
         # `--resume PATH`: a bare path among the overrides (overrides always contain '=').
         plain = [o for o in overrides or [] if "=" not in o]
-        resume_path = plain[0] if resume and len(plain) == 1 else None  # checked by prepare_output_dir
+        resume_path = plain[0] if resume and len(plain) == 1 else None  # checked by runs.plan_output_dir
         overrides_ = [o for o in overrides or [] if o != resume_path]
         loaded = load(recipe, [*overrides_, *launch_overrides])
-        from grpo_cli.training.launch import maybe_relaunch, train_passthrough
+        from grpo_cli.training.launch import maybe_relaunch, resume_command, train_passthrough
 
         passthrough = train_passthrough(output_dir, resume, resume_path, force)
-        code = maybe_relaunch(loaded, recipe, overrides_, launch_overrides, passthrough)
+        out = output_dir or Path(loaded.output.dir)
+        code = maybe_relaunch(loaded, recipe, overrides_, launch_overrides, passthrough, lock_dir=out)
         if code is not None:
             raise typer.Exit(code)
         resume_arg: bool | str | None = resume_path or (True if resume else None)
-        result = run_train(loaded, output_dir=output_dir, resume=resume_arg, force=force, console=console)
+        hint = resume_command(recipe, [*overrides_, *launch_overrides], out)
+        result = run_train(loaded, output_dir=output_dir, resume=resume_arg, force=force, console=console,
+                           resume_command=hint)
         if is_main_process():  # one summary per run, not one per process
             render_train_result(console, result)
         if result.status == "interrupted":

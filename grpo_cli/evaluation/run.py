@@ -178,6 +178,19 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
     return results
 
 
+EVAL_FILES = ("completions.jsonl", "summary.json")
+
+
+def check_eval_out(out: Path, force: bool) -> None:
+    """Refuse, before any model loads, to overwrite an earlier evaluation in `out` unless forced."""
+    if out.exists() and not out.is_dir():
+        raise GrpoError(f"{out} exists and is a file", where="--out", fix="Give a directory path.")
+    earlier = [name for name in EVAL_FILES if (out / name).exists()]
+    if earlier and not force:
+        raise GrpoError(f"{out} already holds an evaluation ({', '.join(earlier)}); refusing to overwrite it",
+                        where="--out", fix="Choose another --out, or pass --force to replace that evaluation.")
+
+
 def write_eval_outputs(out: Path, results: list[EvalResult], settings: EvalSettings,
                        sources: list[Any]) -> tuple[Path, Path]:
     """completions.jsonl (every completion with its scores) and summary.json (settings + one summary per model)."""

@@ -11,11 +11,13 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.models.card import write_card
 from grpo_cli.models.sources import (
     ModelSource,
     attach_adapter,
@@ -81,9 +83,53 @@ def _check_out(out: Path, source: ModelSource, force: bool) -> None:
     if any(out_r == p or out_r in p.parents for p in protected):
         raise GrpoError(f"--out {out} would replace the adapter being merged", where="--out",
                         fix="Write the merged model to a new directory, e.g. --out outputs/merged.")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise GrpoError(f"output directory {out} is not empty; refusing to overwrite it", where="--out",
-                        fix="Choose an empty or new directory, or pass --force to replace it.")
+    if out.is_dir() and any(out.iterdir()):
+        if not force:
+            raise GrpoError(f"output directory {out} is not empty; refusing to overwrite it", where="--out",
+                            fix="Choose an empty or new directory, or pass --force to replace it.")
+        if not looks_like_a_model(out):
+            raise GrpoError(f"{out} is not empty and does not look like a model (no config.json with weights, "
+                            "no grpo_merge.json); refusing to delete it", where="--force",
+                            fix="Choose an empty or new --out; --force only replaces an earlier merge or model.")
+
+
+def looks_like_a_model(path: Path) -> bool:
+    """A saved model or earlier merge: what `--force` may replace."""
+    from grpo_cli.runs import WEIGHT_FILES
+
+    return (path / "grpo_merge.json").is_file() or (
+        (path / "config.json").is_file() and any((path / name).is_file() for name in WEIGHT_FILES))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_stale_temporaries(out: Path) -> list[Path]:
+    """Remove `.OUT.tmp-PID-*` / `.OUT.old-PID-*` left by merges that were killed (their PID is gone).
+
+    A merge writes into such a sibling and renames it at the end; SIGKILL skips its cleanup. Names
+    without a PID (from older versions) are removed once they are an hour old. A previous output
+    moved aside by a merge killed mid-install is put back rather than deleted.
+    """
+    removed = []
+    for kind in ("tmp", "old"):
+        for path in out.parent.glob(f".{out.name}.{kind}-*"):
+            pid = path.name[len(f".{out.name}.{kind}-"):].split("-", 1)[0]
+            stale = not _pid_alive(int(pid)) if pid.isdigit() else time.time() - path.stat().st_mtime > 3600
+            if not (stale and path.is_dir()):
+                continue
+            if kind == "old" and (path / "dir").is_dir() and not out.exists():
+                os.replace(path / "dir", out)
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path)
+    return removed
 
 
 def _pick_dtype(requested: str, weights: str) -> str:
@@ -130,7 +176,7 @@ def _install(tmp: Path, out: Path) -> None:
     """Put the finished tmp dir in place of `out`; the old contents go only after the new ones are in."""
     old = None
     if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-{os.getpid()}-", dir=out.parent))
         os.replace(out, old / "dir")
     os.replace(tmp, out)
     if old is not None:
@@ -146,9 +192,13 @@ def _qlora_notes(source: ModelSource, dtype: str) -> list[str]:
 
 
 def _staging_dir(out: Path) -> Path:
-    """A hidden sibling of `out` to write into, renamed into place only once verified."""
+    """A hidden sibling of `out` to write into, renamed into place only once verified.
+
+    Its name carries this process's id, so a later merge can tell (and remove) what a killed one left.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    clean_stale_temporaries(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-{os.getpid()}-", dir=out.parent))
     umask = os.umask(0)
     os.umask(umask)
     tmp.chmod(0o777 & ~umask)  # mkdtemp makes it private; the final dir should look like any other
@@ -207,6 +257,7 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
         info = {"base": source.weights, "adapter": str(source.adapter.resolve()), "dtype": dtype,
                 "max_logit_diff": diff, "tolerance": tolerance}
         (tmp / "grpo_merge.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        write_card(tmp, run_dir=source.run_dir, base=source.weights, adapter=False)
         files = sorted(p.name for p in tmp.iterdir())
         _install(tmp, out)
     except BaseException:

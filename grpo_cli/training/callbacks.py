@@ -129,3 +129,16 @@ class GracefulStop(TrainerCallback):
     @property
     def signal_name(self) -> str:
         return signal.Signals(self.received).name if self.received is not None else ""
+
+
+class OnFirstStep(TrainerCallback):
+    """Call `action` once, when the first optimizer step of this run has completed (e.g. drop a replaced run)."""
+
+    def __init__(self, action: Any) -> None:
+        self.action = action
+        self.done = False
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if not self.done:
+            self.done = True
+            self.action()

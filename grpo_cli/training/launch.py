@@ -10,6 +10,7 @@ before N processes start loading a model.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -31,6 +32,10 @@ from grpo_cli.validation.topology import (
 DEEPSPEED_PROFILES = ("zero2", "zero3")
 # Set in the environment of the processes `grpo train` starts, so they never re-launch again.
 RELAUNCHED_ENV = "GRPO_RELAUNCHED"
+# `grpo train` flags that travel as launch.* overrides to the re-launched processes.
+LAUNCH_FLAGS = {"profile": "--profile", "num_processes": "--num-processes", "num_machines": "--num-machines",
+                "machine_rank": "--machine-rank", "main_process_ip": "--main-process-ip"}
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Seconds torchrun waits for workers to save a checkpoint after Ctrl-C before it kills them.
 SHUTDOWN_TIMEOUT_S = "600"
 _CONFIG_DIRS = (
@@ -153,6 +158,59 @@ def launch_env(gpus: int, base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def resume_command(recipe_path: Path | str, overrides: Sequence[str], output_dir: Path | str) -> str:
+    """The `grpo train ... --resume` command that continues a run, as the user would type it.
+
+    Launch overrides (which is how --profile/--num-processes reach the re-launched processes) go
+    back to their flag form; every other override and the output dir are kept, so the command
+    resumes the same run with the same settings.
+    """
+    import shlex
+
+    plain: list[str] = []
+    flags: list[str] = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        flag = LAUNCH_FLAGS.get(key.removeprefix("launch.")) if key.startswith("launch.") else None
+        if flag is None:
+            plain.append(item)
+        else:
+            flags += [flag, value]
+    return shlex.join(["grpo", "train", str(recipe_path), *plain, "-o", str(output_dir), *flags, "--resume"])
+
+
+def _libc_prctl() -> Any:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl if sys.platform.startswith("linux") else None
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _libc_prctl()
+
+
+def die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` to this process when its parent dies (no-op elsewhere).
+
+    Safe in a `preexec_fn`: it only calls the prctl function resolved at import time.
+    """
+    if _PRCTL is not None:
+        _PRCTL(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+
+
+def bind_to_launcher() -> None:
+    """In a re-launched worker: die with accelerate, which dies with `grpo train` (see run_forwarding_signals).
+
+    A launcher killed with SIGKILL cannot forward anything; without this its workers would keep
+    training to the end with nobody to report to. If the parent is already gone, stop now.
+    """
+    if os.environ.get(RELAUNCHED_ENV) and _PRCTL is not None:
+        parent = os.getppid()
+        die_with_parent()
+        if parent == 1 or os.getppid() != parent:  # orphaned before the request took effect
+            os._exit(137)
+
+
 def run_forwarding_signals(cmd: Sequence[str], env: dict[str, str]) -> int:
     """Run `cmd` in its own process group, inheriting stdio; return its exit code (130 if interrupted).
 
@@ -161,7 +219,7 @@ def run_forwarding_signals(cmd: Sequence[str], env: dict[str, str]) -> int:
     from torchrun, and a second SIGINT means "stop now"). A second SIGINT is forwarded as SIGINT
     (stop now), a third kills the group.
     """
-    proc = subprocess.Popen(list(cmd), env=env, process_group=0)
+    proc = subprocess.Popen(list(cmd), env=env, process_group=0, preexec_fn=die_with_parent)  # noqa: PLW1509
     received: list[int] = []
 
     def forward(signum: int, frame: Any) -> None:
@@ -187,14 +245,18 @@ def run_forwarding_signals(cmd: Sequence[str], env: dict[str, str]) -> int:
 
 
 def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_overrides: list[str],
-                   train_args: Sequence[str] = ()) -> int | None:
+                   train_args: Sequence[str] = (), lock_dir: Path | str | None = None) -> int | None:
     """Run this command again under accelerate when the profile needs several processes; return its exit code.
 
     Returns None (train in this process) for the cpu/single profiles and inside a launched process.
     Missing DeepSpeed/vLLM is reported first, for every profile, before anything heavy happens.
+    `lock_dir`: the run's output directory, locked here while the workers train.
     """
     check_launch_dependencies(recipe)
-    if recipe.launch.profile not in MULTI_PROCESS_PROFILES or under_launcher():
+    if under_launcher():
+        bind_to_launcher()
+        return None
+    if recipe.launch.profile not in MULTI_PROCESS_PROFILES:
         return None
     gpus = visible_gpu_count()
     if gpus == 0 and recipe.launch.profile != "ddp":
@@ -205,4 +267,12 @@ def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_
     import shlex
 
     print(f"launching: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    return run_forwarding_signals(cmd, launch_env(gpus))
+    from grpo_cli.run_lock import LOCKED_ENV, RunLock
+
+    env = launch_env(gpus)
+    if lock_dir is None:
+        return run_forwarding_signals(cmd, env)
+    # This process holds the output dir's lock for the whole run; its workers know not to take it.
+    with RunLock(Path(lock_dir)).acquire():
+        env[LOCKED_ENV] = "1"
+        return run_forwarding_signals(cmd, env)

@@ -44,6 +44,8 @@ class RunData:
     evals: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
+    tasks: list[dict[str, Any]] = field(default_factory=list)
+    """Task-metric evaluations (`task/...` keys, eval.every_steps)."""
 
 
 @dataclass
@@ -104,8 +106,12 @@ def load_run(output_dir: str | Path) -> RunData:
         raise GrpoError(f"{metrics} holds no training log yet", where="OUTPUT_DIR",
                         fix="Wait for the first logging step (training.logging_steps), or check that the run "
                             "got past model loading (manifest.json).")
-    # a run without a (readable) manifest still has curves
-    return RunData(out, train, evals, read_jsonl(out / runs.HEALTH), runs.read_manifest(out))
+    from grpo_cli.run_lock import mark_if_killed
+
+    # A run that died without a word is `killed`, not running; one without a (readable) manifest still has curves.
+    manifest = mark_if_killed(out) or runs.read_manifest(out)
+    tasks = [r for r in records if any(k.startswith("task/") for k in r)]
+    return RunData(out, train, evals, read_jsonl(out / runs.HEALTH), manifest, tasks)
 
 
 def reward_keys(records: list[dict[str, Any]], prefix: str = "") -> list[str]:
@@ -197,6 +203,10 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines += ["", "Best = the window with the highest mean total reward."
               + ("" if summary.best else " No window has a reward value."), ""]
     lines += _eval_lines(run)
+    lines += _task_lines(run)
+    from grpo_cli.training.completions import markdown_samples
+
+    lines += markdown_samples(run.output_dir)
     lines += ["## Health guards", ""]
     if run.events:
         for e in run.events:
@@ -235,6 +245,25 @@ def _eval_lines(run: RunData) -> list[str]:
                 lines.append(f"| {key} | {_f(value)} | {_f(after.get(key))} |")
         lines.append("")
     return lines
+
+
+def task_keys(run: RunData) -> list[str]:
+    return sorted({k for r in run.tasks for k in r if k.startswith("task/")})
+
+
+def _task_lines(run: RunData) -> list[str]:
+    """The task metric at each evaluation, and the checkpoint kept as best/."""
+    keys = task_keys(run)
+    if not keys:
+        return []
+    lines = ["## Task metric", "", "| step | " + " | ".join(keys) + " |", "|---:|" + "---:|" * len(keys)]
+    for r in run.tasks[-10:]:
+        lines.append(f"| {r.get('step')} | " + " | ".join(_f(r.get(k)) for k in keys) + " |")
+    best = run.manifest.get("best")
+    if isinstance(best, dict):
+        lines.append(f"\nBest: {best.get('metric')} = {_f(best.get('value'))} at step {best.get('step')}, "
+                     f"kept in `{run.output_dir / str(best.get('path'))}`.")
+    return [*lines, ""]
 
 
 def _plot_lines(ax: Any, records: list[dict[str, Any]], keys: Sequence[tuple[str, str]], first_colour: int = 0,
@@ -307,6 +336,12 @@ def plot(run: RunData, path: Path) -> None:
     if any(not math.isnan(v) for v in eval_values):
         ax.plot(eval_steps, eval_values, marker="s", linestyle=":", color="black", label="eval")
         ax.legend(fontsize=8, loc="best")
+    for i, key in enumerate(task_keys(run)):  # what the user cares about, on the reward's scale
+        task_steps, task_values = series(run.tasks, key)
+        if any(not math.isnan(v) for v in task_values):
+            ax.plot(task_steps, task_values, marker="D", linestyle="-.", color=f"C{(6 + i) % 10}",
+                    label=key.removeprefix("task/"))
+            ax.legend(fontsize=8, loc="best")
     _panel(axes[0][1], "reward spread", run, [("reward_std", "reward_std")],
            [("frac_reward_zero_std", "frac zero std")], (-0.02, 1.02))
     _panel(axes[0][2], "completions", run, [("completions/mean_length", "mean length")],

@@ -7,7 +7,6 @@ before the model loads, and nothing is written until those checks pass.
 from __future__ import annotations
 
 import os
-import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -79,6 +78,8 @@ class _Run:
     console: Any
     ckpt: Path | None = None
     replace: bool = False
+    resume_command: str | None = None
+    aside: runs.SetAside | None = None
     loaded: Any = None
     data: Any = None
     reward_funcs: list[Any] = field(default_factory=list)
@@ -91,27 +92,62 @@ class _Run:
 
 
 def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool | str | None = None,
-          force: bool = False, console: Any = None) -> TrainResult:
-    """Validate, load, and train; returns when training ends, is stopped, or is interrupted."""
-    run = _prepare(recipe, Path(output_dir or recipe.output.dir), resume, force, console)
-    _build(run)
-    _fit(run)
-    return _finish(run)
+          force: bool = False, console: Any = None, resume_command: str | None = None) -> TrainResult:
+    """Validate, load, and train; returns when training ends, is stopped, or is interrupted.
 
-
-def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Any) -> _Run:
-    """Everything that can fail cheaply, before any model loads and before anything is written."""
+    The output directory is locked for the whole run. `resume_command` is the command printed to
+    continue an interrupted run (default: the recipe with `-o OUT --resume`).
+    """
+    from grpo_cli.run_lock import LOCKED_ENV, RunLock
     from grpo_cli.validation import preflight
 
     preflight(recipe).raise_for_problems()
-    ckpt, replace = runs.prepare_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
-    if ckpt is not None:
+    out = Path(output_dir or recipe.output.dir)
+    # The main process locks, unless the `grpo train` that launched it holds the lock already.
+    lock = RunLock(out).acquire() if is_main_process() and not os.environ.get(LOCKED_ENV) else None
+    try:
+        run = _prepare(recipe, out, resume, force, console)
+        run.resume_command = resume_command
+        try:
+            _build(run)
+            _fit(run)
+            return _finish(run)
+        except BaseException:
+            if run.aside is not None:
+                run.aside.restore()  # the new run failed before its first step: the previous one comes back
+            raise
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _say(console: Any, text: str) -> None:
+    if console is not None and is_main_process():
+        console.print(text, markup=False, soft_wrap=True)
+
+
+def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Any) -> _Run:
+    """Everything that can fail cheaply, before any model loads and before anything is written.
+
+    A manifest still saying `running` in a directory whose lock this process now holds belongs to
+    a run that died without a word: it is recorded as `killed` first.
+    """
+    from grpo_cli.run_lock import mark_if_killed
+
+    if is_main_process() and (killed := mark_if_killed(out, lock_held=True)) is not None:
+        _say(console, f"note: the run in {out} ended without recording why (last recorded step "
+                      f"{killed.get('global_step', 'unknown')}); its manifest now says `killed`")
+    plan = runs.plan_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
+    for path, why in plan.skipped:
+        _say(console, f"skipping {path.name}: {why}")
+    if plan.checkpoint is not None:
         runs.check_resume_compatible(recipe, out)
+        _say(console, f"resuming from {plan.checkpoint.name} (step {runs.saved_step(plan.checkpoint)})")
     if recipe.launch.vllm.mode == "server" and is_main_process():
         from grpo_cli.training.vllm_server import server_base_url, wait_for_server
 
         wait_for_server(server_base_url(recipe), recipe.launch.vllm.server_timeout, recipe_source=recipe.source)
-    return _Run(recipe, out, console, ckpt, replace)
+    return _Run(recipe, out, console, plan.checkpoint, plan.replace)
 
 
 def _build(run: _Run) -> None:
@@ -144,21 +180,26 @@ def _build(run: _Run) -> None:
                         fix="Fix the named training key; `grpo validate` checks most of these up front.") from None
     _start_run_dir(run, config.seed)
     run.result = TrainResult(out, "running", 0, data_stats=run.data.stats)
-    if recipe.eval.before_after and run.data.eval is not None and is_main_process() and run.ckpt is None:
-        from grpo_cli.evaluation import evaluate_recipe_model
+    if _held_out(run) and is_main_process() and run.ckpt is None:
+        from grpo_cli.training.task_metric import evaluate_once
 
-        run.result.eval_before = evaluate_recipe_model(recipe, run.loaded.model, run.loaded.tokenizer, run.data.eval,
-                                                       console, label="before training")
+        run.result.eval_before = evaluate_once(recipe, run.loaded.model, run.loaded.tokenizer, run.data.eval, console,
+                                               label="before training")
     run.trainer = _make_trainer(run, config)
 
 
 def _start_run_dir(run: _Run, seed: int) -> None:
-    """Replace the previous run (only now that everything loaded) and write recipe.yaml and the manifest."""
+    """Set the previous run aside (only now that everything loaded) and write recipe.yaml and the manifest.
+
+    A resumed run first drops what was logged after its checkpoint (a hard kill leaves that behind).
+    """
     out = run.out
     if is_main_process():
-        if run.replace and out.exists():
-            shutil.rmtree(out)
+        if run.replace:
+            run.aside = runs.SetAside(out)  # deleted after the first step, restored if the run fails before it
         out.mkdir(parents=True, exist_ok=True)
+        if run.ckpt is not None:
+            runs.truncate_step_logs(out, runs.saved_step(run.ckpt))
         (out / runs.RECIPE).write_text(dump_yaml(run.recipe.model_dump(mode="json")), encoding="utf-8")
     run.manifest = runs.start_manifest(run.recipe.source, seed, run.recipe.launch.world_size)
     run.manifest.update(output_dir=str(out), resumed_from=str(run.ckpt) if run.ckpt else None, data=run.data.stats,
@@ -172,22 +213,37 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
-    from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, RichConsole
+    from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole
     from grpo_cli.training.health import health_callbacks
+    from grpo_cli.training.sampler import resumable
 
     recipe = run.recipe
     run.metrics = MetricsJsonl(run.out / runs.METRICS)
     run.stopper = GracefulStop()
     run.callbacks = [run.metrics, run.stopper,
                      RichConsole(run.console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
+    if run.aside is not None:
+        run.callbacks.append(OnFirstStep(run.aside.discard))
     run.callbacks += health_callbacks(recipe, run.out, console=run.console)
+    from grpo_cli.training.task_metric import run_callbacks
+
+    extras = run_callbacks(recipe, run.out, run.manifest, run.loaded.tokenizer, run.data.eval, run.console)
+    run.callbacks += extras
     data = run.data
-    trainer = GRPOTrainer(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config, train_dataset=data.train,
-                          eval_dataset=data.eval if config.eval_strategy != "no" else None,
-                          processing_class=run.loaded.tokenizer, peft_config=run.loaded.peft_config,
-                          callbacks=run.callbacks)
+    trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
+                                     train_dataset=data.train,
+                                     eval_dataset=data.eval if config.eval_strategy != "no" else None,
+                                     processing_class=run.loaded.tokenizer, peft_config=run.loaded.peft_config,
+                                     callbacks=run.callbacks)
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
+    for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
+        extra.trainer = trainer
     return trainer
+
+
+def _held_out(run: _Run) -> bool:
+    """eval.before_after applies: a suite, or an eval split to score."""
+    return run.recipe.eval.before_after and (run.data.eval is not None or run.recipe.eval.suite is not None)
 
 
 def _fit(run: _Run) -> None:
@@ -220,21 +276,24 @@ def _finish(run: _Run) -> TrainResult:
     stop_reason = next((c.reason for c in run.callbacks if getattr(c, "reason", None)), "")
     if run.stopper.received is not None:
         result.status = "interrupted"
+        command = run.resume_command or f"grpo train {recipe.source or 'RECIPE'} -o {out} --resume"
         result.message = (f"{run.stopper.signal_name} received: saved checkpoint-{result.global_step} in {out}; "
-                          f"continue with `grpo train {recipe.source or 'RECIPE'} --resume`.")
+                          f"continue with `{command}`.")
     elif stop_reason:
         result.status = "stopped"
         result.message = stop_reason
     else:
         result.status = "completed"
+        result.message = next((c.early_stop_message for c in run.callbacks if getattr(c, "early_stop_message", "")),
+                              "")
         trainer.save_model(str(out))
         if is_main_process():
             run.loaded.tokenizer.save_pretrained(str(out))
-        if recipe.eval.before_after and run.data.eval is not None and is_main_process():
-            from grpo_cli.evaluation import evaluate_recipe_model
+        if _held_out(run) and is_main_process():
+            from grpo_cli.training.task_metric import evaluate_once
 
-            result.eval_after = evaluate_recipe_model(recipe, trainer.model, run.loaded.tokenizer, run.data.eval,
-                                                      run.console, label="after training")
+            result.eval_after = evaluate_once(recipe, trainer.model, run.loaded.tokenizer, run.data.eval, run.console,
+                                              label="after training")
     run.manifest.update(status=result.status, finished=runs.now(), global_step=result.global_step,
                         message=result.message,
                         eval_before=result.eval_before.summary() if result.eval_before else None,
@@ -244,4 +303,8 @@ def _finish(run: _Run) -> TrainResult:
         from grpo_cli.training.report import report_after_training
 
         report_after_training(out, run.console)
+        if result.status == "completed":
+            from grpo_cli.models.hub import finish_run_card
+
+            finish_run_card(recipe, out, run.console)
     return result

@@ -4,7 +4,11 @@
 - batching.py: TRL's batch arithmetic for the real world size (the one list of batch keys).
 - topology.py: visible GPUs and the number of training processes, with the reason.
 - memory.py: the per-GPU memory plan from the model's shape.
-Nothing here imports torch except when a GPU count is really needed.
+- shapes.py / model_config.py: the shape from config.json; where the config comes from (local, HF cache,
+  the recipe's `model.shape`, the shipped table assets/model_shapes.json).
+- trl_rules.py: TRL 1.16's raise sites that the recipe decides, one declarative rule each.
+- environment.py: installed packages, torch build and GPUs against TRL's windows (`grpo doctor`).
+Nothing here imports torch except when a GPU count is really needed (and `grpo doctor`'s device probe).
 """
 
 from __future__ import annotations

@@ -203,6 +203,30 @@ def _training_checks(recipe: Recipe, pf: Preflight) -> None:
                                    "Remove `quantization` or run on a GPU."))
 
 
+def _eval_checks(recipe: Recipe, pf: Preflight) -> None:
+    """eval.every_steps must name a metric the evaluation can produce."""
+    ev = recipe.eval
+    if not ev.every_steps:
+        return
+    if ev.suite and ev.metric != "accuracy":
+        pf.problems.append(Problem("eval.metric", f"a suite measures accuracy, not {ev.metric!r}",
+                                   "Use eval.metric: accuracy with eval.suite, or drop eval.suite to score the eval "
+                                   "split with a reward."))
+    elif not ev.suite:
+        labels = [e.label for e in (ev.rewards or recipe.rewards)]
+        if ev.metric not in ("accuracy", "reward", *labels):
+            pf.problems.append(Problem("eval.metric", f"{ev.metric!r} is not a reward of this recipe",
+                                       f"Use accuracy, reward (the weighted total) or one of: {', '.join(labels)}."))
+        if not recipe.data.has_eval:
+            pf.problems.append(Problem("eval.every_steps", "scores the eval split, but the recipe has none",
+                                       "Set data.eval_split or data.eval_holdout, or name a bundled suite in "
+                                       "eval.suite."))
+    pf.plan["task metric"] = (f"task/{ev.suite or 'eval'}/{ev.metric} every {ev.every_steps} steps, best kept in "
+                              f"{recipe.output.dir}/best" + (f", early stop after {ev.early_stopping_patience} "
+                                                              "evaluations without improvement"
+                                                              if ev.early_stopping_patience else ""))
+
+
 def preflight(recipe: Recipe) -> Preflight:
     """Check everything checkable without loading a model; never raises for recipe problems."""
     pf = Preflight(recipe)
@@ -210,9 +234,29 @@ def preflight(recipe: Recipe) -> Preflight:
     data_desc = _data_checks(recipe, pf)
     _reward_checks(recipe, pf)
     _training_checks(recipe, pf)
+    _trl_and_environment_checks(recipe, pf)
     pf.plan = _plan(recipe, pf, model_desc, data_desc)
+    _eval_checks(recipe, pf)
     _memory(recipe, pf)
     return pf
+
+
+def _trl_and_environment_checks(recipe: Recipe, pf: Preflight) -> None:
+    """What TRL would reject after loading (validation/trl_rules.py) and the optional packages the recipe uses."""
+    from grpo_cli.validation.environment import recipe_problems
+    from grpo_cli.validation.trl_rules import check_trl_rules, rule_input
+
+    config = None
+    if recipe.training.get("router_aux_loss_coef"):  # the one rule that reads the model's config
+        from grpo_cli.validation.model_config import find_model_config
+
+        config, _ = find_model_config(recipe)
+    problems, warnings = check_trl_rules(rule_input(recipe, config))
+    pf.problems.extend(problems)
+    pf.warnings.extend(warnings)
+    problems, warnings = recipe_problems(recipe)
+    pf.problems.extend(problems)
+    pf.warnings.extend(warnings)
 
 
 def _memory(recipe: Recipe, pf: Preflight) -> None:
@@ -227,7 +271,8 @@ def _memory(recipe: Recipe, pf: Preflight) -> None:
     if plan is None:
         pf.plan["memory per GPU"] = f"not estimated ({why})" if why else "not estimated"
         return
-    pf.plan["memory per GPU"] = f"~{plan.total_gb:.1f} GiB (see `grpo memory` for the breakdown)"
+    pf.plan["memory per GPU"] = (f"~{plan.total_gb:.1f} GiB, model shape from {plan.source} "
+                                 "(`grpo memory` shows the breakdown)")
     if plan.warning:
         pf.warnings.append(plan.warning)
 

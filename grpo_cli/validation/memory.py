@@ -2,7 +2,7 @@
 
 The usual GRPO out-of-memory comes after minutes of loading, from something the recipe
 already decides: AdamW state of a full fine-tune, activations without checkpointing, or the
-fp32 completion logits (batch x completion length x vocabulary). This plan estimates each
+log-probabilities over a large vocabulary. This plan estimates each
 line from the architecture numbers in config.json and the recipe, so `grpo memory` can say
 which one to cut.
 
@@ -11,23 +11,22 @@ single/ddp keep gradients and AdamW moments in the weights' dtype, zero2/zero3/f
 master copy and fp32 moments (16 bytes per bf16 param); LoRA adapters are fp32, r x (in + out)
 per adapted projection; ZeRO-3/FSDP shard weights, gradients and optimizer state, ZeRO-2 only the
 last two; a decoder layer keeps about 6h + 3 kv_dim + 4 I values per token for backward (only h
-with gradient checkpointing, plus one recomputed layer); completion logits are
-batch x completion length x vocab x 4 bytes; the generation KV cache and the training pass are
-never alive together, so total = static + max(generation, training); 1 GiB of CUDA context.
+with gradient checkpointing, plus one recomputed layer); TRL's fused LM head keeps about 7 fp32
+tiles of at most 4096 tokens x 32768 vocabulary columns (measured on CPU); the generation KV
+cache and the training pass are never alive together, so total = static + max(generation,
+training); 1 GiB of CUDA context.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
-from grpo_cli.paths import hub_cache_file
+from grpo_cli.validation.model_config import find_model_config
 from grpo_cli.validation.shapes import ModelShape
 
 GIB = 1024**3
@@ -35,6 +34,12 @@ DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
 QUANT_BYTES = {"4bit": 0.5625, "8bit": 1.0}
 DEFAULT_PROMPT_TOKENS = 512
 OVERHEAD_BYTES = 1.0 * GIB
+# TRL 1.16's fused LM head (trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE, trl/trainer/utils.py
+# _CHUNKED_LOGPROB_CHUNK_SIZE) projects at most this many tokens x vocabulary columns at a time.
+TOKEN_TILE, VOCAB_TILE = 4096, 32768
+# fp32 tiles alive at the peak of the backward pass, measured on CPU by benchmarks/memory_plan.py
+# (docs/performance.md); assumed no larger for the Triton kernel on CUDA, which is not measured here.
+LOGPROB_TILES_ALIVE = 7
 
 
 @dataclass
@@ -124,22 +129,6 @@ def _count(n: int) -> str:
         if n >= div:
             return f"{n / div:,.{1 if n < div * 10 else 0}f}{unit}"
     return str(n)
-
-
-def find_model_config(recipe: Any) -> tuple[dict[str, Any] | None, str]:
-    """(config.json contents, where from) or (None, why not). Never touches the network."""
-    ref = recipe.model.name_or_path
-    local = recipe.local_model_dir(ref)
-    if local is not None:
-        path = local / "config.json"
-        if not path.is_file():
-            return None, f"{local} has no config.json"
-        return json.loads(path.read_text(encoding="utf-8")), str(path)
-    cached = hub_cache_file(ref, "config.json", recipe.model.revision)
-    if cached is None:
-        return None, (f"{ref}'s config.json is not in the local HF cache; `hf download {ref} config.json` "
-                      "enables it (the plan never downloads)")
-    return json.loads(Path(cached).read_text(encoding="utf-8")), f"hub cache {cached}"
 
 
 def _world_size(recipe: Any, gpu_count: int) -> tuple[int, str]:
@@ -258,7 +247,7 @@ def _sequence(recipe: Any, notes: list[str]) -> tuple[int, int, int]:
 
 def _training_items(recipe: Any, shape: ModelShape, dtype: str,
                     notes: list[str]) -> tuple[list[MemoryItem], float, float]:
-    """Activations and completion logits of one micro-batch; and activations with/without checkpointing."""
+    """Activations and log-prob tiles of one micro-batch; and activations with/without checkpointing."""
     ab = 4.0 if dtype == "float32" else 2.0  # activation bytes
     per_device, completion, seq = _sequence(recipe, notes)
     tokens = per_device * seq
@@ -274,9 +263,13 @@ def _training_items(recipe: Any, shape: ModelShape, dtype: str,
         f"{tokens:,} tokens/micro-batch, gradient checkpointing {'on' if use_ckpt else 'off'} "
         f"({'off' if use_ckpt else 'on'}: {other / GIB:.2f} GiB)" + (", eager attention" if eager else ""),
         "training")]
-    logits = per_device * completion * shape.vocab * 4.0
-    items.append(MemoryItem("completion logits", logits,
-                            f"{per_device} x {completion} tokens x {shape.vocab:,} vocab x 4 bytes", "training"))
+    # TRL 1.16 scores tokens through a fused LM head in tiles, never the full logits: on CUDA (Triton) only the
+    # completion positions, elsewhere every position of the micro-batch.
+    rows = per_device * (seq if recipe.launch.profile == "cpu" else completion)
+    tile_rows, tile_cols = min(rows, TOKEN_TILE), min(shape.vocab, VOCAB_TILE)
+    items.append(MemoryItem("log-prob tiles", LOGPROB_TILES_ALIVE * tile_rows * tile_cols * 4.0,
+                            f"{LOGPROB_TILES_ALIVE} x {tile_rows:,} tokens x {tile_cols:,} vocab x 4 bytes "
+                            "(TRL's fused LM head)", "training"))
     return items, full, ckpt
 
 

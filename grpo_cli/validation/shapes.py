@@ -30,6 +30,7 @@ class ModelShape:
     o_bias: bool = False
     gated_mlp: bool = True
     qk_norm: bool = False
+    extra_params: int = 0  # outside the decoder stack, e.g. a vision tower (the shipped table's `extra_params`)
 
     @classmethod
     def from_config(cls, cfg: dict[str, Any]) -> ModelShape:
@@ -54,7 +55,8 @@ class ModelShape:
                    # counting an untied lm_head when unsure over-estimates instead of under-estimating.
                    tied=bool(cfg.get("tie_word_embeddings", False)),
                    qkv_bias=attention_bias or model_type in QKV_BIAS_TYPES, o_bias=attention_bias,
-                   gated_mlp=model_type not in NON_GATED_TYPES, qk_norm=model_type in QK_NORM_TYPES)
+                   gated_mlp=model_type not in NON_GATED_TYPES, qk_norm=model_type in QK_NORM_TYPES,
+                   extra_params=int(cfg.get("extra_params") or 0))
 
     @property
     def q_dim(self) -> int:
@@ -99,7 +101,7 @@ class ModelShape:
     def params(self) -> int:
         final_norm = self.hidden if self.gated_mlp else 2 * self.hidden
         lm_head = 0 if self.tied else self.embedding_params
-        return self.embedding_params + lm_head + self.layers * self.layer_params + final_norm
+        return self.embedding_params + lm_head + self.layers * self.layer_params + final_norm + self.extra_params
 
     def lora_params(self, r: int, target_modules: list[str] | str) -> tuple[int, list[str]]:
         """Trainable LoRA params r x (in + out) per adapted projection, and the target names not recognised."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field
 
 from grpo_cli.recipe.schema.common import Section
@@ -29,3 +31,16 @@ class EvalSection(Section):
     """Sampling seed (the same for every model compared)."""
     rewards: list[RewardEntry] | None = None
     """Eval-only rewards; the training rewards when absent."""
+    suite: Literal["gsm8k", "math500", "svamp"] | None = None
+    """A bundled benchmark to evaluate instead of the eval split (`grpo eval`, before_after, every_steps): its own
+    zero-shot prompt and answer extraction, greedy unless `temperature` is set. max_samples limits its problems."""
+    every_steps: int | None = Field(None, gt=0)
+    """`grpo train`: evaluate the task metric every N steps (and before step 1), log it as `task/<metric>`, and
+    keep the best checkpoint in OUTPUT_DIR/best."""
+    metric: str = "accuracy"
+    """Task metric: `accuracy` (a suite's correctness, or pass@1 of the eval split's 0/1 reward), `reward` (the
+    weighted total) or the label of one reward (its mean)."""
+    greater_is_better: bool = True
+    """Whether a higher task metric is better (false for e.g. a length penalty)."""
+    early_stopping_patience: int | None = Field(None, ge=1)
+    """`grpo train`: stop when the task metric has not improved for this many evaluations in a row."""

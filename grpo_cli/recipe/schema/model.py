@@ -30,6 +30,32 @@ class LoraSection(Section):
     """Weight-decomposed LoRA (DoRA)."""
 
 
+class ShapeSection(Section):
+    """A model's architecture numbers (config.json's keys) for the memory plan when its config.json is not
+    local or cached and grpo's shipped table does not know it; a local or cached config.json wins."""
+
+    hidden_size: int = Field(gt=0)
+    """Width of the residual stream."""
+    intermediate_size: int = Field(gt=0)
+    """Width of the MLP."""
+    num_hidden_layers: int = Field(gt=0)
+    """Decoder layers."""
+    num_attention_heads: int = Field(gt=0)
+    """Query heads."""
+    num_key_value_heads: int | None = Field(None, gt=0)
+    """Key/value heads (grouped-query attention); defaults to num_attention_heads."""
+    head_dim: int | None = Field(None, gt=0)
+    """Per-head width; defaults to hidden_size / num_attention_heads."""
+    vocab_size: int = Field(gt=0)
+    """Vocabulary size (rows of the embedding and of lm_head)."""
+    tie_word_embeddings: bool = False
+    """Whether lm_head reuses the input embedding."""
+    model_type: str = ""
+    """config.json's model_type (e.g. qwen2 adds q/k/v biases, qwen3 q/k norms)."""
+    extra_params: int = Field(0, ge=0)
+    """Parameters outside the decoder stack, e.g. a vision tower."""
+
+
 class ModelSection(Section):
     """The policy model: a hub id, a local directory, or `bundled:tiny-arith`."""
 
@@ -50,6 +76,9 @@ class ModelSection(Section):
     """LoRA settings; full fine-tuning when absent."""
     quantization: Literal["4bit", "8bit"] | None = None
     """Load the base model quantized with bitsandbytes (QLoRA); needs CUDA and `model.lora`."""
+    shape: ShapeSection | None = None
+    """Architecture numbers for the memory plan of a model that is neither local, cached, nor in grpo's
+    shipped table (see `grpo validate`'s "memory per GPU" line); ignored when a config.json is found."""
 
     @model_validator(mode="after")
     def _quantization_needs_lora(self) -> ModelSection:

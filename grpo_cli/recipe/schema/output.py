@@ -23,6 +23,14 @@ class OutputSection(Section):
     """Experiment trackers; TensorBoard is local and needs no account."""
     save_adapter_only: bool = True
     """With LoRA, save only the adapter (use `grpo merge` for a standalone model)."""
+    completions_per_log: int = Field(8, ge=0)
+    """Completions sampled into OUTPUT_DIR/completions.jsonl at each logging step (prompt, completion, each
+    reward, advantage; read them with `grpo samples`); 0 turns it off."""
+    push_to_hub: str | None = None
+    """Hub repository id (`user/name`) to upload the final model or adapter and its model card to when training
+    completes (needs a Hub token, e.g. `huggingface-cli login`); `grpo push` does the same later."""
+    hub_private: bool = True
+    """Create the Hub repository as private."""
 
     @field_validator("report_to", mode="before")
     @classmethod

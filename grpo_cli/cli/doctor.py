@@ -1,0 +1,34 @@
+"""`grpo doctor`: this machine's Python, torch build, GPUs and libraries against what TRL 1.16 supports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.app import OverridesArg, console, load, run_guarded
+
+DOCTOR_EPILOG = ("Exit code 1 when something needed is missing or outside its supported window: the core libraries "
+                 "always, and with a recipe also what it uses (vLLM, DeepSpeed, bitsandbytes, flash-attn, "
+                 "liger-kernel, a CUDA GPU, bf16).")
+
+
+def doctor(
+    recipe: Annotated[Path | None, typer.Argument(help="Recipe whose needs to check as well.", show_default=False)]
+    = None,
+    overrides: OverridesArg = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Check Python, the torch build, CUDA devices, bf16, NCCL and library versions against TRL 1.16's windows."""
+
+    def body() -> None:
+        from grpo_cli.cli.render import render_doctor
+        from grpo_cli.validation.environment import doctor as run_doctor
+
+        report = run_doctor(load(recipe, overrides) if recipe is not None else None)
+        render_doctor(console, report, as_json=as_json)
+        if not report.ok:
+            raise typer.Exit(1)
+
+    run_guarded(body)

@@ -1,0 +1,34 @@
+"""`grpo push RUN_DIR REPO_ID`: upload a model or adapter with its model card to the Hugging Face Hub."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.app import console, run_guarded
+
+
+def push(
+    run_dir: Annotated[Path, typer.Argument(help="Output dir of `grpo train` or `grpo merge`.", show_default=False)],
+    repo_id: Annotated[str, typer.Argument(help="Hub repository, user/name.", show_default=False)],
+    public: Annotated[bool, typer.Option("--public", help="Create the repository public (default private).")]
+    = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and check the card, list the files, upload "
+                                          "nothing.")] = False,
+) -> None:
+    """Upload a trained model or adapter with its model card (README.md) to the Hugging Face Hub."""
+
+    def body() -> None:
+        from grpo_cli.models.hub import push_run
+
+        staged = push_run(run_dir, repo_id, private=not public, dry_run=dry_run)
+        console.print(f"model card checked: {staged.folder / 'README.md'}", markup=False, soft_wrap=True)
+        if dry_run:
+            console.print(f"would upload {len(staged.files)} files to {repo_id}: {', '.join(staged.files)}",
+                          markup=False, soft_wrap=True)
+        else:
+            console.print(f"[green]pushed[/] {len(staged.files)} files to {staged.url}", soft_wrap=True)
+
+    run_guarded(body)

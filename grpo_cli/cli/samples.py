@@ -1,0 +1,39 @@
+"""`grpo samples RUN_DIR`: read the completions a run sampled at each logging step (completions.jsonl)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.app import console, run_guarded
+
+
+def samples(
+    run_dir: Annotated[Path, typer.Argument(help="Output directory of a `grpo train` run.", show_default=False)],
+    step: Annotated[int | None, typer.Option("--step", help="Samples of this logging step (default: the last; "
+                                             "with --worst/--best: the whole run).", show_default=False)] = None,
+    worst: Annotated[bool, typer.Option("--worst", help="Lowest reward first.")] = False,
+    best: Annotated[bool, typer.Option("--best", help="Highest reward first.")] = False,
+    reward: Annotated[str | None, typer.Option("--reward", help="Order by this reward instead of the weighted "
+                                               "total.", show_default=False)] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Rows to show.")] = 10,
+) -> None:
+    """Print sampled prompts, completions, rewards and advantages from completions.jsonl: look for reward hacking."""
+
+    def body() -> None:
+        from grpo_cli.cli.render import render_samples
+        from grpo_cli.errors import GrpoError
+        from grpo_cli.training.completions import read_samples
+
+        if worst and best:
+            raise GrpoError("give --worst or --best, not both", where="command line")
+        order = "worst" if worst else "best" if best else ("worst" if reward else None)
+        rows, steps = read_samples(run_dir, step=step, order=order, reward=reward, limit=limit)
+        where = f"step {step}" if step is not None else (f"steps {steps[0]}–{steps[-1]}" if order
+                                                         else f"step {steps[-1]}")
+        what = f"{order} by {reward or 'total reward'}, " if order else ""
+        render_samples(console, rows, f"{run_dir} · {where} · {what}{len(rows)} shown")
+
+    run_guarded(body)

@@ -1,0 +1,156 @@
+"""Benchmark suites shipped with the package: GSM8K test, MATH-500 and SVAMP, scored offline.
+
+Each suite fixes three things so numbers are comparable between runs and with published ones:
+the rows (read from grpo_cli/assets/benchmarks, gzip-compressed copies of the upstream files),
+a zero-shot chat prompt that asks for the suite's own answer format, and the answer extraction
+and comparison. Nothing here imports torch: loading and scoring are plain Python.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.paths import ASSETS_DIR
+from grpo_cli.rewards.builtins.answers import answers_match, last_boxed, numbers, parse_completion_answer, to_number
+
+BENCHMARKS_DIR = ASSETS_DIR / "benchmarks"
+
+NUMERIC_PROMPT = ("Solve the following math word problem. Think step by step, then write the final answer as a "
+                  "number on the last line in the form \"#### <answer>\".\n\n{question}")
+BOXED_PROMPT = ("Solve the following math problem. Think step by step, then put your final answer within "
+                "\\boxed{{}}.\n\n{question}")
+
+
+@dataclass(frozen=True)
+class SuiteRow:
+    """One test problem: its upstream id, the question shown to the model and the normalised reference."""
+
+    id: str
+    question: str
+    reference: str
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A benchmark: where its rows come from, how it prompts, and how it extracts and compares answers."""
+
+    name: str
+    title: str
+    file: str
+    source: str
+    prompt_template: str
+    reader: Callable[[Path], list[SuiteRow]]
+    answer_format: str
+    """`gsm8k`: the number after the last `####`, else the last number; `boxed`: the last \\boxed{}."""
+
+    def rows(self, limit: int | None = None) -> list[SuiteRow]:
+        """The first `limit` rows in upstream order (all of them by default)."""
+        rows = self.reader(BENCHMARKS_DIR / self.name / self.file)
+        return rows[:limit] if limit else rows
+
+    def prompt(self, row: SuiteRow) -> str:
+        return self.prompt_template.format(question=row.question)
+
+    def messages(self, row: SuiteRow) -> list[dict[str, str]]:
+        """The zero-shot chat prompt: one user turn, no system prompt, no examples."""
+        return [{"role": "user", "content": self.prompt(row)}]
+
+    def extract(self, completion: str) -> str | None:
+        return extract_suite_answer(completion, self.answer_format)
+
+    def is_correct(self, completion: str, reference: str) -> bool:
+        """Whether the completion's extracted answer equals the reference (numbers compared as numbers)."""
+        answer = self.extract(completion)
+        if answer is None:
+            return False
+        if self.answer_format == "gsm8k":
+            a, b = to_number(answer), to_number(reference)
+            return a is not None and b is not None and math.isclose(a, b, rel_tol=1e-9, abs_tol=1e-9)
+        return answers_match(answer, reference)
+
+
+def extract_suite_answer(text: str, answer_format: str) -> str | None:
+    r"""The final answer of a completion: `#### 1,080` -> "1080"; `\boxed{\frac{1}{2}}` -> "\frac{1}{2}"."""
+    if answer_format == "boxed":
+        return last_boxed(text)
+    if answer_format != "gsm8k":
+        raise ValueError(f"unknown suite answer format {answer_format!r}")
+    after = parse_completion_answer(text, "gsm8k")  # the text after the last ####
+    found = numbers(after) if after is not None else []
+    if found:
+        return found[0]
+    found = numbers(text.replace("$", " "))  # lm-eval's "flexible" fallback: the last number anywhere
+    return found[-1] if found else None
+
+
+def _read_jsonl_gz(path: Path) -> list[dict]:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def _gsm8k_rows(path: Path) -> list[SuiteRow]:
+    out = []
+    for i, r in enumerate(_read_jsonl_gz(path)):
+        ref = r["answer"].rsplit("####", 1)[1].strip().replace(",", "")
+        out.append(SuiteRow(f"test-{i}", r["question"], ref))
+    return out
+
+
+def _math500_rows(path: Path) -> list[SuiteRow]:
+    return [SuiteRow(r["unique_id"], r["problem"], r["answer"]) for r in _read_jsonl_gz(path)]
+
+
+def _svamp_rows(path: Path) -> list[SuiteRow]:
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        data = json.load(fh)
+    rows = []
+    for r in data:
+        answer = float(r["Answer"])
+        ref = str(int(answer)) if answer.is_integer() else str(answer)
+        rows.append(SuiteRow(r["ID"], f"{r['Body'].strip()} {r['Question'].strip()}", ref))
+    return rows
+
+
+SUITES: dict[str, Suite] = {
+    "gsm8k": Suite("gsm8k", "GSM8K test (1,319 grade-school word problems)", "test.jsonl.gz",
+                   "github.com/openai/grade-school-math (MIT)", NUMERIC_PROMPT, _gsm8k_rows, "gsm8k"),
+    "math500": Suite("math500", "MATH-500 (500 competition problems, Lightman et al. 2023)", "test.jsonl.gz",
+                     "github.com/openai/prm800k (MIT)", BOXED_PROMPT, _math500_rows, "boxed"),
+    "svamp": Suite("svamp", "SVAMP (1,000 varied arithmetic word problems)", "SVAMP.json.gz",
+                   "github.com/arkilpatel/SVAMP (MIT)", NUMERIC_PROMPT, _svamp_rows, "gsm8k"),
+}
+
+
+def get_suite(name: str, where: str = "--suite") -> Suite:
+    """The suite called `name`, or a clear error listing the ones there are."""
+    suite = SUITES.get(name.lower().replace("-", ""))
+    if suite is None:
+        raise GrpoError(f"there is no benchmark suite {name!r}", where=where,
+                        fix=f"Use one of {', '.join(SUITES)}.")
+    return suite
+
+
+def wilson_interval(successes: float, n: int, z: float = 1.959964) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion: sensible at 0, 1 and small n, unlike p +- 1.96 se."""
+    if n <= 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    lo = 0.0 if successes <= 0 else max(0.0, centre - half)
+    hi = 1.0 if successes >= n else min(1.0, centre + half)
+    return (lo, hi)
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one problem with c correct of n samples (Chen et al. 2021)."""
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)

@@ -1,0 +1,197 @@
+"""Model cards: a README.md in the Hub's format that says how a model was made.
+
+Written at the end of `grpo train` (into the run dir) and by `grpo merge` (into the merged model).
+The YAML front matter is what the Hub indexes (base_model, library_name, tags, datasets, license,
+model-index with benchmark results); the body is for people: recipe, rewards and weights, the
+training summary, evaluation before/after and the report image. Everything is read from the files
+a run leaves behind, so a card can be rebuilt at any time; missing pieces are left out, never faked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from grpo_cli import runs
+
+CARD_FILE = runs.CARD
+SUITE_DATASETS = {"gsm8k": ("openai/gsm8k", "GSM8K", "test"), "math500": ("HuggingFaceH4/MATH-500", "MATH-500", "test"),
+                  "svamp": ("ChilleD/SVAMP", "SVAMP", "test")}
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _read(path: Path) -> Any:
+    try:
+        text = path.read_text(encoding="utf-8")
+        return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError):
+        return None
+
+
+def base_license(base: str) -> str | None:
+    """The base model's licence from its own card: a local dir's README.md, or the Hub cache (never the network)."""
+    from huggingface_hub import ModelCard
+
+    path = Path(base).expanduser() / CARD_FILE
+    if not path.is_file() and _HUB_ID.match(base):
+        try:
+            from huggingface_hub import hf_hub_download
+
+            path = Path(hf_hub_download(base, CARD_FILE, local_files_only=True))
+        except Exception:  # noqa: BLE001 - not cached, offline, or no card: the licence is unknown
+            return None
+    try:
+        return ModelCard.load(path).data.license if path.is_file() else None
+    except Exception:  # noqa: BLE001 - an unparsable card says nothing about the licence
+        return None
+
+
+def suite_results(*dirs: Path) -> list[dict[str, Any]]:
+    """The eval-<suite>.json summaries `grpo eval --suite` wrote into these dirs (first dir wins per suite)."""
+    found: dict[str, dict[str, Any]] = {}
+    for d in dirs:
+        for name in SUITE_DATASETS:
+            data = _read(d / runs.suite_result(name))
+            if isinstance(data, dict) and isinstance(data.get("summary"), dict) and name not in found:
+                found[name] = data["summary"]
+    return list(found.values())
+
+
+def _front_matter(recipe: dict[str, Any], base: str, adapter: bool, name: str,
+                  suites: list[dict[str, Any]]) -> Any:
+    from huggingface_hub import EvalResult, ModelCardData
+
+    data_ref = (recipe.get("data") or {}).get("dataset")
+    evals = [EvalResult(task_type="text-generation", dataset_type=SUITE_DATASETS[s["suite"]][0],
+                        dataset_name=SUITE_DATASETS[s["suite"]][1], dataset_split=SUITE_DATASETS[s["suite"]][2],
+                        metric_type="accuracy", metric_name=f"accuracy ({s.get('decoding', 'greedy')}, pass@1)",
+                        metric_value=round(float(s["accuracy"]), 4))
+             for s in suites if s.get("suite") in SUITE_DATASETS and isinstance(s.get("accuracy"), (int, float))]
+    return ModelCardData(
+        base_model=base if _HUB_ID.match(base) else None,
+        library_name="peft" if adapter else "transformers",
+        tags=["grpo", "trl", "grpo-cli", *(["lora"] if adapter else [])],
+        datasets=[data_ref] if isinstance(data_ref, str) and _HUB_ID.match(data_ref) else None,
+        license=base_license(base), pipeline_tag="text-generation",
+        model_name=name if evals else None, eval_results=evals or None)
+
+
+def _training_lines(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
+    lines = [f"- status: **{manifest.get('status', 'unknown')}** at step {manifest.get('global_step', '?')}"]
+    if manifest.get("started"):
+        lines.append(f"- started {manifest['started']}, finished {manifest.get('finished') or '-'}")
+    if manifest.get("world_size"):
+        lines.append(f"- {manifest['world_size']} process(es), {manifest.get('device', '?')}, "
+                     f"{manifest.get('dtype', '?')}")
+    stats = manifest.get("data") or {}
+    if stats:
+        lines.append("- data: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in stats.items()))
+    logs = _training_logs(run_dir)
+    if not logs:
+        return lines
+    size = max(1, len(logs) // 5)  # windows of a fifth of the logs, as `grpo report`
+    first, final = logs[:size], logs[-size:]
+    keys = ["reward", *sorted({k for r in logs for k in r if k.startswith("rewards/") and k.endswith("/mean")}),
+            "completions/mean_length"]
+    lines += ["", f"| metric | first (step {first[-1].get('step')}) | final (step {final[-1].get('step')}) |",
+              "|---|---:|---:|"]
+    for k in keys:
+        a, b = _mean(first, k), _mean(final, k)
+        if a is not None or b is not None:
+            lines.append(f"| {k} | {'-' if a is None else f'{a:.4f}'} | {'-' if b is None else f'{b:.4f}'} |")
+    return lines
+
+
+def _training_logs(run_dir: Path) -> list[dict[str, Any]]:
+    """The training records of metrics.jsonl (a garbled line, as a killed run leaves, is skipped)."""
+    out = []
+    path = run_dir / runs.METRICS
+    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "reward" in record:
+            out.append(record)
+    return out
+
+
+def _mean(records: list[dict[str, Any]], key: str) -> float | None:
+    vals = [v for r in records if isinstance(v := r.get(key), (int, float)) and math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _eval_lines(manifest: dict[str, Any], suites: list[dict[str, Any]]) -> list[str]:
+    lines: list[str] = []
+    best = manifest.get("best")
+    if isinstance(best, dict):
+        lines.append(f"- task metric `{best.get('metric')}`: best {best.get('value'):.4f} at step {best.get('step')} "
+                     f"(saved in `{best.get('path')}/`)")
+    before, after = manifest.get("eval_before"), manifest.get("eval_after")
+    if isinstance(before, dict):
+        after = after if isinstance(after, dict) else {}
+        lines += ["", "| held-out metric | before | after |", "|---|---:|---:|"]
+        for key, value in before.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                other = after.get(key)
+                lines.append(f"| {key} | {value:.4f} | {other:.4f} |" if isinstance(other, (int, float))
+                             else f"| {key} | {value:.4f} | - |")
+    if suites:
+        lines += ["", "| suite | model | problems | accuracy | 95% CI |", "|---|---|---:|---:|---:|"]
+        for s in suites:
+            lo, hi = s.get("ci95") or (0.0, 1.0)
+            lines.append(f"| {s.get('suite')} | {s.get('model')} | {s.get('problems')} | "
+                         f"{100 * float(s.get('accuracy', 0)):.1f}% | {100 * lo:.1f}–{100 * hi:.1f}% |")
+    return lines or ["No evaluation was recorded (set `eval.before_after`, `eval.every_steps`, or run "
+                     "`grpo eval --suite NAME` on the run dir before writing the card)."]
+
+
+def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) -> str:
+    """The card's text for the model in `target`, made by the run in `run_dir` (None: only what target holds)."""
+    from huggingface_hub import ModelCard
+
+    run = run_dir or target
+    recipe = _read(run / runs.RECIPE) or {}
+    manifest = _read(run / runs.MANIFEST) or {}
+    suites = suite_results(target, run)
+    name = target.resolve().name
+    data = _front_matter(recipe, base, adapter, name, suites)
+    what = "a LoRA adapter for" if adapter else "a fine-tune of"
+    trl = (manifest.get("versions") or {}).get("trl")
+    lines = [f"# {name}", "", f"{name} is {what} `{base}`, trained with GRPO (Group Relative Policy Optimization) "
+             f"using TRL{f' {trl}' if trl else ''} through grpo-cli.", ""]
+    rewards = recipe.get("rewards") or []
+    if rewards:
+        lines += ["## Rewards", "", "| reward | weight |", "|---|---:|"]
+        for r in rewards:
+            label = r.get("label") or r.get("name") or r.get("function") or r.get("model") or "?"
+            lines.append(f"| {label} | {r.get('weight', 1.0)} |")
+        lines.append("")
+    if manifest:
+        lines += ["## Training", "", *_training_lines(run, manifest), ""]
+    lines += ["## Evaluation", "", *_eval_lines(manifest, suites), ""]
+    if (run / runs.REPORT_IMAGE).is_file():
+        lines += ["## Training curves", "", "![training curves](report.png)", ""]
+    if recipe:
+        lines += ["## Recipe", "", "```yaml", yaml.safe_dump(recipe, sort_keys=False).rstrip(), "```", ""]
+    versions = manifest.get("versions") or {}
+    if versions:
+        lines += ["## Framework versions", "", *(f"- {k}: {v}" for k, v in versions.items()), ""]
+    return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)).content
+
+
+def write_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) -> Path:
+    """Write target/README.md (and copy the report image beside it when it lives elsewhere)."""
+    text = build_card(target, run_dir=run_dir, base=base, adapter=adapter)
+    image = (run_dir or target) / runs.REPORT_IMAGE
+    if image.is_file() and not (target / runs.REPORT_IMAGE).exists():
+        shutil.copy2(image, target / runs.REPORT_IMAGE)
+    path = target / CARD_FILE
+    path.write_text(text, encoding="utf-8")
+    return path

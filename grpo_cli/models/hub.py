@@ -1,0 +1,121 @@
+"""`grpo push RUN_DIR REPO_ID` and `output.push_to_hub`: upload a model or adapter with its card.
+
+What goes up is decided here, from the run dir's top level: weights, config, tokenizer, the card and
+report, the recipe and eval summaries. Checkpoints, best/, optimizer state, TensorBoard logs and the
+sampled completions (which may quote training data) stay local.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.models.card import CARD_FILE, write_card
+
+UPLOAD_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
+                   "adapter_config.json", "tokenizer*", "special_tokens_map.json", "vocab.*", "merges.txt",
+                   "chat_template.*", "added_tokens.json", CARD_FILE, "report.png", "report.md", "recipe.yaml",
+                   "manifest.json", "eval-*.json", "grpo_merge.json")
+WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
+
+
+@dataclass
+class StagedPush:
+    """What an upload sends: the folder, the files in it (relative names) and where they go."""
+
+    folder: Path
+    files: list[str]
+    repo_id: str
+    url: str = ""
+
+
+def staged_files(folder: Path) -> list[str]:
+    """The top-level files of `folder` that an upload sends, sorted."""
+    return sorted(p.name for p in folder.iterdir()
+                  if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in UPLOAD_PATTERNS))
+
+
+def stage_run(run_dir: str | Path, repo_id: str) -> StagedPush:
+    """Check the folder holds a model, (re)write its card, validate the card, and list what would go up."""
+    from huggingface_hub import ModelCard
+
+    folder = Path(run_dir).expanduser()
+    if not folder.is_dir():
+        raise GrpoError(f"{folder} is not a directory", where="RUN_DIR",
+                        fix="Give the output dir of `grpo train` or of `grpo merge`.")
+    if "/" not in repo_id or repo_id.count("/") > 1:
+        raise GrpoError(f"{repo_id!r} is not a Hub repository id", where="REPO_ID",
+                        fix="Use `user/name` or `org/name`.")
+    if not any((folder / w).is_file() for w in WEIGHTS):
+        raise GrpoError(f"{folder} holds no final model (no {' or '.join(WEIGHTS[::2])})", where="RUN_DIR",
+                        fix="Push a finished run, a checkpoint's parent after training completed, or a merged model.")
+    from grpo_cli.models.sources import read_json
+
+    adapter = (folder / "adapter_config.json").is_file()
+    run_dir_ = folder if (folder / "recipe.yaml").is_file() else None
+    if adapter:
+        base = str(read_json(folder / "adapter_config.json").get("base_model_name_or_path") or "unknown")
+    else:
+        recipe = (read_json(folder / "grpo_merge.json").get("base") if (folder / "grpo_merge.json").is_file()
+                  else None)
+        base = recipe or _recipe_base(folder) or "unknown"
+    write_card(folder, run_dir=run_dir_, base=base, adapter=adapter)
+    card = ModelCard.load(folder / CARD_FILE)  # the Hub's own parser: bad front matter raises here
+    if "grpo" not in (card.data.tags or []):
+        raise GrpoError(f"the model card in {folder} lost its tags", where=CARD_FILE)
+    return StagedPush(folder, staged_files(folder), repo_id)
+
+
+def _recipe_base(folder: Path) -> str | None:
+    import yaml
+
+    try:
+        recipe = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return None
+    return (recipe.get("model") or {}).get("name_or_path")
+
+
+def push_run(run_dir: str | Path, repo_id: str, *, private: bool = True, dry_run: bool = False) -> StagedPush:
+    """Stage, then create the repo (if needed) and upload the staged files in one commit."""
+    staged = stage_run(run_dir, repo_id)
+    if dry_run:
+        return staged
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    try:
+        url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
+        api.upload_folder(folder_path=str(staged.folder), repo_id=repo_id, repo_type="model",
+                          allow_patterns=staged.files, commit_message="Upload GRPO model trained with grpo-cli")
+    except Exception as exc:  # noqa: BLE001 - network, auth and offline errors all mean the same to the user
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise GrpoError(f"upload to {repo_id} failed: {first}", where="push",
+                        fix="Log in with `huggingface-cli login` (or set HF_TOKEN), check the network and that "
+                            "HF_HUB_OFFLINE is not set; `grpo push --dry-run` shows what would be sent.") from None
+    staged.url = str(url)
+    return staged
+
+
+def finish_run_card(recipe: Any, out: Path, console: Any = None) -> Path | None:
+    """End of `grpo train`: the card in the run dir, then the upload when output.push_to_hub names a repo.
+
+    Neither may fail a finished run: problems are printed, the run's outputs stay as they are.
+    """
+    say = console.print if console is not None else (lambda *a, **k: None)
+    try:
+        path = write_card(out, run_dir=out, base=recipe.model.name_or_path, adapter=recipe.model.lora is not None)
+    except Exception as exc:  # noqa: BLE001 - a card is a convenience
+        say(f"[yellow]model card not written:[/] {exc}", soft_wrap=True)
+        return None
+    say(f"model card: {path}", markup=False, soft_wrap=True)
+    if recipe.output.push_to_hub:
+        try:
+            staged = push_run(out, recipe.output.push_to_hub, private=recipe.output.hub_private)
+            say(f"pushed {len(staged.files)} files to {staged.url}", markup=False, soft_wrap=True)
+        except GrpoError as exc:
+            say(f"[yellow]not pushed:[/] {exc}", soft_wrap=True)
+    return path

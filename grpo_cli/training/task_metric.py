@@ -1,0 +1,196 @@
+"""The task metric during training: evaluate every `eval.every_steps`, keep the best checkpoint, stop early.
+
+The training reward can reach 1.0 while the task itself gets worse (a hacked reward, a format the
+grader accepts but the task does not). This callback measures what the user cares about, a bundled
+suite's accuracy or a reward on the eval split, with batched generation between optimizer steps
+(outside TRL's own generation), logs it as `task/<name>` through the trainer's callbacks (so it lands
+in metrics.jsonl and the trackers), copies the model to OUTPUT_DIR/best whenever it improves and
+records that in manifest.json. Only the main process generates; the verdict is broadcast so every
+process saves and stops together.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+from grpo_cli import runs
+
+BEST_DIR = runs.BEST
+BEST_RECORD = "grpo_best.json"
+"""Inside best/: step, metric and value of the model there, so a resumed run only replaces it by a better one."""
+
+
+def metric_name(recipe: Any) -> str:
+    """The logged key: task/<suite>/<metric> or task/eval/<metric>."""
+    return f"task/{recipe.eval.suite or 'eval'}/{recipe.eval.metric}"
+
+
+def build_evaluator(recipe: Any, tokenizer: Any, eval_rows: Any) -> Callable[[Any], float | None]:
+    """model -> the task metric, with the recipe's eval settings (a suite decodes greedily by default)."""
+    ev = recipe.eval
+    if ev.suite:
+        from grpo_cli.evaluation.suite_run import evaluate_suite, suite_settings
+        from grpo_cli.evaluation.suites import get_suite
+
+        suite = get_suite(ev.suite, where="eval.suite")
+        settings = suite_settings(recipe)
+        rows = suite.rows(settings.limit)
+        return lambda model: evaluate_suite(model, tokenizer, suite, rows, settings).accuracy
+
+    from grpo_cli.evaluation import evaluate_recipe_model
+
+    def on_split(model: Any) -> float | None:
+        result = evaluate_recipe_model(recipe, model, tokenizer, eval_rows)
+        if ev.metric == "accuracy":
+            return result.pass_at(1)
+        if ev.metric == "reward":
+            totals = result.total()
+            return sum(totals) / len(totals) if totals else None
+        return result.mean(ev.metric)
+
+    return on_split
+
+
+def _broadcast(value: Any) -> Any:
+    """The main process's value on every process (a no-op without torch.distributed)."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return value
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+class TaskMetric(TrainerCallback):
+    """Evaluate on a cadence (and once before training), keep best/, early-stop on a plateau.
+
+    Set `trainer` after building the GRPOTrainer: logging and saving go through it.
+    """
+
+    def __init__(self, recipe: Any, evaluate: Callable[[Any], float | None], out: Path,
+                 manifest: dict[str, Any], write_manifest: Callable[[], None], console: Any = None) -> None:
+        ev = recipe.eval
+        self.name = metric_name(recipe)
+        self.every = int(ev.every_steps)
+        self.patience = ev.early_stopping_patience
+        self.sign = 1.0 if ev.greater_is_better else -1.0
+        self.evaluate = evaluate
+        self.out = out
+        self.manifest = manifest
+        self.write_manifest = write_manifest
+        self.console = console
+        self.trainer: Any = None
+        self.history: list[tuple[int, float | None]] = []
+        self.best: tuple[int, float] | None = self._previous_best()
+        self.stale = 0
+        self.early_stop_message = ""
+
+    def _previous_best(self) -> tuple[int, float] | None:
+        """The best of this run before a resume (best/grpo_best.json), when it measured the same metric."""
+        try:
+            record = json.loads((self.out / BEST_DIR / BEST_RECORD).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict) or record.get("metric") != self.name or \
+                not isinstance(record.get("value"), (int, float)) or not isinstance(record.get("step"), int):
+            return None
+        self.manifest["best"] = record
+        return record["step"], float(record["value"])
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        if state.global_step == 0:  # the baseline; not a checkpoint, so never best/
+            self._measure(args, state, control, keep=False)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> Any:
+        step = state.global_step
+        if step > 0 and (step % self.every == 0 or step == state.max_steps):
+            self._measure(args, state, control, keep=True)
+        return control
+
+    def _measure(self, args: Any, state: Any, control: Any, *, keep: bool) -> None:
+        main = state.is_world_process_zero
+        value = self.evaluate(self.trainer.model) if main else None
+        value = _broadcast(value)
+        value = value if isinstance(value, (int, float)) and math.isfinite(value) else None
+        step = state.global_step
+        self.history.append((step, value))
+        record = {self.name: value}
+        state.log_history.append({**record, "step": step})
+        pending = control.should_log  # the handler clears it: keep this step's training log
+        self.trainer.callback_handler.on_log(args, state, control, logs=record)
+        control.should_log = pending
+        if main and self.console is not None:
+            shown = "-" if value is None else f"{value:.4f}"
+            self.console.print(f"step {step:>5}  {self.name} {shown}", markup=False)
+        if not keep or value is None:
+            return
+        if self.best is None or self.sign * (value - self.best[1]) > 0:
+            self.best, self.stale = (step, value), 0
+            self._save_best(step, value, main)
+        else:
+            self.stale += 1
+            if self.patience and self.stale >= self.patience:
+                control.should_training_stop = True
+                self.early_stop_message = (f"early stop: {self.name} has not improved for {self.stale} evaluations "
+                                           f"(best {self.best[1]:.4f} at step {self.best[0]}, kept in {BEST_DIR}/)")
+
+    def _save_best(self, step: int, value: float, main: bool) -> None:
+        """Replace OUTPUT_DIR/best with the current model and record it in the manifest."""
+        best, tmp = self.out / BEST_DIR, self.out / f".{BEST_DIR}.tmp"
+        if main and tmp.exists():
+            shutil.rmtree(tmp)
+        self.trainer.save_model(str(tmp))  # every process: sharded models need all of them
+        if not main:
+            return
+        tokenizer = getattr(self.trainer, "processing_class", None)
+        if tokenizer is not None and not (tmp / "tokenizer_config.json").exists():
+            tokenizer.save_pretrained(str(tmp))
+        record = {"step": step, "metric": self.name, "value": value, "path": BEST_DIR}
+        (tmp / BEST_RECORD).write_text(json.dumps(record) + "\n", encoding="utf-8")
+        if best.exists():
+            shutil.rmtree(best)
+        tmp.replace(best)
+        self.manifest["best"] = record
+        self.write_manifest()
+
+
+def evaluate_once(recipe: Any, model: Any, tokenizer: Any, eval_rows: Any, console: Any = None,
+                  label: str = "") -> Any:
+    """`eval.before_after`: the suite when the recipe names one, else the eval split with its rewards."""
+    if recipe.eval.suite:
+        from grpo_cli.evaluation.suite_run import evaluate_suite, suite_settings
+        from grpo_cli.evaluation.suites import get_suite
+
+        suite = get_suite(recipe.eval.suite, where="eval.suite")
+        settings = suite_settings(recipe)
+        rows = suite.rows(settings.limit)
+        if console is not None:
+            console.print(f"evaluating {suite.name} on {len(rows)} problems ({label})", markup=False)
+        return evaluate_suite(model, tokenizer, suite, rows, settings, label=label)
+    from grpo_cli.evaluation import evaluate_recipe_model
+
+    return evaluate_recipe_model(recipe, model, tokenizer, eval_rows, console, label=label)
+
+
+def run_callbacks(recipe: Any, out: Path, manifest: dict[str, Any], tokenizer: Any, eval_rows: Any,
+                  console: Any = None) -> list[Any]:
+    """The callbacks this issue's outputs need: completions.jsonl, and the task metric when eval.every_steps."""
+    from grpo_cli.training.completions import COMPLETIONS_FILE, CompletionsLog
+
+    extras: list[Any] = []
+    if recipe.output.completions_per_log:
+        seed = int(recipe.training.get("seed") or 0)
+        extras.append(CompletionsLog(out / COMPLETIONS_FILE, per_step=recipe.output.completions_per_log, seed=seed))
+    if recipe.eval.every_steps:
+        evaluate = build_evaluator(recipe, tokenizer, eval_rows)
+        extras.append(TaskMetric(recipe, evaluate, out, manifest,
+                                 lambda: runs.write_manifest(out / runs.MANIFEST, manifest), console))
+    return extras

@@ -1,0 +1,73 @@
+"""Where a model's config (its shape) comes from, without any download.
+
+In order: the config.json of a local model directory or of the Hugging Face cache; the recipe's
+`model.shape` block; grpo's shipped table (assets/model_shapes.json), whose entries hold config.json's
+own keys for a family of hub ids, the config.json they were transcribed from and the parameter count
+the model card publishes. Read by the memory plan and by the TRL rules that depend on the model.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.paths import ASSETS_DIR, hub_cache_file
+
+TABLE = ASSETS_DIR / "model_shapes.json"
+_META = ("ids", "source", "published_params", "extra_params_note")
+
+
+@cache
+def _entries() -> tuple[dict[str, Any], ...]:
+    return tuple(json.loads(TABLE.read_text(encoding="utf-8"))["models"])
+
+
+def _normalise(ref: str) -> str:
+    return ref.strip().rstrip("/").lower()
+
+
+def shipped_shape(ref: str) -> tuple[dict[str, Any], str] | None:
+    """(config-like dict, where from) for a hub id in the table (case-insensitive), else None."""
+    want = _normalise(ref)
+    for entry in _entries():
+        if any(_normalise(i) == want for i in entry["ids"]):
+            config = {k: v for k, v in entry.items() if k not in _META}
+            return config, f"grpo's shipped shape table ({entry['source']})"
+    return None
+
+
+def shipped_model_ids() -> list[str]:
+    """Every hub id the table knows, in table order."""
+    return [i for entry in _entries() for i in entry["ids"]]
+
+
+def shipped_entries() -> list[dict[str, Any]]:
+    """The raw entries (for tests and docs)."""
+    return [dict(e) for e in _entries()]
+
+
+def find_model_config(recipe: Any) -> tuple[dict[str, Any] | None, str]:
+    """(config.json contents, where from) or (None, why not). Never touches the network.
+
+    A local directory's or the HF cache's config.json wins; then the recipe's `model.shape`; then
+    grpo's shipped shape table (assets/model_shapes.json).
+    """
+    ref = recipe.model.name_or_path
+    local = recipe.local_model_dir(ref)
+    if local is not None:
+        path = local / "config.json"
+        if not path.is_file():
+            return None, f"{local} has no config.json"
+        return json.loads(path.read_text(encoding="utf-8")), str(path)
+    cached = hub_cache_file(ref, "config.json", recipe.model.revision)
+    if cached is not None:
+        return json.loads(Path(cached).read_text(encoding="utf-8")), f"hub cache {cached}"
+    if recipe.model.shape is not None:
+        return recipe.model.shape.model_dump(exclude_none=True), "the recipe's model.shape"
+    shipped = shipped_shape(ref)
+    if shipped is not None:
+        return shipped
+    return None, (f"{ref}'s config.json is not in the local HF cache and grpo's shape table does not know it; "
+                  f"`hf download {ref} config.json` or a `model.shape` block enables it (the plan never downloads)")

@@ -1,0 +1,201 @@
+"""What a demo run leaves to read: the task metric and best/, completions.jsonl and `grpo samples`, the model
+card and `grpo push`, and `grpo eval --suite` on the bundled model and on the run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RECIPES, run_cli
+
+pytestmark = pytest.mark.slow
+
+DEMO = RECIPES / "demo.yaml"
+# Six quick full fine-tuning steps; the task metric (pass@1 of the accuracy reward on 16 held-out sums,
+# 4 samples each) every 2 steps.
+TRAIN = ["training.max_steps=6", "training.per_device_train_batch_size=16", "training.num_generations=4",
+         "training.logging_steps=2", "eval.before_after=false",
+         "eval.every_steps=2", "eval.max_samples=16", "eval.num_generations=4", "output.report_to=tensorboard",
+         "output.completions_per_log=5"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from grpo_cli import load_recipe, train
+
+    out = tmp_path_factory.mktemp("outputs") / "run"
+    result = train(load_recipe(DEMO, TRAIN), output_dir=out)
+    assert result.status == "completed" and result.global_step == 6
+    return out
+
+
+def _records(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_best_checkpoint_holds_the_best_logged_task_metric(run: Path) -> None:
+    key = "task/eval/accuracy"
+    logged = [(r["step"], r[key]) for r in _records(run / "metrics.jsonl") if key in r]
+    assert [s for s, _ in logged] == [0, 2, 4, 6]  # a baseline, then every 2 steps
+    trained = [(s, v) for s, v in logged if s > 0]
+    best_step, best_value = max(trained, key=lambda sv: (sv[1], -sv[0]))  # the first of equal values
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["best"] == {"step": best_step, "metric": key, "value": best_value, "path": "best"}
+    assert (run / "best" / "model.safetensors").is_file() and (run / "best" / "tokenizer.json").is_file()
+
+    # the trackers got the same values (TensorBoard prefixes training logs with train/)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(next(run.glob("runs/**/events.out.tfevents*"))))
+    events.Reload()
+    scalars = events.Scalars(f"train/{key}")
+    assert [e.step for e in scalars] == [s for s, _ in logged]
+    assert [e.value for e in scalars] == pytest.approx([v for _, v in logged])
+
+    # best/ is the model of that step: scoring it again with the same seed gives the logged value
+    from grpo_cli import load_recipe
+    from grpo_cli.evaluation.run import evaluate_recipe_model, load_eval_rows
+    from grpo_cli.models import load_source_model, load_tokenizer_for, resolve_model_source
+
+    recipe = load_recipe(DEMO, TRAIN)
+    source = resolve_model_source(str(run / "best"))
+    tokenizer = load_tokenizer_for(source)
+    model = load_source_model(source, dtype="float32")
+    again = evaluate_recipe_model(recipe, model, tokenizer, load_eval_rows(recipe, tokenizer))
+    assert again.pass_at(1) == pytest.approx(best_value, abs=1e-9)
+
+
+def test_report_draws_the_task_metric_and_shows_samples(run: Path) -> None:
+    result = run_cli("report", run)
+    assert result.exit_code == 0, result.output
+    md = (run / "report.md").read_text()
+    assert "## Task metric" in md and "Best: task/eval/accuracy" in md
+    assert "## Sample completions (step 6" in md
+
+
+def test_completions_jsonl_and_grpo_samples(run: Path) -> None:
+    rows = _records(run / "completions.jsonl")
+    assert sorted({r["step"] for r in rows}) == [2, 4, 6]
+    assert all(len([r for r in rows if r["step"] == s]) == 5 for s in (2, 4, 6))
+    for r in rows:
+        assert r["prompt"].endswith("=") and set(r["rewards"]) == {"accuracy"}
+        assert r["reward"] == r["rewards"]["accuracy"] and isinstance(r["advantage"], float)
+
+    result = run_cli("samples", run)
+    assert result.exit_code == 0, result.output
+    shown_prompts = [r["prompt"] for r in rows if r["step"] == 6]
+    assert "step 6" in result.output and all(p in result.output for p in shown_prompts)
+    assert "accuracy" in result.output and "adv." in result.output
+
+    result = run_cli("samples", run, "--worst", "--reward", "accuracy", "-n", "3")
+    assert result.exit_code == 0 and "worst by accuracy" in result.output and "3 shown" in result.output
+    from grpo_cli.training.completions import read_samples
+
+    worst, _ = read_samples(run, order="worst", reward="accuracy", limit=100)
+    best, _ = read_samples(run, order="best", limit=100)
+    assert worst[0]["rewards"]["accuracy"] == min(r["rewards"]["accuracy"] for r in rows)
+    assert best[0]["reward"] == max(r["reward"] for r in rows)
+
+    bad = run_cli("samples", run, "--step", "3")
+    assert bad.exit_code == 2 and "Steps with samples: 2, 4, 6" in bad.output and "Traceback" not in bad.output
+    bad = run_cli("samples", run, "--reward", "format")
+    assert bad.exit_code == 2 and "Rewards logged: accuracy" in bad.output
+
+
+def test_suite_eval_of_the_run_then_card_and_push_staging(run: Path, tmp_path: Path) -> None:
+    result = run_cli("eval", "--suite", "svamp", run, "--limit", "6", "--max-new-tokens", "4")
+    assert result.exit_code == 0, result.output
+    assert "svamp: 6 problems, greedy pass@1" in result.output and "95% CI" in result.output
+    summary = json.loads((run / "eval-svamp.json").read_text())["summary"]
+    assert summary["problems"] == 6 and summary["suite"] == "svamp"
+    assert summary["ci95"][0] <= summary["accuracy"] <= summary["ci95"][1]
+
+    from huggingface_hub import ModelCard
+
+    result = run_cli("push", run, "someone/tiny-arith-grpo", "--dry-run")
+    assert result.exit_code == 0, result.output
+    files = result.output.split("would upload", 1)[1]
+    for name in ("model.safetensors", "config.json", "tokenizer.json", "README.md", "report.png", "eval-svamp.json"):
+        assert name in files, name
+    for name in ("completions.jsonl", "best", "metrics.jsonl", "eval-svamp-completions.jsonl"):
+        assert f" {name}," not in files and not files.rstrip().endswith(name), name
+    card = ModelCard.load(run / "README.md")
+    assert {"grpo", "trl"} <= set(card.data.tags) and card.data.library_name == "transformers"
+    assert card.data.pipeline_tag == "text-generation"
+    assert card.data.eval_results[0].dataset_name == "SVAMP"
+    assert card.data.eval_results[0].metric_value == round(summary["accuracy"], 4)
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert "| accuracy | 1.0 |" in card.text  # the reward and its weight
+    assert f"best {manifest['best']['value']:.4f} at step {manifest['best']['step']}" in card.text
+    assert "![training curves](report.png)" in card.text and "max_steps: 6" in card.text
+
+    # The real upload path, stopped by offline mode: one clear paragraph, exit 2
+    offline = run_cli("push", run, "someone/tiny-arith-grpo")
+    assert offline.exit_code == 2 and "upload to someone/tiny-arith-grpo failed" in offline.output
+
+
+def test_suite_eval_of_the_bundled_model_with_compare(tmp_path: Path) -> None:
+    out = tmp_path / "eval"
+    result = run_cli("eval", "--suite", "gsm8k", "--limit", "50", "--model", "bundled:tiny-arith",
+                     "--compare", "bundled:tiny-arith", "--max-new-tokens", "8", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert "gsm8k: 50 problems, greedy pass@1" in result.output and "+0.0pp" in result.output
+    first, second = (json.loads(p.read_text())["summary"] for p in sorted(out.glob("*/eval-gsm8k.json")))
+    assert first["problems"] == 50 and first["accuracy"] == second["accuracy"]  # greedy: the same answers
+    assert len((next(out.glob("*/eval-gsm8k-completions.jsonl"))).read_text().splitlines()) == 50
+
+
+def test_a_suite_named_in_the_recipe(tmp_path: Path) -> None:
+    result = run_cli("eval", DEMO, "eval.suite=svamp", "--limit", "3", "--max-new-tokens", "4", "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    # the demo recipe's eval section samples 8 completions at T=1: the suite follows it and reports pass@8
+    assert "svamp: 3 problems, 8 samples at T=1.0" in result.output and "pass@8" in result.output
+    summary = json.loads((tmp_path / "eval-svamp.json").read_text())["summary"]
+    assert summary["problems"] == 3 and summary["k"] == 8 and summary["pass@8"] >= summary["accuracy"]
+
+
+def test_suite_errors_are_one_paragraph() -> None:
+    bad = run_cli("eval", "--suite", "gsm9k", "--model", "bundled:tiny-arith")
+    assert bad.exit_code == 2 and "use one of gsm8k, math500, svamp" in bad.output.lower()
+    bad = run_cli("eval", "--suite", "gsm8k")
+    assert bad.exit_code == 2 and "--model" in bad.output
+
+
+def test_early_stop_on_a_suite_that_does_not_improve(tmp_path: Path) -> None:
+    """The tiny model never solves GSM8K: accuracy stays 0, so patience 1 stops at the second evaluation.
+    A failed output.push_to_hub upload leaves the completed run and its card as they are."""
+    from grpo_cli import load_recipe, train
+
+    overrides = [*TRAIN[:4], "training.max_steps=8", "eval.every_steps=2", "eval.suite=gsm8k", "eval.max_samples=2",
+                 "eval.max_new_tokens=4", "eval.early_stopping_patience=1", "output.report_to=none",
+                 "output.push_to_hub=someone/tiny-arith-grpo"]  # offline in tests: the upload must fail softly
+    result = train(load_recipe(DEMO, overrides), output_dir=tmp_path / "run")
+    assert result.status == "completed" and result.global_step == 4
+    assert "early stop: task/gsm8k/accuracy has not improved for 1 evaluations" in result.message
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["best"]["step"] == 2 and manifest["best"]["value"] == 0.0
+    assert manifest["status"] == "completed" and (tmp_path / "run" / "README.md").is_file()
+
+
+def test_a_resumed_run_keeps_the_best_of_before(tmp_path: Path) -> None:
+    """best/ survives a resume: the run continues the comparison instead of starting it again."""
+    from grpo_cli import load_recipe, train
+
+    out = tmp_path / "run"
+    first = [*TRAIN[:4], "training.max_steps=2", "training.save_strategy=steps", "training.save_steps=2",
+             "eval.every_steps=1", "eval.max_samples=8", "eval.num_generations=2", "output.report_to=none"]
+    assert train(load_recipe(DEMO, first), output_dir=out).status == "completed"
+    before = json.loads((out / "manifest.json").read_text())["best"]
+    second = [o if o != "training.max_steps=2" else "training.max_steps=4" for o in first]
+    assert train(load_recipe(DEMO, second), output_dir=out, resume=True).global_step == 4
+    key = "task/eval/accuracy"
+    logged = [(r["step"], r[key]) for r in _records(out / "metrics.jsonl") if key in r]
+    assert [s for s, _ in logged] == [0, 1, 2, 3, 4]  # no second baseline after the resume
+    best_step, best_value = max((sv for sv in logged if sv[0] > 0), key=lambda sv: (sv[1], -sv[0]))
+    after = json.loads((out / "manifest.json").read_text())["best"]
+    assert (after["step"], after["value"]) == (best_step, best_value)
+    assert after["value"] >= before["value"]
+    assert json.loads((out / "best" / "grpo_best.json").read_text()) == after
+
