@@ -59,3 +59,10 @@ class RewardContractError(GrpoError):
     """A reward function broke TRL's contract (exit code 1 in check-rewards)."""
 
     exit_code = 1
+
+
+class RewardTimeoutError(GrpoError):
+    """A reward call ran past its `timeout`; carries the reward's label and the limit in seconds."""
+
+    label: str = ""
+    seconds: float = 0.0

@@ -13,6 +13,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from grpo_cli.errors import GrpoError
+
 BUNDLED_PREFIX = "bundled:"
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 
@@ -59,3 +61,106 @@ def hub_cache_file(repo_id: str, filename: str, revision: str | None = None) -> 
     commit = ref.read_text().strip() if ref.is_file() else (revision or "")
     candidate = repo / "snapshots" / commit / filename
     return str(candidate) if commit and candidate.is_file() else None
+
+
+# ---------------------------------------------------------------------------- is the hub reachable?
+# Without network, huggingface_hub retries each request with back-off (about 50 s) before transformers gives up
+# or falls back to the cache. One TCP connect with a short timeout tells the same thing in seconds.
+
+HUB_PROBE_TIMEOUT_S = 3.0
+_PROXY_VARIABLES = ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+
+
+def hub_offline_mode() -> bool:
+    """Whether the user already told the libraries there is no network (HF_HUB_OFFLINE=1)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+_probed: dict[str, str | None] = {}
+
+
+def hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """Why the hub cannot be reached, or None when it answers (or a proxy or offline mode makes the probe moot).
+
+    Probed once per process and endpoint.
+    """
+    if hub_offline_mode() or any(os.environ.get(v) for v in _PROXY_VARIABLES):
+        return None
+    endpoint = os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    if endpoint not in _probed:
+        _probed[endpoint] = _probe(endpoint, timeout)
+    return _probed[endpoint]
+
+
+def _probe(endpoint: str, timeout: float) -> str | None:
+    import socket
+    import threading
+    from urllib.parse import urlsplit
+
+    url = urlsplit(endpoint)
+    host, port = url.hostname or "huggingface.co", url.port or (80 if url.scheme == "http" else 443)
+    found: dict[str, OSError | None] = {}
+
+    def probe() -> None:  # DNS lookups have no timeout of their own: run it where we need not wait for it
+        try:
+            socket.create_connection((host, port), timeout=timeout).close()
+            found["error"] = None
+        except OSError as exc:
+            found["error"] = exc
+
+    thread = threading.Thread(target=probe, daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if "error" not in found:
+        return f"{host} did not answer within {timeout:g} s"
+    error = found["error"]
+    return None if error is None else f"{host} cannot be reached ({error.strerror or error})"
+
+
+def go_offline() -> None:
+    """Make huggingface_hub, transformers and datasets use their caches without retrying the network."""
+    import sys
+
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    os.environ["HF_DATASETS_OFFLINE"] = "1"
+    if "huggingface_hub.constants" in sys.modules:
+        sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
+    if "datasets.config" in sys.modules:
+        sys.modules["datasets.config"].HF_HUB_OFFLINE = True
+
+
+# ---------------------------------------------------------------------------- reading a user's text file
+# A recipe saved as Latin-1, a binary file given by mistake, or a directory where a file belongs must become a
+# paragraph naming the file (and line), not a UnicodeDecodeError traceback.
+
+_UTF8_FIX = "Save it as UTF-8 (most editors offer 'Save with encoding'; `iconv -f latin1 -t utf-8` converts it)."
+
+
+def decode_error(data: bytes, exc: UnicodeDecodeError, what: str) -> str:
+    """Where in `data` the first non-UTF-8 byte is, as 'line L, column C'."""
+    line = data.count(b"\n", 0, exc.start) + 1
+    column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+    return f"{what} is not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column}"
+
+
+def read_text(path: Path, *, what: str, where: str, missing_fix: str = "") -> str:
+    """The file's text; GrpoError (exit 2) when it is missing, a directory, binary, unreadable or not UTF-8."""
+    if where != str(path):
+        what = f"{what} {path}"  # the message names the file unless `where` already does
+    if not path.exists():
+        raise GrpoError(f"{what} not found", where=where, fix=missing_fix)
+    if path.is_dir():
+        raise GrpoError(f"{what} is a directory, not a file", where=where,
+                        fix="Give the path of a file inside it.")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise GrpoError(f"cannot read {what}: {exc.strerror or exc}", where=where,
+                        fix="Check the file's permissions.") from None
+    if b"\x00" in data[:8192]:
+        raise GrpoError(f"{what} is a binary file, not text", where=where,
+                        fix="Give the text file itself (YAML for a recipe, Python source for a reward).")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GrpoError(decode_error(data, exc, f"{what}"), where=where, fix=_UTF8_FIX) from None

@@ -75,3 +75,15 @@ def minimal_dir(tmp_path: Path) -> Path:
     rows = [f'{{"question": "What is {i}+{i}?", "answer": "#### {2 * i}"}}' for i in range(12)]
     (tmp_path / "data.jsonl").write_text("\n".join(rows) + "\n", encoding="utf-8")
     return tmp_path
+
+
+@pytest.fixture
+def demo_copy(tmp_path: Path) -> Path:
+    """A copy of the demo recipe with its data beside it (data/train.jsonl, data/test.jsonl); returns the recipe."""
+    data = ROOT / "grpo_cli" / "assets" / "tiny-arith-data"
+    (tmp_path / "data").mkdir()
+    for name in ("train.jsonl", "test.jsonl"):
+        (tmp_path / "data" / name).write_bytes((data / name).read_bytes())
+    text = (RECIPES / "demo.yaml").read_text(encoding="utf-8").replace("bundled:tiny-arith-data/", "data/")
+    (tmp_path / "demo.yaml").write_text(text, encoding="utf-8")
+    return tmp_path / "demo.yaml"

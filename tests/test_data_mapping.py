@@ -135,4 +135,4 @@ def test_malformed_jsonl_names_the_file(tmp_path: Path) -> None:
     recipe._base_dir = tmp_path
     with pytest.raises(GrpoError) as err:
         prepare_data(recipe, None)
-    assert "cannot load" in err.value.render()
+    assert "d.jsonl" in err.value.render() and "line 2 is not valid JSON" in err.value.render()

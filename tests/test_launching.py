@@ -32,7 +32,7 @@ from tests.conftest import MINIMAL, ROOT, run_cli
 CONFIGS = ROOT / "accelerate_configs"
 PROFILES = ("ddp", "zero2", "zero3", "fsdp")
 PY = sys.executable
-ACC = [PY, "-m", "accelerate.commands.launch"]
+ACC = [PY, "-m", "grpo_cli.training.accelerate_launch"]
 
 
 def _recipe(write_recipe, minimal_dir: Path, launch: str = "", model: str = "", name: str = "recipe.yaml",

@@ -25,7 +25,9 @@ def validate(
         if print_recipe:
             from grpo_cli.recipe import dump_yaml
 
-            console.print(dump_yaml(loaded.model_dump(mode="json", exclude_defaults=False)), markup=False)
+            # soft_wrap: never cut lines (a copied recipe stays valid YAML; wrapping a huge value is quadratic).
+            console.print(dump_yaml(loaded.model_dump(mode="json", exclude_defaults=False)), markup=False,
+                          soft_wrap=True)
         pf = preflight(loaded)
         pf.raise_for_problems()
         render_preflight(console, pf, as_json=as_json)

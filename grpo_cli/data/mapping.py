@@ -6,11 +6,16 @@ how many rows were dropped or cut, so users see what their data became.
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.paths import go_offline, hub_unreachable
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.schema.data import DataSection
 
@@ -52,49 +57,106 @@ def extract_reference_answer(text: Any, kind: str, pattern: str | None = None) -
     return (match.group(1) if match.groups() else match.group(0)).strip()
 
 
+SOURCE_INDEX = "__grpo_source_row__"
+"""A column added on load: the row's position in its split before shuffling, so errors can name file and line."""
+
+_LOAD_FIX = {".jsonl": "Each line of a .jsonl file must be one JSON object.",
+             ".json": "A .json data file holds one list of objects.",
+             ".csv": "Every CSV row needs as many fields as the header; quote values that contain commas.",
+             ".parquet": "Write the parquet file again."}
+
+
+def _local_paths(data: DataSection, recipe: Recipe, split: str) -> list[Path]:
+    return [recipe.resolve_path(p) for p in data.file_map.get(split, [])]
+
+
 def _load_split(data: DataSection, recipe: Recipe, split: str, where: str) -> Any:
     import datasets
 
+    offline = hub_unreachable() if data.dataset else None
+    if offline:
+        go_offline()  # the local datasets cache only, without a minute of retries
     try:
         if data.dataset:
-            return datasets.load_dataset(data.dataset, data.config, split=split)
-        paths = [str(recipe.resolve_path(p)) for p in data.file_map[split]]
-        builder = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}[
-            "." + paths[0].rsplit(".", 1)[-1]]
-        return datasets.load_dataset(builder, data_files={split: paths}, split=split)
+            ds = datasets.load_dataset(data.dataset, data.config, split=split)
+        else:
+            paths = [str(p) for p in _local_paths(data, recipe, split)]
+            builder = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}[
+                "." + paths[0].rsplit(".", 1)[-1]]
+            with _quiet_loader():  # a broken file is reported below, with its line, not as pyarrow's log
+                ds = datasets.load_dataset(builder, data_files={split: paths}, split=split)
     except FileNotFoundError as exc:
         raise GrpoError(f"cannot load the data: {exc}", where=where,
                         fix="Check the path, or the hub id and network access (offline: use `data.files`).") from None
-    except (ValueError, ConnectionError, OSError) as exc:
-        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise GrpoError(f"cannot load split {split!r}: {first}", where=where,
-                        fix="Check the dataset id, config and split names; "
-                            "without network use local `data.files`.") from None
     except Exception as exc:  # datasets raises many private error types (DatasetGenerationError, ...)
-        raise GrpoError(f"cannot load split {split!r}: {type(exc).__name__}: {exc}", where=where,
-                        fix="Check that the file is well-formed (one JSON object per line for .jsonl).") from None
+        if not data.dataset:
+            raise _local_load_error(data, recipe, split, where, exc) from None
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        network = f" (there is no network here: {offline}, so only the local cache was read)" if offline else ""
+        raise GrpoError(f"cannot load split {split!r} of {data.dataset}{network}: {type(exc).__name__}: {first}",
+                        where=where, fix="Check the dataset id, config and split names; "
+                                         "without network use local `data.files`.") from None
+    return ds.add_column(SOURCE_INDEX, range(len(ds)))
 
 
-def _row_mapper(data: DataSection) -> Any:
+@contextmanager
+def _quiet_loader() -> Iterator[None]:
+    logger = logging.getLogger("datasets")
+    level = logger.level
+    logger.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def _local_load_error(data: DataSection, recipe: Recipe, split: str, where: str, exc: Exception) -> GrpoError:
+    """The broken record (file and line) when a full scan finds it, else the loader's own first line."""
+    from grpo_cli.data.peek import scan_file
+
+    paths = _local_paths(data, recipe, split)
+    for path in paths:
+        try:
+            scan_file(path)
+        except GrpoError as found:
+            return GrpoError(found.problems[0].what, where=f"{where} ({split})", fix=found.problems[0].fix)
+    cause = exc.__cause__ or exc.__context__ or exc
+    first = (str(cause).splitlines() or [type(cause).__name__])[0]
+    names = ", ".join(str(p) for p in paths)
+    return GrpoError(f"cannot load {names}: {type(cause).__name__}: {first}", where=f"{where} ({split})",
+                     fix=_LOAD_FIX.get(paths[0].suffix if paths else "", "Check that the file is well-formed."))
+
+
+def _locator(recipe: Recipe, data: DataSection, split: str) -> Any:
+    """index -> 'FILE line N' (local files) or 'row N of split S' (hub), for messages about one row."""
+    from grpo_cli.data.peek import locate_record
+
+    if data.dataset:
+        return lambda index: f"row {index} of {data.dataset} split {split!r} (before shuffling)"
+    paths = _local_paths(data, recipe, split)
+    return lambda index: locate_record(paths, index)
+
+
+def _row_mapper(data: DataSection, locate: Any) -> Any:
     prompt = data.prompt
     answer = data.answer
 
-    def to_row(row: dict[str, Any], idx: int) -> dict[str, Any]:
+    def to_row(row: dict[str, Any]) -> dict[str, Any]:
         if prompt.column is not None:
             value = row[prompt.column]
         else:
             try:
                 value = (prompt.template or "").format(**row)
             except (KeyError, IndexError, ValueError) as exc:
-                raise GrpoError(f"row {idx}: the template cannot be filled ({type(exc).__name__}: {exc})",
-                                where="data.prompt.template") from None
+                raise GrpoError(f"{locate(row[SOURCE_INDEX])}: the template cannot be filled "
+                                f"({type(exc).__name__}: {exc})", where="data.prompt.template") from None
         if prompt.chat:
             messages = list(value) if isinstance(value, list) else [{"role": "user", "content": str(value)}]
             if prompt.system_prompt and not (messages and messages[0].get("role") == "system"):
                 messages = [{"role": "system", "content": prompt.system_prompt}, *messages]
             value = messages
         elif not isinstance(value, str):
-            raise GrpoError(f"row {idx}: the prompt is a {type(value).__name__}, not text",
+            raise GrpoError(f"{locate(row[SOURCE_INDEX])}: the prompt is a {type(value).__name__}, not text",
                             where="data.prompt", fix="Set `chat: true` for message lists, or point to a text column.")
         out = {"prompt": value}
         if answer is not None:
@@ -105,7 +167,7 @@ def _row_mapper(data: DataSection) -> Any:
 
 
 def _check_columns(ds: Any, data: DataSection, where: str) -> None:
-    cols = list(ds.column_names)
+    cols = [c for c in ds.column_names if c != SOURCE_INDEX]
     missing = [c for c in data.prompt.columns if c not in cols]
     if missing:
         key = "data.prompt.column" if data.prompt.column else "data.prompt.template"
@@ -121,11 +183,11 @@ def _check_columns(ds: Any, data: DataSection, where: str) -> None:
                             fix=f"Available columns: {', '.join(cols)}.")
 
 
-def _map(ds: Any, data: DataSection) -> Any:
-    keep = set(data.keep_columns) if data.keep_columns is not None else set(ds.column_names)
+def _map(ds: Any, data: DataSection, locate: Any) -> Any:
+    keep = set(data.keep_columns) if data.keep_columns is not None else set(ds.column_names) - {SOURCE_INDEX}
     if data.answer:
         keep.add(data.answer.into)
-    mapped = ds.map(_row_mapper(data), with_indices=True, desc="mapping prompts")
+    mapped = ds.map(_row_mapper(data, locate), desc="mapping prompts")
     drop = [c for c in mapped.column_names if c != "prompt" and c not in keep]
     return mapped.remove_columns(drop) if drop else mapped
 
@@ -181,7 +243,7 @@ def map_split(recipe: Recipe, tokenizer: Any, split: str, *, data: DataSection |
     data = data or recipe.data
     ds = _load_split(data, recipe, split, where)
     _check_columns(ds, data, where)
-    return _limit_length(_map(ds, data), data, tokenizer, {}, split)
+    return _limit_length(_map(ds, data, _locator(recipe, data, split)), data, tokenizer, {}, split)
 
 
 def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
@@ -209,9 +271,11 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
         train = train.select(range(min(data.max_samples, len(train))))
     if evaluation is not None and data.max_eval_samples:
         evaluation = evaluation.select(range(min(data.max_eval_samples, len(evaluation))))
-    train = _limit_length(_map(train, data), data, tokenizer, stats, "train")
+    locate = _locator(recipe, data, data.split)
+    train = _limit_length(_map(train, data, locate), data, tokenizer, stats, "train")
     if evaluation is not None:
-        evaluation = _limit_length(_map(evaluation, data), data, tokenizer, stats, "eval")
+        eval_locate = _locator(recipe, data, data.eval_split) if data.eval_split else locate
+        evaluation = _limit_length(_map(evaluation, data, eval_locate), data, tokenizer, stats, "eval")
     if data.answer is not None:
         missing = sum(1 for a in train[data.answer.into] if a is None)
         if missing:

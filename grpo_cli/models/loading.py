@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.models.sources import check_hub_access, damaged_weights_error
 from grpo_cli.recipe.schema import Recipe
 
 _OFFLINE_FIX = ("Check the id or directory; without network access give a local directory "
@@ -99,6 +100,7 @@ def quantization_config(recipe: Recipe, dtype: str) -> Any:
 
 def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     """Load the policy (and tokenizer); LoRA is returned as a peft config for TRL to apply."""
+    check_hub_access(model_reference(recipe), recipe.model.revision, "model.name_or_path")
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -113,8 +115,12 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     if quant is not None:
         kwargs["quantization_config"] = quant
         kwargs["device_map"] = {"": torch.cuda.current_device()}
+    from safetensors import SafetensorError
+
     try:
         model = AutoModelForCausalLM.from_pretrained(ref, **kwargs)
+    except SafetensorError as exc:
+        raise damaged_weights_error(ref, exc, "model.name_or_path") from None
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the model {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
                         fix=_OFFLINE_FIX) from None

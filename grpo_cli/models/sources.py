@@ -17,7 +17,7 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.paths import ASSETS_DIR, looks_like_path, resolve
+from grpo_cli.paths import ASSETS_DIR, go_offline, hub_cache_file, hub_unreachable, looks_like_path, resolve
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -239,16 +239,47 @@ def load_tokenizer_for(source: ModelSource, *, trust_remote_code: bool = False) 
     return tok
 
 
+def check_hub_access(reference: str, revision: str | None, where: str) -> None:
+    """Fail in seconds, not after a minute of retries, when a hub model is needed and there is no network.
+
+    A model already in the local cache is used from there (offline mode); anything else is a clear error.
+    """
+    if Path(reference).is_dir():
+        return
+    why = hub_unreachable()
+    if why is None:
+        return
+    if hub_cache_file(reference, "config.json", revision) is not None:
+        go_offline()
+        return
+    raise GrpoError(f"{reference} is a hub id, but there is no network here: {why}; and it is not in the local "
+                    "Hugging Face cache", where=where,
+                    fix="Give a local model directory, or download it where there is network (`hf download "
+                        f"{reference}`) and copy the cache (HF_HOME) here.")
+
+
+def damaged_weights_error(ref: str, exc: Exception, where: str) -> GrpoError:
+    """The paragraph for weights safetensors cannot read (a truncated copy or download, a corrupt header)."""
+    files = sorted(p.name for p in Path(ref).glob("*.safetensors")) if Path(ref).is_dir() else []
+    return GrpoError(f"cannot load the model {ref}: a weights file ({', '.join(files) or 'safetensors'}) is "
+                     f"damaged or truncated: {str(exc).splitlines()[0]}", where=where,
+                     fix="Copy or download the weights again (an interrupted copy leaves a truncated file).")
+
+
 def load_base(weights: str, *, dtype: str, device: str = "cpu", revision: str | None = None,
               trust_remote_code: bool = False, where: str = "--model") -> Any:
     """Full weights through plain transformers, with a one-paragraph error when they cannot be loaded."""
     import torch
+    from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM
 
+    check_hub_access(weights, revision, where)
     try:
         with quiet_loading():
             model = AutoModelForCausalLM.from_pretrained(weights, dtype=getattr(torch, dtype), revision=revision,
                                                          trust_remote_code=trust_remote_code)
+    except SafetensorError as exc:
+        raise damaged_weights_error(weights, exc, where) from None
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the model {weights}: {str(exc).splitlines()[0]}", where=where,
                         fix="Check the id or directory; without network access give a local directory.") from None

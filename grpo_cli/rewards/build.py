@@ -8,15 +8,19 @@ from grpo_cli.rewards.loaders import BoundReward, load_reward, pools_itself
 from grpo_cli.rewards.parallel import ParallelReward
 
 
-def build_reward_funcs(recipe: Any) -> list[Any]:
-    """Everything `GRPOTrainer(reward_funcs=...)` needs, in recipe order."""
+def build_reward_funcs(recipe: Any, *, training: bool = True) -> list[Any]:
+    """Everything `GRPOTrainer(reward_funcs=...)` needs, in recipe order.
+
+    `training`: a reward that raises, times out or returns what TRL cannot use stops the run with a
+    paragraph naming its recipe entry; check-rewards passes False to see the raw results and classify them.
+    """
     funcs: list[Any] = []
     for i, entry in enumerate(recipe.rewards):
         if entry.parallel > 1 and entry.kind != "model" and not pools_itself(entry):
-            funcs.append(ParallelReward(entry, recipe.base_dir, entry.parallel, index=i))
+            func: Any = ParallelReward(entry, recipe.base_dir, entry.parallel, index=i)
         else:
             func = load_reward(entry, recipe.base_dir, i)
-            if isinstance(func, BoundReward):
-                func.where = f"rewards[{i}]"
-            funcs.append(func)
+        if training and isinstance(func, BoundReward | ParallelReward):
+            func.where = f"rewards[{i}]"
+        funcs.append(func)
     return funcs

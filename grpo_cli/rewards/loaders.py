@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.errors import GrpoError
-from grpo_cli.paths import local_dir
+from grpo_cli.errors import GrpoError, RewardTimeoutError
+from grpo_cli.paths import local_dir, read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.recipe.schema.rewards import RewardEntry
 from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
@@ -110,7 +110,7 @@ def _static_function(entry: RewardEntry, base_dir: Path, where: str) -> tuple[st
             return target, None  # compiled or namespace module: checked at load time
         path = found
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        tree = ast.parse(read_text(path, what="reward file", where=f"{where}.function"), filename=str(path))
     except SyntaxError as exc:
         raise GrpoError(f"{path} has a syntax error at line {exc.lineno}: {exc.msg}",
                         where=f"{where}.function") from None
@@ -170,6 +170,7 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
                                 where=f"{where}.params.{key}",
                                 fix=(f"Did you mean `{guess}`? " if guess else "")
                                 + f"Its parameters: {', '.join(sorted(tunable)) or 'none'}.")
+        _check_builtin_values(entry, func, where)
         return RewardInfo(entry.label, "builtin", entry.name, list(_builtin_columns(entry)),
                           inspect.iscoroutinefunction(func))
     if entry.kind == "model":
@@ -184,6 +185,28 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
     if sig is None:
         return RewardInfo(entry.label, "function", target, note="signature checked when loaded")
     return RewardInfo(entry.label, "function", target, _check_signature(entry, sig, where), sig.is_async)
+
+
+def _check_builtin_values(entry: RewardEntry, func: Any, where: str) -> None:
+    """Each bound param has the type (or one of the values) its built-in declares, so a typo fails validate."""
+    import typing
+
+    from pydantic import TypeAdapter, ValidationError
+
+    hints = typing.get_type_hints(func)
+    for key, value in entry.params.items():
+        expected = hints.get(key, Any)
+        if expected is Any:
+            continue
+        try:
+            TypeAdapter(expected).validate_python(value, strict=True)
+        except ValidationError:
+            allowed = typing.get_args(expected) if typing.get_origin(expected) is typing.Literal else ()
+            name = getattr(expected, "__name__", str(expected))
+            want = f"one of {', '.join(map(str, allowed))}" if allowed else f"a value of type {name}"
+            raise GrpoError(f"{value!r} is not a valid {key} for the built-in reward {entry.name!r}: it takes {want}",
+                            where=f"{where}.params.{key}",
+                            fix="See docs/rewards.md for what each value means.") from None
 
 
 def _builtin_columns(entry: RewardEntry) -> list[tuple[str, ...]]:
@@ -205,33 +228,48 @@ class BoundReward:
     """A reward with its recipe params bound and its recipe label as `__name__` (TRL's metric name).
 
     Params win over a dataset column of the same name, so a recipe can pin a value the data also holds.
+    Each call is limited to the entry's `timeout`. With `where` set (training), a crash, a timeout or a
+    result TRL would choke on stops the run with a paragraph naming the recipe entry instead of a traceback.
     """
 
-    def __init__(self, func: Any, params: dict[str, Any], label: str) -> None:
+    def __init__(self, func: Any, params: dict[str, Any], label: str, timeout: float | None = None) -> None:
         self.func = func
         self.params = dict(params)
         self.__name__ = label
         self.__doc__ = getattr(func, "__doc__", None)
-        self.where = ""  # set for training: a crash then names the recipe entry instead of a traceback
+        self.timeout = timeout
+        self.where = ""
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
+        from grpo_cli.rewards.calling import run_with_timeout  # asyncio: not for `grpo validate`
+
         try:
-            return self.func(**{**kwargs, **self.params})
+            result = run_with_timeout(lambda: self.func(**{**kwargs, **self.params}), self.timeout, self.__name__)
         except Exception as exc:
             raise self._explain(exc, kwargs) from exc
+        return self._checked(result, kwargs)
+
+    def _checked(self, result: Any, kwargs: dict[str, Any]) -> Any:
+        from grpo_cli.rewards.calling import explain_in_training, training_problem
+
+        problem = training_problem(result, len(kwargs.get("completions") or [])) if self.where else ""
+        if problem:
+            raise explain_in_training(self.__name__, self.where, problem, kwargs)
+        return result
 
     def _explain(self, exc: Exception, kwargs: dict[str, Any]) -> Exception:
-        if not self.where or isinstance(exc, GrpoError):
+        from grpo_cli.rewards.calling import explain_in_training
+
+        if not self.where:
             return exc
-        prompts = kwargs.get("prompts") or [""]
-        first = str(prompts[0])[:80]
-        state = kwargs.get("trainer_state")
-        step = f" at step {state.global_step}" if getattr(state, "global_step", None) is not None else ""
-        return GrpoError(f"reward {self.__name__!r} raised {type(exc).__name__}: {exc}{step}, scoring "
-                         f"{len(kwargs.get('completions') or [])} completions (first prompt: {first!r})",
-                         where=self.where,
-                         fix="Reproduce it without training: `grpo check-rewards RECIPE` calls every reward on "
-                             "probe completions and names the failing row.")
+        if isinstance(exc, RewardTimeoutError):
+            error = explain_in_training(self.__name__, self.where, f"did not return within its timeout of "
+                                        f"{exc.seconds:g} s", kwargs, RewardTimeoutError)
+            error.label, error.seconds = exc.label, exc.seconds
+            return error
+        if isinstance(exc, GrpoError):
+            return exc
+        return explain_in_training(self.__name__, self.where, f"raised {type(exc).__name__}: {exc}", kwargs)
 
     def __repr__(self) -> str:
         return f"<reward {self.__name__}>"
@@ -241,13 +279,19 @@ class AsyncBoundReward(BoundReward):
     """The async twin of BoundReward, so TRL runs it on its event loop."""
 
     async def __call__(self, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
+        from grpo_cli.rewards.calling import await_with_timeout
+
         try:
-            return await self.func(**{**kwargs, **self.params})
+            result = await await_with_timeout(self.func(**{**kwargs, **self.params}), self.timeout, self.__name__)
         except Exception as exc:
             raise self._explain(exc, kwargs) from exc
+        return self._checked(result, kwargs)
 
 
 def _import_file(path: Path, where: str) -> Any:
+    if path.is_dir():
+        raise GrpoError(f"reward file {path} is a directory, not a file", where=where,
+                        fix="Give the path of a .py file.")
     if not path.is_file():
         raise GrpoError(f"reward file {path} not found", where=where,
                         fix="Paths are relative to the recipe's directory.")
@@ -341,7 +385,7 @@ def load_reward(entry: RewardEntry, base_dir: Path, index: int | None = None) ->
     params = dict(entry.params)
     if pools_itself(entry) and entry.parallel > 0:
         params.setdefault("parallel", entry.parallel)
-    return wrapper(func, params, entry.label)
+    return wrapper(func, params, entry.label, entry.timeout)
 
 
 def pools_itself(entry: RewardEntry) -> bool:

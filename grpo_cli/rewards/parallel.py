@@ -14,7 +14,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.recipe.schema.rewards import RewardEntry
+from grpo_cli.rewards.calling import explain_in_training, run_with_timeout, training_problem
 
 _WORKER_REWARD: Any = None
 _LOCAL_ONLY = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
@@ -36,6 +38,10 @@ def _score_chunk(kwargs: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str
     kwargs["log_extra"] = lambda column, values: logged.append(("extra", column, list(values)))
     kwargs["log_metric"] = lambda name, value: logged.append(("metric", name, value))
     return list(call_reward(_WORKER_REWARD, **kwargs)), logged
+
+
+def _ready(_: int) -> bool:
+    return True
 
 
 def _portable_state(state: Any) -> Any:
@@ -71,6 +77,7 @@ class ParallelReward:
         self.base_dir = base_dir
         self.workers = workers
         self.__name__ = entry.label
+        self.where = ""  # set for training, as on BoundReward
         self._pool: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:
@@ -80,9 +87,29 @@ class ParallelReward:
                 self.workers, mp_context=ctx, initializer=_init_worker,
                 initargs=(self.entry.model_dump(), str(self.base_dir)),
             )
+            list(self._pool.map(_ready, range(self.workers)))  # spawn workers and run their initializers now
         return self._pool
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
+        self._executor()  # started (and its workers ready) outside the time limit: start-up is not the reward's
+        try:
+            out = run_with_timeout(lambda: self._score(kwargs), self.entry.timeout, self.__name__)
+        except BaseException as exc:
+            if isinstance(exc, RewardTimeoutError | KeyboardInterrupt):
+                self._kill()  # workers still busy with the expired call would hold the next one up
+            if isinstance(exc, RewardTimeoutError) and self.where:
+                raise explain_in_training(self.__name__, self.where, f"did not return within its timeout of "
+                                          f"{exc.seconds:g} s", kwargs, RewardTimeoutError) from None
+            if isinstance(exc, Exception) and self.where and not isinstance(exc, GrpoError):
+                raise explain_in_training(self.__name__, self.where, f"raised {type(exc).__name__}: {exc}",
+                                          kwargs) from exc
+            raise
+        problem = training_problem(out, len(kwargs["completions"])) if self.where else ""
+        if problem:
+            raise explain_in_training(self.__name__, self.where, problem, kwargs)
+        return out
+
+    def _score(self, kwargs: dict[str, Any]) -> list[float | None]:
         n = len(kwargs["completions"])
         per_row = {k: v for k, v in kwargs.items()
                    if k not in _LOCAL_ONLY and isinstance(v, list | tuple) and len(v) == n}
@@ -105,6 +132,15 @@ class ParallelReward:
             for column, values in extras.items():
                 kwargs["log_extra"](column, values)
         return out
+
+    def _kill(self) -> None:
+        """Stop the workers now, mid-call (shutdown() would wait for a reward that never returns)."""
+        if self._pool is not None:
+            processes = getattr(self._pool, "_processes", None) or {}  # no public API to kill them before 3.14
+            for process in list(processes.values()):
+                process.kill()
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
 
     def close(self) -> None:
         """Stop the worker processes (they are restarted on the next call)."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.data.peek import count_rows, peek_columns
+from grpo_cli.data.peek import FULL_SCAN_BYTES, FileScan, scan_file
 from grpo_cli.errors import GrpoError, Problem, RecipeError
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.loaders import RewardInfo, inspect_reward
@@ -26,6 +26,7 @@ class Preflight:
     train_rows: int | None = None
     eval_rows: int | None = None
     plan: dict[str, Any] = field(default_factory=dict)
+    scans: dict[str, FileScan] = field(default_factory=dict, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -108,7 +109,7 @@ def _data_checks(recipe: Recipe, pf: Preflight) -> str:
 
 
 def _file_columns(recipe: Recipe, pf: Preflight) -> list[str] | None:
-    """Every local file exists and has rows; the columns of the first training file."""
+    """Every local file exists, parses to the last record (when small enough) and has rows; the training columns."""
     data = recipe.data
     columns: list[str] | None = None
     for split, paths in data.file_map.items():
@@ -119,26 +120,33 @@ def _file_columns(recipe: Recipe, pf: Preflight) -> list[str] | None:
                                            "Paths are relative to the recipe's directory."))
                 continue
             try:
-                cols = peek_columns(path)
+                scan = pf.scans[str(path)] = scan_file(path)
             except GrpoError as exc:
                 pf.problems.append(Problem(f"data.files.{split}", exc.problems[0].render()))
                 continue
-            if not cols:
+            if not scan.complete and path.suffix != ".json":
+                pf.warnings.append(f"{p} is over {FULL_SCAN_BYTES // 2**20} MB: only its first record was checked; "
+                                   "a broken record further on is reported when training loads it.")
+            if not scan.columns:
                 pf.problems.append(Problem(f"data.files.{split}", f"{p} has no rows",
                                            "Give a file with at least one record."))
                 continue
             if split == data.split and columns is None:
-                columns = cols
+                columns = scan.columns
     return columns
 
 
 def _count_rows(recipe: Recipe, pf: Preflight) -> None:
     """Training and eval rows the run will see (after holdout and max_samples)."""
     data, files = recipe.data, recipe.data.file_map
-    rows = [count_rows(recipe.resolve_path(p)) for p in files.get(data.split, [])]
-    pf.train_rows = sum(r for r in rows if r is not None)
+
+    def rows(split: str) -> int:
+        found = [pf.scans.get(str(recipe.resolve_path(p))) for p in files.get(split, [])]
+        return sum(scan.rows for scan in found if scan is not None)
+
+    pf.train_rows = rows(data.split)
     if data.eval_split:
-        pf.eval_rows = sum(count_rows(recipe.resolve_path(p)) or 0 for p in files.get(data.eval_split, []))
+        pf.eval_rows = rows(data.eval_split)
     elif data.eval_holdout:
         pf.eval_rows = max(1, int(pf.train_rows * data.eval_holdout))
         pf.train_rows -= pf.eval_rows

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from grpo_cli.recipe.schema.common import Section
 
+DEFAULT_TIMEOUT_S = 600.0
 _FUNC_REF = re.compile(r"^(?P<target>[^:]+(?:\.py)?):(?P<func>[A-Za-z_][A-Za-z0-9_]*)$")
 
 
@@ -28,6 +29,10 @@ class RewardEntry(Section):
     parallel: int = Field(0, ge=0)
     """Score rows in a pool of this many processes (for slow rewards like math-verify). The `code` built-in
     runs its sandboxes in parallel already (one per CPU when 0); for it this sets how many."""
+    timeout: float | None = Field(DEFAULT_TIMEOUT_S, gt=0)
+    """Seconds one call of a code reward may take (a call scores a whole generation batch). A call that runs
+    longer stops `grpo train` with an error naming the reward, and is a violation in `grpo check-rewards`.
+    `null` for no limit. Not the `code` built-in's per-test `params.timeout`."""
 
     @model_validator(mode="after")
     def _one_kind(self) -> RewardEntry:
@@ -43,6 +48,8 @@ class RewardEntry(Section):
             )
         if self.model is not None and self.params:
             raise ValueError("a reward `model` takes no `params`")
+        if self.model is not None and "timeout" in self.model_fields_set:
+            raise ValueError("a reward `model` is run by TRL itself: `timeout` applies to code rewards only")
         return self
 
     @property

@@ -14,9 +14,10 @@ import re
 import threading
 from collections.abc import Sequence
 from fractions import Fraction
-from typing import Any
+from typing import Any, Literal, get_args
 
-ANSWER_FORMATS = ("auto", "answer_tag", "boxed", "gsm8k", "last_number", "first_number")
+AnswerFormat = Literal["auto", "answer_tag", "boxed", "gsm8k", "last_number", "first_number"]
+ANSWER_FORMATS: tuple[str, ...] = get_args(AnswerFormat)
 
 _NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|(?<![\w.])-?\.\d+")
 _GSM8K = re.compile(r"####\s*([^\n]*)")
@@ -87,7 +88,7 @@ def numbers(text: str) -> list[str]:
     return [m.replace(",", "") for m in _NUMBER.findall(text)]
 
 
-def parse_completion_answer(text: str, answer_format: str = "auto", answer_tag: str = "answer") -> str | None:
+def parse_completion_answer(text: str, answer_format: AnswerFormat = "auto", answer_tag: str = "answer") -> str | None:
     """The completion's final answer as a string, or None when there is none in that format."""
     if answer_format == "answer_tag":
         return tagged(text, answer_tag)
@@ -221,7 +222,7 @@ def correctness(
     answer: Any = None,
     solution: Any = None,
     *,
-    answer_format: str = "auto",
+    answer_format: AnswerFormat = "auto",
     answer_tag: str = "answer",
     use_math_verify: bool = True,
 ) -> list[bool | None]:
@@ -249,7 +250,7 @@ def accuracy(
     *,
     answer: Any = None,
     solution: Any = None,
-    answer_format: str = "auto",
+    answer_format: AnswerFormat = "auto",
     answer_tag: str = "answer",
     use_math_verify: bool = True,
     **kwargs: Any,

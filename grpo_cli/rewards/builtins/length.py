@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
-from grpo_cli.rewards.builtins.answers import completion_text, correctness
+from grpo_cli.rewards.builtins.answers import AnswerFormat, completion_text, correctness
 
 
 def completion_lengths(completions: Sequence[Any], completion_ids: Sequence[Any] | None = None) -> list[int]:
@@ -29,7 +29,7 @@ def length(
     answer: Any = None,
     solution: Any = None,
     completion_ids: Sequence[Any] | None = None,
-    answer_format: str = "auto",
+    answer_format: AnswerFormat = "auto",
     answer_tag: str = "answer",
     use_math_verify: bool = True,
     **kwargs: Any,
@@ -88,7 +88,7 @@ def cosine(
     min_value_correct: float = 0.5,
     max_value_correct: float = 1.0,
     max_len: int = 1000,
-    answer_format: str = "auto",
+    answer_format: AnswerFormat = "auto",
     answer_tag: str = "answer",
     use_math_verify: bool = True,
     **kwargs: Any,
@@ -155,7 +155,7 @@ def repetition_penalty(
     *,
     ngram_size: int = 3,
     max_penalty: float = -0.5,
-    language: str = "en",
+    language: Literal["en", "zh", "ja", "char"] = "en",
     **kwargs: Any,
 ) -> list[float]:
     """Repeated n-grams, as a penalty.

@@ -7,15 +7,14 @@ completion more than the right answer wastes a whole run; this finds it in secon
 from __future__ import annotations
 
 import json
-import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.errors import GrpoError
+from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.rewards.calling import call_reward
+from grpo_cli.rewards.calling import call_reward, result_problem, value_problem
 from grpo_cli.rewards.check.stats import (
     RewardResult,
     Violation,
@@ -198,41 +197,19 @@ def _call(func: Any, batch: list[Sample], state: Any, logs: _Logs) -> Any:
                        log_metric=logs.log_metric, **kwargs)
 
 
-def _as_values(result: Any, n: int) -> tuple[list[Any] | None, str]:
-    """The returned sequence, or None and what is wrong with its shape."""
-    if result is None or isinstance(result, str | bytes | dict) or not hasattr(result, "__len__"):
-        return None, f"returned {type(result).__name__}, not a list of floats"
-    values = list(result)
-    if len(values) != n:
-        return None, f"returned {len(values)} values for {n} completions"
-    return values, ""
-
-
-def _check_value(value: Any) -> tuple[float | None, str]:
-    """The value as TRL will use it, or the contract it breaks (non-numeric, NaN, infinite)."""
-    if value is None:
-        return None, ""
-    if isinstance(value, str | bytes):  # float("1.0") works, torch.tensor(["1.0"]) does not
-        return None, "type"
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None, "type"
-    if math.isnan(number):
-        return None, "nan"
-    if math.isinf(number):
-        return None, "inf"
-    return number, ""
-
-
 def _score(label: str, func: Any, samples: list[Sample], batches: list[list[int]], state: Any,
            logs: _Logs) -> RewardResult:
     res = RewardResult(label, [None] * len(samples))
-    for idx in batches:
+    for n, idx in enumerate(batches):
         batch = [samples[i] for i in idx]
         start = time.perf_counter()
         try:
             result = _call(func, batch, state, logs)
+        except RewardTimeoutError as exc:
+            res.seconds.append(time.perf_counter() - start)
+            skipped = [i for later in batches[n:] for i in later]  # each call would wait as long again
+            res.add_error("timeout", f"{exc.seconds:g} s", skipped, len(skipped))
+            break
         except Exception as exc:
             res.seconds.append(time.perf_counter() - start)
             culprits = [i for i in idx if _raises(func, samples[i], state)] or idx
@@ -240,12 +217,12 @@ def _score(label: str, func: Any, samples: list[Sample], batches: list[list[int]
             res.add_error("exception", f"raised {type(exc).__name__}: {message}", culprits, len(idx))
             continue
         res.seconds.append(time.perf_counter() - start)
-        values, problem = _as_values(result, len(batch))
-        if values is None:
+        problem = result_problem(result, len(batch))
+        if problem:
             res.add_error("length" if "values for" in problem else "not_list", problem, idx, len(idx))
             continue
-        for i, value in zip(idx, values, strict=True):
-            number, bad = _check_value(value)
+        for i, value in zip(idx, result, strict=True):
+            number, bad = value_problem(value)
             res.values[i] = number
             if bad:
                 res.add_error(bad, repr(value), [i], 1)
@@ -281,7 +258,7 @@ def _reward_funcs(recipe: Recipe) -> list[Any]:
 
     for i, entry in enumerate(recipe.rewards):
         inspect_reward(entry, recipe.base_dir, i)
-    funcs = build_reward_funcs(recipe)
+    funcs = build_reward_funcs(recipe, training=False)
     kwargs = recipe.training.get("chat_template_kwargs") or {}
     return [RewardModelScorer(f, e.label, chat_template_kwargs=kwargs, where=f"rewards[{i}].model")
             if isinstance(f, str) else f for i, (f, e) in enumerate(zip(funcs, recipe.rewards, strict=True))]

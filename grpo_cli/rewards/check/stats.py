@@ -106,6 +106,8 @@ def _pearson(pairs: list[tuple[float, float]]) -> float | None:
 
 _WHAT = {
     "exception": "{detail}",
+    "timeout": "did not return within its timeout of {detail} (`timeout:` on the reward entry); training would "
+               "stop here",
     "length": "{detail}; TRL needs exactly one value per completion",
     "not_list": "{detail}; TRL needs a list with one value per completion",
     "type": "returned a non-numeric value ({detail}); return a float, or None when the reward does not apply",
@@ -147,11 +149,14 @@ def assess(report: Any, groups: list[int]) -> None:
                 res.name, "constant", f"{res.name} never varies: all {len(values)} scored completions got "
                 f"{values[0]:g}, so it adds nothing to the advantages (GRPO compares completions of a prompt)"))
         elif not res.finite() and not res.problems:
-            report.notes.append(f"{res.name} returned None for every completion: no sampled row has what it needs")
+            report.violations.append(Violation(
+                res.name, "all_none", f"{res.name} returned None for every completion ({len(samples)}): TRL reads "
+                "None as 'does not apply', so it would add nothing to training. Check that it reads the columns it "
+                "needs; if the sampled rows are simply not its kind (multi-task data), sample more with --samples"))
         if report.source == "probes":
             _hackable(report, res)
     dead = [s.row for i, s in enumerate(samples) if all(r.values[i] is None for r in report.rewards)]
-    if dead and not any(v.kind == "exception" for v in report.violations):
+    if dead and not any(v.kind in ("exception", "timeout") for v in report.violations):
         report.notes.append(f"every reward returned None{_rows_text(dead)}: TRL warns and gives those "
                             "completions no advantage")
 
