@@ -180,3 +180,17 @@ def test_external_backend_that_cannot_be_reached_stops_with_a_clear_error() -> N
             code([completion(ADD)], tests=[TESTS], backend=backend, backend_url="http://127.0.0.1:9")
     with pytest.raises(ValueError, match="unknown code backend 'e2b'"):
         code([completion(ADD)], tests=[TESTS], backend="e2b")
+
+
+def test_a_call_cut_off_by_the_reward_timeout_leaves_nothing_for_the_next() -> None:
+    """The per-call `timeout` interrupts the reward mid-request: the late answer must not score the next call."""
+    import pytest
+
+    from grpo_cli.errors import RewardTimeoutError
+    from grpo_cli.rewards.calling import run_with_timeout
+
+    slow = ADD + "import time\ntime.sleep(2)\n"
+    with pytest.raises(RewardTimeoutError):
+        run_with_timeout(lambda: code([completion(slow)], tests=[TESTS], parallel=1), 0.5, "code")
+    assert score(ADD, ["assert add(1, 1) == 3"], parallel=1)[0] == 0.0
+    assert score(ADD, TESTS, parallel=1)[0] == 1.0

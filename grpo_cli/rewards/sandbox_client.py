@@ -120,6 +120,7 @@ class SandboxServer:
         self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._base = ""
+        self._serial = 0
 
     @property
     def pid(self) -> int | None:
@@ -143,10 +144,20 @@ class SandboxServer:
     def call(self, request: dict[str, Any], budget: float) -> dict[str, Any]:
         """Send one request; `budget` seconds for the answer before the server counts as hung."""
         proc = self._ensure()
+        self._serial += 1
         try:
-            send(proc, request)
+            send(proc, {**request, "id": self._serial})
             reply = receive(proc, time.monotonic() + budget)
-        except (EOFError, TimeoutError, OSError, ValueError) as exc:
+            if reply.get("id") != self._serial:
+                raise ValueError("the sandbox server answered another request")
+        except BaseException as exc:
+            if not isinstance(exc, EOFError | TimeoutError | OSError | ValueError):
+                # Interrupted (a reward timeout, Ctrl-C): the answer would arrive later and be read as the
+                # next request's, so this server is replaced rather than reused.
+                stop_server(proc, self._base)
+                self._proc = None
+                self.restarts += 1
+                raise
             status = None
             if not isinstance(exc, TimeoutError):  # its pipe closed: it is exiting, give the kernel a moment
                 with contextlib.suppress(subprocess.TimeoutExpired):

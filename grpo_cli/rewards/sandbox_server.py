@@ -377,7 +377,7 @@ def main(argv: list[str]) -> int:
             reply = handle(base, req)
         except Exception as exc:  # a bad request or a full disk: answer, keep serving
             reply = {"error": f"{type(exc).__name__}: {exc}"}
-        write_frame(rep_fd, reply)
+        write_frame(rep_fd, {**reply, "id": req.get("id")})
         if once:
             return 0
 
