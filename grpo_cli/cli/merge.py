@@ -35,6 +35,6 @@ def merge(
         console.print(f"verified: largest logit difference vs base+adapter {result.max_diff:.3g} "
                       f"(tolerance {result.tolerance:.3g}, {result.dtype})")
         console.print(f"[green]merged[/] into {result.out} ({len(result.files)} files); load it with "
-                      f"AutoModelForCausalLM.from_pretrained({str(result.out)!r}), no peft needed", soft_wrap=True)
+                      f"{result.auto_class}.from_pretrained({str(result.out)!r}), no peft needed", soft_wrap=True)
 
     run_guarded(body)

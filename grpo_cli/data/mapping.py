@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.data.images import IMAGES, attach_images, image_sizes, image_token_counts, is_processor
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import go_offline, hub_unreachable
 from grpo_cli.recipe.schema import Recipe
@@ -187,13 +188,26 @@ def _map(ds: Any, data: DataSection, locate: Any) -> Any:
     keep = set(data.keep_columns) if data.keep_columns is not None else set(ds.column_names) - {SOURCE_INDEX}
     if data.answer:
         keep.add(data.answer.into)
+    if data.images is not None:  # TRL's `images` column replaces the source column (unless kept on purpose)
+        keep.add(IMAGES)
+        if data.keep_columns is None or data.images.column not in data.keep_columns:
+            keep.discard(data.images.column)
     mapped = ds.map(_row_mapper(data, locate), desc="mapping prompts")
     drop = [c for c in mapped.column_names if c != "prompt" and c not in keep]
     return mapped.remove_columns(drop) if drop else mapped
 
 
-def prompt_token_length(prompt: Any, tokenizer: Any) -> int:
-    """Tokens the model sees for a prompt (chat template applied for messages)."""
+def prompt_token_length(prompt: Any, tokenizer: Any, image_sizes: list[tuple[int, int]] | None = None) -> int:
+    """Tokens the model sees for a prompt (chat template applied for messages; image tokens counted)."""
+    if is_processor(tokenizer):
+        from trl.data_utils import prepare_multimodal_messages
+
+        sizes = image_sizes or []
+        messages = prepare_multimodal_messages(prompt, images=[None] * len(sizes))
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        ids = tokenizer.tokenizer(text, add_special_tokens=False)["input_ids"]
+        # The template renders one placeholder token per image; the processor expands each into its image tokens.
+        return len(ids) + sum(n - 1 for n in image_token_counts(tokenizer, sizes))
     if isinstance(prompt, list):
         ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
         if isinstance(ids, dict) or hasattr(ids, "keys"):
@@ -219,7 +233,8 @@ def _limit_length(ds: Any, data: DataSection, tokenizer: Any, stats: dict[str, A
     limit = data.max_prompt_tokens
     if not limit or tokenizer is None:
         return ds
-    lengths = [prompt_token_length(p, tokenizer) for p in ds["prompt"]]
+    sizes = image_sizes(ds) if IMAGES in ds.column_names else [None] * len(ds)
+    lengths = [prompt_token_length(p, tokenizer, z) for p, z in zip(ds["prompt"], sizes, strict=True)]
     long_rows = [i for i, n in enumerate(lengths) if n > limit]
     stats[f"{prefix}_longest_prompt_tokens"] = max(lengths, default=0)
     if not long_rows:
@@ -243,6 +258,8 @@ def map_split(recipe: Recipe, tokenizer: Any, split: str, *, data: DataSection |
     data = data or recipe.data
     ds = _load_split(data, recipe, split, where)
     _check_columns(ds, data, where)
+    if data.images is not None:
+        ds = attach_images(ds, recipe, data, split)
     return _limit_length(_map(ds, data, _locator(recipe, data, split)), data, tokenizer, {}, split)
 
 
@@ -271,6 +288,10 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
         train = train.select(range(min(data.max_samples, len(train))))
     if evaluation is not None and data.max_eval_samples:
         evaluation = evaluation.select(range(min(data.max_eval_samples, len(evaluation))))
+    if data.images is not None:
+        train = attach_images(train, recipe, data, data.split)
+        if evaluation is not None:
+            evaluation = attach_images(evaluation, recipe, data, data.eval_split or data.split)
     locate = _locator(recipe, data, data.split)
     train = _limit_length(_map(train, data, locate), data, tokenizer, stats, "train")
     if evaluation is not None:

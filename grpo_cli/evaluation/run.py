@@ -31,7 +31,8 @@ def evaluate_rows(model: Any, tokenizer: Any, rows: Any, reward_funcs: list[Any]
         texts, ids, truncated = sampler(prompts)
     else:
         texts, ids, truncated = generate(model, tokenizer, prompts, k=k, temperature=temperature, top_p=top_p,
-                                         max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed)
+                                         max_new_tokens=max_new_tokens, batch_size=batch_size, seed=seed,
+                                         images=columns.get("images"))
     rep = [p for p in prompts for _ in range(k)]
     rep_cols = {c: [v for v in vals for _ in range(k)] for c, vals in columns.items()}
     chat = bool(prompts) and isinstance(prompts[0], list)
@@ -133,7 +134,11 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
 
     if backend not in ("auto", "transformers", "vllm"):
         raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
-    use_vllm = backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile))
+    if recipe.data.images is not None and backend == "vllm":
+        raise GrpoError("grpo eval's vLLM backend does not pass images yet", where="--backend",
+                        fix="Use --backend transformers (the default picks it for image rows).")
+    use_vllm = recipe.data.images is None and (
+        backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile)))
     if backend == "vllm" and not vllm_available():
         raise GrpoError("--backend vllm needs vLLM installed and a CUDA GPU", where="--backend",
                         fix="pip install 'grpo-cli[vllm]' on a GPU machine, or use --backend transformers.")

@@ -15,16 +15,56 @@ def prompt_texts(prompts: list[Any], tokenizer: Any) -> list[str]:
     return texts
 
 
-def generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, temperature: float, top_p: float,
-             max_new_tokens: int, batch_size: int, seed: int) -> tuple[list[str], list[list[int]], list[bool]]:
-    """k samples per prompt, batched with left padding; returns texts, token ids and truncation flags."""
-    import torch
+def _image_batches(processor: Any, prompts: list[Any], images: list[Any], k: int, batch_size: int) -> Any:
+    """Processor inputs for image prompts, each prompt repeated k times (pixel values are per image, so
+    `num_return_sequences` cannot expand them for every architecture)."""
+    from trl.data_utils import prepare_multimodal_messages
 
-    torch.manual_seed(seed)
-    device = next(model.parameters()).device
+    texts = [processor.apply_chat_template(prepare_multimodal_messages(p, images=list(imgs or [])),
+                                           add_generation_prompt=True, tokenize=False)
+             for p, imgs in zip(prompts, images, strict=True)]
+    texts = [t for t in texts for _ in range(k)]
+    images = [list(imgs or []) for imgs in images for _ in range(k)]
+    for start in range(0, len(texts), batch_size):
+        chunk = images[start:start + batch_size]
+        yield processor(text=texts[start:start + batch_size], images=chunk if any(chunk) else None,
+                        padding=True, return_tensors="pt", add_special_tokens=False)
+
+
+def _text_batches(tokenizer: Any, prompts: list[Any], batch_size: int) -> Any:
     texts = prompt_texts(prompts, tokenizer)
     # As TRL: plain prompts get the tokenizer's special tokens (e.g. BOS); chat templates carry their own.
     special = not (prompts and isinstance(prompts[0], list))
+    for start in range(0, len(texts), batch_size):
+        yield tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True, add_special_tokens=special)
+
+
+def generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, temperature: float, top_p: float,
+             max_new_tokens: int, batch_size: int, seed: int, images: list[Any] | None = None
+             ) -> tuple[list[str], list[list[int]], list[bool]]:
+    """k samples per prompt, batched with left padding; returns texts, token ids and truncation flags.
+
+    `tokenizer` may be a vision-language processor; then `images` (a list of images per prompt) go with them.
+    """
+    import torch
+
+    from grpo_cli.data.images import is_processor
+
+    torch.manual_seed(seed)
+    device = next(model.parameters()).device
+    processor = tokenizer if is_processor(tokenizer) else None
+    if processor is not None:
+        tokenizer = processor.tokenizer
+    # A VLM's chat template lives in its processor: chat prompts go through it, with or without images.
+    with_images = processor is not None and (images is not None or bool(prompts) and isinstance(prompts[0], list))
+    per_call = 1 if with_images else k
+    images = images if images is not None else [None] * len(prompts)
+    batches = (_image_batches(processor, prompts, images, k, max(batch_size, 1) * k) if with_images
+               else _text_batches(tokenizer, prompts, batch_size))
+    extra: dict[str, Any] = {}
+    image_token = getattr(model.config, "image_token_id", None)
+    if processor is not None and image_token is not None:  # as TRL: a sampled image token breaks the features
+        extra["suppress_tokens"] = [image_token]
     old_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     eos = tokenizer.eos_token_id
@@ -34,16 +74,15 @@ def generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, temperat
     out_ids: list[list[int]] = []
     truncated: list[bool] = []
     try:
-        for start in range(0, len(texts), batch_size):
-            chunk = texts[start:start + batch_size]
-            enc = tokenizer(chunk, return_tensors="pt", padding=True, add_special_tokens=special).to(device)
+        for enc in batches:
+            enc = enc.to(device)
             sample = temperature > 0
             with torch.inference_mode():
                 gen = model.generate(**enc, do_sample=sample, temperature=temperature if sample else None,
                                      top_p=top_p if sample else None, top_k=0 if sample else None,
-                                     max_new_tokens=max_new_tokens, num_return_sequences=k if sample else 1,
-                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos)
-            if not sample and k > 1:  # greedy is deterministic: k copies of the one answer
+                                     max_new_tokens=max_new_tokens, num_return_sequences=per_call if sample else 1,
+                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, **extra)
+            if not sample and per_call > 1:  # greedy is deterministic: k copies of the one answer
                 gen = gen.repeat_interleave(k, dim=0)
             new = gen[:, enc["input_ids"].shape[1]:].tolist()
             for ids in new:

@@ -93,7 +93,7 @@ class EvalResult:
                                    "rewards": {name: vals[j] for name, vals in self.rewards.items()}}
             if self.lengths:
                 row.update(length=self.lengths[j], truncated=self.truncated[j])
-            row.update({c: vals[i] for c, vals in self.columns.items() if c not in row})
+            row.update({c: vals[i] for c, vals in self.columns.items() if c not in row and c != "images"})
             rows.append(row)
         return rows
 

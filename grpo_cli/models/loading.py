@@ -21,6 +21,12 @@ class LoadedModel:
     peft_config: Any | None
     dtype: str
     device: str
+    processor: Any = None  # vision-language models: image processor + tokenizer (TRL's processing_class)
+
+    @property
+    def processing_class(self) -> Any:
+        """What TRL takes as `processing_class`: the processor of a VLM, else the tokenizer."""
+        return self.processor if self.processor is not None else self.tokenizer
 
 
 def resolve_dtype(requested: str, profile: str = "single") -> str:
@@ -63,15 +69,21 @@ def load_tokenizer(recipe: Recipe, *, local_only: bool = False) -> Any:
     return tok
 
 
-def lora_config(recipe: Recipe) -> Any:
+def lora_config(recipe: Recipe, model: Any = None, *, vision: bool = False) -> Any:
+    """peft's LoraConfig; for a vision-language model the vision encoder and projector are excluded by default."""
     if recipe.model.lora is None:
         return None
     from peft import LoraConfig
 
     lo = recipe.model.lora
+    exclude = None
+    if vision and model is not None and not lo.vision_tower:
+        from grpo_cli.models.vision import lora_exclude_pattern
+
+        exclude = lora_exclude_pattern(model)
     return LoraConfig(task_type="CAUSAL_LM", r=lo.r, lora_alpha=lo.alpha, lora_dropout=lo.dropout,
                       target_modules=lo.target_modules, bias=lo.bias, modules_to_save=lo.modules_to_save,
-                      use_rslora=lo.use_rslora, use_dora=lo.use_dora)
+                      use_rslora=lo.use_rslora, use_dora=lo.use_dora, exclude_modules=exclude)
 
 
 def quantization_config(recipe: Recipe, dtype: str) -> Any:
@@ -102,7 +114,9 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     """Load the policy (and tokenizer); LoRA is returned as a peft config for TRL to apply."""
     check_hub_access(model_reference(recipe), recipe.model.revision, "model.name_or_path")
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from grpo_cli.models.vision import freeze_vision_tower, is_vision_language, load_processor
 
     dtype = resolve_dtype(recipe.model.dtype, recipe.launch.profile)
     device = "cuda" if torch.cuda.is_available() and recipe.launch.profile != "cpu" else "cpu"
@@ -117,8 +131,10 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
         kwargs["device_map"] = {"": torch.cuda.current_device()}
     from safetensors import SafetensorError
 
+    vision = is_vision_language(recipe.model.kind, ref, recipe.model.revision)
+    auto_class = AutoModelForImageTextToText if vision else AutoModelForCausalLM
     try:
-        model = AutoModelForCausalLM.from_pretrained(ref, **kwargs)
+        model = auto_class.from_pretrained(ref, **kwargs)
     except SafetensorError as exc:
         raise damaged_weights_error(ref, exc, "model.name_or_path") from None
     except (OSError, ValueError) as exc:
@@ -129,5 +145,13 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
 
         model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(
             recipe.training.get("gradient_checkpointing")))
-    tokenizer = load_tokenizer(recipe) if with_tokenizer else None
-    return LoadedModel(model, tokenizer, lora_config(recipe), dtype, device)
+    if recipe.model.freeze_vision_tower and vision and recipe.model.lora is None:
+        freeze_vision_tower(model)
+    processor = None
+    if vision and with_tokenizer:
+        processor = load_processor(ref, revision=recipe.model.revision,
+                                   trust_remote_code=recipe.model.trust_remote_code)
+        tokenizer = processor.tokenizer
+    else:
+        tokenizer = load_tokenizer(recipe) if with_tokenizer else None
+    return LoadedModel(model, tokenizer, lora_config(recipe, model, vision=vision), dtype, device, processor)

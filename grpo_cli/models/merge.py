@@ -53,6 +53,7 @@ class MergeResult:
     tolerance: float
     files: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    auto_class: str = "AutoModelForCausalLM"  # what loads the merged model (AutoModelForImageTextToText for a VLM)
 
 
 def _adapter_source(ref: str, base: str | None) -> ModelSource:
@@ -205,10 +206,27 @@ def _staging_dir(out: Path) -> Path:
     return tmp
 
 
+def _processing_class(source: ModelSource) -> tuple[Any, bool]:
+    """The tokenizer to save with the merged model, or for a vision-language model its processor; and which."""
+    from transformers import AutoTokenizer
+
+    from grpo_cli.models.vision import load_processor, source_is_vision_language
+
+    vision = source_is_vision_language(source.tokenizer, source.weights)
+    try:
+        if vision:  # image processor + tokenizer + chat template, saved next to the merged weights
+            return load_processor(source.tokenizer or source.weights), True
+        return AutoTokenizer.from_pretrained(source.tokenizer or source.weights), False
+    except (OSError, ValueError) as exc:
+        raise GrpoError(f"cannot load the tokenizer from {source.tokenizer}: {str(exc).splitlines()[0]}",
+                        where="ADAPTER_DIR",
+                        fix="Check that the adapter or base directory holds a tokenizer.") from None
+
+
 def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: str = "auto", force: bool = False,
                   max_shard_size: str | int = "5GB", console: Any = None) -> MergeResult:
     """Fold the adapter at `ref` into its base, verify logits, and save a standalone model in `out`."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     source = _adapter_source(ref, base)
     assert source.adapter is not None
@@ -225,14 +243,10 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
     say = console.print if console is not None else (lambda *a, **k: None)
     say(f"merging {source.adapter} into {source.weights} ({dtype})", markup=False)
 
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(source.tokenizer or source.weights)
-    except (OSError, ValueError) as exc:
-        raise GrpoError(f"cannot load the tokenizer from {source.tokenizer}: {str(exc).splitlines()[0]}",
-                        where="ADAPTER_DIR",
-                        fix="Check that the adapter or base directory holds a tokenizer.") from None
+    tokenizer, vision = _processing_class(source)
     model = attach_adapter(load_base(source.weights, dtype=dtype, where="--base"), source, where="--base")
-    probes = probe_inputs(tokenizer, int(model.get_input_embeddings().weight.shape[0]))
+    probes = probe_inputs(tokenizer.tokenizer if vision else tokenizer,
+                          int(model.get_input_embeddings().weight.shape[0]))
     reference = probe_logits(model, probes)
 
     tmp = _staging_dir(out)
@@ -244,7 +258,8 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
         tokenizer.save_pretrained(str(tmp))
         del merged
         with quiet_loading():
-            reloaded = AutoModelForCausalLM.from_pretrained(str(tmp), dtype="auto")
+            reloaded = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(
+                str(tmp), dtype="auto")
         diff, scale = _max_diff(reference, probe_logits(reloaded, probes))
         del reloaded
         tolerance = TOLERANCE[dtype] * scale
@@ -263,4 +278,5 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return MergeResult(out, source.weights, source.adapter, dtype, diff, tolerance, files, notes)
+    return MergeResult(out, source.weights, source.adapter, dtype, diff, tolerance, files, notes,
+                       "AutoModelForImageTextToText" if vision else "AutoModelForCausalLM")

@@ -223,8 +223,14 @@ def quiet_loading() -> Iterator[None]:
 
 
 def load_tokenizer_for(source: ModelSource, *, trust_remote_code: bool = False) -> Any:
-    """The tokenizer saved with the run/adapter when there is one, else the base model's."""
+    """The tokenizer saved with the run/adapter when there is one, else the base model's (for a
+    vision-language model: its processor, which holds the tokenizer)."""
     from transformers import AutoTokenizer
+
+    from grpo_cli.models.vision import load_processor, source_is_vision_language
+
+    if source_is_vision_language(source.tokenizer, source.weights):
+        return load_processor(source.tokenizer or source.weights, trust_remote_code=trust_remote_code)
 
     try:
         tok = AutoTokenizer.from_pretrained(source.tokenizer or source.weights, trust_remote_code=trust_remote_code)
@@ -271,12 +277,15 @@ def load_base(weights: str, *, dtype: str, device: str = "cpu", revision: str | 
     """Full weights through plain transformers, with a one-paragraph error when they cannot be loaded."""
     import torch
     from safetensors import SafetensorError
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
+
+    from grpo_cli.models.vision import is_vision_language
 
     check_hub_access(weights, revision, where)
+    auto_class = AutoModelForImageTextToText if is_vision_language("auto", weights, revision) else AutoModelForCausalLM
     try:
         with quiet_loading():
-            model = AutoModelForCausalLM.from_pretrained(weights, dtype=getattr(torch, dtype), revision=revision,
+            model = auto_class.from_pretrained(weights, dtype=getattr(torch, dtype), revision=revision,
                                                          trust_remote_code=trust_remote_code)
     except SafetensorError as exc:
         raise damaged_weights_error(weights, exc, where) from None

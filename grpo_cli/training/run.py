@@ -168,7 +168,7 @@ def _build(run: _Run) -> None:
         console.print(f"[bold]grpo train[/] {recipe.source or 'recipe'}: {recipe.model.name_or_path} -> {out}"
                       + (f", {steps} steps" if isinstance(steps, int) and steps > 0 else ""))
     run.loaded = load_model(recipe)
-    run.data = prepare_data(recipe, run.loaded.tokenizer)
+    run.data = prepare_data(recipe, run.loaded.processing_class)
     run.reward_funcs = build_reward_funcs(recipe)
 
     from trl import GRPOConfig
@@ -183,8 +183,8 @@ def _build(run: _Run) -> None:
     if _held_out(run) and is_main_process() and run.ckpt is None:
         from grpo_cli.training.task_metric import evaluate_once
 
-        run.result.eval_before = evaluate_once(recipe, run.loaded.model, run.loaded.tokenizer, run.data.eval, console,
-                                               label="before training")
+        run.result.eval_before = evaluate_once(recipe, run.loaded.model, run.loaded.processing_class, run.data.eval,
+                                               console, label="before training")
     run.trainer = _make_trainer(run, config)
 
 
@@ -227,13 +227,13 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     run.callbacks += health_callbacks(recipe, run.out, console=run.console)
     from grpo_cli.training.task_metric import run_callbacks
 
-    extras = run_callbacks(recipe, run.out, run.manifest, run.loaded.tokenizer, run.data.eval, run.console)
+    extras = run_callbacks(recipe, run.out, run.manifest, run.loaded.processing_class, run.data.eval, run.console)
     run.callbacks += extras
     data = run.data
     trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
                                      train_dataset=data.train,
                                      eval_dataset=data.eval if config.eval_strategy != "no" else None,
-                                     processing_class=run.loaded.tokenizer, peft_config=run.loaded.peft_config,
+                                     processing_class=run.loaded.processing_class, peft_config=run.loaded.peft_config,
                                      callbacks=run.callbacks)
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
@@ -288,12 +288,12 @@ def _finish(run: _Run) -> TrainResult:
                               "")
         trainer.save_model(str(out))
         if is_main_process():
-            run.loaded.tokenizer.save_pretrained(str(out))
+            run.loaded.processing_class.save_pretrained(str(out))
         if _held_out(run) and is_main_process():
             from grpo_cli.training.task_metric import evaluate_once
 
-            result.eval_after = evaluate_once(recipe, trainer.model, run.loaded.tokenizer, run.data.eval, run.console,
-                                              label="after training")
+            result.eval_after = evaluate_once(recipe, trainer.model, run.loaded.processing_class, run.data.eval,
+                                              run.console, label="after training")
     run.manifest.update(status=result.status, finished=runs.now(), global_step=result.global_step,
                         message=result.message,
                         eval_before=result.eval_before.summary() if result.eval_before else None,

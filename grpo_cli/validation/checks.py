@@ -11,6 +11,7 @@ from grpo_cli.errors import GrpoError, Problem, RecipeError
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.loaders import RewardInfo, inspect_reward
 from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
+from grpo_cli.validation.vision import vision_checks
 
 
 @dataclass
@@ -245,6 +246,7 @@ def preflight(recipe: Recipe) -> Preflight:
     _trl_and_environment_checks(recipe, pf)
     pf.plan = _plan(recipe, pf, model_desc, data_desc)
     _eval_checks(recipe, pf)
+    vision_checks(recipe, pf)
     _memory(recipe, pf)
     return pf
 

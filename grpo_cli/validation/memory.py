@@ -26,6 +26,7 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from grpo_cli.models.vision import vision_params
 from grpo_cli.validation.model_config import find_model_config
 from grpo_cli.validation.shapes import ModelShape
 
@@ -163,7 +164,16 @@ def memory_plan(recipe: Any, *, gpu_memory_gb: float | None | Literal["auto"] = 
         world_size, note = _world_size(recipe, len(smi))
         if note:
             notes.append(note)
-    return _plan(recipe, shape, world_size, gpu_memory_gb, source, notes), ""
+    plan = _plan(recipe, shape, world_size, gpu_memory_gb, source, notes)
+    vision = vision_params(config)
+    if vision:  # the text shape above counts the language model only
+        m = recipe.model
+        dtype = m.dtype if m.dtype != "auto" else ("float32" if recipe.launch.profile == "cpu" else "bfloat16")
+        shard = world_size if recipe.launch.profile in ("zero3", "fsdp") else 1
+        plan.items.insert(1, MemoryItem("vision encoder weights", vision * DTYPE_BYTES[dtype] / shard,
+                                        f"~{_count(vision)} params from vision_config ({dtype}), approximate"))
+        plan.params += vision
+    return plan, ""
 
 
 def _plan(recipe: Any, shape: ModelShape, world: int, gpu_gb: float | None, source: str,
@@ -242,6 +252,10 @@ def _sequence(recipe: Any, notes: list[str]) -> tuple[int, int, int]:
     if prompt is None:
         prompt = DEFAULT_PROMPT_TOKENS
         notes.append(f"data.max_prompt_tokens is not set: prompts assumed {DEFAULT_PROMPT_TOKENS} tokens")
+    if recipe.data.images is not None:
+        from grpo_cli.validation.vision import image_prompt_tokens
+
+        prompt = image_prompt_tokens(recipe, prompt, recipe.data.max_prompt_tokens is not None, notes)
     return per_device, completion, prompt + completion
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import Field, PrivateAttr, model_validator
 
 from grpo_cli.recipe.schema.common import Section
-from grpo_cli.recipe.schema.data import AnswerSection, DataSection, PromptSection
+from grpo_cli.recipe.schema.data import AnswerSection, DataSection, ImagesSection, PromptSection
 from grpo_cli.recipe.schema.evaluation import EvalSection
 from grpo_cli.recipe.schema.health import HealthSection
 from grpo_cli.recipe.schema.launch import LaunchSection, VllmSection
@@ -23,6 +23,7 @@ __all__ = [
     "AnswerSection",
     "DataSection",
     "EvalSection",
+    "ImagesSection",
     "HealthSection",
     "LaunchSection",
     "LoraSection",

@@ -11,6 +11,10 @@ from pydantic import Field, field_validator, model_validator
 from grpo_cli.recipe.schema.common import Section
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
+VLM_TRUNCATION_REASON = (
+    "prompt_overflow: truncate cannot be used with images: cutting a prompt can cut through its image tokens, "
+    "and a vision-language model then fails (or trains on a mismatch between image tokens and image features); "
+    "use `prompt_overflow: filter` (the default) so over-long rows are dropped, never truncated")
 
 
 class PromptSection(Section):
@@ -74,6 +78,19 @@ class AnswerSection(Section):
         return self
 
 
+class ImagesSection(Section):
+    """Images for a vision-language model: one column per row, passed to TRL as its `images` column."""
+
+    column: str = "image"
+    """Column holding each row's image(s): a file path, raw bytes, a `datasets.Image` value, or a list of
+    these for several images per row. URLs are not fetched: download them with your own loader first."""
+    relative_to: Literal["data_file", "recipe"] = "data_file"
+    """What relative image paths are relative to: the data file's folder, or the recipe's folder
+    (hub datasets always use the recipe's folder)."""
+    check_rows: int = Field(4, ge=0)
+    """`grpo validate` opens the images of this many first rows (local files) and reports their sizes."""
+
+
 class DataSection(Section):
     """Training (and eval) data: a hub dataset or local files, mapped to prompts plus reward columns."""
 
@@ -94,6 +111,8 @@ class DataSection(Section):
     """How each row becomes a prompt."""
     answer: AnswerSection | None = None
     """Reference-answer extraction for accuracy-style rewards."""
+    images: ImagesSection | None = None
+    """Image column for vision-language training; the chat prompt gets one image placeholder per image."""
     keep_columns: list[str] | None = None
     """Columns passed to reward functions; all columns when absent."""
     max_prompt_tokens: int | None = Field(None, gt=0)
@@ -131,6 +150,11 @@ class DataSection(Section):
             raise ValueError("`files` is empty: give at least one .jsonl/.json/.csv/.parquet file per split")
         if (self.dataset is None) == (self.files is None):
             raise ValueError("give exactly one data source: `dataset` (a hub id) or `files` (local files)")
+        if self.images is not None and not self.prompt.chat:
+            raise ValueError("image rows need chat prompts (`prompt.chat: true`): TRL inserts the image "
+                             "placeholders into the user message and applies the processor's chat template")
+        if self.images is not None and self.prompt_overflow == "truncate":
+            raise ValueError(VLM_TRUNCATION_REASON)
         if self.eval_split and self.eval_holdout:
             raise ValueError("give `eval_split` or `eval_holdout`, not both")
         return self

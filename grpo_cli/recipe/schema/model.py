@@ -28,6 +28,9 @@ class LoraSection(Section):
     """Rank-stabilised scaling alpha / sqrt(r)."""
     use_dora: bool = False
     """Weight-decomposed LoRA (DoRA)."""
+    vision_tower: bool = False
+    """For a vision-language model, also adapt the vision tower and projector (by default LoRA targets the
+    language model only)."""
 
 
 class ShapeSection(Section):
@@ -72,6 +75,12 @@ class ModelSection(Section):
     """Attention kernel; None lets transformers choose."""
     trust_remote_code: bool = False
     """Allow model repositories that ship their own Python code."""
+    kind: Literal["auto", "causal_lm", "vision_language"] = "auto"
+    """auto: read the model's config (a `vision_config` means a vision-language model, loaded with
+    AutoModelForImageTextToText and AutoProcessor); or force causal_lm / vision_language."""
+    freeze_vision_tower: bool = False
+    """Full fine-tunes of a vision-language model: keep the vision encoder's weights fixed (the projector
+    and language model still train)."""
     lora: LoraSection | None = None
     """LoRA settings; full fine-tuning when absent."""
     quantization: Literal["4bit", "8bit"] | None = None
@@ -87,4 +96,6 @@ class ModelSection(Section):
                 f"quantization={self.quantization!r} freezes the base weights, so training needs LoRA adapters: "
                 "add a `model.lora` section (e.g. `lora: {r: 16}`) or remove `quantization`"
             )
+        if self.freeze_vision_tower and self.kind == "causal_lm":
+            raise ValueError("freeze_vision_tower needs a vision-language model, but kind is causal_lm")
         return self

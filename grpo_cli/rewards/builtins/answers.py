@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 from typing import Any, Literal, get_args
 
-AnswerFormat = Literal["auto", "answer_tag", "boxed", "gsm8k", "last_number", "first_number"]
+AnswerFormat = Literal["auto", "answer_tag", "boxed", "gsm8k", "last_number", "first_number", "first_word"]
 ANSWER_FORMATS: tuple[str, ...] = get_args(AnswerFormat)
 
 _NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|(?<![\w.])-?\.\d+")
@@ -100,6 +100,9 @@ def parse_completion_answer(text: str, answer_format: AnswerFormat = "auto", ans
     if answer_format in ("last_number", "first_number"):
         found = numbers(text)
         return (found[-1] if answer_format == "last_number" else found[0]) if found else None
+    if answer_format == "first_word":  # short free-text answers ("red", "three"), e.g. image questions
+        match = re.search(r"[^\W_]+", text)
+        return match.group(0) if match else None
     if answer_format != "auto":
         raise ValueError(f"unknown answer_format {answer_format!r}; use one of {', '.join(ANSWER_FORMATS)}")
     inner = tagged(text, answer_tag)
@@ -238,7 +241,7 @@ def correctness(
             continue
         try:
             pred = parse_completion_answer(completion_text(completion), answer_format, answer_tag)
-            out.append(answers_match(pred, ref, use_math_verify=use_math_verify))
+            out.append(answers_match(pred, ref, use_math_verify=use_math_verify and answer_format != "first_word"))
         except Exception as exc:  # one odd row must not stop training
             _log.debug("accuracy check failed: %s", exc)
             out.append(False)
@@ -275,7 +278,8 @@ def accuracy(
         answer_format: where the completion's answer is: `auto` (the last `<answer>...</answer>`, within it a
             `\boxed{}` or `####` if any; else, after `</think>` first, the last `\boxed{}`, then `#### N`, then
             the last number), `answer_tag`, `boxed`, `gsm8k` (the rest of the line after the last `####`),
-            `last_number` or `first_number`.
+            `last_number`, `first_number` or `first_word` (the first run of letters/digits: short free-text
+            answers such as a colour).
         answer_tag: the tag name `answer_tag` and `auto` read.
         use_math_verify: use math-verify when installed (numeric and string checks otherwise).
 
@@ -287,6 +291,8 @@ def accuracy(
         [1.0, 0.0]
         >>> accuracy([r"so the result is \boxed{\frac{1}{2}}"], answer=["0.5"])
         [1.0]
+        >>> accuracy(["Red.", "blue"], answer=["red", "red"], answer_format="first_word")
+        [1.0, 0.0]
     """
     verdicts = correctness(completions, answer, solution, answer_format=answer_format,
                            answer_tag=answer_tag, use_math_verify=use_math_verify)

@@ -157,12 +157,13 @@ def _generated_samples(recipe: Recipe, samples: int) -> tuple[list[Sample], Any]
     from grpo_cli.models import load_model
 
     loaded = load_model(recipe)
-    rows = prepare_data(recipe, loaded.tokenizer).train
+    rows = prepare_data(recipe, loaded.processing_class).train
     indices = _spread(len(rows), samples)
     picked = [rows[i] for i in indices]
     tr = recipe.training
     k = int(tr.get("num_generations") or 8)
-    texts, ids, _ = generate(loaded.model, loaded.tokenizer, [r["prompt"] for r in picked], k=k,
+    images = [r["images"] for r in picked] if "images" in rows.column_names else None
+    texts, ids, _ = generate(loaded.model, loaded.processing_class, [r["prompt"] for r in picked], k=k, images=images,
                              temperature=float(tr.get("temperature") or 1.0), top_p=float(tr.get("top_p") or 1.0),
                              max_new_tokens=int(tr.get("max_completion_length") or 256),
                              batch_size=max(1, 32 // k), seed=int(tr.get("seed") or 42))
@@ -268,6 +269,14 @@ def _tokenizer(recipe: Recipe, notes: list[str]) -> Any:
     from grpo_cli.models import load_tokenizer
 
     try:
+        from grpo_cli.models.vision import recipe_is_vision_language
+
+        if recipe_is_vision_language(recipe):  # the processor counts image tokens when prompts are length-filtered
+            from grpo_cli.models.loading import model_reference
+            from grpo_cli.models.vision import load_processor
+
+            return load_processor(model_reference(recipe), revision=recipe.model.revision,
+                                  trust_remote_code=recipe.model.trust_remote_code)
         return load_tokenizer(recipe, local_only=True)
     except GrpoError as exc:
         notes.append(f"tokenizer of {recipe.model.name_or_path} not available ({exc.problems[0].what}); prompts "
@@ -306,7 +315,7 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
         else:
             tokenizer = _tokenizer(recipe, notes)
             rows = _rows(recipe, tokenizer)
-            tokens = Tokens(tokenizer)
+            tokens = Tokens(getattr(tokenizer, "tokenizer", tokenizer))  # a VLM processor holds the tokenizer
             if completions is not None:
                 found, source = _file_samples(recipe, rows, Path(completions), tokens), "file"
             else:

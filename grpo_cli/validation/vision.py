@@ -1,0 +1,115 @@
+"""Preflight checks for vision-language recipes: the image column, its first images, and the rules TRL imposes.
+
+All cheap: the model's config.json (local directory or hub cache) says whether it is a VLM, and PIL opens only
+the headers of the first rows' images. Nothing here imports torch or transformers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.models.vision import recipe_is_vision_language
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema.data import VLM_TRUNCATION_REASON
+
+
+def vision_checks(recipe: Recipe, pf: Any) -> None:
+    """Add problems, warnings and plan lines for image data and vision-language models."""
+    vlm = recipe_is_vision_language(recipe)
+    data = recipe.data
+    if not vlm and data.images is None:
+        return
+    if vlm:
+        pf.plan["model kind"] = "vision-language: AutoModelForImageTextToText + AutoProcessor (processing_class)"
+        if data.prompt_overflow == "truncate":
+            pf.problems.append(Problem("data.prompt_overflow", VLM_TRUNCATION_REASON.replace(
+                "with images", "for a vision-language model")))
+    if recipe.training.get("use_transformers_continuous_batching"):
+        pf.problems.append(Problem(
+            "training.use_transformers_continuous_batching",
+            "TRL does not support transformers' continuous batching with a processor (vision-language models)",
+            "Remove the key (plain generate), or use vLLM (`launch.vllm.mode: colocate` or `server`)."))
+    if vlm is False and data.images is not None:
+        pf.problems.append(Problem("data.images", f"{recipe.model.name_or_path} is a text-only model (its config "
+                                   "has no vision_config), so it cannot take the images",
+                                   "Use a vision-language model (e.g. Qwen/Qwen2.5-VL-3B-Instruct), or remove "
+                                   "`data.images`; set `model.kind: vision_language` if detection is wrong."))
+    if recipe.model.freeze_vision_tower and recipe.model.lora is not None:
+        pf.warnings.append("model.freeze_vision_tower has no effect with LoRA: the base weights (vision tower "
+                           "included) are frozen anyway; `model.lora.vision_tower` decides whether it gets adapters.")
+    if data.images is not None:
+        _image_rows(recipe, pf)
+
+
+def _image_rows(recipe: Recipe, pf: Any) -> None:
+    """The image column exists; the first rows' images open; their sizes go into the plan."""
+    from grpo_cli.data.images import peek_images
+
+    data = recipe.data
+    assert data.images is not None
+    column = data.images.column
+    read = pf.columns is not None and data.files is not None  # hub datasets are not read when validating
+    if read and column not in pf.columns and (data.keep_columns is None or column not in data.keep_columns):
+        pf.problems.append(Problem("data.images.column", f"{column!r} is not a column of the data",
+                                   f"Columns: {', '.join(pf.columns)}."))
+        return
+    if pf.columns is not None:
+        pf.columns = [c for c in pf.columns if c != column] + ["images"]
+    paths = data.file_map.get(data.split) or []
+    if not paths or data.images.check_rows == 0:
+        pf.plan["images"] = f"column {column!r} (not opened when validating)"
+        return
+    path = recipe.resolve_path(paths[0])
+    if not path.is_file():
+        return  # reported by the data checks
+    try:
+        rows = peek_images(recipe, data, data.split, path)
+    except GrpoError as exc:
+        pf.problems.extend(exc.problems)
+        return
+    if not rows:
+        pf.plan["images"] = f"column {column!r} (first rows not opened: only .jsonl/.json are peeked)"
+        return
+    sizes = sorted({f"{w}x{h}" for _, row in rows for w, h in row})
+    per_row = sorted({len(row) for _, row in rows})
+    pf.plan["images"] = (f"column {column!r}: first {len(rows)} row(s) open, "
+                         f"{'/'.join(map(str, per_row))} image(s) per row, sizes {', '.join(sizes)}")
+
+
+# ---------------------------------------------------------------------------- memory plan
+
+
+def image_tokens_per_image(recipe: Recipe) -> int | None:
+    """The most tokens one image adds to a prompt, from the saved processor settings (local or HF cache)."""
+    from grpo_cli.models.vision import max_image_tokens, processor_settings
+    from grpo_cli.paths import hub_cache_file
+
+    m = recipe.model
+    local = recipe.local_model_dir(m.name_or_path)
+    if local is None:
+        for name in ("processor_config.json", "preprocessor_config.json"):
+            cached = hub_cache_file(m.name_or_path, name, m.revision)
+            if cached is not None:
+                local = cached.parent
+                break
+    settings = processor_settings(local) if local is not None else None
+    return max_image_tokens(settings) if settings else None
+
+
+def image_prompt_tokens(recipe: Recipe, prompt_tokens: int, explicit: bool, notes: list[str]) -> int:
+    """Prompt tokens for the memory plan: image tokens are added to an assumed text length, never to
+    `max_prompt_tokens`, which already counts them (grpo filters on text + image tokens)."""
+    if recipe.data.images is None:
+        return prompt_tokens
+    per_image = image_tokens_per_image(recipe)
+    if explicit:
+        notes.append("data.max_prompt_tokens includes the image tokens" +
+                     (f" (up to {per_image} per image from the processor settings)" if per_image else ""))
+        return prompt_tokens
+    if per_image is None:
+        notes.append("image tokens per image unknown (no processor settings found locally): not counted")
+        return prompt_tokens
+    notes.append(f"prompts: {prompt_tokens} text tokens + {per_image} image tokens (one image per row assumed, "
+                 "the most the processor settings allow)")
+    return prompt_tokens + per_image
