@@ -46,16 +46,17 @@ BEST = "best"
 """The model with the best task metric (eval.every_steps); the manifest's `best` records it."""
 CARD = "README.md"
 """The model card (Hub format) of a finished run or merged model."""
+MERGE_INFO = "grpo_merge.json"
+"""What `grpo merge` folded into what, and how closely the logits matched."""
+BEST_RECORD = "grpo_best.json"
+"""Inside best/: the step, metric and value it was kept for."""
 
 
-def suite_result(suite: str) -> str:
-    """`grpo eval --suite` summary file next to a model."""
-    return f"eval-{suite}.json"
 TRAINER_STATE = "trainer_state.json"
 WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safetensors.index.json",
                 "pytorch_model.bin", "adapter_model.bin", "pytorch_model.bin.index.json")
 # Per-step logs a resumed run writes again from its checkpoint's step on.
-STEP_LOGS = (METRICS, HEALTH)
+STEP_LOGS = (METRICS, HEALTH, COMPLETIONS)
 # Entries that do not make a directory "a previous run" (grpo's own bookkeeping).
 BOOKKEEPING = frozenset({LOCK})
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
@@ -131,6 +132,16 @@ def start_manifest(recipe_source: str, seed: int, world_size: int) -> dict[str, 
     }
 
 
+def suite_result(suite: str) -> str:
+    """`grpo eval --suite` summary file next to a model."""
+    return f"eval-{suite}.json"
+
+
+def suite_completions(suite: str) -> str:
+    """`grpo eval --suite` completions file next to a model."""
+    return f"eval-{suite}-completions.jsonl"
+
+
 def read_manifest(out: Path) -> dict[str, Any]:
     """The manifest of the run in `out` ({} when missing or damaged)."""
     try:
@@ -203,7 +214,7 @@ def is_run_dir(out: Path) -> bool:
 
 
 def truncate_step_logs(out: Path, step: int) -> int:
-    """Drop records logged after `step` from metrics.jsonl and health.jsonl; return how many.
+    """Drop records logged after `step` from the per-step logs (STEP_LOGS); return how many.
 
     After a hard kill these files run ahead of the last checkpoint; the resumed run logs those steps
     again, and each step must appear once.

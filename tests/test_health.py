@@ -62,7 +62,7 @@ def test_guards_are_on_by_default_and_bad_settings_are_recipe_errors(tmp_path: P
     guards, _ = _guards(tmp_path)
     actions = {g.name: g.settings.action for g in guards}
     assert actions == {"nonfinite": "stop", "zero_std": "warn", "unscored_reward": "warn", "entropy": "warn",
-                       "clipped": "warn", "flat_reward": "warn"}
+                       "clipped": "warn", "flat_reward": "warn", "tool_failures": "warn", "no_tool_calls": "warn"}
     assert _guards(tmp_path, "health.enabled=false")[0] == []
     assert [g.name for g in _guards(tmp_path, "health.entropy.enabled=false")[0]].count("entropy") == 0
     with pytest.raises(RecipeError) as err:
@@ -88,11 +88,15 @@ def test_a_healthy_run_fires_nothing(tmp_path: Path) -> None:
     ("clipped", {"completions/clipped_ratio": 1.0}, "completions/clipped_ratio"),
     ("flat_reward", {"reward": 0.5, "rewards/accuracy/mean": 0.5}, "reward"),
     ("unscored_reward", {"rewards/nan/mean": None, "rewards/nan/std": None}, "rewards/nan/mean"),
+    ("tool_failures", {"tools/call_frequency": 1.2, "tools/failure_frequency": 0.8}, "tools/failure_frequency"),
+    ("no_tool_calls", {"tools/call_frequency": 0.0, "tools/failure_frequency": 0.0}, "tools/call_frequency"),
 ])
 def test_each_guard_fires_once_after_its_window_and_rearms(tmp_path: Path, guard: str, bad: dict[str, Any],
                                                            metric: str) -> None:
     guards, printed = _guards(tmp_path, f"health.{guard}.window=3")
-    logs = [_log(**bad)] * 4 + [_log(reward=0.9, **{"rewards/accuracy/mean": 0.9, "rewards/nan/mean": 0.5})] \
+    good = {"rewards/accuracy/mean": 0.9, "rewards/nan/mean": 0.5, "tools/call_frequency": 1.0,
+            "tools/failure_frequency": 0.1}
+    logs = [_log(**bad)] * 4 + [_log(reward=0.9, **good)] \
         + [_log(**bad)] * 3
     controls = _feed(guards, logs, tmp_path)
     events = _events(tmp_path)

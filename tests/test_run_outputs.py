@@ -91,7 +91,7 @@ def test_completions_jsonl_and_grpo_samples(run: Path) -> None:
 
     result = run_cli("samples", run, "--worst", "--reward", "accuracy", "-n", "3")
     assert result.exit_code == 0 and "worst by accuracy" in result.output and "3 shown" in result.output
-    from grpo_cli.training.completions import read_samples
+    from grpo_cli.training.samples import read_samples
 
     worst, _ = read_samples(run, order="worst", reward="accuracy", limit=100)
     best, _ = read_samples(run, order="best", limit=100)

@@ -12,6 +12,7 @@ import typer
 
 from grpo_cli.cli import (
     check_rewards,
+    check_tools,
     doctor,
     eval,
     memory,
@@ -33,6 +34,7 @@ def get_commands() -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
         ("validate", validate.validate, {"epilog": RECIPE_EPILOG}),
         ("schema", schema.schema, {}),
         ("check-rewards", check_rewards.check_rewards_command, {"epilog": check_rewards.CHECK_EPILOG}),
+        ("check-tools", check_tools.check_tools_command, {"epilog": check_tools.CHECK_TOOLS_EPILOG}),
         ("train", train.train, {"epilog": RECIPE_EPILOG}),
         ("eval", eval.eval_cmd, {"epilog": eval.EVAL_EPILOG}),
         ("merge", merge.merge, {}),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 from typing import Annotated
 
@@ -55,47 +54,12 @@ def eval_cmd(
 ) -> None:
     """Sample completions for held-out prompts and score them: the recipe's rewards, or a benchmark suite."""
 
-    args = dict(locals())
-    run_guarded(lambda: _evaluate(**args))
+    def body() -> None:
+        from grpo_cli.cli.render import render_eval_outcome
+        from grpo_cli.evaluation import EvalRequest, evaluate
 
+        request = EvalRequest(recipe, overrides or [], model, adapter, split, file, samples, num_generations,
+                              temperature, batch_size, out, compare or [], backend, suite, max_new_tokens, force)
+        render_eval_outcome(console, evaluate(request, console=console))
 
-def _evaluate(recipe: Path | None, overrides: list[str] | None, model: str | None, adapter: str | None,
-              split: str | None, file: str | None, samples: int | None, num_generations: int | None,
-              temperature: float | None, batch_size: int | None, out: Path | None, compare: list[str] | None,
-              backend: str, suite: str | None, max_new_tokens: int | None, force: bool = False) -> None:
-    """The eval command's work: a benchmark suite, or the recipe's eval split scored with its rewards."""
-    from grpo_cli.cli.eval_suite import eval_suite, suite_target
-
-    loaded, model_ref = suite_target(recipe, overrides, suite, model)
-    suite_name = suite or (loaded.eval.suite if loaded is not None else None)
-    if suite_name:
-        eval_suite(suite_name, loaded, model_ref, adapter=adapter, compare=compare or [], out=out,
-                   k=num_generations, temperature=temperature, limit=samples, batch_size=batch_size,
-                   max_new_tokens=max_new_tokens, backend=backend)
-        return
-    from grpo_cli.evaluation import EvalSettings, check_eval_out, label_models, run_eval, write_eval_outputs
-    from grpo_cli.models import model_reference, resolve_model_source
-    from grpo_cli.runs import is_run_dir
-
-    settings = EvalSettings.from_recipe(loaded, samples=samples, k=num_generations, temperature=temperature,
-                                        batch_size=batch_size)
-    settings.max_new_tokens = max_new_tokens or settings.max_new_tokens
-    target = out or Path("outputs") / "eval" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    check_eval_out(target, force)  # before any model loads
-    first_ref = model or model_reference(loaded)
-    trained = Path(loaded.output.dir)
-    if model is None and is_run_dir(trained):
-        console.print(f"note: evaluating the recipe's base model; add `--model {trained}` for the run trained "
-                      f"there (or `--compare {trained}` for both side by side)", markup=False)
-    # Paths from flags are relative to the current directory; the recipe's own model to the recipe.
-    sources = [resolve_model_source(first_ref, adapter=adapter, base_dir=None if model else loaded.base_dir)]
-    sources += [resolve_model_source(ref, where="--compare") for ref in compare or []]
-    results = run_eval(loaded, sources, settings, split=split, file=file, backend=backend, console=console)
-    label_models(results)
-    completions, summary = write_eval_outputs(target, results, settings, sources)
-    title = (f"{results[0].num_prompts} prompts x {settings.k} samples · T={settings.temperature} · "
-             f"seed {settings.seed}")
-    from grpo_cli.cli.render import render_eval
-
-    render_eval(console, results, title)
-    console.print(f"wrote {completions} and {summary}", markup=False)
+    run_guarded(body)

@@ -89,6 +89,19 @@ def _fmt_metric(key: str, value: Any) -> str:
     return str(value)
 
 
+def render_eval_outcome(console: Console, outcome: Any) -> None:
+    """`grpo eval`: the suite table or the per-model reward table, notes, and where the results went."""
+    for note in outcome.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    if outcome.suite:
+        render_suite_results(console, outcome.results)
+    else:
+        st = outcome.settings
+        render_eval(console, outcome.results, f"{outcome.results[0].num_prompts} prompts x {st.k} samples · "
+                                              f"T={st.temperature} · seed {st.seed}")
+    console.print("wrote " + " and ".join(str(p) for p in outcome.written), markup=False, soft_wrap=True)
+
+
 def render_eval(out: Console, results: list[Any], title: str) -> None:
     """One column per model; with several, a change column after each model but the first."""
     summaries = [r.summary(rates=True) for r in results]
@@ -326,3 +339,38 @@ def render_samples(console: Console, rows: list[dict[str, Any]], title: str, wid
         table.add_row(str(r.get("step")), cut(r.get("prompt")), cut(r.get("completion")), _fmt_value(r.get("reward")),
                       *(_fmt_value(scores.get(n)) for n in names), _fmt_value(r.get("advantage")), style=None)
     console.print(table)
+
+
+def render_tool_dry_run(out: Console, report: Any) -> None:
+    """check-tools: schemas, the prompt the model sees, every call, every episode, then flags and the verdict."""
+    for name, schema in report.schemas.items():
+        out.print(f"[bold]{escape(name)}[/] as the model sees it:")
+        out.print_json(json.dumps(schema))
+    for name, error in report.schema_errors.items():
+        out.print(f"[red]✗ {escape(name)}:[/] transformers cannot build its JSON schema: {escape(error)}",
+                  soft_wrap=True)
+    if report.prompt_preview:
+        out.print("[bold]first prompt, rendered with the tools:[/]")
+        out.print(escape(report.prompt_preview), soft_wrap=True)
+    if report.parse_check:
+        out.print(f"[green]✓ tool-call parsing[/] {escape(report.parse_check)}", soft_wrap=True)
+    calls = Table(title="tool calls", title_justify="left")
+    for col in ("tool", "arguments", "ms", "result / error"):
+        calls.add_column(col, justify="right" if col == "ms" else "left")
+    for c in report.calls + [c for e in report.episodes for c in e.calls]:
+        outcome = f"[red]{'TIMEOUT' if c.timeout else 'ERROR'}[/] {escape(c.error)}" if c.error else escape(c.result)
+        tool = f"{c.environment}.{c.tool}" if c.environment else c.tool
+        calls.add_row(escape(tool), escape(json.dumps(c.arguments, default=str)), f"{1000 * c.seconds:.3g}", outcome)
+    out.print(calls)
+    for e in report.episodes:
+        out.print(f"[bold]episode[/] {escape(e.environment)}: reset -> {escape(repr(e.observation))}; "
+                  + (f"[red]{escape(e.error)}[/]" if e.error else
+                     "rewards " + ", ".join(f"{escape(k)}={escape(str(v))}" for k, v in e.rewards.items())),
+                  soft_wrap=True)
+    for note in report.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    if report.ok:
+        out.print(f"[green]✓ {len(report.schemas)} tool(s) ready[/]")
+        return
+    for flag in report.flags:
+        out.print(f"[bold red]✗[/] {escape(flag)}", soft_wrap=True)

@@ -25,7 +25,7 @@ def samples(
     def body() -> None:
         from grpo_cli.cli.render import render_samples
         from grpo_cli.errors import GrpoError
-        from grpo_cli.training.completions import read_samples
+        from grpo_cli.training.samples import read_samples
 
         if worst and best:
             raise GrpoError("give --worst or --best, not both", where="command line")

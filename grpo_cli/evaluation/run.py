@@ -13,7 +13,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.sampling import generate
-from grpo_cli.evaluation.sampling_vllm import vllm_available, vllm_sampler
+from grpo_cli.evaluation.sampling_vllm import vllm_sampler
 from grpo_cli.evaluation.scoring import EvalResult, score
 from grpo_cli.recipe.schema import Recipe
 
@@ -22,11 +22,19 @@ Sampler = Callable[[list[Any]], tuple[list[str], list[list[int]], list[bool]]]
 
 def evaluate_rows(model: Any, tokenizer: Any, rows: Any, reward_funcs: list[Any], labels: list[str], *,
                   k: int, temperature: float, top_p: float, max_new_tokens: int, batch_size: int, seed: int,
-                  label: str = "", sampler: Sampler | None = None, weights: dict[str, float] | None = None
-                  ) -> EvalResult:
-    """Sample k completions per row of a mapped dataset and score them (`sampler` replaces HF generate)."""
+                  label: str = "", sampler: Sampler | None = None, weights: dict[str, float] | None = None,
+                  toolset: Any = None, max_tool_iterations: int | None = None) -> EvalResult:
+    """Sample k completions per row of a mapped dataset and score them (`sampler` replaces HF generate).
+
+    With a `toolset` each completion is a multi-turn tool episode, run as TRL's tool loop runs it.
+    """
     prompts = list(rows["prompt"])
     columns = {c: list(rows[c]) for c in rows.column_names if c != "prompt"}
+    if toolset is not None:
+        return _evaluate_episodes(model, tokenizer, prompts, columns, reward_funcs, labels, toolset, k=k,
+                                  temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens,
+                                  batch_size=batch_size, seed=seed, label=label, weights=weights,
+                                  max_iterations=max_tool_iterations)
     if sampler is not None:
         texts, ids, truncated = sampler(prompts)
     else:
@@ -38,16 +46,46 @@ def evaluate_rows(model: Any, tokenizer: Any, rows: Any, reward_funcs: list[Any]
     chat = bool(prompts) and isinstance(prompts[0], list)
     completions: list[Any] = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
     scores = score(reward_funcs, labels, rep, completions, ids, rep_cols)
+    return EvalResult(label, len(prompts), k, scores, texts, [len(i) for i in ids], truncated, _primary(scores),
+                      prompts, columns, dict(weights or {}))
+
+
+def _primary(scores: dict[str, list[float | None]]) -> str:
+    """The reward pass@k is computed on: the first 0/1 reward named like accuracy, else the first 0/1 one."""
     binary = [n for n, v in scores.items() if all(x in (0.0, 1.0) for x in v if x is not None)]
-    primary = next((n for n in binary if "accuracy" in n), binary[0] if binary else next(iter(scores), ""))
-    return EvalResult(label, len(prompts), k, scores, texts, [len(i) for i in ids], truncated, primary, prompts,
-                      columns, dict(weights or {}))
+    return next((n for n in binary if "accuracy" in n), binary[0] if binary else next(iter(scores), ""))
+
+
+def _evaluate_episodes(model: Any, tokenizer: Any, prompts: list[Any], columns: dict[str, list[Any]],
+                       reward_funcs: list[Any], labels: list[str], toolset: Any, *, k: int, temperature: float,
+                       top_p: float, max_new_tokens: int, batch_size: int, seed: int, label: str,
+                       weights: dict[str, float] | None, max_iterations: int | None) -> EvalResult:
+    """k tool episodes per prompt, scored with what TRL gives rewards (messages, environments)."""
+    import torch
+
+    from grpo_cli.tools import run_episodes, start_episodes
+
+    torch.manual_seed(seed)
+    rep = [p for p in prompts for _ in range(k)]
+    rep_cols = {c: [v for v in vals for _ in range(k)] for c, vals in columns.items()}
+    row_dicts = [{c: rep_cols[c][j] for c in rep_cols} for j in range(len(rep))]
+    episodes = start_episodes(toolset, rep, row_dicts)
+    run_episodes(model, tokenizer, toolset, episodes, max_tokens=max_new_tokens, max_iterations=max_iterations,
+                 temperature=temperature, top_p=top_p, batch_size=batch_size)
+    extra = {"environments": [e.environment for e in episodes]} if toolset.environments else None
+    scores = score(reward_funcs, labels, [e.prompt for e in episodes], [e.completion for e in episodes],
+                   [e.ids for e in episodes], rep_cols, extra)
+    return EvalResult(label, len(prompts), k, scores, [e.text for e in episodes], [len(e.ids) for e in episodes],
+                      [e.truncated for e in episodes], _primary(scores), prompts, columns, dict(weights or {}),
+                      [e.tool_calls for e in episodes], [e.tool_failures for e in episodes],
+                      [e.completion for e in episodes])
 
 
 def evaluate_recipe_model(recipe: Recipe, model: Any, tokenizer: Any, rows: Any, console: Any = None,
                           label: str = "") -> EvalResult:
     """Evaluate with the recipe's eval settings and rewards (eval.rewards, else the training rewards)."""
     from grpo_cli.rewards import load_reward
+    from grpo_cli.tools import load_toolset
 
     entries = recipe.eval.rewards or recipe.rewards
     funcs = [load_reward(e, recipe.base_dir) for e in entries]
@@ -60,7 +98,8 @@ def evaluate_recipe_model(recipe: Recipe, model: Any, tokenizer: Any, rows: Any,
     return evaluate_rows(model, tokenizer, rows, funcs, [e.label for e in entries], k=ev.num_generations,
                          temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=max_new,
                          batch_size=ev.batch_size, seed=ev.seed, label=label,
-                         weights={e.label: e.weight for e in entries})
+                         weights={e.label: e.weight for e in entries}, toolset=load_toolset(recipe),
+                         max_tool_iterations=recipe.training.get("max_tool_calling_iterations"))
 
 
 # ---------------------------------------------------------------------------- `grpo eval`
@@ -80,10 +119,11 @@ class EvalSettings:
 
     @classmethod
     def from_recipe(cls, recipe: Recipe, *, samples: int | None = None, k: int | None = None,
-                    temperature: float | None = None, batch_size: int | None = None) -> EvalSettings:
+                    temperature: float | None = None, batch_size: int | None = None,
+                    max_new_tokens: int | None = None) -> EvalSettings:
         """The recipe's `eval` section with the command-line flags on top."""
         ev = recipe.eval
-        max_new = ev.max_new_tokens or int(recipe.training.get("max_completion_length") or 256)
+        max_new = max_new_tokens or ev.max_new_tokens or int(recipe.training.get("max_completion_length") or 256)
         return cls(k or ev.num_generations, ev.temperature if temperature is None else temperature, ev.top_p,
                    max_new, batch_size or ev.batch_size, ev.seed, samples or ev.max_samples)
 
@@ -128,20 +168,15 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
 
     import torch
 
+    from grpo_cli.evaluation.backend import check_backend
     from grpo_cli.models.loading import resolve_dtype
     from grpo_cli.models.sources import load_source_model, load_tokenizer_for
     from grpo_cli.rewards import load_reward
+    from grpo_cli.tools import load_toolset
 
-    if backend not in ("auto", "transformers", "vllm"):
-        raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
-    if recipe.data.images is not None and backend == "vllm":
-        raise GrpoError("grpo eval's vLLM backend does not pass images yet", where="--backend",
-                        fix="Use --backend transformers (the default picks it for image rows).")
-    use_vllm = recipe.data.images is None and (
-        backend == "vllm" or (backend == "auto" and vllm_available(recipe.launch.profile)))
-    if backend == "vllm" and not vllm_available():
-        raise GrpoError("--backend vllm needs vLLM installed and a CUDA GPU", where="--backend",
-                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or use --backend transformers.")
+    toolset = load_toolset(recipe)
+    use_vllm = check_backend(backend, images=recipe.data.images is not None, tools=toolset is not None,
+                             profile=recipe.launch.profile)
     entries = recipe.eval.rewards or recipe.rewards
     funcs = [load_reward(e, recipe.base_dir) for e in entries]
     for e, f in zip(entries, funcs, strict=True):
@@ -174,7 +209,8 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
                                          temperature=settings.temperature, top_p=settings.top_p,
                                          max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
                                          seed=settings.seed, label=source.label, sampler=sampler,
-                                         weights={e.label: e.weight for e in entries}))
+                                         weights={e.label: e.weight for e in entries}, toolset=toolset,
+                                         max_tool_iterations=recipe.training.get("max_tool_calling_iterations")))
         finally:
             if close is not None:
                 close()
@@ -214,12 +250,3 @@ def write_eval_outputs(out: Path, results: list[EvalResult], settings: EvalSetti
                           for r, s in zip(results, sources, strict=True)]}
     summary.write_text(json.dumps(payload, indent=2, default=str) + "\n", encoding="utf-8")
     return completions, summary
-
-
-def label_models(results: list[EvalResult]) -> None:
-    """Make model labels unique (`a`, `a#2`), so side-by-side columns and JSON keys never collide."""
-    seen: dict[str, int] = {}
-    for r in results:
-        seen[r.label] = seen.get(r.label, 0) + 1
-        if seen[r.label] > 1:
-            r.label = f"{r.label}#{seen[r.label]}"

@@ -45,12 +45,24 @@ def generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, temperat
     """k samples per prompt, batched with left padding; returns texts, token ids and truncation flags.
 
     `tokenizer` may be a vision-language processor; then `images` (a list of images per prompt) go with them.
+    Sampling is seeded inside a forked RNG, so evaluating during training leaves training's random stream as it was.
     """
+    import torch
+
+    device = next(model.parameters()).device
+    with torch.random.fork_rng(devices=[device.index or 0] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        return _generate(model, tokenizer, prompts, k=k, temperature=temperature, top_p=top_p,
+                         max_new_tokens=max_new_tokens, batch_size=batch_size, images=images)
+
+
+def _generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, temperature: float, top_p: float,
+              max_new_tokens: int, batch_size: int, images: list[Any] | None) -> tuple[list[str], list[list[int]],
+                                                                                    list[bool]]:
     import torch
 
     from grpo_cli.data.images import is_processor
 
-    torch.manual_seed(seed)
     device = next(model.parameters()).device
     processor = tokenizer if is_processor(tokenizer) else None
     if processor is not None:

@@ -27,6 +27,12 @@ class EvalResult:
     """Reward columns (e.g. the reference answer), one entry per prompt."""
     weights: dict[str, float] = field(default_factory=dict)
     """Reward weights, for the weighted total TRL optimises."""
+    tool_calls: list[int] = field(default_factory=list, repr=False)
+    """Tool calls per completion (recipes with tools: each completion is a multi-turn episode)."""
+    tool_failures: list[int] = field(default_factory=list, repr=False)
+    """Failed tool calls per completion (exceptions, timeouts, unknown tools)."""
+    transcripts: list[Any] = field(default_factory=list, repr=False)
+    """Each episode's messages after the prompt (assistant turns and tool results)."""
 
     def mean(self, name: str) -> float | None:
         vals = [v for v in self.rewards[name] if v is not None and not math.isnan(v)]
@@ -81,6 +87,10 @@ class EvalResult:
         if self.lengths:
             out["mean_length"] = sum(self.lengths) / len(self.lengths)
             out["truncation_rate"] = sum(self.truncated) / len(self.truncated)
+        if self.tool_calls:
+            calls = sum(self.tool_calls)
+            out["tools/calls_per_episode"] = calls / len(self.tool_calls)
+            out["tools/failure_rate"] = sum(self.tool_failures) / calls if calls else 0.0
         return out
 
     def records(self) -> list[dict[str, Any]]:
@@ -93,19 +103,26 @@ class EvalResult:
                                    "rewards": {name: vals[j] for name, vals in self.rewards.items()}}
             if self.lengths:
                 row.update(length=self.lengths[j], truncated=self.truncated[j])
+            if self.tool_calls:
+                row.update(tool_calls=self.tool_calls[j], tool_failures=self.tool_failures[j],
+                           messages=self.transcripts[j])
             row.update({c: vals[i] for c, vals in self.columns.items() if c not in row and c != "images"})
             rows.append(row)
         return rows
 
 
 def score(reward_funcs: list[Any], labels: list[str], prompts: list[Any], completions: list[Any],
-          completion_ids: list[list[int]], columns: dict[str, list[Any]]) -> dict[str, list[float | None]]:
-    """Scores of every reward for every completion, None where a reward does not apply."""
+          completion_ids: list[list[int]], columns: dict[str, list[Any]], extra: dict[str, Any] | None = None
+          ) -> dict[str, list[float | None]]:
+    """Scores of every reward for every completion, None where a reward does not apply.
+
+    `extra` adds keyword arguments TRL passes in some runs (e.g. `environments`, one per completion).
+    """
     scores: dict[str, list[float | None]] = {}
     for func, label in zip(reward_funcs, labels, strict=True):
         if isinstance(func, str):
             continue  # reward models are scored by TRL during training only
         values = call_reward(func, prompts=prompts, completions=completions, completion_ids=completion_ids,
-                             trainer_state=None, **columns)
+                             trainer_state=None, **columns, **(extra or {}))
         scores[label] = [None if v is None or (isinstance(v, float) and math.isnan(v)) else float(v) for v in values]
     return scores

@@ -131,12 +131,14 @@ def run_suite(name: str, sources: list[Any], settings: SuiteSettings, *, backend
     import torch
 
     from grpo_cli.evaluation.run import EvalSettings
-    from grpo_cli.evaluation.sampling_vllm import vllm_available, vllm_sampler
+    from grpo_cli.evaluation.sampling_vllm import vllm_sampler
     from grpo_cli.models.sources import load_source_model, load_tokenizer_for, saved_dtype
 
     suite = get_suite(name)
     rows = suite.rows(settings.limit)
-    use_vllm = backend == "vllm" or (backend == "auto" and vllm_available())
+    from grpo_cli.evaluation.backend import check_backend
+
+    use_vllm = check_backend(backend)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     results = []
     for source in sources:
@@ -185,7 +187,7 @@ def write_suite_result(result: SuiteResult, directory: Path) -> tuple[Path, Path
 
     directory.mkdir(parents=True, exist_ok=True)
     summary = directory / runs.suite_result(result.suite)
-    completions = directory / f"eval-{result.suite}-completions.jsonl"
+    completions = directory / runs.suite_completions(result.suite)
     with completions.open("w", encoding="utf-8") as fh:
         for rec in result.records():
             fh.write(json.dumps(rec, ensure_ascii=False) + "\n")

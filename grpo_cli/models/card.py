@@ -130,7 +130,7 @@ def _mean(records: list[dict[str, Any]], key: str) -> float | None:
 def _eval_lines(manifest: dict[str, Any], suites: list[dict[str, Any]]) -> list[str]:
     lines: list[str] = []
     best = manifest.get("best")
-    if isinstance(best, dict):
+    if isinstance(best, dict) and isinstance(best.get("value"), (int, float)):
         lines.append(f"- task metric `{best.get('metric')}`: best {best.get('value'):.4f} at step {best.get('step')} "
                      f"(saved in `{best.get('path')}/`)")
     before, after = manifest.get("eval_before"), manifest.get("eval_after")
@@ -157,8 +157,10 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) 
     from huggingface_hub import ModelCard
 
     run = run_dir or target
-    recipe = _read(run / runs.RECIPE) or {}
-    manifest = _read(run / runs.MANIFEST) or {}
+    recipe = _read(run / runs.RECIPE)
+    manifest = _read(run / runs.MANIFEST)
+    recipe = recipe if isinstance(recipe, dict) else {}  # a hand-edited file must not break the card
+    manifest = manifest if isinstance(manifest, dict) else {}
     suites = suite_results(target, run)
     name = target.resolve().name
     data = _front_matter(recipe, base, adapter, name, suites)

@@ -12,13 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.models.card import CARD_FILE, write_card
 
 UPLOAD_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
                    "adapter_config.json", "tokenizer*", "special_tokens_map.json", "vocab.*", "merges.txt",
-                   "chat_template.*", "added_tokens.json", CARD_FILE, "report.png", "report.md", "recipe.yaml",
-                   "manifest.json", "eval-*.json", "grpo_merge.json")
+                   "chat_template.*", "added_tokens.json", CARD_FILE, runs.REPORT_IMAGE, runs.REPORT_SUMMARY,
+                   runs.RECIPE, runs.MANIFEST, runs.suite_result("*"), runs.MERGE_INFO)
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
 
 
@@ -55,11 +56,11 @@ def stage_run(run_dir: str | Path, repo_id: str) -> StagedPush:
     from grpo_cli.models.sources import read_json
 
     adapter = (folder / "adapter_config.json").is_file()
-    run_dir_ = folder if (folder / "recipe.yaml").is_file() else None
+    run_dir_ = folder if (folder / runs.RECIPE).is_file() else None
     if adapter:
         base = str(read_json(folder / "adapter_config.json").get("base_model_name_or_path") or "unknown")
     else:
-        recipe = (read_json(folder / "grpo_merge.json").get("base") if (folder / "grpo_merge.json").is_file()
+        recipe = (read_json(folder / runs.MERGE_INFO).get("base") if (folder / runs.MERGE_INFO).is_file()
                   else None)
         base = recipe or _recipe_base(folder) or "unknown"
     write_card(folder, run_dir=run_dir_, base=base, adapter=adapter)
@@ -73,10 +74,12 @@ def _recipe_base(folder: Path) -> str | None:
     import yaml
 
     try:
-        recipe = yaml.safe_load((folder / "recipe.yaml").read_text(encoding="utf-8")) or {}
+        recipe = yaml.safe_load((folder / runs.RECIPE).read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
         return None
-    return (recipe.get("model") or {}).get("name_or_path")
+    model = recipe.get("model") if isinstance(recipe, dict) else None
+    name = model.get("name_or_path") if isinstance(model, dict) else None
+    return name if isinstance(name, str) else None
 
 
 def push_run(run_dir: str | Path, repo_id: str, *, private: bool = True, dry_run: bool = False) -> StagedPush:

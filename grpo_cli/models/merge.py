@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.models.card import write_card
 from grpo_cli.models.sources import (
@@ -96,9 +97,9 @@ def _check_out(out: Path, source: ModelSource, force: bool) -> None:
 
 def looks_like_a_model(path: Path) -> bool:
     """A saved model or earlier merge: what `--force` may replace."""
-    from grpo_cli.runs import WEIGHT_FILES
+    from grpo_cli.runs import MERGE_INFO, WEIGHT_FILES
 
-    return (path / "grpo_merge.json").is_file() or (
+    return (path / MERGE_INFO).is_file() or (
         (path / "config.json").is_file() and any((path / name).is_file() for name in WEIGHT_FILES))
 
 
@@ -271,7 +272,7 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
                                     "that peft cannot merge exactly (e.g. DoRA on a quantized base).")
         info = {"base": source.weights, "adapter": str(source.adapter.resolve()), "dtype": dtype,
                 "max_logit_diff": diff, "tolerance": tolerance}
-        (tmp / "grpo_merge.json").write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
+        (tmp / runs.MERGE_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         write_card(tmp, run_dir=source.run_dir, base=source.weights, adapter=False)
         files = sorted(p.name for p in tmp.iterdir())
         _install(tmp, out)

@@ -10,7 +10,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from grpo_cli.rewards.loaders import BoundReward, RewardInfo, inspect_reward, load_reward
+from grpo_cli.rewards.loaders import (
+    BoundReward,
+    RewardInfo,
+    find_module_file,
+    import_file,
+    import_module,
+    inspect_reward,
+    load_reward,
+    split_reference,
+)
 from grpo_cli.rewards.registry import builtin_names, describe_builtin, get_builtin
 
 _LAZY = {"build_reward_funcs": "grpo_cli.rewards.build", "call_reward": "grpo_cli.rewards.calling"}
@@ -22,9 +31,13 @@ __all__ = [
     "builtin_names",
     "call_reward",
     "describe_builtin",
+    "find_module_file",
     "get_builtin",
+    "import_file",
+    "import_module",
     "inspect_reward",
     "load_reward",
+    "split_reference",
 ]
 
 

@@ -65,7 +65,7 @@ def _ast_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _Signature:
                       isinstance(node, ast.AsyncFunctionDef))
 
 
-def _find_module_file(module: str, search: list[Path]) -> Path | None:
+def find_module_file(module: str, search: list[Path]) -> Path | None:
     """Locate a module's source without importing it (nor its parent packages)."""
     parts = module.split(".")
     paths = [str(p) for p in search] + sys.path
@@ -87,21 +87,21 @@ def _find_module_file(module: str, search: list[Path]) -> Path | None:
     return Path(origin) if origin and origin.endswith(".py") else None
 
 
-def _split_ref(ref: str) -> tuple[str, str]:
+def split_reference(ref: str) -> tuple[str, str]:
     target, func = ref.rsplit(":", 1)
     return target, func
 
 
 def _static_function(entry: RewardEntry, base_dir: Path, where: str) -> tuple[str, _Signature | None]:
     assert entry.function is not None
-    target, func = _split_ref(entry.function)
+    target, func = split_reference(entry.function)
     if target.endswith(".py"):
         path = (base_dir / target).expanduser()
         if not path.exists():
             raise GrpoError(f"reward file {target} not found (looked at {path})", where=f"{where}.function",
                             fix="Paths are relative to the recipe's directory.")
     else:
-        found = _find_module_file(target, [base_dir, Path.cwd()])
+        found = find_module_file(target, [base_dir, Path.cwd()])
         if found is None:
             if importlib.util.find_spec(target.split(".")[0]) is None:
                 raise GrpoError(f"module {target!r} cannot be found", where=f"{where}.function",
@@ -288,7 +288,7 @@ class AsyncBoundReward(BoundReward):
         return self._checked(result, kwargs)
 
 
-def _import_file(path: Path, where: str) -> Any:
+def import_file(path: Path, where: str) -> Any:
     if path.is_dir():
         raise GrpoError(f"reward file {path} is a directory, not a file", where=where,
                         fix="Give the path of a .py file.")
@@ -317,7 +317,7 @@ def _import_file(path: Path, where: str) -> Any:
     return module
 
 
-def _import_module(target: str, base_dir: Path, where: str) -> Any:
+def import_module(target: str, base_dir: Path, where: str) -> Any:
     for extra in (str(base_dir), str(Path.cwd())):
         if extra not in sys.path:
             sys.path.append(extra)
@@ -353,11 +353,11 @@ def _runtime_signature(func: Any) -> _Signature | None:
 def _import_function(entry: RewardEntry, base_dir: Path, index: int | None = None) -> Any:
     assert entry.function is not None
     where = f"rewards[{index}].function" if index is not None else f"rewards ({entry.label}).function"
-    target, func_name = _split_ref(entry.function)
+    target, func_name = split_reference(entry.function)
     if target.endswith(".py"):
-        module = _import_file((base_dir / target).expanduser().resolve(), where)
+        module = import_file((base_dir / target).expanduser().resolve(), where)
     else:
-        module = _import_module(target, base_dir, where)
+        module = import_module(target, base_dir, where)
     func = getattr(module, func_name, None)
     if not callable(func):
         names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]

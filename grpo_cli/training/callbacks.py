@@ -16,6 +16,8 @@ _LINE = [
     ("reward_std", "std", "{:.3f}"),
     ("frac_reward_zero_std", "zero_std", "{:.2f}"),
     ("completions/mean_length", "len", "{:.1f}"),
+    ("tools/call_frequency", "tool_calls", "{:.2f}"),
+    ("tools/failure_frequency", "tool_fail", "{:.2f}"),
     ("kl", "kl", "{:.4f}"),
     ("loss", "loss", "{:.4f}"),
 ]

@@ -298,8 +298,40 @@ class FlatRewardGuard(HealthGuard):
                 "the reward denser (partial credit)")
 
 
+class ToolFailureGuard(HealthGuard):
+    name = "tool_failures"
+
+    def observe(self, logs: dict[str, Any]) -> Observation | None:
+        value = logs.get("tools/failure_frequency")
+        if not finite(value) or not finite(logs.get("tools/call_frequency")) or not logs["tools/call_frequency"]:
+            return None  # no calls this window: nothing failed or succeeded
+        return Observation("tools/failure_frequency", float(value), value >= self.settings.threshold)
+
+    def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
+        return (f"{fmt(seen[-1].value)} of tool calls failed for {len(seen)} logging steps (at or above "
+                f"{self.settings.threshold}): the model mostly sees error messages instead of results",
+                "run `grpo check-tools RECIPE` to see each tool's errors and timeouts; make tools accept the "
+                "arguments the model sends (types in the signature, clear `Args:` docs); raise a tool's `timeout`")
+
+
+class NoToolCallsGuard(HealthGuard):
+    name = "no_tool_calls"
+
+    def observe(self, logs: dict[str, Any]) -> Observation | None:
+        value = logs.get("tools/call_frequency")
+        if not finite(value):
+            return None
+        return Observation("tools/call_frequency", float(value), value == 0)
+
+    def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
+        return (f"no completion called a tool for {len(seen)} logging steps (tools/call_frequency 0)",
+                "check that the model was trained for tool calling and that its calls parse (`grpo check-tools "
+                "RECIPE` prints the schema it sees and parses a sample); mention the tools in the prompt; raise "
+                "training.max_completion_length if calls are cut off")
+
+
 GUARDS: tuple[type[HealthGuard], ...] = (NonFiniteGuard, ZeroStdGuard, UnscoredRewardGuard, EntropyGuard,
-                                         ClippedGuard, FlatRewardGuard)
+                                         ClippedGuard, FlatRewardGuard, ToolFailureGuard, NoToolCallsGuard)
 
 
 def health_callbacks(recipe: Recipe, output_dir: str | Path, console: Any = None) -> list[TrainerCallback]:

@@ -17,10 +17,11 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
+from grpo_cli.tools import stats_markdown
 
 WIDTH_IN, HEIGHT_IN, DPI = 12, 8, 100  # a fixed 1200x800 px image
-SUMMARY_KEYS = ("reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio",
-                "kl", "entropy", "loss", "grad_norm", "learning_rate")
+SUMMARY_KEYS = ("reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio", "kl",
+                "entropy", "loss", "grad_norm", "learning_rate", "tools/call_frequency", "tools/failure_frequency")
 ARTEFACTS = ((runs.METRICS, "per-step training logs"), (runs.HEALTH, "health guard events"),
              (runs.MANIFEST, "versions, command, status"), (runs.RECIPE, "the resolved recipe"),
              ("model.safetensors", "final model"), ("adapter_model.safetensors", "final LoRA adapter"),
@@ -202,9 +203,9 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
         lines.append("| (no metric was logged with a value) |" + " |" * len(cols))
     lines += ["", "Best = the window with the highest mean total reward."
               + ("" if summary.best else " No window has a reward value."), ""]
-    lines += _eval_lines(run)
+    lines += _eval_lines(run) + stats_markdown(run.manifest.get("tools"))  # per-tool table of a run with tools
     lines += _task_lines(run)
-    from grpo_cli.training.completions import markdown_samples
+    from grpo_cli.training.samples import markdown_samples
 
     lines += markdown_samples(run.output_dir)
     lines += ["## Health guards", ""]

@@ -83,6 +83,7 @@ class _Run:
     loaded: Any = None
     data: Any = None
     reward_funcs: list[Any] = field(default_factory=list)
+    toolset: Any = None
     trainer: Any = None
     callbacks: list[Any] = field(default_factory=list)
     metrics: Any = None
@@ -170,6 +171,9 @@ def _build(run: _Run) -> None:
     run.loaded = load_model(recipe)
     run.data = prepare_data(recipe, run.loaded.processing_class)
     run.reward_funcs = build_reward_funcs(recipe)
+    from grpo_cli.tools import load_toolset
+
+    run.toolset = load_toolset(recipe)
 
     from trl import GRPOConfig
 
@@ -234,7 +238,8 @@ def _make_trainer(run: _Run, config: Any) -> Any:
                                      train_dataset=data.train,
                                      eval_dataset=data.eval if config.eval_strategy != "no" else None,
                                      processing_class=run.loaded.processing_class, peft_config=run.loaded.peft_config,
-                                     callbacks=run.callbacks)
+                                     callbacks=run.callbacks,
+                                     **(run.toolset.trainer_kwargs() if run.toolset else {}))
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
@@ -271,6 +276,8 @@ def _finish(run: _Run) -> TrainResult:
     recipe, out, trainer, result = run.recipe, run.out, run.trainer, run.result
     assert result is not None
     result.global_step = trainer.state.global_step
+    if run.toolset is not None:
+        run.manifest.update(tools=run.toolset.summary())
     result.metrics = run.metrics.records
     result.summary = _summary(run.metrics.records)
     stop_reason = next((c.reason for c in run.callbacks if getattr(c, "reason", None)), "")

@@ -23,7 +23,7 @@ from transformers import TrainerCallback
 from grpo_cli import runs
 
 BEST_DIR = runs.BEST
-BEST_RECORD = "grpo_best.json"
+BEST_RECORD = runs.BEST_RECORD
 """Inside best/: step, metric and value of the model there, so a resumed run only replaces it by a better one."""
 
 
@@ -155,9 +155,13 @@ class TaskMetric(TrainerCallback):
             tokenizer.save_pretrained(str(tmp))
         record = {"step": step, "metric": self.name, "value": value, "path": BEST_DIR}
         (tmp / BEST_RECORD).write_text(json.dumps(record) + "\n", encoding="utf-8")
-        if best.exists():
-            shutil.rmtree(best)
+        old = self.out / f".{BEST_DIR}.old"
+        if old.exists():
+            shutil.rmtree(old)
+        if best.exists():  # set the previous best aside first: a crash between the renames loses neither
+            best.replace(old)
         tmp.replace(best)
+        shutil.rmtree(old, ignore_errors=True)
         self.manifest["best"] = record
         self.write_manifest()
 

@@ -180,6 +180,16 @@ def _reward_checks(recipe: Recipe, pf: Preflight) -> None:
                     "or bind a value with the reward's `params`."))
 
 
+def _tool_checks(recipe: Recipe, pf: Preflight) -> str:
+    """Tools and environments, read statically (grpo_cli.tools.static); returns the plan line."""
+    from grpo_cli.tools import check_tools
+
+    check = check_tools(recipe, pf.columns)
+    pf.problems.extend(check.problems)
+    pf.warnings.extend(check.warnings)
+    return "; ".join(check.plan)
+
+
 def _training_checks(recipe: Recipe, pf: Preflight) -> None:
     t = {k: recipe.training.get(k) for k in BATCH_KEYS}
     if recipe.data.has_eval and "eval_strategy" not in recipe.training.values():
@@ -242,11 +252,14 @@ def preflight(recipe: Recipe) -> Preflight:
     model_desc = _model_checks(recipe, pf)
     data_desc = _data_checks(recipe, pf)
     _reward_checks(recipe, pf)
+    tools = _tool_checks(recipe, pf)
     _training_checks(recipe, pf)
     _trl_and_environment_checks(recipe, pf)
     pf.plan = _plan(recipe, pf, model_desc, data_desc)
     _eval_checks(recipe, pf)
     vision_checks(recipe, pf)
+    if tools:
+        pf.plan["tools"] = tools
     _memory(recipe, pf)
     return pf
 

@@ -17,11 +17,13 @@ from grpo_cli.recipe.schema.launch import LaunchSection, VllmSection
 from grpo_cli.recipe.schema.model import LoraSection, ModelSection
 from grpo_cli.recipe.schema.output import OutputSection
 from grpo_cli.recipe.schema.rewards import RewardEntry
+from grpo_cli.recipe.schema.tools import EnvironmentSection, ToolEntry
 from grpo_cli.recipe.schema.training import TrainingSection
 
 __all__ = [
     "AnswerSection",
     "DataSection",
+    "EnvironmentSection",
     "EvalSection",
     "ImagesSection",
     "HealthSection",
@@ -32,6 +34,7 @@ __all__ = [
     "PromptSection",
     "Recipe",
     "RewardEntry",
+    "ToolEntry",
     "TrainingSection",
     "VllmSection",
 ]
@@ -48,6 +51,10 @@ class Recipe(Section):
     """Training data and prompt mapping."""
     rewards: list[RewardEntry] = Field(min_length=1)
     """Weighted rewards; the total is their weighted sum."""
+    tools: list[ToolEntry] = Field(default_factory=list)
+    """Functions the model may call during a rollout (TRL's `tools`); see docs/tools.md."""
+    environment: EnvironmentSection | None = None
+    """Environments whose methods are tools (TRL's `environment_factory`); see docs/tools.md."""
     training: TrainingSection = Field(default_factory=TrainingSection)
     """TRL GRPOConfig fields."""
     launch: LaunchSection = Field(default_factory=LaunchSection)

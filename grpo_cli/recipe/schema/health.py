@@ -92,6 +92,30 @@ class FlatRewardSettings(Section):
     """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
 
 
+class ToolFailureGuard(Section):
+    """Most tool calls fail (bad arguments, exceptions, timeouts): the model learns from error messages."""
+
+    enabled: bool = True
+    """Watch `tools/failure_frequency` (only logged when the recipe has tools or an environment)."""
+    threshold: float = Field(0.5, gt=0.0, le=1.0)
+    """Fire when the share of failed tool calls stays at or above this for `window` logging steps."""
+    window: int = Field(5, ge=1)
+    """Consecutive logging steps the condition must hold."""
+    action: Action = "warn"
+    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
+
+
+class NoToolCallsGuard(Section):
+    """The model never calls a tool: the tools train nothing (often a chat template or parsing problem)."""
+
+    enabled: bool = True
+    """Watch `tools/call_frequency` (only logged when the recipe has tools or an environment)."""
+    window: int = Field(10, ge=1)
+    """Fire when no completion called a tool for this many consecutive logging steps."""
+    action: Action = "warn"
+    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
+
+
 class HealthSection(Section):
     """Guards that watch each training log; events go to OUTPUT_DIR/health.jsonl and the console."""
 
@@ -109,3 +133,7 @@ class HealthSection(Section):
     """Nearly every completion hits the length limit."""
     flat_reward: FlatRewardSettings = Field(default_factory=FlatRewardSettings)
     """The reward stopped moving."""
+    tool_failures: ToolFailureGuard = Field(default_factory=ToolFailureGuard)
+    """Most tool calls fail."""
+    no_tool_calls: NoToolCallsGuard = Field(default_factory=NoToolCallsGuard)
+    """The model never calls a tool."""

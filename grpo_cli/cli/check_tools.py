@@ -1,0 +1,52 @@
+"""`grpo check-tools`: a dry run of the recipe's tools and environments before any GPU time."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from grpo_cli.cli.app import RECIPE_EPILOG, OverridesArg, RecipeArg, console, load, run_guarded
+
+CHECK_TOOLS_EPILOG = (
+    RECIPE_EPILOG + " Prints each tool's JSON schema as the model sees it and the first prompt rendered with "
+    "the tools, checks that a rendered tool call parses back, calls every tool (arguments from --examples, JSONL "
+    '{"tool": "add", "arguments": {"a": 1, "b": 2}}, or generated from the schema), and plays one scripted '
+    "episode per environment. Exit codes: 0 all good, 1 a tool is flagged, 2 bad input. See docs/tools.md."
+)
+
+
+def check_tools_command(
+    recipe: RecipeArg,
+    overrides: OverridesArg = None,
+    examples: Annotated[Path | None, typer.Option("--examples", help="JSONL of example calls "
+                                                  '({"tool": ..., "arguments": {...}}).')] = None,
+    no_model: Annotated[bool, typer.Option("--no-model", help="Skip the tokenizer (no prompt preview, no "
+                                           "parse check).")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
+) -> None:
+    """Show what the model sees of each tool, call every tool and environment, flag broken ones."""
+
+    def body() -> int:
+        import datasets
+        from transformers.utils import logging as hf_logging
+
+        from grpo_cli.tools import dry_run
+
+        datasets.disable_progress_bars()
+        hf_logging.disable_progress_bar()
+        loaded = load(recipe, overrides)
+        report = dry_run(loaded, examples=examples, with_model=not no_model)
+        if as_json:
+            sys.stdout.write(report.to_json() + "\n")
+        else:
+            from grpo_cli.cli.render import render_tool_dry_run
+
+            render_tool_dry_run(console, report)
+        return 0 if report.ok else 1
+
+    code = run_guarded(body)
+    if code:
+        raise typer.Exit(code)

@@ -1,0 +1,25 @@
+"""Which sampler `grpo eval` uses: transformers `generate`, or vLLM's offline engine when asked or available."""
+
+from __future__ import annotations
+
+from grpo_cli.errors import GrpoError
+
+BACKENDS = ("auto", "transformers", "vllm")
+
+
+def check_backend(backend: str, *, images: bool = False, tools: bool = False, profile: str = "single") -> bool:
+    """Validate --backend before any model loads; True when vLLM will be used."""
+    from grpo_cli.evaluation.sampling_vllm import vllm_available
+
+    if backend not in BACKENDS:
+        raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
+    if tools and backend == "vllm":
+        raise GrpoError("--backend vllm does not run multi-turn tool episodes", where="--backend",
+                        fix="Use --backend transformers (the default for recipes with tools).")
+    if images and backend == "vllm":
+        raise GrpoError("grpo eval's vLLM backend does not pass images yet", where="--backend",
+                        fix="Use --backend transformers (the default picks it for image rows).")
+    if backend == "vllm" and not vllm_available():
+        raise GrpoError("--backend vllm needs vLLM installed and a CUDA GPU", where="--backend",
+                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or use --backend transformers.")
+    return not images and not tools and (backend == "vllm" or (backend == "auto" and vllm_available(profile)))

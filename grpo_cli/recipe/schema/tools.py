@@ -1,0 +1,103 @@
+"""The `tools` and `environment` sections: what the model may call during a rollout (TRL's tool loop)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from grpo_cli.recipe.schema.common import Section
+
+_REF = re.compile(r"^(?P<target>[^:]+(?:\.py)?):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def _check_ref(ref: str, what: str) -> None:
+    if not _REF.match(ref):
+        raise ValueError(f"{what} {ref!r} is not a reference: write `package.module:name` or `path/to/file.py:name`")
+
+
+class ToolEntry(Section):
+    """One tool the model may call: a plain function (sync or async) with type hints and an `Args:` docstring.
+
+    A bare string is the same as `{function: <string>}`.
+    """
+
+    function: str
+    """`package.module:func` or `path/to/file.py:func` (relative to the recipe)."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Keyword arguments bound to the tool; they are hidden from the model's view of the tool."""
+    timeout: float | None = Field(30.0, gt=0)
+    """Seconds one call may take; a slower call counts as a tool failure and the model sees an error. null: no limit."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        return {"function": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _valid_ref(self) -> ToolEntry:
+        _check_ref(self.function, "function")
+        return self
+
+    @property
+    def name(self) -> str:
+        """The function name: what the model calls and what errors name."""
+        return self.function.rsplit(":", 1)[1]
+
+
+class EnvironmentSection(Section):
+    """Environments whose public methods become tools; `reset(**row)` starts each rollout.
+
+    A bare string is the same as `{factory: <string>}`.
+    """
+
+    factory: str | dict[str, str]
+    """A class (`envs.py:Class` or `package.module:Class`), or a mapping `name: class` that routes each row by
+    its `environment` column (TRL's multi-environment mode)."""
+    params: dict[str, Any] = Field(default_factory=dict)
+    """Constructor keyword arguments; with several environments, a mapping `name: {arguments}`."""
+    timeout: float | None = Field(30.0, gt=0)
+    """Seconds one method call may take; a slower call counts as a tool failure. null: no limit."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"factory": value}
+        routes = isinstance(value, dict) and value and "factory" not in value
+        if routes and all(isinstance(v, str) for v in value.values()):
+            return {"factory": value}  # `environment: {name: envs.py:Class, ...}`
+        return value
+
+    @model_validator(mode="after")
+    def _valid(self) -> EnvironmentSection:
+        if isinstance(self.factory, dict):
+            if not self.factory:
+                raise ValueError("factory mapping is empty: give at least one `name: envs.py:Class`")
+            for name, ref in self.factory.items():
+                _check_ref(ref, f"factory.{name}")
+            for name, value in self.params.items():
+                if name not in self.factory:
+                    raise ValueError(f"params key {name!r} is not an environment name; with several environments "
+                                     f"params are per name ({', '.join(self.factory)})")
+                if not isinstance(value, dict):
+                    raise ValueError(f"params.{name} must be a mapping of constructor arguments")
+        else:
+            _check_ref(self.factory, "factory")
+        return self
+
+    @property
+    def routed(self) -> bool:
+        """Several environments, chosen per row by the `environment` column."""
+        return isinstance(self.factory, dict)
+
+    def classes(self) -> dict[str | None, str]:
+        """name -> class reference (name None for a single environment)."""
+        if isinstance(self.factory, dict):
+            return dict(self.factory)
+        return {None: self.factory}
+
+    def params_for(self, name: str | None) -> dict[str, Any]:
+        """Constructor arguments of one environment."""
+        return dict(self.params.get(name, {})) if name is not None else dict(self.params)

@@ -1,0 +1,29 @@
+"""Tools and environments for agentic GRPO: load them (loading), guard them with timeouts (guard), check them
+statically for `grpo validate` (static, template), roll them out outside a trainer (episodes) and dry-run them
+(`grpo check-tools`: dryrun, preview).
+
+Sits beside models, above rewards (whose reference loaders it reuses); validation, evaluation, training and cli
+use it. Only the static checks load eagerly, so `grpo validate` stays instant.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from grpo_cli.tools.static import ToolCheck, check_tools
+
+_LAZY = {"ToolStats": "grpo_cli.tools.guard", "ToolTimeout": "grpo_cli.tools.guard", "guard": "grpo_cli.tools.guard",
+         "stats_markdown": "grpo_cli.tools.guard",
+         "Toolset": "grpo_cli.tools.loading", "environment_methods": "grpo_cli.tools.loading",
+         "load_toolset": "grpo_cli.tools.loading", "make_environment": "grpo_cli.tools.loading",
+         "Episode": "grpo_cli.tools.episodes", "run_episodes": "grpo_cli.tools.episodes",
+         "start_episodes": "grpo_cli.tools.episodes", "dry_run": "grpo_cli.tools.dryrun"}
+
+__all__ = ["ToolCheck", "check_tools", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,156 @@
+"""Wrap a tool so that a slow call becomes a counted failure instead of a stalled run.
+
+TRL catches a tool's exception and hands `{"error": ...}` to the model (counting it in
+`tools/failure_frequency`), but it waits forever for a call that never returns. The wrapper
+raises `ToolTimeout` after the recipe's `timeout`, binds the recipe's `params`, and keeps what
+TRL and transformers read from a tool (name, docstring, signature, type hints) so the JSON
+schema the model sees is the function's own, minus the bound params.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class ToolTimeout(TimeoutError):
+    """A tool call ran past its timeout (the model sees this message as the tool's error)."""
+
+
+@dataclass
+class ToolStats:
+    """Calls, failures, timeouts and time of one tool, summed over the run (thread-safe enough: GIL-atomic adds)."""
+
+    calls: int = 0
+    failures: int = 0
+    timeouts: int = 0
+    seconds: float = 0.0
+    last_error: str = ""
+    outputs: set[str] = field(default_factory=set, repr=False)
+
+    def summary(self) -> dict[str, Any]:
+        return {"calls": self.calls, "failures": self.failures, "timeouts": self.timeouts,
+                "mean_seconds": round(self.seconds / self.calls, 6) if self.calls else None,
+                "last_error": self.last_error or None}
+
+    def record(self, started: float, error: BaseException | None, output: Any = None) -> None:
+        self.calls += 1
+        self.seconds += time.perf_counter() - started
+        if error is not None:
+            self.failures += 1
+            self.timeouts += isinstance(error, ToolTimeout)
+            self.last_error = f"{type(error).__name__}: {error}"[:200]
+        elif len(self.outputs) < 3:  # enough to tell "always the same" from "varies"
+            self.outputs.add(repr(output)[:200])
+
+
+def stats_markdown(tools: Any) -> list[str]:
+    """The report's `## Tools` table from a manifest's `tools` entry ([] when the run had no tools)."""
+    if not isinstance(tools, dict) or not tools:
+        return []
+    lines = ["## Tools", "", "| tool | calls | failures | timeouts | mean ms | last error |",
+             "|---|---:|---:|---:|---:|---|"]
+    for name, t in tools.items():
+        ms = f"{1000 * t['mean_seconds']:.3g}" if t.get("mean_seconds") is not None else "–"
+        lines.append(f"| {name} | {t.get('calls')} | {t.get('failures')} | {t.get('timeouts')} | {ms} | "
+                     f"{(t.get('last_error') or '–').replace('|', '/')} |")
+    return [*lines, ""]
+
+
+def _run_with_timeout(func: Any, args: tuple, kwargs: dict, timeout: float, name: str) -> Any:
+    """Call `func` in a daemon thread; give up after `timeout` seconds (the thread is left to finish on its own)."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["value"] = func(*args, **kwargs)
+        except BaseException as exc:  # handed back to the caller's thread
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, name=f"tool-{name}", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise ToolTimeout(f"{name} did not return within {timeout:g} s")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _visible_signature(func: Any, hidden: set[str]) -> inspect.Signature:
+    sig = inspect.signature(func)
+    return sig.replace(parameters=[p for n, p in sig.parameters.items() if n not in hidden])
+
+
+def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout: float | None = None,
+          stats: ToolStats | None = None) -> Any:
+    """A plain function (sync or async like `func`) that TRL can call as the tool `name`.
+
+    Works for methods too (`self` stays the first parameter), so an environment class can be
+    rebuilt with guarded methods and still look like a class of functions to TRL.
+    """
+    bound = dict(params or {})
+    stats = stats if stats is not None else ToolStats()
+
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def tool(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                call = func(*args, **{**kwargs, **bound})
+                out = await (asyncio.wait_for(call, timeout) if timeout else call)
+            except TimeoutError as exc:
+                err = exc if isinstance(exc, ToolTimeout) else ToolTimeout(
+                    f"{name} did not return within {timeout:g} s")
+                stats.record(started, err)
+                raise err from None
+            except Exception as exc:
+                stats.record(started, exc)
+                raise
+            stats.record(started, None, out)
+            return out
+    else:
+
+        @functools.wraps(func)
+        def tool(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                if timeout:
+                    out = _run_with_timeout(func, args, {**kwargs, **bound}, timeout, name)
+                else:
+                    out = func(*args, **{**kwargs, **bound})
+            except Exception as exc:
+                stats.record(started, exc)
+                raise
+            stats.record(started, None, out)
+            return out
+
+    tool.__name__ = name
+    tool.__signature__ = _visible_signature(func, set(bound))  # type: ignore[attr-defined]
+    tool.__annotations__ = {k: v for k, v in getattr(func, "__annotations__", {}).items() if k not in bound}
+    tool.tool_stats = stats  # type: ignore[attr-defined]
+    return tool
+
+
+def guarded_class(cls: type, *, timeout: float | None, stats: dict[str, ToolStats]) -> type:
+    """A subclass of `cls` (same name) whose public methods are guarded; `reset` and `get_reward` are left alone.
+
+    TRL lists an environment's tools as the public functions of its class, so the guarded
+    methods must be functions defined on the class: a subclass overriding each one is that.
+    """
+    overrides: dict[str, Any] = {}
+    for member, func in inspect.getmembers(cls, predicate=inspect.isfunction):
+        if member.startswith("_") or member in ("reset", "get_reward"):
+            continue
+        stats.setdefault(member, ToolStats())
+        overrides[member] = guard(func, name=member, timeout=timeout, stats=stats[member])
+    overrides["__qualname__"] = cls.__qualname__
+    overrides["__module__"] = cls.__module__
+    overrides["__doc__"] = cls.__doc__
+    return type(cls.__name__, (cls,), overrides)

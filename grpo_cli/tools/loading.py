@@ -1,0 +1,119 @@
+"""Import a recipe's tools and environments and turn them into what GRPOTrainer takes.
+
+References resolve exactly as reward references do (same import rules, same errors).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.recipe.hints import did_you_mean
+from grpo_cli.rewards import import_file, import_module, split_reference
+from grpo_cli.tools.guard import ToolStats, guard, guarded_class
+
+
+def import_reference(ref: str, base_dir: Any, where: str, kind: str = "function") -> Any:
+    """The object a `module:name` / `file.py:name` reference names, or a GrpoError naming `where`."""
+    target, name = split_reference(ref)
+    if target.endswith(".py"):
+        module = import_file((base_dir / target).expanduser().resolve(), where)
+    else:
+        module = import_module(target, base_dir, where)
+    obj = getattr(module, name, None)
+    wanted = inspect.isclass if kind == "class" else callable
+    if obj is None or not wanted(obj):
+        names = [n for n, v in vars(module).items() if wanted(v) and not n.startswith("_")]
+        guess = did_you_mean(name, names)
+        raise GrpoError(f"{target} has no {kind} {name!r}", where=where,
+                        fix=f"Did you mean `{guess}`?" if guess else f"Check the name after the ':' "
+                        f"({kind}s there: {', '.join(sorted(names)) or 'none'}).")
+    return obj
+
+
+def environment_methods(cls: type) -> list[str]:
+    """The methods TRL exposes as tools: public functions of the class other than reset and get_reward."""
+    return [n for n, _ in inspect.getmembers(cls, predicate=inspect.isfunction)
+            if not n.startswith("_") and n not in ("reset", "get_reward")]
+
+
+@dataclass
+class Toolset:
+    """The loaded tools and environments of a recipe, plus per-tool call statistics."""
+
+    tools: list[Any] = field(default_factory=list)
+    """Guarded standalone tool functions."""
+    environments: dict[str | None, Any] = field(default_factory=dict)
+    """name -> zero-argument factory (None is the single, unrouted environment)."""
+    classes: dict[str | None, type] = field(default_factory=dict)
+    """name -> the user's environment class (before guarding)."""
+    stats: dict[str, ToolStats] = field(default_factory=dict)
+
+    @property
+    def routed(self) -> bool:
+        return None not in self.environments and bool(self.environments)
+
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """`GRPOTrainer(**kwargs)` for these tools: `tools` and `environment_factory` (TRL's own names)."""
+        kw: dict[str, Any] = {}
+        if self.tools:
+            kw["tools"] = list(self.tools)
+        if self.environments:
+            kw["environment_factory"] = dict(self.environments) if self.routed else self.environments[None]
+        return kw
+
+    def tools_for(self, env: Any | None) -> list[Any]:
+        """The callables one rollout may use: the standalone tools plus its environment's methods."""
+        methods = [getattr(env, n) for n in environment_methods(type(env))] if env is not None else []
+        return [*self.tools, *methods]
+
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """Per-tool calls, failures, timeouts and mean seconds (for the manifest)."""
+        return {name: s.summary() for name, s in self.stats.items() if s.calls}
+
+
+def load_toolset(recipe: Any) -> Toolset | None:
+    """Import every tool and environment of the recipe (None when it has neither)."""
+    if not recipe.tools and recipe.environment is None:
+        return None
+    toolset = Toolset()
+    for i, entry in enumerate(recipe.tools):
+        where = f"tools[{i}].function"
+        func = import_reference(entry.function, recipe.base_dir, where)
+        if not (inspect.isfunction(func) or inspect.ismethod(func)):
+            raise GrpoError(f"{entry.function} is a {type(func).__name__}, not a function", where=where,
+                            fix="Tools must be plain functions (def or async def) with type hints and a docstring.")
+        sig = inspect.signature(func)
+        for key in entry.params:
+            if key not in sig.parameters:
+                raise GrpoError(f"params key {key!r} is not a parameter of {entry.name}",
+                                where=f"tools[{i}].params.{key}",
+                                fix=f"Its parameters are: {', '.join(sig.parameters)}.")
+        stats = toolset.stats.setdefault(entry.name, ToolStats())
+        toolset.tools.append(guard(func, name=entry.name, params=entry.params, timeout=entry.timeout, stats=stats))
+    env = recipe.environment
+    if env is not None:
+        for name, ref in env.classes().items():
+            where = "environment.factory" + (f".{name}" if name is not None else "")
+            cls = import_reference(ref, recipe.base_dir, where, kind="class")
+            if not callable(getattr(cls, "reset", None)):
+                raise GrpoError(f"environment class {cls.__name__} has no `reset` method", where=where,
+                                fix="Add `def reset(self, **kwargs) -> str | None:` (it starts each rollout).")
+            toolset.classes[name] = cls
+            wrapped = guarded_class(cls, timeout=env.timeout, stats=toolset.stats)
+            toolset.environments[name] = functools.partial(wrapped, **env.params_for(name))
+    return toolset
+
+
+def make_environment(toolset: Toolset, name: str | None, where: str = "environment") -> Any:
+    """One environment instance, with a clear error when its constructor fails."""
+    factory = toolset.environments[name]
+    try:
+        return factory()
+    except Exception as exc:
+        raise GrpoError(f"constructing environment {name or toolset.classes[name].__name__} failed: "
+                        f"{type(exc).__name__}: {exc}", where=where + (f".{name}" if name else ""),
+                        fix="Check environment.params against the class's __init__.") from exc

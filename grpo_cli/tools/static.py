@@ -1,0 +1,221 @@
+"""What `grpo validate` checks about tools and environments without importing them (nor torch).
+
+transformers builds the JSON schema the model sees from a tool's type hints and its
+Google-style docstring (`Args:` with one line per parameter) and raises at trainer init
+when either is missing; TRL additionally needs environments with a `reset`, a chat
+template that renders tool calls and is prefix-preserving, and transformers >= 5.0
+(tools) / 5.2 (environments). All of that is read here from source and config files.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import Problem
+from grpo_cli.recipe.hints import did_you_mean
+from grpo_cli.rewards import find_module_file, split_reference
+
+TRANSFORMERS_FLOOR_TOOLS = "5.0.0"
+TRANSFORMERS_FLOOR_ENVIRONMENTS = "5.2.0"
+_ARG_LINE = re.compile(r"^\s*(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:", re.MULTILINE)
+_DOC_FIX = ('Write a Google-style docstring: a one-line summary, then\n    Args:\n        a: what `a` is\n'
+            '(transformers builds the JSON schema the model sees from it).')
+
+
+@dataclass
+class ToolCheck:
+    """What validate learned: problems, warnings and one plan line per tool/environment."""
+
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    plan: list[str] = field(default_factory=list)
+
+
+def _source_tree(ref: str, base_dir: Path, where: str, out: ToolCheck) -> tuple[Path | None, ast.Module | None]:
+    target, _ = split_reference(ref)
+    if target.endswith(".py"):
+        path = (base_dir / target).expanduser()
+        if not path.is_file():
+            out.problems.append(Problem(where, f"file {target} not found (looked at {path})",
+                                        "Paths are relative to the recipe's directory."))
+            return None, None
+    else:
+        found = find_module_file(target, [base_dir, Path.cwd()])
+        if found is None:
+            import importlib.util
+
+            if importlib.util.find_spec(target.split(".")[0]) is None:
+                out.problems.append(Problem(where, f"module {target!r} cannot be found",
+                                            "Install the package, put the module beside the recipe, or use the "
+                                            "`path/to/file.py:name` form."))
+            else:
+                out.warnings.append(f"{where}: {ref} is not a plain .py module; it is checked when training loads it")
+            return None, None
+        path = found
+    try:
+        return path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    except SyntaxError as exc:
+        out.problems.append(Problem(where, f"{path} has a syntax error at line {exc.lineno}: {exc.msg}"))
+        return None, None
+
+
+def _check_callable(node: ast.FunctionDef | ast.AsyncFunctionDef, label: str, where: str, bound: set[str],
+                    out: ToolCheck, method: bool = False) -> list[str]:
+    """Type hints and docstring as transformers' get_json_schema needs them; returns the visible parameters."""
+    a = node.args
+    params = [*a.posonlyargs, *a.args, *a.kwonlyargs]
+    if method and params:
+        params = params[1:]  # self
+    if a.vararg or a.kwarg:
+        star = f"*{a.vararg.arg}" if a.vararg else f"**{a.kwarg.arg}"  # type: ignore[union-attr]
+        out.problems.append(Problem(where, f"{label} takes {star}: the model calls a tool with named arguments "
+                                    "from its JSON schema, which cannot describe it",
+                                    "List every argument explicitly, with a type hint."))
+    visible = [p for p in params if p.arg not in bound]
+    unhinted = [p.arg for p in visible if p.annotation is None]
+    if unhinted:
+        out.problems.append(Problem(where, f"{label} has no type hint for {', '.join(unhinted)}; transformers needs "
+                                    "one per argument to build the tool's JSON schema",
+                                    f"Annotate them, e.g. `def {node.name}({unhinted[0]}: int, ...)`."))
+    doc = ast.get_docstring(node)
+    if not doc:
+        out.problems.append(Problem(where, f"{label} has no docstring: the model would see no description", _DOC_FIX))
+        return [p.arg for p in visible]
+    if visible:
+        section = re.search(r"^\s*Args:\s*\n(.*?)(?:^\s*(?:Returns|Raises|Yields|Examples?):|\Z)", doc,
+                            re.DOTALL | re.MULTILINE)
+        if section is None:
+            out.problems.append(Problem(where, f"{label}'s docstring has no `Args:` section", _DOC_FIX))
+        else:
+            described = set(_ARG_LINE.findall(section.group(1)))
+            missing = [p.arg for p in visible if p.arg not in described]
+            if missing:
+                out.problems.append(Problem(where, f"{label}'s docstring does not describe {', '.join(missing)} "
+                                            "under `Args:`", f"Add a line `    {missing[0]}: <what it is>`."))
+    return [p.arg for p in visible]
+
+
+def check_tool(entry: Any, base_dir: Path, index: int, out: ToolCheck) -> None:
+    where = f"tools[{index}].function"
+    path, tree = _source_tree(entry.function, base_dir, where, out)
+    if tree is None:
+        return
+    name = entry.name
+    defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    if name not in defs:
+        imported = {(al.asname or al.name) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))
+                    for al in n.names}
+        if name in imported:
+            out.warnings.append(f"{where}: {name} is imported into {path}; it is checked when training loads it")
+            return
+        guess = did_you_mean(name, list(defs))
+        out.problems.append(Problem(where, f"{path} has no function {name!r}",
+                                    f"Did you mean `{guess}`?" if guess else
+                                    f"Functions defined there: {', '.join(sorted(defs)) or 'none'}."))
+        return
+    node = defs[name]
+    all_params = {p.arg for p in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
+    for key in entry.params:
+        if key not in all_params:
+            out.problems.append(Problem(f"tools[{index}].params.{key}", f"{key!r} is not a parameter of {name}",
+                                        f"Its parameters are: {', '.join(sorted(all_params)) or 'none'}."))
+    visible = _check_callable(node, f"tool {name!r}", where, set(entry.params), out)
+    kind = "async " if isinstance(node, ast.AsyncFunctionDef) else ""
+    limit = f", timeout {entry.timeout:g} s" if entry.timeout else ", no timeout"
+    out.plan.append(f"{kind}{name}({', '.join(visible)}){limit}")
+
+
+def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck) -> None:
+    path, tree = _source_tree(ref, base_dir, where, out)
+    if tree is None:
+        return
+    _, name = split_reference(ref)
+    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
+    if name not in classes:
+        guess = did_you_mean(name, list(classes))
+        out.problems.append(Problem(where, f"{path} has no class {name!r}",
+                                    f"Did you mean `{guess}`?" if guess else
+                                    f"Classes defined there: {', '.join(sorted(classes)) or 'none'}."))
+        return
+    node = classes[name]
+    inherits = any(not (isinstance(b, ast.Name) and b.id == "object") for b in node.bases)
+    methods = {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    public = [m for m in methods if not m.startswith("_") and m not in ("reset", "get_reward")]
+    if "reset" not in methods and not inherits:
+        out.problems.append(Problem(where, f"environment {name} has no `reset` method; TRL calls it to start "
+                                    "every rollout", "Add `def reset(self, **kwargs) -> str | None:` (it receives "
+                                    "the row's columns and may return text appended to the prompt)."))
+    elif "reset" in methods and methods["reset"].args.kwarg is None:
+        out.problems.append(Problem(where, f"{name}.reset does not accept **kwargs, but TRL calls it with every "
+                                    "column of the row (reset(**row))", "Add `**kwargs` to its signature."))
+    if not public and not inherits:
+        out.problems.append(Problem(where, f"environment {name} has no public method for the model to call",
+                                    "Add at least one method (type hints and an `Args:` docstring) that is not "
+                                    "reset/get_reward and does not start with `_`."))
+    for m in public:
+        _check_callable(methods[m], f"{name}.{m}", where, set(), out, method=True)
+    if inherits:
+        out.warnings.append(f"{where}: {name} inherits from another class; inherited methods are checked when "
+                            "training loads it (`grpo check-tools` shows them)")
+    reward = ", owns a reward (get_reward)" if "get_reward" in methods else ""
+    out.plan.append(f"{name}: tools {', '.join(public) or '(inherited)'}{reward}")
+
+
+def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
+    """Every static tool/environment check of the preflight."""
+    out = ToolCheck()
+    if not recipe.tools and recipe.environment is None:
+        if recipe.training.get("max_tool_calling_iterations") is not None:
+            out.warnings.append("training.max_tool_calling_iterations is set but the recipe has no `tools` or "
+                                "`environment`: it has no effect")
+        return out
+    for i, entry in enumerate(recipe.tools):
+        check_tool(entry, recipe.base_dir, i, out)
+    env = recipe.environment
+    if env is not None:
+        for name, ref in env.classes().items():
+            check_environment_class(ref, recipe.base_dir, "environment.factory" + (f".{name}" if name else ""), out)
+        if env.routed and columns is not None and "environment" not in columns:
+            out.problems.append(Problem("environment.factory", "several environments are routed by the dataset's "
+                                        "`environment` column, which the data does not have "
+                                        f"(columns: {', '.join(columns)})",
+                                        f"Add an `environment` column naming one of {', '.join(env.factory)} per "
+                                        "row (and keep it in data.keep_columns), or give a single class."))
+    if not recipe.data.prompt.chat:
+        what = ("tools need chat prompts: TRL only parses tool calls out of conversational completions")
+        if recipe.data.prompt.template is not None:
+            out.problems.append(Problem("data.prompt.chat", what, "Set `chat: true` under data.prompt."))
+        else:  # a column may already hold message lists
+            out.warnings.append(f"data.prompt.chat: {what}; make sure data.prompt.column holds message lists "
+                                "or set `chat: true`")
+    version_checks(recipe, out)
+    local = recipe.local_model_dir(recipe.model.name_or_path)
+    if local is not None and (local / "config.json").exists():
+        from grpo_cli.tools.template import check_template
+
+        check_template(local, out)
+    return out
+
+
+def version_checks(recipe: Any, out: ToolCheck, installed: str | None = None) -> None:
+    """TRL's transformers floors for tools and environments (`installed`: the version to judge; default: real)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    if installed is None:
+        try:
+            installed = version("transformers")
+        except PackageNotFoundError:
+            return
+    from packaging.version import Version
+
+    if recipe.tools and Version(installed) < Version(TRANSFORMERS_FLOOR_TOOLS):
+        out.problems.append(Problem("tools", f"TRL needs transformers >= {TRANSFORMERS_FLOOR_TOOLS} for tools; "
+                                    f"{installed} is installed", "pip install -U 'transformers>=5.2'"))
+    if recipe.environment is not None and Version(installed) < Version(TRANSFORMERS_FLOOR_ENVIRONMENTS):
+        out.problems.append(Problem("environment", f"TRL needs transformers >= {TRANSFORMERS_FLOOR_ENVIRONMENTS} "
+                                    f"for environments; {installed} is installed",
+                                    "pip install -U 'transformers>=5.2'"))

@@ -1,0 +1,130 @@
+"""Reading completions.jsonl back: `grpo samples`, and the samples `grpo report` shows (no torch needed).
+
+completions.jsonl is a readable sample of what the model wrote at each logging step, and how it scored.
+
+The first place to look for reward hacking. The sample comes from what TRL's GRPOTrainer already
+keeps for its own completion logging (`trainer._logs`: prompts, completions, per-reward scores and
+advantages of the latest generation batch, gathered from every process onto each of them), so
+nothing is recomputed and nothing extra crosses processes: the main process writes the file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from grpo_cli import runs
+from grpo_cli.errors import GrpoError
+
+COMPLETIONS_FILE = runs.COMPLETIONS
+
+
+def message_text(value: Any) -> str:
+    """A prompt or completion as plain text: strings as they are, chat messages as `role: content` lines."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        value = [value]
+    if isinstance(value, list):
+        lines = []
+        for m in value:
+            if isinstance(m, dict):
+                content = m.get("content")
+                if isinstance(content, list):
+                    content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+                lines.append(f"{m.get('role', '?')}: {content}")
+            else:
+                lines.append(str(m))
+        return "\n".join(lines)
+    return str(value)
+
+
+def _finite(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _short(v: Any) -> str:
+    f = _finite(v)
+    return "–" if f is None else f"{f:.4g}"
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """The rows of completions.jsonl; a line cut short (a killed run) is skipped."""
+    rows = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
+def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | None = None,
+                 reward: str | None = None, limit: int = 10) -> tuple[list[dict[str, Any]], list[int]]:
+    """Rows of one logged step (the last one by default), optionally worst/best first by a reward.
+
+    Returns the rows and every step that has samples, so callers can say what else there is.
+    """
+    run = Path(run_dir)
+    path = run / COMPLETIONS_FILE
+    if not path.is_file():
+        raise GrpoError(f"there is no {COMPLETIONS_FILE} in {run}", where="RUN_DIR",
+                        fix="Give the output dir of a `grpo train` run; it writes completion samples at every "
+                            "logging step (output.completions_per_log > 0).")
+    rows = read_rows(path)
+    steps = sorted({int(r["step"]) for r in rows if isinstance(r.get("step"), int)})
+    if not steps:
+        raise GrpoError(f"{path} holds no samples yet", where="RUN_DIR", fix="Wait for the first logging step.")
+    names = sorted({n for r in rows for n in (r.get("rewards") or {})})
+    if reward is not None and reward not in names:
+        raise GrpoError(f"no reward called {reward!r} in the samples", where="--reward",
+                        fix=f"Rewards logged: {', '.join(names) or 'none'}.")
+    if step is not None and step not in steps:
+        raise GrpoError(f"no samples at step {step}", where="--step",
+                        fix=f"Steps with samples: {_ranges(steps)}.")
+    if order is None:
+        chosen = [r for r in rows if r.get("step") == (steps[-1] if step is None else step)]
+    else:  # worst/best across the chosen step, or the whole run when no step is given
+        chosen = [r for r in rows if step is None or r.get("step") == step]
+
+        def key(r: dict[str, Any]) -> tuple[float, float]:
+            """The reward, then the advantage (ties: the completion the update pushed hardest away/towards)."""
+            missing = -math.inf if order == "best" else math.inf
+            v = _finite((r.get("rewards") or {}).get(reward) if reward else r.get("reward"))
+            a = _finite(r.get("advantage"))
+            return (missing if v is None else v, missing if a is None else a)
+
+        chosen.sort(key=key, reverse=order == "best")
+    return chosen[:limit], steps
+
+
+def _ranges(steps: list[int]) -> str:
+    return ", ".join(map(str, steps)) if len(steps) <= 12 else f"{steps[0]} .. {steps[-1]} ({len(steps)} steps)"
+
+
+def markdown_samples(output_dir: Path, count: int = 3) -> list[str]:
+    """The lowest- and highest-reward completions of the last logged step (`grpo samples` shows more)."""
+    rows = read_rows(output_dir / COMPLETIONS_FILE)
+    if not rows:
+        return []
+    steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
+    if not steps:
+        return []
+    last = max(steps)
+    rows = sorted((r for r in rows if r.get("step") == last), key=lambda r: _finite(r.get("reward")) or 0.0)
+    picked = rows if len(rows) <= count else [*rows[:count // 2 + count % 2], *rows[-(count // 2):]]
+
+    def cell(text: Any) -> str:
+        text = " ".join(str(text or "").split())
+        return (text[:150] + " …" if len(text) > 150 else text).replace("|", "\\|")
+
+    lines = [f"## Sample completions (step {last}, lowest and highest reward)", "",
+             "| reward | advantage | prompt | completion |", "|---:|---:|---|---|"]
+    for r in picked:
+        lines.append(f"| {_short(r.get('reward'))} | {_short(r.get('advantage'))} | {cell(r.get('prompt'))} | "
+                     f"{cell(r.get('completion'))} |")
+    return [*lines, "", f"More: `grpo samples {output_dir} --worst`.", ""]
