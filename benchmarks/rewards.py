@@ -1,9 +1,12 @@
-"""Reward throughput: rewards/s for every built-in, and serial vs `parallel: N` for slow rewards.
+"""Reward throughput: rewards/s for every built-in, serial vs `parallel: N`, and the code sandbox old vs new.
 
 Every built-in scores the same kind of batch TRL hands it (conversational completions plus the
-dataset columns); the slow ones (`accuracy` through math-verify on symbolic answers, `code` in the
-sandbox) are then timed serially and through ParallelReward with N worker processes. The machine
-load is printed and saved with the figures, because a shared machine slows the pool first.
+dataset columns). `accuracy` through math-verify is then timed serially and through ParallelReward
+with N worker processes. The `code` reward (2 assert tests per completion) is timed on the old path
+(a fresh sandboxed interpreter per test, serially: the sandbox as of commit OLD_REV, loaded from git
+history) and on the warm fork-server path (one sandboxed process per completion, `parallel: 1` and
+the default of one per CPU), next to the machine's floor: a bare fork()+exit, and `python -c pass`.
+The machine load is printed and saved with the figures, because a shared machine slows everything.
 
     python benchmarks/rewards.py [--workers 2] [--rows 64] [--no-append]
 """
@@ -75,10 +78,10 @@ def builtin_throughput(rows: int) -> list[tuple[str, int, float]]:
 
     out = []
     for name, func in BUILTINS.items():
-        n = max(4, rows // 8) if name == "code" else rows
+        n = rows
         make = BATCHES.get(name, numeric_batch)
-        func(**call_kwargs(make(n, -n)))  # warm imports
-        seconds = timed(func, [call_kwargs(make(n, k * n)) for k in range(1 if name == "code" else 3)])
+        func(**call_kwargs(make(n, -n)))  # warm imports (and, for `code`, start the sandbox servers)
+        seconds = timed(func, [call_kwargs(make(n, k * n)) for k in range(3)])
         out.append((name, n, n / seconds))
     return out
 
@@ -102,6 +105,140 @@ def parallel_speedup(name: str, make: Callable[..., dict[str, Any]], n: int, wor
     finally:
         pool.close()
     return serial, pooled
+
+
+OLD_REV = "e5b86785abfa7144d5b1894533b8ce9969958016"  # the last commit with the per-test cold sandbox
+
+
+def _old_sandbox() -> Any:
+    """The sandbox module as it was at OLD_REV (one self-contained stdlib file), or None without git history."""
+    import importlib.util
+    import subprocess
+    import sys
+    import tempfile
+
+    try:
+        source = subprocess.run(["git", "show", f"{OLD_REV}:grpo_cli/rewards/sandbox.py"], cwd=ROOT,
+                                capture_output=True, text=True, check=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    path = Path(tempfile.mkdtemp(prefix="grpo-old-sandbox-")) / "sandbox.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location("grpo_old_sandbox", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look the module up while the file runs
+    spec.loader.exec_module(module)
+    return module
+
+
+def old_code_reward(old: Any, completions: list[Any], tests: list[list[str]]) -> list[float]:
+    """The `code` reward's loop before the warm sandbox: every test a fresh interpreter, serially."""
+    import secrets
+
+    from grpo_cli.rewards.builtins.answers import completion_text
+    from grpo_cli.rewards.builtins.code import extract_code
+
+    out = []
+    for completion, cell in zip(completions, tests, strict=True):
+        program = extract_code(completion_text(completion)) or ""
+        passed = 0
+        for test in cell:
+            sentinel = f"grpo-tests-passed-{secrets.token_hex(8)}"
+            result = old.run_python(f"{program}\n\n{test}\n\nprint({sentinel!r})\n", timeout=5.0, memory_mb=512)
+            passed += result.ok and result.stdout.rstrip().endswith(sentinel)
+        out.append(passed / len(cell))
+    return out
+
+
+def _time(func: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    func()
+    return time.perf_counter() - start
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process, its reaped children, and the live sandbox servers with their reaped children."""
+    import resource
+
+    from grpo_cli.rewards.sandbox_client import shared_pool
+
+    total = sum(getattr(resource.getrusage(who), f) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                for f in ("ru_utime", "ru_stime"))
+    for server in shared_pool().servers:
+        try:
+            fields = Path(f"/proc/{server.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, TypeError):
+            continue
+        total += sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _measure(func: Callable[[], Any]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one call."""
+    cpu = _cpu_seconds()
+    wall = _time(func)
+    return wall, _cpu_seconds() - cpu
+
+
+def code_paths(rows: int, old_rows: int) -> list[tuple[str, int, float, float]]:
+    """(path, completions per call, seconds of the fastest call, CPU ms per completion) for the code reward."""
+    from grpo_cli.rewards.builtins import BUILTINS
+    from grpo_cli.rewards.sandbox_client import default_workers
+
+    code = BUILTINS["code"]
+    out: list[tuple[str, int, float, float]] = []
+    old = _old_sandbox()
+    if old is not None:
+        batches = [code_batch(old_rows, k * old_rows) for k in range(2)]
+        warm = code_batch(2, -2)
+        assert old_code_reward(old, warm["completions"], warm["tests"]) == [1.0, 1.0]
+        runs = [_measure(lambda b=b: old_code_reward(old, b["completions"], b["tests"])) for b in batches]
+        out.append((f"old: fresh interpreter per test, serial ({OLD_REV[:7]})", old_rows, min(w for w, _ in runs),
+                    1000 * sum(c for _, c in runs) / (old_rows * len(runs))))
+    for workers in (1, default_workers()):
+        assert code(**call_kwargs(code_batch(rows, -rows)), parallel=workers) == [1.0] * rows  # servers up
+        calls = [call_kwargs(code_batch(rows, k * rows)) for k in range(3)]
+        runs = [_measure(lambda c=c, w=workers: code(**c, parallel=w)) for c in calls]
+        label = f"{workers} (default: one per CPU)" if workers == default_workers() else str(workers)
+        out.append((f"new: warm server, one process per completion, parallel: {label}", rows,
+                    min(w for w, _ in runs), 1000 * sum(c for _, c in runs) / (rows * len(runs))))
+    return out
+
+
+def floor_rates() -> list[tuple[str, float]]:
+    """The machine's limit: processes per second for a bare fork()+exit, and for `python -c pass`."""
+    import subprocess
+    import sys
+
+    def forks(n: int) -> None:
+        for _ in range(n):
+            pid = os.fork()
+            if pid == 0:
+                os._exit(0)
+            os.waitpid(pid, 0)
+
+    def pythons(n: int, *flags: str) -> None:
+        for _ in range(n):
+            subprocess.run([sys.executable, *flags, "-c", "pass"], check=True)
+
+    return [("bare fork() + exit, from this Python process", 500 / _time(lambda: forks(500))),
+            ("`python -c pass`", 20 / _time(lambda: pythons(20))),
+            ("`python -I -S -c pass`", 20 / _time(lambda: pythons(20, "-I", "-S")))]
+
+
+def code_table(code_rows: list[tuple[str, int, float, float]], floors: list[tuple[str, float]]) -> list[str]:
+    old = [k / sec for label, k, sec, _ in code_rows if label.startswith("old")]
+    cores = os.cpu_count() or 1
+    lines = ["| `code` path (2 assert tests per completion) | completions per call | completions/s | test-runs/s "
+             f"| vs old | CPU per completion (ms) | CPU-bound limit on {cores} cores (completions/s) |",
+             "|---|---|---|---|---|---|---|"]
+    for label, k, sec, cpu_ms in code_rows:
+        versus = f"{(k / sec) / old[0]:.1f}x" if old else ""
+        lines.append(f"| {label} | {k} | {k / sec:,.0f} | {2 * k / sec:,.0f} | {versus} | {cpu_ms:.1f} | "
+                     f"{cores * 1000 / cpu_ms:,.0f} |")
+    lines += [f"| floor: {label} | | {rate:,.0f} processes/s | | | | |" for label, rate in floors]
+    return lines
 
 
 def _spin(_: int) -> float:
@@ -137,8 +274,9 @@ def main() -> None:
     load_before = os.getloadavg()
     throughput = builtin_throughput(args.rows)
     ceiling_before = machine_parallelism(args.workers)
-    slow = {"accuracy (math-verify)": ("accuracy", symbolic_batch, args.rows),
-            "code (sandbox)": ("code", code_batch, max(8, args.rows // 4))}
+    code_rows = code_paths(args.rows, max(8, args.rows // 4))
+    floors = floor_rates()
+    slow = {"accuracy (math-verify)": ("accuracy", symbolic_batch, args.rows)}
     speedups = []
     for label, (name, make, n) in slow.items():
         serial, pooled = parallel_speedup(name, make, n, args.workers)
@@ -153,6 +291,7 @@ def main() -> None:
     lines += [f"| {n} | {k} | {s:.2f} | {p:.2f} | {s / p:.2f}x |" for n, k, s, p in speedups]
     lines += [f"| (ceiling: {args.workers} plain CPU-bound processes, before / after) | | | | "
               f"{ceiling[0]:.2f}x / {ceiling[1]:.2f}x |"]
+    lines += [""] + code_table(code_rows, floors)
     load = (f"load average (1/5/15 min) {load_before[0]:.2f}/{load_before[1]:.2f}/{load_before[2]:.2f} before, "
             f"{load_after[0]:.2f}/{load_after[1]:.2f}/{load_after[2]:.2f} after, on {os.cpu_count()} cores")
     table = "\n".join(lines)
@@ -164,7 +303,12 @@ def main() -> None:
                   f"Python {platform.python_version()}, `python benchmarks/rewards.py --workers {args.workers} "
                   f"--rows {args.rows}`)\n\n")
         note = (f"\n\n{load[0].upper()}{load[1:]}. Serial and pooled times are the fastest of 3 calls each "
-                "after a warm-up call (the pool's start-up is not counted: in training it starts once). The ceiling "
+                "after a warm-up call (the pool's start-up is not counted: in training it starts once). The `code` "
+                "paths are the fastest of 2 (old) or 3 (new) calls on fresh rows after a warm-up call; their CPU per "
+                "completion (all processes involved, averaged over those calls) hardly depends on the load, and the "
+                "last column turns it into what the cores could do if nothing else ran. The floor rows are how many "
+                "bare processes per second the machine starts, the limit a process-per-completion design works "
+                "against. The ceiling "
                 "row is what the machine offered at the time: two plain processes spinning in pure Python, against "
                 "one doing both shares; a busy machine lowers it, and no pool can beat it.\n")
         path = ROOT / "docs" / "performance.md"

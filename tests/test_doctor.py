@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import pytest
-
 import importlib.metadata
 import importlib.util
 import json
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 
 from grpo_cli.recipe import load_recipe

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_cli.rewards.loaders import BoundReward, load_reward
+from grpo_cli.rewards.loaders import BoundReward, load_reward, pools_itself
 from grpo_cli.rewards.parallel import ParallelReward
 
 
@@ -16,7 +16,7 @@ def build_reward_funcs(recipe: Any, *, training: bool = True) -> list[Any]:
     """
     funcs: list[Any] = []
     for i, entry in enumerate(recipe.rewards):
-        if entry.parallel > 1 and entry.kind != "model":
+        if entry.parallel > 1 and entry.kind != "model" and not pools_itself(entry):
             func: Any = ParallelReward(entry, recipe.base_dir, entry.parallel, index=i)
         else:
             func = load_reward(entry, recipe.base_dir, i)

@@ -382,4 +382,12 @@ def load_reward(entry: RewardEntry, base_dir: Path, index: int | None = None) ->
         return str(local) if local is not None else entry.model
     func = get_builtin(entry.name or "") if entry.kind == "builtin" else _import_function(entry, base_dir, index)
     wrapper = AsyncBoundReward if is_async_reward(func) else BoundReward
-    return wrapper(func, entry.params, entry.label, entry.timeout)
+    params = dict(entry.params)
+    if pools_itself(entry) and entry.parallel > 0:
+        params.setdefault("parallel", entry.parallel)
+    return wrapper(func, params, entry.label, entry.timeout)
+
+
+def pools_itself(entry: RewardEntry) -> bool:
+    """Built-ins that run their own bounded pool (`code`: warm sandboxes) take `parallel:` as a param."""
+    return entry.kind == "builtin" and "parallel" in inspect.signature(get_builtin(entry.name or "")).parameters

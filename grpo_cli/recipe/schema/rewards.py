@@ -27,7 +27,8 @@ class RewardEntry(Section):
     params: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments bound to the reward function."""
     parallel: int = Field(0, ge=0)
-    """Score rows in a pool of this many processes (for slow rewards: math-verify, code execution)."""
+    """Score rows in a pool of this many processes (for slow rewards like math-verify). The `code` built-in
+    runs its sandboxes in parallel already (one per CPU when 0); for it this sets how many."""
     timeout: float | None = Field(DEFAULT_TIMEOUT_S, gt=0)
     """Seconds one call of a code reward may take (a call scores a whole generation batch). A call that runs
     longer stops `grpo train` with an error naming the reward, and is a violation in `grpo check-rewards`.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import re
@@ -84,8 +85,16 @@ def _same_output(actual: str, expected: str) -> bool:
     return norm(actual) == norm(expected)
 
 
+def _output_cap(expected: str) -> int:
+    return max(65536, 2 * len(expected.encode()) + 1024)
+
+
 def run_test(program: str, test: CodeTest, *, timeout: float, memory_mb: int) -> bool:
-    """Whether one test passes; any failure of the sandbox itself counts as a failed test."""
+    """Whether one test passes, in a process of its own; any failure of the sandbox fails the test.
+
+    The per-test path (one program per test, as the remote backends run it); `score_program` is
+    what the reward uses locally.
+    """
     from grpo_cli.rewards.sandbox import run_python
 
     try:
@@ -96,12 +105,94 @@ def run_test(program: str, test: CodeTest, *, timeout: float, memory_mb: int) ->
             result = run_python(source, timeout=timeout, memory_mb=memory_mb)
             return result.ok and result.stdout.rstrip().endswith(sentinel)
         expected = test.expected or ""
-        cap = max(65536, 2 * len(expected.encode()) + 1024)
-        result = run_python(program, test.stdin, timeout=timeout, memory_mb=memory_mb, max_output_bytes=cap)
+        result = run_python(program, test.stdin, timeout=timeout, memory_mb=memory_mb,
+                            max_output_bytes=_output_cap(expected))
         return result.ok and _same_output(result.stdout, expected)
     except Exception as exc:  # an unexpected sandbox error fails the test, never the step
         _log.warning("code reward: sandbox error: %s", exc)
         return False
+
+
+def score_program(program: str, tests: list[CodeTest], *, timeout: float, memory_mb: int) -> tuple[float, str]:
+    """(fraction passed, what happened) for one completion: all its tests in ONE sandboxed process."""
+    from grpo_cli.rewards.sandbox import run_tests
+
+    specs = [{"script": t.script} if t.script is not None else {"stdin": t.stdin, "cap": _output_cap(t.expected or "")}
+             for t in tests]
+    result = run_tests(program, specs, timeout=timeout, memory_mb=memory_mb)
+    if result.error:
+        _log.warning("code reward: %s", result.error)
+        return 0.0, result.error
+    passed, first_failure = 0, ""
+    for i, (test, outcome) in enumerate(zip(tests, result.outcomes, strict=True)):
+        ok = outcome.passed if test.script is not None else (
+            outcome.stdout is not None and _same_output(outcome.stdout, test.expected or ""))
+        passed += ok
+        if not ok and not first_failure:
+            first_failure = f"; test {i + 1}: {outcome.reason or 'wrong output'}"
+    return passed / len(tests), f"{passed}/{len(tests)} tests passed{first_failure}"
+
+
+def _score_remote(program: str, tests: list[CodeTest], backend: str, url: str, *, timeout: float,
+                  memory_mb: int) -> tuple[float, str]:
+    """The per-test path on a Piston / SandboxFusion server (see code_remote)."""
+    from grpo_cli.rewards.builtins.code_remote import run_remote
+
+    passed = 0
+    for test in tests:
+        if test.script is not None:
+            sentinel = f"grpo-tests-passed-{secrets.token_hex(8)}"
+            run = run_remote(backend, url, f"{program}\n\n{test.script}\n\nprint({sentinel!r})\n", "",
+                             timeout=timeout, memory_mb=memory_mb)
+            passed += run.ok and run.stdout.rstrip().endswith(sentinel)
+        else:
+            run = run_remote(backend, url, program, test.stdin, timeout=timeout, memory_mb=memory_mb)
+            passed += run.ok and _same_output(run.stdout, test.expected or "")
+    return passed / len(tests), f"{passed}/{len(tests)} tests passed on {backend}"
+
+
+_Job = tuple[int, str, list[CodeTest]]
+
+
+def _jobs(completions: Sequence[Any], tests: Any) -> tuple[list[float | None], list[str], list[_Job]]:
+    """Rewards and notes for rows settled without running anything, and (row, program, tests) for the rest."""
+    n = len(completions)
+    if tests is None:
+        cells: list[Any] = [None] * n
+    elif isinstance(tests, str | Mapping):
+        cells = [tests] * n
+    else:
+        cells = list(tests) + [None] * (n - len(tests))
+    rewards: list[float | None] = [None] * n
+    notes = ["no tests"] * n
+    jobs: list[_Job] = []
+    for i, (completion, cell) in enumerate(zip(completions, cells, strict=False)):
+        parsed = parse_tests(cell)
+        if parsed is None:
+            continue
+        program = extract_code(completion_text(completion))
+        if program is None or not program.strip():
+            rewards[i], notes[i] = 0.0, "no ```python block"
+            continue
+        jobs.append((i, program, parsed))
+    return rewards, notes, jobs
+
+
+def _score_job(job: _Job, *, backend: str, url: str, timeout: float, memory_mb: int) -> tuple[float, str]:
+    _, program, parsed = job
+    if backend == "local":
+        return score_program(program, parsed, timeout=timeout, memory_mb=memory_mb)
+    return _score_remote(program, parsed, backend, url, timeout=timeout, memory_mb=memory_mb)
+
+
+def _map(score: Any, jobs: list[_Job], workers: int) -> list[tuple[float, str]]:
+    """Score the jobs, `workers` at a time (threads: the work happens in the sandbox processes)."""
+    if workers <= 1:
+        return [score(job) for job in jobs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(workers, thread_name_prefix="grpo-code") as pool:
+        return list(pool.map(score, jobs))
 
 
 def code(
@@ -110,23 +201,33 @@ def code(
     tests: Any = None,
     timeout: float = 5.0,
     memory_mb: int = 512,
+    backend: str = "local",
+    backend_url: str | None = None,
+    parallel: int = 0,
+    log_extra: Any = None,
     **kwargs: Any,
 ) -> list[float | None]:
     r"""Fraction of the row's tests the completion's code passes, run in the sandbox.
 
     Runs the completion's last fenced ```` ```python ```` (or ```` ```py ````) block against the row's tests. The
-    `tests` column may hold a list of assert statements (`["assert add(1, 2) == 3", ...]`), one string of test
-    code (e.g. a `check(candidate)` harness), or stdin/stdout pairs (`[{"input": "1 2\n", "output": "3\n"}]`,
-    APPS-style `{"inputs": [...], "outputs": [...]}`, open-r1's `{"test_cases": [...]}`, or any of these as a
-    JSON string; stdout must match up to trailing whitespace). A test passes only if the program exits 0
-    within its limits; assert tests must also reach a sentinel printed after them, so `sys.exit(0)` before
-    the tests does not pass. No code block gives 0.0; no tests (None, empty, unrecognised) gives None.
+    `tests` column may hold a list of assert statements (`["assert add(1, 2) == 3", ...]`, one test each), one
+    string of test code (e.g. a `check(candidate)` harness), or stdin/stdout pairs (`[{"input": "1 2\n",
+    "output": "3\n"}]`, APPS-style `{"inputs": [...], "outputs": [...]}`, open-r1's `{"test_cases": [...]}`, or
+    any of these as a JSON string; stdout must match up to trailing whitespace). All the tests of a completion
+    run in ONE sandboxed process, in sequence, each in a fresh `__main__` with its own deadline; a test that
+    hangs or crashes the process fails alone and a fresh process goes on with the next. An assert test passes
+    when the solution and the test run to the end (an exception or `sys.exit(0)` before the asserts fails it).
+    No code block gives 0.0; no tests (None, empty, unrecognised) gives None. What happened to each completion
+    is logged as the `code_result` column of TRL's completions table.
 
     Args:
         completions: the sampled completions.
         tests: the row's tests (a dataset column).
-        timeout: wall-clock seconds per program.
-        memory_mb: address-space limit per program, in MiB.
+        timeout: wall-clock seconds per test.
+        memory_mb: address-space limit per sandboxed process, in MiB.
+        backend: `local` (the warm sandbox), or `piston` / `sandbox-fusion`: each test sent to that server.
+        backend_url: its base address (default `http://localhost:2000` Piston, `http://localhost:8080` Fusion).
+        parallel: completions scored at once; 0 means one per CPU. Set it with the entry's `parallel:`.
 
     Returns:
         0 ... 1; None for a row without tests.
@@ -135,23 +236,21 @@ def code(
         >>> code(["```python\ndef add(a, b):\n    return a + b\n```"], tests=[["assert add(1, 2) == 3"]])
         [1.0]
     """
-    n = len(completions)
-    if tests is None:
-        cells: list[Any] = [None] * n
-    elif isinstance(tests, str | Mapping):
-        cells = [tests] * n
-    else:
-        cells = list(tests) + [None] * (n - len(tests))
-    rewards: list[float | None] = []
-    for completion, cell in zip(completions, cells, strict=False):
-        parsed = parse_tests(cell)
-        if parsed is None:
-            rewards.append(None)
-            continue
-        program = extract_code(completion_text(completion))
-        if program is None or not program.strip():
-            rewards.append(0.0)
-            continue
-        passed = sum(run_test(program, t, timeout=timeout, memory_mb=memory_mb) for t in parsed)
-        rewards.append(passed / len(parsed))
+    from grpo_cli.rewards.builtins.code_remote import BACKENDS, DEFAULT_URLS
+    from grpo_cli.rewards.sandbox_client import default_workers, shared_pool
+
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown code backend {backend!r}: use one of {', '.join(BACKENDS)}")
+    rewards, notes, jobs = _jobs(completions, tests)
+
+    url = backend_url or DEFAULT_URLS.get(backend, "")
+    score = functools.partial(_score_job, backend=backend, url=url, timeout=timeout, memory_mb=memory_mb)
+    workers = max(1, min(parallel if parallel > 0 else default_workers(), len(jobs)))
+    if backend == "local":
+        shared_pool().ensure(workers)
+    scored = _map(score, jobs, workers)
+    for (i, _, _), (value, note) in zip(jobs, scored, strict=True):
+        rewards[i], notes[i] = value, note
+    if callable(log_extra):
+        log_extra("code_result", notes)
     return rewards
