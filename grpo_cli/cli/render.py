@@ -65,7 +65,11 @@ def render_train_result(console: Console, result: Any) -> None:
         if parts:
             console.print("data: " + ", ".join(parts))
     if result.summary:
-        table = Table(title="training: first vs last logging window", title_justify="left")
+        from grpo_cli.training.run import summary_window
+
+        window = summary_window(sum(1 for r in result.metrics if "reward" in r))
+        table = Table(title=f"training: first vs last logging window (mean of {window} logging step"
+                            f"{'s' if window != 1 else ''} each)", title_justify="left")
         table.add_column("metric")
         table.add_column("first", justify="right")
         table.add_column("last", justify="right")
@@ -265,10 +269,12 @@ def render_doctor(console: Console, report: Any, *, as_json: bool = False) -> No
     if as_json:
         console.print_json(json.dumps(report.as_dict()))
         return
+    if not console.is_terminal and console.width < 120:  # piped or captured: keep the columns readable
+        console = Console(file=console.file, width=120, highlight=False, no_color=console.no_color)
     table = Table(title="grpo doctor", show_lines=False)
     for col in ("component", "installed", "supported", "status"):
         table.add_column(col, no_wrap=True)
-    table.add_column("window from")
+    table.add_column("where the supported range comes from", overflow="fold")
     table.add_row("torch build", escape(report.torch), "", "", "")
     for c in report.checks:
         status = _STATUS[c.status] + ("" if c.needed or c.status != "incompatible" else " (unused)")

@@ -98,6 +98,24 @@ def suite_prompts(suite: Suite, rows: list[SuiteRow], tokenizer: Any) -> list[An
     return [suite.prompt(r) for r in rows]
 
 
+def context_warning(model: Any, tokenizer: Any, prompts: list[Any], max_new_tokens: int) -> str | None:
+    """Why the scores will mean nothing when the longest prompt plus the completion exceeds the model's context."""
+    from grpo_cli.evaluation.sampling import prompt_texts
+
+    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
+    limit = getattr(config, "max_position_embeddings", None)
+    if not isinstance(limit, int) or not prompts:
+        return None
+    text_tokenizer = getattr(tokenizer, "tokenizer", tokenizer)
+    longest = max(len(text_tokenizer(t, add_special_tokens=False)["input_ids"])
+                  for t in prompt_texts(prompts, tokenizer))
+    if longest + max_new_tokens <= limit:
+        return None
+    return (f"the longest prompt ({longest} tokens) plus --max-new-tokens {max_new_tokens} exceeds the model's "
+            f"context of {limit} positions, so completions past it are noise and the accuracy means nothing; "
+            "evaluate a model with a longer context (the bundled tiny models have 128 positions)")
+
+
 def score_suite(suite: Suite, rows: list[SuiteRow], texts: list[str], settings: SuiteSettings, *, label: str = "",
                 truncated: list[bool] | None = None, source: str = "") -> SuiteResult:
     """Extract and compare every completion (prompt-major, settings.k per row)."""
@@ -157,6 +175,9 @@ def run_suite(name: str, sources: list[Any], settings: SuiteSettings, *, backend
             sampler, close = vllm_sampler(source, tokenizer, ev, want, trust_remote_code)
         else:
             model = load_source_model(source, dtype=want, device=device, trust_remote_code=trust_remote_code)
+            warning = context_warning(model, tokenizer, suite_prompts(suite, rows, tokenizer), settings.max_new_tokens)
+            if warning and console is not None:
+                console.print(f"[yellow]warning:[/] {source.label}: {warning}", soft_wrap=True)
         try:
             results.append(evaluate_suite(model, tokenizer, suite, rows, settings, label=source.label,
                                           sampler=sampler, source=source.describe()))

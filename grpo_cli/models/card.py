@@ -64,11 +64,12 @@ def suite_results(*dirs: Path) -> list[dict[str, Any]]:
 
 
 def _front_matter(recipe: dict[str, Any], base: str, adapter: bool, name: str,
-                  suites: list[dict[str, Any]]) -> Any:
+                  suites: list[dict[str, Any]], vision: bool = False) -> Any:
     from huggingface_hub import EvalResult, ModelCardData
 
     data_ref = (recipe.get("data") or {}).get("dataset")
-    evals = [EvalResult(task_type="text-generation", dataset_type=SUITE_DATASETS[s["suite"]][0],
+    task = "image-text-to-text" if vision else "text-generation"
+    evals = [EvalResult(task_type=task, dataset_type=SUITE_DATASETS[s["suite"]][0],
                         dataset_name=SUITE_DATASETS[s["suite"]][1], dataset_split=SUITE_DATASETS[s["suite"]][2],
                         metric_type="accuracy", metric_name=f"accuracy ({s.get('decoding', 'greedy')}, pass@1)",
                         metric_value=round(float(s["accuracy"]), 4))
@@ -78,7 +79,7 @@ def _front_matter(recipe: dict[str, Any], base: str, adapter: bool, name: str,
         library_name="peft" if adapter else "transformers",
         tags=["grpo", "trl", "grpo-cli", *(["lora"] if adapter else [])],
         datasets=[data_ref] if isinstance(data_ref, str) and _HUB_ID.match(data_ref) else None,
-        license=base_license(base), pipeline_tag="text-generation",
+        license=base_license(base), pipeline_tag=task,
         model_name=name if evals else None, eval_results=evals or None)
 
 
@@ -163,7 +164,12 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) 
     manifest = manifest if isinstance(manifest, dict) else {}
     suites = suite_results(target, run)
     name = target.resolve().name
-    data = _front_matter(recipe, base, adapter, name, suites)
+    from grpo_cli.models.vision import is_vision_language
+
+    vision = any((d / n).is_file() for d in (target, run) for n in ("preprocessor_config.json", "processor_config.json")
+                 ) or is_vision_language((recipe.get("model") or {}).get("kind", "auto") if recipe else "auto", base,
+                                         local_only=True)
+    data = _front_matter(recipe, base, adapter, name, suites, vision)
     what = "a LoRA adapter for" if adapter else "a fine-tune of"
     trl = (manifest.get("versions") or {}).get("trl")
     lines = [f"# {name}", "", f"{name} is {what} `{base}`, trained with GRPO (Group Relative Policy Optimization) "

@@ -51,12 +51,17 @@ def _quiet_libraries() -> None:
     transformers.utils.logging.set_verbosity_error()
 
 
+def summary_window(num_logs: int) -> int:
+    """How many logging steps the first/last summary windows average: a fifth of the run, at least one."""
+    return max(1, num_logs // 5)
+
+
 def _summary(records: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
     """Mean of each headline metric over the first and the last logging windows."""
     logs = [r for r in records if "reward" in r]
     if not logs:
         return []
-    window = max(1, len(logs) // 5)
+    window = summary_window(len(logs))
     first, last = logs[:window], logs[-window:]
     keys = [k for k in SUMMARY_KEYS if k in logs[-1]]
     keys[1:1] = sorted(k for k in logs[-1] if k.startswith("rewards/") and k.endswith("/mean"))
@@ -194,6 +199,11 @@ def _build(run: _Run) -> None:
 
         run.result.eval_before = evaluate_once(recipe, run.loaded.model, run.loaded.processing_class, run.data.eval,
                                                console, label="before training")
+        if console is not None:  # the number to beat, now rather than only in the final table
+            headline = {k: v for k, v in run.result.eval_before.summary().items()
+                        if k in ("pass@1", "accuracy", "reward/mean") and isinstance(v, float)}
+            console.print("before training: " + ", ".join(f"{k} {v:.4f}" for k, v in headline.items()),
+                          markup=False)
     run.trainer = _make_trainer(run, config)
 
 
