@@ -11,6 +11,7 @@ looked up in the local Hugging Face cache by path only (never downloaded).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 from grpo_cli.errors import GrpoError
@@ -44,6 +45,16 @@ def resolve(reference: str, base_dir: Path | None = None) -> Path:
 def looks_like_path(reference: str) -> bool:
     """Paths start with `.`, `/`, `~` or `bundled:`, or have more than one '/', which a hub id never has."""
     return reference.startswith((".", "/", "~", BUNDLED_PREFIX)) or reference.count("/") > 1 or "\\" in reference
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+def is_hub_id(reference: str, *, owner: bool = False) -> bool:
+    """Whether `reference` can be a Hub repo id (`name` or `owner/name`; `owner=True` requires the owner)
+    and does not look like a local path."""
+    return (bool(_HUB_ID.match(reference)) and not looks_like_path(reference)
+            and (not owner or "/" in reference))
 
 
 def local_dir(reference: str, base_dir: Path | None = None) -> Path | None:

@@ -205,6 +205,13 @@ def test_one_rule_for_references(tmp_path: Path, monkeypatch) -> None:
     assert paths.local_dir("./models/not-yet", recipe_dir) == recipe_dir / "models/not-yet"  # looks like a path
 
 
+def test_hub_ids_are_told_from_paths() -> None:
+    assert paths.is_hub_id("Qwen/Qwen2.5-0.5B-Instruct") and paths.is_hub_id("gpt2")
+    assert not paths.is_hub_id("gpt2", owner=True)  # a model card's base_model needs owner/name
+    for local in ("./models/x", "/abs/model", "~/m", "bundled:tiny-arith", "a/b/c", "models\\x"):
+        assert not paths.is_hub_id(local), local
+
+
 def test_hub_cache_lookup_by_path(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     snap = tmp_path / "models--org--name" / "snapshots" / "abc"

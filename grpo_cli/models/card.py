@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -19,11 +18,11 @@ from typing import Any
 import yaml
 
 from grpo_cli import runs
+from grpo_cli.paths import is_hub_id
 
 CARD_FILE = runs.CARD
 SUITE_DATASETS = {"gsm8k": ("openai/gsm8k", "GSM8K", "test"), "math500": ("HuggingFaceH4/MATH-500", "MATH-500", "test"),
                   "svamp": ("ChilleD/SVAMP", "SVAMP", "test")}
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def _read(path: Path) -> Any:
@@ -39,7 +38,7 @@ def base_license(base: str) -> str | None:
     from huggingface_hub import ModelCard
 
     path = Path(base).expanduser() / CARD_FILE
-    if not path.is_file() and _HUB_ID.match(base):
+    if not path.is_file() and is_hub_id(base, owner=True):
         try:
             from huggingface_hub import hf_hub_download
 
@@ -75,10 +74,10 @@ def _front_matter(recipe: dict[str, Any], base: str, adapter: bool, name: str,
                         metric_value=round(float(s["accuracy"]), 4))
              for s in suites if s.get("suite") in SUITE_DATASETS and isinstance(s.get("accuracy"), (int, float))]
     return ModelCardData(
-        base_model=base if _HUB_ID.match(base) else None,
+        base_model=base if is_hub_id(base, owner=True) else None,
         library_name="peft" if adapter else "transformers",
         tags=["grpo", "trl", "grpo-cli", *(["lora"] if adapter else [])],
-        datasets=[data_ref] if isinstance(data_ref, str) and _HUB_ID.match(data_ref) else None,
+        datasets=[data_ref] if isinstance(data_ref, str) and is_hub_id(data_ref, owner=True) else None,
         license=base_license(base), pipeline_tag=task,
         model_name=name if evals else None, eval_results=evals or None)
 

@@ -7,7 +7,6 @@ keeps the two commands agreeing on where the weights, the base model and the tok
 from __future__ import annotations
 
 import json
-import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,9 +16,8 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.paths import ASSETS_DIR, go_offline, hub_cache_file, hub_unreachable, looks_like_path, resolve
+from grpo_cli.paths import ASSETS_DIR, go_offline, hub_cache_file, hub_unreachable, is_hub_id, resolve
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
 
@@ -105,7 +103,7 @@ def _find_base(adapter_dir: Path, run_dir: Path | None, override: str | None, wh
         found = local_path(cand, run_dir)
         if found is not None and found.exists():
             return str(found)
-        if found is None and not looks_like_path(cand) and _HUB_ID.match(cand):
+        if found is None and is_hub_id(cand):
             return cand
     named = saved or "nothing (adapter_config.json has no base_model_name_or_path)"
     raise GrpoError(f"the base model of the adapter in {adapter_dir} cannot be found: it names {named}",
@@ -145,7 +143,7 @@ def resolve_model_source(ref: str, *, base: str | None = None, adapter: str | No
     path = local_path(ref, base_dir)
     if path is None:
         parent = Path(ref).parent
-        if looks_like_path(ref) or not _HUB_ID.match(ref) or (str(parent) != "." and parent.is_dir()):
+        if not is_hub_id(ref) or (str(parent) != "." and parent.is_dir()):
             raise GrpoError(f"model {ref} not found", where=where,
                             fix="Give an existing directory (a model, a grpo output dir, a checkpoint) or a hub id.")
         return ModelSource(ref, "hub", ref, tokenizer=ref)
