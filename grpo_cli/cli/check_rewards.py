@@ -32,13 +32,8 @@ def check_rewards_command(
     """Call every reward exactly as TRL will, on probes or given completions; flag broken or hackable rewards."""
 
     def body() -> int:
-        import datasets
-        from transformers.utils import logging as hf_logging
+        from grpo_cli.rewards.check import check_rewards
 
-        from grpo_cli.rewards.check.run import check_rewards
-
-        datasets.disable_progress_bars()  # a dry run: keep the output to the report
-        hf_logging.disable_progress_bar()
         loaded = load(recipe, overrides)
         report = check_rewards(loaded, completions=completions, samples=samples, generate=generate)
         if as_json:

@@ -24,16 +24,9 @@ def samples(
 
     def body() -> None:
         from grpo_cli.cli.render import render_samples
-        from grpo_cli.errors import GrpoError
-        from grpo_cli.training.samples import read_samples
+        from grpo_cli.training.samples import select_samples
 
-        if worst and best:
-            raise GrpoError("give --worst or --best, not both", where="command line")
-        order = "worst" if worst else "best" if best else ("worst" if reward else None)
-        rows, steps = read_samples(run_dir, step=step, order=order, reward=reward, limit=limit)
-        where = f"step {step}" if step is not None else (f"steps {steps[0]}–{steps[-1]}" if order
-                                                         else f"step {steps[-1]}")
-        what = f"{order} by {reward or 'total reward'}, " if order else ""
-        render_samples(console, rows, f"{run_dir} · {where} · {what}{len(rows)} shown")
+        rows, title = select_samples(run_dir, step=step, worst=worst, best=best, reward=reward, limit=limit)
+        render_samples(console, rows, title)
 
     run_guarded(body)

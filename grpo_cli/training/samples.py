@@ -128,3 +128,15 @@ def markdown_samples(output_dir: Path, count: int = 3) -> list[str]:
         lines.append(f"| {_short(r.get('reward'))} | {_short(r.get('advantage'))} | {cell(r.get('prompt'))} | "
                      f"{cell(r.get('completion'))} |")
     return [*lines, "", f"More: `grpo samples {output_dir} --worst`.", ""]
+
+
+def select_samples(run_dir: str | Path, *, step: int | None = None, worst: bool = False, best: bool = False,
+                   reward: str | None = None, limit: int = 10) -> tuple[list[dict[str, Any]], str]:
+    """`grpo samples`: the rows to show and a title saying which. `--reward` alone sorts worst first."""
+    if worst and best:
+        raise GrpoError("give --worst or --best, not both", where="command line")
+    order = "worst" if worst else "best" if best else ("worst" if reward else None)
+    rows, steps = read_samples(run_dir, step=step, order=order, reward=reward, limit=limit)
+    where = f"step {step}" if step is not None else (f"steps {steps[0]}–{steps[-1]}" if order else f"step {steps[-1]}")
+    what = f"{order} by {reward or 'total reward'}, " if order else ""
+    return rows, f"{run_dir} · {where} · {what}{len(rows)} shown"

@@ -297,6 +297,11 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
     Raises GrpoError for bad input (recipe, data, file, reward references); contract violations are
     returned in `report.violations`.
     """
+    import datasets
+    from transformers.utils import logging as hf_logging
+
+    datasets.disable_progress_bars()  # a dry run: keep the output to the report
+    hf_logging.disable_progress_bar()
     if samples < 1:
         raise GrpoError(f"--samples must be at least 1, got {samples}", where="--samples")
     if completions is not None and generate:

@@ -1,0 +1,57 @@
+"""What `grpo train` does with its command line, as a function: overrides, `--resume PATH`, the accelerate
+re-launch, the run itself, and the exit code, so the CLI only parses and renders.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+# Exit codes of `grpo train` besides 0 (completed) and 2 (bad input): Ctrl-C/SIGTERM, a health guard's stop.
+EXIT_CODES = {"interrupted": 130, "stopped": 3}
+
+
+@dataclass
+class TrainRequest:
+    """`grpo train`'s arguments. `overrides` may hold one bare path: the checkpoint of `--resume PATH`."""
+
+    recipe: Path
+    overrides: list[str] = field(default_factory=list)
+    output_dir: Path | None = None
+    resume: bool = False
+    force: bool = False
+    launch: dict[str, Any] = field(default_factory=dict)
+    """launch.* flags (profile, num_processes, num_machines, machine_rank, main_process_ip); None = recipe's."""
+
+
+def launch_overrides(launch: dict[str, Any]) -> list[str]:
+    """The launch flags as `launch.KEY=VALUE` overrides (flags win over the recipe)."""
+    return [f"launch.{k}={v}" for k, v in launch.items() if v is not None]
+
+
+def split_resume_path(overrides: list[str], resume: bool) -> tuple[list[str], str | None]:
+    """(overrides, checkpoint): `--resume PATH` arrives as a bare path among the overrides, which all hold '='."""
+    plain = [o for o in overrides if "=" not in o]
+    path = plain[0] if resume and len(plain) == 1 else None  # checked by runs.plan_output_dir
+    return [o for o in overrides if o != path], path
+
+
+def run_train_command(req: TrainRequest, console: Any = None) -> tuple[int | None, Any]:
+    """(exit code of a re-launch, None) when accelerate ran the workers; else (None, TrainResult)."""
+    from grpo_cli.recipe import load_recipe
+    from grpo_cli.training.launch import maybe_relaunch, resume_command, train_passthrough
+    from grpo_cli.training.run import train
+
+    extra = launch_overrides(req.launch)
+    overrides, resume_path = split_resume_path(req.overrides, req.resume)
+    loaded = load_recipe(req.recipe, [*overrides, *extra])
+    passthrough = train_passthrough(req.output_dir, req.resume, resume_path, req.force)
+    out = req.output_dir or Path(loaded.output.dir)
+    code = maybe_relaunch(loaded, req.recipe, overrides, extra, passthrough, lock_dir=out)
+    if code is not None:
+        return code, None
+    hint = resume_command(req.recipe, [*overrides, *extra], out)
+    result = train(loaded, output_dir=req.output_dir, resume=resume_path or (True if req.resume else None),
+                   force=req.force, console=console, resume_command=hint)
+    return None, result
