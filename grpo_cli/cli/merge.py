@@ -26,15 +26,11 @@ def merge(
     """Fold a LoRA adapter into its base and save a standalone model (checked: logits must match)."""
 
     def body() -> None:
+        from grpo_cli.cli.render import render_merge
         from grpo_cli.models.merge import merge_adapter
 
         result = merge_adapter(adapter_dir, out, base=base, dtype=dtype, force=force, max_shard_size=max_shard_size,
                                console=console)
-        for note in result.notes:
-            console.print(f"[yellow]note:[/] {note}")
-        console.print(f"verified: largest logit difference vs base+adapter {result.max_diff:.3g} "
-                      f"(tolerance {result.tolerance:.3g}, {result.dtype})")
-        console.print(f"[green]merged[/] into {result.out} ({len(result.files)} files); load it with "
-                      f"{result.auto_class}.from_pretrained({str(result.out)!r}), no peft needed", soft_wrap=True)
+        render_merge(console, result)
 
     run_guarded(body)

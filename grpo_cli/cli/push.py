@@ -21,14 +21,10 @@ def push(
     """Upload a trained model or adapter with its model card (README.md) to the Hugging Face Hub."""
 
     def body() -> None:
+        from grpo_cli.cli.render import render_push
         from grpo_cli.models.hub import push_run
 
         staged = push_run(run_dir, repo_id, private=not public, dry_run=dry_run)
-        console.print(f"model card checked: {staged.folder / 'README.md'}", markup=False, soft_wrap=True)
-        if dry_run:
-            console.print(f"would upload {len(staged.files)} files to {repo_id}: {', '.join(staged.files)}",
-                          markup=False, soft_wrap=True)
-        else:
-            console.print(f"[green]pushed[/] {len(staged.files)} files to {staged.url}", soft_wrap=True)
+        render_push(console, staged, dry_run=dry_run)
 
     run_guarded(body)

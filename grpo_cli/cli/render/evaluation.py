@@ -1,0 +1,88 @@
+"""Rendering of `grpo eval`: per-model reward tables and benchmark suites."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt_metric(key: str, value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{100 * value:.1f}%" if key.endswith("/rate") else f"{value:.4f}"
+    return str(value)
+
+
+def render_eval_outcome(console: Console, outcome: Any) -> None:
+    """`grpo eval`: the suite table or the per-model reward table, notes, and where the results went."""
+    for note in outcome.notes:
+        console.print(f"note: {note}", markup=False, soft_wrap=True)
+    if outcome.suite:
+        render_suite_results(console, outcome.results)
+    else:
+        st = outcome.settings
+        render_eval(console, outcome.results, f"{outcome.results[0].num_prompts} prompts x {st.k} samples · "
+                                              f"T={st.temperature} · seed {st.seed}")
+    console.print("wrote " + " and ".join(str(p) for p in outcome.written), markup=False, soft_wrap=True)
+
+
+def render_eval(out: Console, results: list[Any], title: str) -> None:
+    """One column per model; with several, a change column after each model but the first."""
+    summaries = [r.summary(rates=True) for r in results]
+    keys: list[str] = []
+    for s in summaries:
+        keys += [k for k in s if k != "label" and k not in keys]
+    caption = f"Δ: change from {results[0].label}" if len(results) > 1 else None
+    table = Table(title=title, title_justify="left", caption=caption, caption_justify="left")
+    table.add_column("metric", no_wrap=True)
+    for i, r in enumerate(results):
+        table.add_column(r.label, justify="right", overflow="fold")
+        if i:
+            table.add_column("Δ", justify="right", no_wrap=True)
+    for key in keys:
+        cells = []
+        first = summaries[0].get(key)
+        for i, s in enumerate(summaries):
+            value = s.get(key)
+            cells.append(_fmt_metric(key, value))
+            if i:
+                delta = value - first if isinstance(value, float) and isinstance(first, float) else None
+                cells.append("" if delta is None else f"{100 * delta:+.1f}pp" if key.endswith("/rate")
+                             else f"{delta:+.4f}")
+        table.add_row(key, *cells)
+    out.print(table)
+
+
+def _pct1(value: Any) -> str:
+    return "-" if value is None else f"{100 * value:.1f}%"
+
+
+def render_suite_results(console: Console, results: list[Any]) -> None:
+    """`grpo eval --suite`: one row per model, accuracy with its 95% Wilson interval, change from the first."""
+    first = results[0]
+    k = first.k
+    temperature = first.settings.temperature
+    title = f"{first.suite}: {len(first.rows)} problems, " + (
+        "greedy pass@1" if temperature == 0 else f"{k} samples at T={temperature}")
+    table = Table(title=title, title_justify="left")
+    for name, justify in (("model", "left"), ("accuracy", "right"), ("95% CI", "right")):
+        table.add_column(name, justify=justify, overflow="fold")
+    if k > 1:
+        table.add_column(f"pass@{k}", justify="right")
+    table.add_column("no answer", justify="right")
+    if len(results) > 1:
+        table.add_column("Δ accuracy", justify="right")
+    for r in results:
+        s = r.summary()
+        lo, hi = s["ci95"]
+        cells = [r.label, _pct1(s["accuracy"]), f"{100 * lo:.1f}–{100 * hi:.1f}%"]
+        if k > 1:
+            cells.append(_pct1(s.get(f"pass@{k}")))
+        cells.append(_pct1(s["no_answer_rate"]))
+        if len(results) > 1:
+            cells.append("" if r is first else f"{100 * (r.accuracy - first.accuracy):+.1f}pp")
+        table.add_row(*cells)
+    console.print(table)

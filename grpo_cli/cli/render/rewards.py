@@ -1,0 +1,131 @@
+"""Rendering of the dry runs: `grpo check-rewards` and `grpo check-tools`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+
+def _fmt_score(value: float | None, digits: int = 3) -> str:
+    return "—" if value is None else f"{value:.{digits}g}"
+
+
+def _preview(text: str, width: int = 32) -> str:
+    flat = text.replace("\n", "⏎")
+    return flat if len(flat) <= width else flat[:width - 1] + "…"
+
+
+def render_check_report(out: Console, report: Any) -> None:
+    """The rows × rewards table, per-reward statistics, correlations, notes and the verdict."""
+    if not out.is_terminal and out.width < 140:  # piped or captured: no terminal to fit, keep columns readable
+        out = Console(file=out.file, width=140, highlight=False, force_terminal=False, no_color=out.no_color)
+    names = [r.name for r in report.rewards]
+    errors = {r.name: {i for _, idx in r.problems.values() for i in idx} for r in report.rewards}
+    source = f"probes written as {report.probe_format}" if report.probe_format else report.source
+    out.print(escape(f"{len(report.samples)} completions ({source}) in {report.groups} groups"), soft_wrap=True)
+    scores = Table()
+    scores.add_column("row", justify="right")
+    scores.add_column("completion" if report.source != "probes" else "probe")
+    scores.add_column("text", no_wrap=True, overflow="ellipsis", max_width=32)
+    for name in names:
+        scores.add_column(name, justify="right")
+    scores.add_column("total", justify="right", style="bold")
+    last_group = None
+    for i, s in enumerate(report.samples):
+        cells = ["[red]ERR[/]" if i in errors[r.name] else _fmt_score(r.values[i]) for r in report.rewards]
+        new_group = last_group is not None and s.group != last_group
+        if new_group:
+            scores.add_section()
+        last_group = s.group
+        row = "" if s.row is None else str(s.row)
+        scores.add_row(row, s.probe, escape(_preview(s.text)), *cells, _fmt_score(report.totals[i]))
+    out.print(scores)
+
+    _render_reward_stats(out, report)
+    if len(names) > 1:
+        corr = Table(title="correlation between rewards", title_justify="left")
+        corr.add_column("")
+        for name in names:
+            corr.add_column(name, justify="right")
+        for a in names:
+            corr.add_row(a, *[_fmt_score(report.correlation[a][b], 2) for b in names])
+        out.print(corr)
+    if report.metrics:
+        out.print("metrics logged by rewards: " + ", ".join(f"{k}={v:.3g}" for k, v in report.metrics.items()))
+    for note in report.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    if report.ok:
+        out.print(f"[green]✓ all {len(names)} rewards pass[/] on {len(report.samples)} completions")
+        return
+    out.print(f"[bold red]✗ {len(report.violations)} violation(s):[/]")
+    for v in report.violations:
+        out.print(f"  [red]{v.kind}[/] {escape(v.message)}", soft_wrap=True)
+
+
+def _render_reward_stats(out: Console, report: Any) -> None:
+    """Per-reward statistics of check-rewards, then the weighted total."""
+    stats = Table(title="per reward", title_justify="left")
+    for col in ("reward", "weight", "mean", "std", "min", "max", "None", "errors", "ms/call", "zero-std"):
+        stats.add_column(col, justify="left" if col == "reward" else "right", no_wrap=col == "reward")
+    for r in report.rewards:
+        d = r.to_dict()
+        stats.add_row(escape(r.name), f"{r.weight:g}", *(_fmt_score(d[k]) for k in ("mean", "std", "min", "max")),
+                      str(d["none"]), str(r.errors) if not r.errors else f"[red]{r.errors}[/]",
+                      _ms(d["seconds_per_call"]), _pct(r.zero_std))
+    from grpo_cli.rewards.check import describe
+
+    total = describe([t for t in report.totals if t is not None])
+    stats.add_section()
+    stats.add_row("[bold]total[/]", "", _fmt_score(total["mean"]), _fmt_score(total["std"]), _fmt_score(total["min"]),
+                  _fmt_score(total["max"]), "", "", "", _pct(report.frac_zero_std))
+    out.print(stats)
+    out.print("total = weighted sum of the rewards (None counts 0, as in TRL; — when every reward skipped it); "
+              f"groups with zero std (TRL's frac_reward_zero_std): {_pct(report.frac_zero_std)} of {report.groups}",
+              soft_wrap=True)
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{1000 * seconds:.3g}"
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{100 * value:.0f}%"
+
+
+def render_tool_dry_run(out: Console, report: Any) -> None:
+    """check-tools: schemas, the prompt the model sees, every call, every episode, then flags and the verdict."""
+    for name, schema in report.schemas.items():
+        out.print(f"[bold]{escape(name)}[/] as the model sees it:")
+        out.print_json(json.dumps(schema))
+    for name, error in report.schema_errors.items():
+        out.print(f"[red]✗ {escape(name)}:[/] transformers cannot build its JSON schema: {escape(error)}",
+                  soft_wrap=True)
+    if report.prompt_preview:
+        out.print("[bold]first prompt, rendered with the tools:[/]")
+        out.print(escape(report.prompt_preview), soft_wrap=True)
+    if report.parse_check:
+        out.print(f"[green]✓ tool-call parsing[/] {escape(report.parse_check)}", soft_wrap=True)
+    calls = Table(title="tool calls", title_justify="left")
+    for col in ("tool", "arguments", "ms", "result / error"):
+        calls.add_column(col, justify="right" if col == "ms" else "left")
+    for c in report.calls + [c for e in report.episodes for c in e.calls]:
+        outcome = f"[red]{'TIMEOUT' if c.timeout else 'ERROR'}[/] {escape(c.error)}" if c.error else escape(c.result)
+        tool = f"{c.environment}.{c.tool}" if c.environment else c.tool
+        calls.add_row(escape(tool), escape(json.dumps(c.arguments, default=str)), f"{1000 * c.seconds:.3g}", outcome)
+    out.print(calls)
+    for e in report.episodes:
+        out.print(f"[bold]episode[/] {escape(e.environment)}: reset -> {escape(repr(e.observation))}; "
+                  + (f"[red]{escape(e.error)}[/]" if e.error else
+                     "rewards " + ", ".join(f"{escape(k)}={escape(str(v))}" for k, v in e.rewards.items())),
+                  soft_wrap=True)
+    for note in report.notes:
+        out.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
+    if report.ok:
+        out.print(f"[green]✓ {len(report.schemas)} tool(s) ready[/]")
+        return
+    for flag in report.flags:
+        out.print(f"[bold red]✗[/] {escape(flag)}", soft_wrap=True)
