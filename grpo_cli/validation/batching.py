@@ -116,15 +116,22 @@ def plan_batches(t: dict, world_size: int, has_eval: bool) -> tuple[BatchPlan | 
             "be split",
             "Smallest fixes: " + " or ".join(fixes) + "." if fixes else ""))
     if has_eval and str(t.get("eval_strategy", "no")) != "no":
-        num_eval = int(t.get("num_generations_eval") or num_gen)
-        per_eval = int(t["per_device_eval_batch_size"])
-        if (per_eval * world_size) % num_eval:
-            good = _next_multiple_fix(per_eval, world_size, num_eval)
-            problems.append(Problem(
-                "training.per_device_eval_batch_size",
-                f"the global eval batch {per_eval} x {procs} = {per_eval * world_size} is not divisible by the "
-                f"{num_eval} generations used for evaluation",
-                f"Use per_device_eval_batch_size: {good}, or set num_generations_eval to a divisor of "
-                f"{per_eval * world_size}."))
+        problems += _eval_batch_problems(t, world_size, num_gen, procs)
     plan = BatchPlan(world_size, per_device, grad_accum, num_gen, spg, gbs, int(t.get("num_iterations") or 1))
     return (None if problems else plan), problems
+
+
+def _eval_batch_problems(t: dict, world_size: int, num_gen: int, procs: str) -> list[Problem]:
+    """TRL's rule for evaluation batches: the global eval batch holds whole groups of num_generations_eval."""
+    problems: list[Problem] = []
+    num_eval = int(t.get("num_generations_eval") or num_gen)
+    per_eval = int(t["per_device_eval_batch_size"])
+    if (per_eval * world_size) % num_eval:
+        good = _next_multiple_fix(per_eval, world_size, num_eval)
+        problems.append(Problem(
+            "training.per_device_eval_batch_size",
+            f"the global eval batch {per_eval} x {procs} = {per_eval * world_size} is not divisible by the "
+            f"{num_eval} generations used for evaluation",
+            f"Use per_device_eval_batch_size: {good}, or set num_generations_eval to a divisor of "
+            f"{per_eval * world_size}."))
+    return problems
