@@ -271,3 +271,11 @@ def test_bad_completions_file_is_exit_2_with_file_and_line(bad_dir: Path, line: 
 def test_completions_and_generate_together_is_bad_input() -> None:
     result = run_cli("check-rewards", RECIPES / "gsm8k-local.yaml", "--completions", "x.jsonl", "--generate")
     assert result.exit_code == 2 and "--completions and --generate" in result.output
+
+
+def test_a_degenerate_answer_earning_full_marks_gets_a_note() -> None:
+    """`7 7 7 ...` is still the right number for `accuracy`: not a violation, but worth saying."""
+    result = run_cli("check-rewards", RECIPES / "demo.yaml")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "the 'repeated' probe scores as much as the reference answer" in text and "repetition_penalty" in text

@@ -176,4 +176,21 @@ def _hackable(report: Any, res: RewardResult) -> None:
         report.violations.append(Violation(
             res.name, "hackable", f"{res.name}{_rows_text(rows)}: the '{probe}' probe scores {value:g}, above the "
             f"reference answer's {ref:g}; the policy can learn to game it", rows, [probe]))
+    _degenerate_ties(report, res, refs)
+
+
+# Probes that are a degenerate form of the right answer: scoring as much as the reference is worth a note.
+DEGENERATE = ("repeated", "overlong")
+
+
+def _degenerate_ties(report: Any, res: RewardResult, refs: dict[int, float | None]) -> None:
+    """A note (not a violation) when a padded or repeated answer earns the reference's full score."""
+    for probe in DEGENERATE:
+        rows = [s.row for i, s in enumerate(report.samples)
+                if s.probe == probe and refs.get(s.group) is not None and res.values[i] is not None
+                and abs(res.values[i] - refs[s.group]) <= 1e-9 and (refs[s.group] or 0) > 0]
+        if rows:
+            report.notes.append(f"{res.name}{_rows_text(rows)}: the '{probe}' probe scores as much as the reference "
+                                "answer; if that is not what you want, add a reward that penalises it "
+                                f"({'repetition_penalty' if probe == 'repeated' else 'soft_overlong_punishment'})")
 
