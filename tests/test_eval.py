@@ -140,6 +140,7 @@ def test_model_sources_are_classified_without_loading(tmp_path: Path, run) -> No
     assert resolve_model_source("Qwen/Qwen2.5-0.5B-Instruct").kind == "hub"
     full = resolve_model_source("bundled:tiny-arith")
     assert full.kind == "model" and full.adapter is None
+    assert full.describe() == "bundled:tiny-arith (bundled with grpo)"  # what eval's console line says
     lora = resolve_model_source(str(run.output_dir))
     assert lora.kind == "run" and lora.adapter == run.output_dir and Path(lora.weights) == Path(full.weights)
     # An adapter whose saved base path no longer exists: the run's recipe still names it.

@@ -16,7 +16,7 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.paths import ASSETS_DIR, go_offline, hub_cache_file, hub_unreachable, is_hub_id, resolve
+from grpo_cli.paths import ASSETS_DIR, BUNDLED_PREFIX, go_offline, hub_cache_file, hub_unreachable, is_hub_id, resolve
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -52,6 +52,8 @@ class ModelSource:
         """One line for the console: what is loaded from where."""
         what = {"hub": "hub model", "model": "model dir", "adapter": "LoRA adapter", "run": "grpo run",
                 "checkpoint": f"checkpoint (step {self.step})"}[self.kind]
+        if self.kind == "model" and self.reference.startswith(BUNDLED_PREFIX):
+            what = "bundled with grpo"
         if self.adapter is not None:
             return f"{self.reference} ({what}, adapter over base {self.weights})"
         return f"{self.reference} ({what})"
