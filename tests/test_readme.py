@@ -42,3 +42,18 @@ def test_every_test_reliability_md_cites_exists() -> None:
     missing = [f"{f}::{t}" for f, t in sorted(cited)
                if not re.search(rf"^def {t}\(", (ROOT / "tests" / f).read_text(encoding="utf-8"), re.MULTILINE)]
     assert not missing, f"docs/reliability.md cites tests that do not exist: {missing}"
+
+
+def test_readme_python_snippet_trains_as_it_says(tmp_path) -> None:
+    """The notebook example in the README runs as printed (recipe path made absolute, run in a temp dir)."""
+    import subprocess
+    import sys
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    snippet = next(b for b in re.findall(r"```python\n(.*?)```", text, re.DOTALL) if "load_recipe(" in b)
+    snippet = snippet.replace('"recipes/demo.yaml"', repr(str(ROOT / "recipes" / "demo.yaml")))
+    out = subprocess.run([sys.executable, "-c", snippet], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    status, before, after = out.stdout.strip().splitlines()[-1].split()
+    assert status == "completed" and 0.0 <= float(before) <= 1.0 and 0.0 <= float(after) <= 1.0
+    assert (tmp_path / "outputs" / "notebook" / "manifest.json").is_file()
