@@ -9,25 +9,31 @@
 
 from __future__ import annotations
 
-from grpo_cli.models.card import write_card
-from grpo_cli.models.hub import push_run, stage_run
-from grpo_cli.models.loading import LoadedModel, load_model, load_tokenizer, model_reference, resolve_dtype
-from grpo_cli.models.merge import MergeResult, merge_adapter
-from grpo_cli.models.sources import ModelSource, load_source_model, load_tokenizer_for, resolve_model_source
+import importlib
+from typing import Any
 
-__all__ = [
-    "LoadedModel",
-    "MergeResult",
-    "ModelSource",
-    "load_model",
-    "load_source_model",
-    "load_tokenizer",
-    "load_tokenizer_for",
-    "merge_adapter",
-    "model_reference",
-    "push_run",
-    "resolve_dtype",
-    "resolve_model_source",
-    "stage_run",
-    "write_card",
-]
+_LAZY = {
+    "write_card": "grpo_cli.models.card",
+    "push_run": "grpo_cli.models.hub",
+    "stage_run": "grpo_cli.models.hub",
+    "LoadedModel": "grpo_cli.models.loading",
+    "load_model": "grpo_cli.models.loading",
+    "load_tokenizer": "grpo_cli.models.loading",
+    "model_reference": "grpo_cli.models.loading",
+    "resolve_dtype": "grpo_cli.models.loading",
+    "MergeResult": "grpo_cli.models.merge",
+    "merge_adapter": "grpo_cli.models.merge",
+    "ModelSource": "grpo_cli.models.sources",
+    "load_source_model": "grpo_cli.models.sources",
+    "load_tokenizer_for": "grpo_cli.models.sources",
+    "resolve_model_source": "grpo_cli.models.sources",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    """Each part loads on first use: `grpo validate` needs only `models.vision`'s config checks."""
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -4,42 +4,32 @@ reuse it: `from grpo_cli.cli.render import render_train_result`.
 
 from __future__ import annotations
 
-from grpo_cli.cli.render.evaluation import (
-    render_eval,
-    render_eval_outcome,
-    render_suite_results,
-)
-from grpo_cli.cli.render.rewards import (
-    render_check_report,
-    render_tool_dry_run,
-)
-from grpo_cli.cli.render.runs import (
-    render_doctor,
-    render_eval_pair,
-    render_launch_file,
-    render_memory_plan,
-    render_merge,
-    render_preflight,
-    render_push,
-    render_report_written,
-    render_samples,
-    render_train_result,
-)
+import importlib
+from typing import Any
 
-__all__ = [
-    "render_check_report",
-    "render_doctor",
-    "render_eval",
-    "render_eval_outcome",
-    "render_eval_pair",
-    "render_launch_file",
-    "render_memory_plan",
-    "render_merge",
-    "render_preflight",
-    "render_push",
-    "render_report_written",
-    "render_samples",
-    "render_suite_results",
-    "render_tool_dry_run",
-    "render_train_result",
-]
+_WHERE = {
+    "render_check_report": "rewards",
+    "render_doctor": "runs",
+    "render_eval": "evaluation",
+    "render_eval_outcome": "evaluation",
+    "render_eval_pair": "runs",
+    "render_launch_file": "runs",
+    "render_memory_plan": "runs",
+    "render_merge": "runs",
+    "render_preflight": "runs",
+    "render_push": "runs",
+    "render_report_written": "runs",
+    "render_samples": "runs",
+    "render_suite_results": "evaluation",
+    "render_tool_dry_run": "rewards",
+    "render_train_result": "runs",
+}
+
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name: str) -> Any:
+    """Each verb loads only the renderers it uses (keeps `grpo validate` instant)."""
+    if name in _WHERE:
+        return getattr(importlib.import_module(f"grpo_cli.cli.render.{_WHERE[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
