@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -23,8 +27,8 @@ def _srun_train(text: str) -> list[str]:
     """The `grpo train` words one training task runs (the single-quoted bash -c body of the srun line)."""
     line = next(x for x in text.splitlines() if x.startswith("srun") and "grpo train" in x)
     body = shlex.split(line)[-1]
-    assert body.startswith("exec grpo train ")
-    return shlex.split(body, posix=True)[1:]
+    assert body.startswith("exec grpo train ") or "; exec grpo train " in body
+    return shlex.split(body[body.index("exec grpo train "):], posix=True)[1:]
 
 
 def test_slurm_script_for_two_cpu_nodes_comes_from_the_recipe(tmp_path: Path, monkeypatch) -> None:
@@ -36,7 +40,7 @@ def test_slurm_script_for_two_cpu_nodes_comes_from_the_recipe(tmp_path: Path, mo
     text = (tmp_path / "job.sbatch").read_text()
     assert subprocess.run(["bash", "-n", str(tmp_path / "job.sbatch")]).returncode == 0  # valid shell
     assert _sbatch(text) == {"job-name": "grpo-demo", "nodes": "2", "ntasks": "2", "ntasks-per-node": "1",
-                             "signal": "TERM@300", "time": "00:10:00", "output": f"{tmp_path}/%x-%j.out"}
+                             "signal": "TERM@300", "time": "00:10:00", "output": f'"{tmp_path}/%x-%j.out"'}
     words = _srun_train(text)
     assert words[:3] == ["grpo", "train", str(DEMO)]
     assert "launch.main_process_port=29611" in words  # the user's overrides travel with the command
@@ -67,6 +71,7 @@ def test_launch_refuses_what_cannot_run_and_writes_nothing(tmp_path: Path, monke
     assert no_server.exit_code == 2 and "launch.vllm.mode=server" in no_server.output
     single = run_cli("launch", "slurm", DEMO, "--nodes", "2", "-o", "b.sh")
     assert single.exit_code == 2 and "multi-process profile" in single.output
+    assert "launch.profile=ddp" in single.output and "--profile" not in single.output  # an override launch accepts
     # `grpo validate` runs first: 6 completions per process x 2 processes do not split into groups of 8.
     batch = run_cli("launch", "slurm", DEMO, "launch.profile=ddp", "launch.num_processes=2",
                     "training.per_device_train_batch_size=6", "--nodes", "2", "--gpus-per-node", "0", "-o", "c.sh")
@@ -100,3 +105,110 @@ def test_skypilot_task_comes_from_the_recipe(tmp_path: Path, monkeypatch) -> Non
 def test_launch_help_lists_the_options(verb: str) -> None:
     result = run_cli("launch", verb, "--help")
     assert result.exit_code == 0 and "--nodes" in result.output
+
+
+@pytest.mark.parametrize("verb", ["slurm", "skypilot"])
+def test_an_unwritable_out_is_bad_input_not_a_traceback(verb: str, tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(DEMO, tmp_path / "demo.yaml")
+    result = run_cli("launch", verb, "demo.yaml", "launch.profile=ddp", "launch.num_processes=2", "--gpus-per-node",
+                     "2", "-o", "missing/dir/x")
+    assert result.exit_code == 2, result.output
+    assert "--out" in result.output and "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.yaml"]  # nothing half-written
+
+
+def test_slurm_log_path_with_spaces_is_quoted(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "my jobs").mkdir()
+    result = run_cli("launch", "slurm", DEMO, "launch.profile=ddp", "launch.num_processes=2", "--gpus-per-node", "0",
+                     "-o", "my jobs/job.sbatch")
+    assert result.exit_code == 0, result.output
+    text = (tmp_path / "my jobs" / "job.sbatch").read_text()
+    assert f'#SBATCH --output="{tmp_path}/my jobs/%x-%j.out"' in text.splitlines()
+
+
+def test_more_processes_per_node_than_gpus_is_refused(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    over = run_cli("launch", "slurm", RECIPES / "gsm8k-zero3.yaml", "launch.vllm.mode=colocate",
+                   "launch.num_processes=16", "--nodes", "2", "--gpus-per-node", "2", "-o", "a.sh")
+    assert over.exit_code == 2 and "--gpus-per-node" in over.output and "8 training process" in over.output
+    server = run_cli("launch", "slurm", DEMO, "launch.profile=ddp", "launch.vllm.mode=server",
+                     "launch.num_processes=2", "--gpus-per-node", "2", "-o", "b.sh")  # no GPU left for the server
+    assert server.exit_code == 2 and "vLLM server" in server.output and "--gpus-per-node 3" in server.output
+    assert not any(tmp_path.iterdir())
+
+
+def _stub_bin(d: Path) -> dict[str, str]:
+    """Stand-ins for the scheduler and for grpo: a server that records its pid and devices, a training that fails."""
+    bin_ = d / "bin"
+    bin_.mkdir()
+    stubs = {"scontrol": "echo node1",
+             "srun": 'while [ "${1#--}" != "$1" ]; do shift; done; exec "$@"',
+             "grpo": f'echo "$1 $$ ${{CUDA_VISIBLE_DEVICES:-none}}" >> {d}/grpo.log\n'
+                     '[ "$1" = vllm-serve ] && exec sleep 120 >/dev/null 2>&1\nexit 3'}
+    for name, body in stubs.items():
+        (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_ / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}"}
+
+
+def _server_stopped(d: Path) -> tuple[dict[str, str], bool]:
+    """What each grpo verb saw as CUDA_VISIBLE_DEVICES, and whether the server is gone (killed if not)."""
+    seen = {w[0]: w for w in (line.split() for line in (d / "grpo.log").read_text().splitlines())}
+    pid = int(seen["vllm-serve"][1])
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            if Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z":
+                break
+        except FileNotFoundError:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        return {k: v[2] for k, v in seen.items()}, False
+    return {k: v[2] for k, v in seen.items()}, True
+
+
+def test_slurm_server_on_the_training_node_gets_the_last_gpus_and_stops_when_training_fails(
+        tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    result = run_cli("launch", "slurm", DEMO, "launch.profile=ddp", "launch.vllm.mode=server",
+                     "launch.num_processes=2", "--gpus-per-node", "3", "--setup", "", "-o", "job.sbatch")
+    assert result.exit_code == 0, result.output
+    env = {**_stub_bin(tmp_path), "SLURM_JOB_NODELIST": "node1", "SLURM_NTASKS": "1", "SLURM_PROCID": "0",
+           "CUDA_VISIBLE_DEVICES": "4,5,6"}
+    proc = subprocess.run(["bash", "job.sbatch"], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr  # training's failure is the job's
+    devices, stopped = _server_stopped(tmp_path)
+    assert stopped, "the vLLM server outlived the job"
+    assert devices == {"vllm-serve": "6", "train": "4,5"}
+
+
+def test_skypilot_server_stops_when_training_fails(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(DEMO, tmp_path / "demo.yaml")
+    result = run_cli("launch", "skypilot", "demo.yaml", "launch.profile=ddp", "launch.vllm.mode=server",
+                     "launch.num_processes=2", "-o", "task.yaml")
+    assert result.exit_code == 0, result.output
+    task = yaml.safe_load((tmp_path / "task.yaml").read_text())
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    (tmp_path / ".venv" / "bin" / "activate").write_text("")
+    env = {**_stub_bin(tmp_path), "SKYPILOT_NODE_IPS": "10.0.0.1", "SKYPILOT_NODE_RANK": "0"}
+    proc = subprocess.run(["bash", "-c", task["run"]], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 3, proc.stderr
+    assert _server_stopped(tmp_path)[1], "the vLLM server outlived the task"
+
+
+def test_skypilot_outside_grpo_source_installs_the_released_package(tmp_path: Path, monkeypatch) -> None:
+    from grpo_cli import __version__
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(DEMO, tmp_path / "demo.yaml")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "my-experiments"\nversion = "1"\n')
+    result = run_cli("launch", "skypilot", "demo.yaml", "launch.profile=zero3", "launch.num_processes=2",
+                     "-o", "t.yaml")
+    assert result.exit_code == 0, result.output
+    setup = yaml.safe_load((tmp_path / "t.yaml").read_text())["setup"]
+    assert f"pip install -q torch==2.13.0 'grpo-cli[deepspeed]=={__version__}'" in setup and " -e " not in setup

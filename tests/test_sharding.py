@@ -128,6 +128,17 @@ def test_evaluating_during_a_sharded_run_is_refused_at_the_start(tmp_path: Path)
            "eval.every_steps=1"]
     proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True,
                           timeout=600)
-    assert proc.returncode != 0
+    assert proc.returncode == 2, proc.stderr  # bad input, refused before the model loads
     assert "eval.every_steps" in proc.stderr and "wait forever" in proc.stderr
-    assert json.loads((out / "manifest.json").read_text())["status"] == "failed"
+
+
+@pytest.mark.parametrize("profile", ["fsdp", "zero3"])
+def test_validate_refuses_evaluating_during_a_sharded_run(profile: str) -> None:
+    from tests.conftest import run_cli
+
+    result = run_cli("validate", RECIPES / "demo.yaml", f"launch.profile={profile}", "launch.num_processes=2",
+                     "eval.every_steps=1")
+    assert result.exit_code == 2 and "eval.every_steps" in result.output and "wait forever" in result.output
+    ddp = run_cli("validate", RECIPES / "demo.yaml", "launch.profile=ddp", "launch.num_processes=2",
+                  "eval.every_steps=1")
+    assert ddp.exit_code == 0, ddp.output

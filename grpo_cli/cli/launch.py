@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from grpo_cli.cli.app import OverridesArg, RecipeArg, console, load, run_guarded
-
-if TYPE_CHECKING:
-    from grpo_cli.training.cluster import ClusterPlan
 
 launch_app = typer.Typer(help="Write a cluster launch file (Slurm batch script, SkyPilot task) from a recipe.",
                          no_args_is_help=True, rich_markup_mode=None)
@@ -43,17 +40,13 @@ def slurm(
 
     def body() -> None:
         from grpo_cli.cli.render import render_launch_file
-        from grpo_cli.training.cluster import default_setup, slurm_script, submit_sbatch
+        from grpo_cli.training.cluster import prepare_cluster, submit_sbatch, write_slurm
 
         loaded = load(recipe, overrides)
-        plan = _plan(loaded, recipe, overrides, nodes, vllm_node, gpus_per_node)
-        extra = {"partition": partition, "time": time, "cpus-per-task": cpus_per_task}
-        plan.extra_sbatch = {k: str(v) for k, v in extra.items() if v is not None}
-        path = (out or Path(f"{plan.name}.sbatch")).resolve()
-        text = slurm_script(plan, workdir=Path.cwd(), setup=default_setup() if setup is None else setup,
-                            log_dir=path.parent)
-        path.write_text(text, encoding="utf-8")
-        path.chmod(0o755)
+        plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=vllm_node,
+                               gpus_per_node=gpus_per_node)
+        path = write_slurm(plan, out, setup=setup,
+                           sbatch={"partition": partition, "time": time, "cpus-per-task": cpus_per_task})
         job = submit_sbatch(path) if submit else None
         render_launch_file(console, path, f"sbatch {path}", job=job)
 
@@ -74,24 +67,13 @@ def skypilot(
 
     def body() -> None:
         from grpo_cli.cli.render import render_launch_file
-        from grpo_cli.training.cluster import skypilot_task
+        from grpo_cli.training.cluster import prepare_cluster, write_skypilot
 
         loaded = load(recipe, overrides)
-        plan = _plan(loaded, recipe, overrides, nodes, False, gpus_per_node)
-        path = (out or Path(f"{plan.name}.sky.yaml")).resolve()
-        text = skypilot_task(plan, accelerator=accelerator, workdir=Path.cwd(), recipe=loaded)
-        path.write_text(text, encoding="utf-8")
+        plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=False,
+                               gpus_per_node=gpus_per_node)
+        path = write_skypilot(plan, out, accelerator=accelerator, recipe=loaded)
         render_launch_file(console, path, f"sky launch -c {plan.name} {path}")
 
     run_guarded(body)
 
-
-def _plan(loaded: object, recipe: Path, overrides: list[str] | None, nodes: int, vllm_node: bool,
-          gpus_per_node: int | None) -> ClusterPlan:
-    """The cluster layout, after the recipe passed `grpo validate` for that layout."""
-    from grpo_cli.training.cluster import plan_cluster, validate_for_cluster
-
-    plan = plan_cluster(loaded, recipe.resolve(), list(overrides or []), nodes=nodes, vllm_node=vllm_node,
-                        gpus_per_node=gpus_per_node)
-    validate_for_cluster(recipe, list(overrides or []), plan)
-    return plan

@@ -12,6 +12,7 @@ address, plus, with `--vllm-node`, one extra node running the vLLM server for th
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import shutil
 import subprocess
@@ -36,6 +37,7 @@ class ClusterPlan:
     vllm_node: bool = False
     name: str = "grpo"
     server_here: bool = False  # server mode on the single training node
+    server_gpus: int = 0  # GPUs of that node the server takes (the last ones)
     extra_sbatch: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -50,8 +52,9 @@ def plan_cluster(recipe: Any, recipe_path: Path, overrides: list[str], *, nodes:
     where = "launch.profile"
     if launch.profile not in MULTI_PROCESS_PROFILES:
         raise GrpoError(f"profile {launch.profile!r} runs one process; a cluster launch needs a multi-process "
-                        "profile", where=where, fix="Add `--profile ddp` (or zero2, zero3, fsdp) to the overrides, "
-                                                    "e.g. `launch.profile=zero3`.")
+                        "profile", where=where, fix="Add the override `launch.profile=ddp` (or zero2, zero3, "
+                                                    "fsdp) after the recipe, e.g. `grpo launch slurm RECIPE "
+                                                    "launch.profile=ddp`.")
     if vllm_node and launch.vllm.mode != "server":
         raise GrpoError(f"--vllm-node runs a vLLM server, but launch.vllm.mode is {launch.vllm.mode!r}",
                         where="launch.vllm.mode", fix="Add the override `launch.vllm.mode=server`, or drop "
@@ -78,8 +81,20 @@ def plan_cluster(recipe: Any, recipe_path: Path, overrides: list[str], *, nodes:
         processes, gpus = gpus_per_node * nodes, gpus_per_node
     if server_here and gpus_per_node is None:
         gpus += launch.vllm.server_gpus  # the server shares the one node, on GPUs of its own
+    _check_gpus_per_node(processes // nodes, launch.vllm.server_gpus if server_here else 0, gpus_per_node)
     return ClusterPlan(recipe_path, list(overrides), nodes, processes, gpus, vllm_node,
-                       name=f"grpo-{recipe_path.stem}", server_here=server_here)
+                       name=f"grpo-{recipe_path.stem}", server_here=server_here,
+                       server_gpus=launch.vllm.server_gpus if server_here else 0)
+
+
+def _check_gpus_per_node(per_node: int, server_gpus: int, gpus_per_node: int | None) -> None:
+    """A node runs one training process per GPU, plus the server's GPUs when the server shares it."""
+    if not gpus_per_node or per_node + server_gpus <= gpus_per_node:
+        return
+    need = f"{per_node} training process(es)" + (f" + {server_gpus} vLLM server GPU(s)" if server_gpus else "")
+    raise GrpoError(f"each node needs {need}, but --gpus-per-node is {gpus_per_node}", where="--gpus-per-node",
+                    fix=f"Pass `--gpus-per-node {per_node + server_gpus}`, or lower launch.num_processes "
+                        "(or use more --nodes).")
 
 
 def validate_for_cluster(recipe_path: Path, overrides: list[str], plan: ClusterPlan) -> Any:
@@ -133,7 +148,7 @@ def slurm_script(plan: ClusterPlan, *, workdir: Path, setup: str, log_dir: Path)
     if plan.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={plan.gpus_per_node}")
     lines += [f"#SBATCH --{k}={v}" for k, v in plan.extra_sbatch.items()]
-    lines += [f"#SBATCH --output={log_dir}/%x-%j.out", "", "set -euo pipefail", f"cd {shlex.quote(str(workdir))}"]
+    lines += [f'#SBATCH --output="{log_dir}/%x-%j.out"', "", "set -euo pipefail", f"cd {shlex.quote(str(workdir))}"]
     if setup:
         lines.append(setup)
     lines += ['NODES=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
@@ -153,14 +168,31 @@ def slurm_script(plan: ClusterPlan, *, workdir: Path, setup: str, log_dir: Path)
                   "VLLM_PID=$!"]
         exclude = ' --exclude="$VLLM_NODE"'
     elif plan.server_here:  # on the node this script runs on, on the GPUs training leaves free
-        lines += [f"{_grpo('vllm-serve', plan)} &", "VLLM_PID=$!"]
+        lines += [*_split_gpus(plan), f"env ${{SERVER_GPUS:+CUDA_VISIBLE_DEVICES=$SERVER_GPUS}} "
+                  f"{_grpo('vllm-serve', plan)} &"]
+    if plan.vllm_node or plan.server_here:  # stop the server however training ends (set -e exits early)
+        lines += ["VLLM_PID=$!", "trap 'kill $VLLM_PID 2>/dev/null' EXIT"]
     # Each task expands its own SLURM_PROCID (machine rank); single quotes keep the batch shell from doing it.
     inner = shlex.join(["grpo", "train", str(plan.recipe_path), *plan.overrides])
-    inner += " " + _expanding_join(train_extra)
-    lines.append(f'srun --ntasks="$TRAIN_TASKS"{exclude} --kill-on-bad-exit=1 bash -c {shlex.quote("exec " + inner)}')
-    if plan.vllm_node or plan.server_here:
-        lines.append("kill $VLLM_PID 2>/dev/null || true")
+    inner = "exec " + inner + " " + _expanding_join(train_extra)
+    if plan.server_here:  # Slurm sets the step's devices again: hand training the GPUs the server left
+        inner = '[ -z "${TRAIN_GPUS:-}" ] || export CUDA_VISIBLE_DEVICES="$TRAIN_GPUS"; ' + inner
+    lines.append(f'srun --ntasks="$TRAIN_TASKS"{exclude} --kill-on-bad-exit=1 bash -c {shlex.quote(inner)}')
     return "\n".join(lines) + "\n"
+
+
+def _split_gpus(plan: ClusterPlan) -> list[str]:
+    """Shell lines: the last server_gpus of the job's CUDA_VISIBLE_DEVICES go to the server, the rest to training."""
+    k, need = plan.server_gpus, plan.per_node + plan.server_gpus
+    if k < 1:
+        return []
+    return ['SERVER_GPUS=""', 'TRAIN_GPUS=""', 'if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then',
+            '  IFS=, read -ra GPUS <<< "$CUDA_VISIBLE_DEVICES"',
+            f'  if [ "${{#GPUS[@]}}" -lt {need} ]; then',
+            f'    echo "grpo: training needs {plan.per_node} GPU(s) and the vLLM server {k}, the job has '
+            '${#GPUS[@]}: $CUDA_VISIBLE_DEVICES" >&2', "    exit 2", "  fi",
+            f'  SERVER_GPUS=$(IFS=,; echo "${{GPUS[*]:${{#GPUS[@]}}-{k}}}")',
+            f'  TRAIN_GPUS=$(IFS=,; echo "${{GPUS[*]:0:${{#GPUS[@]}}-{k}}}")', "  export TRAIN_GPUS", "fi"]
 
 
 def submit_sbatch(script: Path) -> str:
@@ -186,8 +218,7 @@ def skypilot_task(plan: ClusterPlan, *, accelerator: str, workdir: Path, recipe:
                                             "the recipe (SkyPilot syncs it as the workdir).") from None
     extras = [e for e, on in (("deepspeed", recipe.launch.profile in ("zero2", "zero3")),
                               ("vllm", recipe.launch.vllm.mode != "off")) if on]
-    spec = f".[{','.join(extras)}]" if extras else "."
-    setup = f'python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 -e "{spec}"\n'
+    setup = f"python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 {_install_spec(workdir, extras)}\n"
     train = ["grpo", "train", str(rel), *plan.overrides]
     run = ['MAIN_IP=$(echo "$SKYPILOT_NODE_IPS" | head -n1)', "source .venv/bin/activate"]
     if plan.vllm_node:
@@ -195,13 +226,69 @@ def skypilot_task(plan: ClusterPlan, *, accelerator: str, workdir: Path, recipe:
                         fix="On SkyPilot keep the server on the training node (launch.vllm.server_gpus) or run it "
                             "as a task of its own; drop --vllm-node.")
     if recipe.launch.vllm.mode == "server":
-        run.append(f"{_grpo('vllm-serve', plan, recipe=rel)} &")  # one node: plan_cluster refuses more
+        run += [f"{_grpo('vllm-serve', plan, recipe=rel)} &",  # one node: plan_cluster refuses more
+                "VLLM_PID=$!", "trap 'kill $VLLM_PID 2>/dev/null' EXIT"]  # stop the server however training ends
     flags = train_flags(plan, main="$MAIN_IP", rank="$SKYPILOT_NODE_RANK")
     run.append(shlex.join(train) + " " + _expanding_join(flags))
     task = {"name": plan.name, "num_nodes": plan.nodes,
             "resources": {"accelerators": f"{accelerator}:{plan.gpus_per_node}"} if plan.gpus_per_node else {},
             "workdir": ".", "setup": setup, "run": "\n".join(run) + "\n"}
     return _header_and_yaml(plan, rel, task)
+
+
+def _install_spec(workdir: Path, extras: list[str]) -> str:
+    """`-e .` from grpo's own source tree; anywhere else the released package of this version."""
+    import tomllib
+
+    from grpo_cli import __version__
+
+    suffix = f"[{','.join(extras)}]" if extras else ""
+    try:
+        name = tomllib.loads((workdir / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
+    except (OSError, ValueError, KeyError, TypeError):
+        name = None
+    return f'-e ".{suffix}"' if name == "grpo-cli" else shlex.quote(f"grpo-cli{suffix}=={__version__}")
+
+
+def prepare_cluster(recipe: Any, recipe_path: Path, overrides: list[str], *, nodes: int, vllm_node: bool,
+                    gpus_per_node: int | None) -> ClusterPlan:
+    """The cluster layout, after the recipe passed `grpo validate` for that layout."""
+    plan = plan_cluster(recipe, recipe_path.resolve(), overrides, nodes=nodes, vllm_node=vllm_node,
+                        gpus_per_node=gpus_per_node)
+    validate_for_cluster(recipe_path, overrides, plan)
+    return plan
+
+
+def write_slurm(plan: ClusterPlan, out: Path | None, *, setup: str | None, sbatch: dict[str, Any]) -> Path:
+    """Write the sbatch script (executable) to `out` (default `<name>.sbatch` here); returns its path."""
+    plan.extra_sbatch = {k: str(v) for k, v in sbatch.items() if v is not None}
+    path = (out or Path(f"{plan.name}.sbatch")).resolve()
+    text = slurm_script(plan, workdir=Path.cwd(), setup=default_setup() if setup is None else setup,
+                        log_dir=path.parent)
+    return _write(path, text, mode=0o755)
+
+
+def write_skypilot(plan: ClusterPlan, out: Path | None, *, accelerator: str, recipe: Any) -> Path:
+    """Write the SkyPilot task to `out` (default `<name>.sky.yaml` here); returns its path."""
+    path = (out or Path(f"{plan.name}.sky.yaml")).resolve()
+    return _write(path, skypilot_task(plan, accelerator=accelerator, workdir=Path.cwd(), recipe=recipe))
+
+
+def _write(path: Path, text: str, mode: int | None = None) -> Path:
+    """Write whole or not at all: an unwritable --out is bad input (exit 2), never a half file or a traceback."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        if mode is not None:
+            tmp.chmod(mode)
+        tmp.replace(path)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise GrpoError(f"cannot write {path}: {exc.strerror or exc}", where="--out",
+                        fix="Pass -o a path in a directory that exists and you can write to (e.g. `-o job.sbatch` "
+                            "here), or create the directory first.") from None
+    return path
 
 
 class _Block(str):

@@ -227,6 +227,13 @@ def _eval_checks(recipe: Recipe, pf: Preflight) -> None:
     ev = recipe.eval
     if not ev.every_steps:
         return
+    profile = recipe.launch.profile
+    if profile in ("fsdp", "zero3") and (recipe.launch.num_processes or 2) > 1:
+        pf.problems.append(Problem("eval.every_steps", f"evaluates on the main process alone, but launch.profile="
+                                   f"{profile} shards the weights over the processes, so generating would wait "
+                                   "forever for the others",
+                                   "Drop eval.every_steps for sharded profiles (eval.before_after still works: it "
+                                   "evaluates the saved model), or use `launch.profile=ddp` (or zero2)."))
     if ev.suite and ev.metric != "accuracy":
         pf.problems.append(Problem("eval.metric", f"a suite measures accuracy, not {ev.metric!r}",
                                    "Use eval.metric: accuracy with eval.suite, or drop eval.suite to score the eval "
