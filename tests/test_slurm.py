@@ -69,6 +69,12 @@ PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubsc
 @pytest.fixture
 def slurm_cluster(tmp_path: Path, monkeypatch) -> Iterator[Path]:
     """A private one-node cluster (2 CPUs); yields its slurm.conf, stops every daemon it started."""
+    with _cluster(tmp_path, monkeypatch) as conf:
+        yield conf
+
+
+@contextlib.contextmanager
+def _cluster(tmp_path: Path, monkeypatch) -> Iterator[Path]:
     missing = [d for d in DAEMONS if shutil.which(d) is None]
     if missing or os.geteuid() != 0:
         pytest.skip(f"needs root and Slurm/MUNGE (missing: {missing}); run scripts/install_slurm.sh as root")
@@ -92,11 +98,52 @@ def slurm_cluster(tmp_path: Path, monkeypatch) -> Iterator[Path]:
             time.sleep(1)
         yield conf
     finally:
-        for name in DAEMONS:
-            pid_file = d / f"{name}.pid"
-            if pid_file.exists():
-                with contextlib.suppress(ProcessLookupError, ValueError):
-                    os.kill(int(pid_file.read_text().split()[0]), signal.SIGTERM)
+        _drain_queue()
+        for name in DAEMONS:  # slurmctld/slurmd before munged, which they authenticate with
+            _stop(d / f"{name}.pid")
+
+
+def _drain_queue(timeout: float = 60) -> None:
+    """Cancel what is left and wait until the queue is empty, so no job step outlives the daemons."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        jobs = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True, timeout=30).stdout.split()
+        if not jobs:
+            return
+        subprocess.run(["scancel", *jobs], capture_output=True, timeout=30)
+        time.sleep(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def _stop(pid_file: Path, timeout: float = 30) -> None:
+    """SIGTERM the daemon, wait for it to exit, SIGKILL it after `timeout` seconds."""
+    try:
+        pid = int(pid_file.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _alive(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        while _alive(pid):
+            time.sleep(0.1)
+
+
+def test_the_private_cluster_leaves_no_daemon_behind(tmp_path: Path, monkeypatch) -> None:
+    with _cluster(tmp_path, monkeypatch):
+        pids = {name: int((tmp_path / "slurm" / f"{name}.pid").read_text().split()[0]) for name in DAEMONS}
+        assert all(_alive(pid) for pid in pids.values())
+    assert not [name for name, pid in pids.items() if _alive(pid)]  # gone when the fixture returns
 
 
 def _wait(job: str, timeout: float) -> str:
