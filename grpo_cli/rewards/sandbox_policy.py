@@ -272,6 +272,12 @@ AUDIT_BLOCKED = frozenset({
     "socket.sendto", "socket.getaddrinfo", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "sys.addaudithook",
     "resource.setrlimit", "resource.prlimit",
 })
+# Frames and the garbage collector's object lists lead up to the runner's own variables (the report nonce,
+# the request, the test sources): a program may not reach any frame or walk the heap. ValueError is what the
+# stdlib (logging, typing, enum, namedtuple) already expects from `sys._getframe` on interpreters without it.
+FRAME_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
+                          "gc.get_referents", "sys.settrace", "sys.setprofile"})
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
 BLOCKED_MODULES = ("ctypes", "_ctypes", "multiprocessing", "_multiprocessing", "_posixsubprocess",
                    "_posixshmem", "pty", "resource", "concurrent.futures.process")
 _OS_BLOCKED = (
@@ -311,20 +317,29 @@ def guard_patches() -> list[tuple[Any, str, Callable[..., Any]]]:
 
 
 def install_python_guard(allow_file_writes: bool) -> None:
-    """Human-eval style guard plus an audit hook; the hook holds even if the patches are undone."""
+    """Human-eval style guard plus an audit hook; the hook holds even if the patches are undone.
+
+    The hook only reads its own locals: this module's globals are reachable from the program (through
+    any patched function's `__globals__`), so a program could otherwise empty the lists it checks.
+    """
     import builtins
 
-    blocked_imports = frozenset(BLOCKED_MODULES)
+    blocked_imports, blocked, frame_events = frozenset(BLOCKED_MODULES), AUDIT_BLOCKED, FRAME_EVENTS
+    frame_attributes, write_mask = FRAME_ATTRIBUTES, O_WRITE_MASK
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event in AUDIT_BLOCKED:
+        if event in blocked:
             raise PermissionError(f"{event} is disabled in the grpo sandbox")
+        if event in frame_events:
+            raise ValueError(f"{event} is disabled in the grpo sandbox")
+        if event == "object.__getattr__" and len(args) == 2 and args[1] in frame_attributes:
+            raise AttributeError(f"{args[1]} is disabled in the grpo sandbox")
         if event == "import" and args and args[0] in blocked_imports:
             raise ImportError(f"import of {args[0]} is disabled in the grpo sandbox")
         # An int path wraps a descriptor the process already has: that grants nothing new.
         if event == "open" and not allow_file_writes and len(args) >= 3 and not isinstance(args[0], int):
             mode, flags = args[1], args[2]
-            writing = (isinstance(flags, int) and flags & O_WRITE_MASK) or (
+            writing = (isinstance(flags, int) and flags & write_mask) or (
                 isinstance(mode, str) and any(c in mode for c in "wxa+"))
             if writing:
                 raise PermissionError(f"writing files is disabled in the grpo sandbox: {args[0]!r}")

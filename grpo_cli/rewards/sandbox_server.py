@@ -333,7 +333,7 @@ def _preload() -> None:
     import builtins  # noqa: F401
     import ctypes  # noqa: F401  (seccomp and capabilities)
     import io  # noqa: F401
-    import linecache  # noqa: F401
+    import logging  # noqa: F401  (its import registers fork handlers, which the guard refuses in a child)
     import resource  # noqa: F401
     import socket  # noqa: F401  (patched by the guard)
     import subprocess  # noqa: F401  (patched by the guard)
