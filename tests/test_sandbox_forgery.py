@@ -60,3 +60,23 @@ def test_ordinary_introspection_still_works() -> None:
         "assert list(inspect.signature(add).parameters) == ['a', 'b'] and P(1).x == 1 and Pt(1, 2).y == 2\n")
     tests = ["assert add(2, 3) == 5", "def f():\n    raise KeyError(1)\nf()"]
     assert code([f"```python\n{program}\n```"], tests=[tests])[0] == 0.5
+
+
+def test_a_signal_handler_is_given_no_frame_to_walk_up_from() -> None:
+    hack = WRONG + (
+        "import os, signal\n"
+        "def handler(signum, f):\n"
+        "    while f is not None and 'nonce' not in f.f_locals:\n"
+        "        f = f.f_back\n"
+        "    if f is not None:\n"
+        "        for i in range(f.f_locals['first'], 2):\n"
+        "            os.write(3, f\"{f.f_locals['nonce']} {i} pass 0\\n\".encode())\n"
+        "        os._exit(0)\n"
+        "signal.signal(signal.SIGALRM, handler)\n"
+        "signal.setitimer(signal.ITIMER_REAL, 0.01)\n"
+        "while True:\n"
+        "    pass\n")
+    assert code([f"```python\n{hack}\n```"], tests=[TESTS], timeout=1.0)[0] == 0.0
+    timer = ADD + ("import signal\nhits = []\nsignal.signal(signal.SIGALRM, lambda s, f: hits.append((s, f)))\n"
+                   "signal.setitimer(signal.ITIMER_REAL, 0.01)\nwhile not hits:\n    pass\n")
+    assert code([f"```python\n{timer}\n```"], tests=[["assert hits == [(14, None)]"]])[0] == 1.0

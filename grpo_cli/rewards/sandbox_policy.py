@@ -316,18 +316,41 @@ def guard_patches() -> list[tuple[Any, str, Callable[..., Any]]]:
     return _PREPARED["patches"]  # type: ignore[no-any-return]
 
 
+def _frameless(handler: Any) -> Any:
+    """A signal handler that is given no frame: the interrupted frame's `f_back` leads up to the runner."""
+    if not callable(handler):
+        return handler
+
+    def on_signal(signum: int, frame: Any) -> Any:
+        return handler(signum, None)
+
+    return on_signal
+
+
+def _signal_via_hook(signalnum: Any, handler: Any, /) -> Any:
+    """`_signal.signal` in the child: the real one lives only in the audit hook, out of the program's reach."""
+    box: list[Any] = []
+    sys.audit("grpo.sandbox.signal", signalnum, handler, box)
+    return box[0] if box else None
+
+
 def install_python_guard(allow_file_writes: bool) -> None:
     """Human-eval style guard plus an audit hook; the hook holds even if the patches are undone.
 
     The hook only reads its own locals: this module's globals are reachable from the program (through
     any patched function's `__globals__`), so a program could otherwise empty the lists it checks.
     """
+    import _signal
     import builtins
 
+    real_signal, frameless = _signal.signal, _frameless
     blocked_imports, blocked, frame_events = frozenset(BLOCKED_MODULES), AUDIT_BLOCKED, FRAME_EVENTS
     frame_attributes, write_mask = FRAME_ATTRIBUTES, O_WRITE_MASK
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
+        if event == "grpo.sandbox.signal" and len(args) == 3 and isinstance(args[2], list):
+            args[2].append(real_signal(args[0], frameless(args[1])))
+            return
         if event in blocked:
             raise PermissionError(f"{event} is disabled in the grpo sandbox")
         if event in frame_events:
@@ -350,3 +373,4 @@ def install_python_guard(allow_file_writes: bool) -> None:
         sys.modules[name] = None  # type: ignore[assignment]
     builtins.help = None  # type: ignore[assignment]  # pydoc can spawn a pager
     sys.addaudithook(hook)
+    _signal.signal = _signal_via_hook
