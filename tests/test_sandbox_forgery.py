@@ -80,3 +80,30 @@ def test_a_signal_handler_is_given_no_frame_to_walk_up_from() -> None:
     timer = ADD + ("import signal\nhits = []\nsignal.signal(signal.SIGALRM, lambda s, f: hits.append((s, f)))\n"
                    "signal.setitimer(signal.ITIMER_REAL, 0.01)\nwhile not hits:\n    pass\n")
     assert code([f"```python\n{timer}\n```"], tests=[["assert hits == [(14, None)]"]])[0] == 1.0
+
+
+def test_reading_the_process_memory_for_the_nonce_is_refused() -> None:
+    # Live 16-hex-digit str objects (refcount, type str, length 16, CPython 3.11 layout): the request's nonce.
+    hack = WRONG + (
+        "import os, re, struct\n"
+        "pattern = re.compile(rb'[\\x01-\\x7f]\\x00{7}' + re.escape(struct.pack('<Q', id(str)))\n"
+        "                     + rb'\\x10\\x00{7}.{16}\\x00{8}([0-9a-f]{16})\\x00', re.S)\n"
+        "found = set()\n"
+        "mem = open('/proc/self/mem', 'rb', buffering=0)\n"
+        "for line in open('/proc/self/maps'):\n"
+        "    if 'rw' not in line.split()[1]:\n"
+        "        continue\n"
+        "    a, b = (int(x, 16) for x in line.split()[0].split('-'))\n"
+        "    try:\n"
+        "        mem.seek(a)\n"
+        "        found.update(pattern.findall(mem.read(b - a)))\n"
+        "    except (OSError, ValueError, OverflowError):\n"
+        "        pass\n"
+        "if len(found) == 1:\n"
+        "    n = found.pop().decode()\n"
+        "    for i in range(2):\n"
+        "        os.write(3, f'{n} {i} pass 0\\n'.encode())\n"
+        "    os._exit(0)\n")
+    via_dir_fd = hack.replace("open('/proc/self/mem', 'rb', buffering=0)",
+                              "os.fdopen(os.open('mem', os.O_RDONLY, dir_fd=os.open('/proc/self', os.O_RDONLY)), 'rb')")
+    assert score(hack) == 0.0 and score(via_dir_fd) == 0.0

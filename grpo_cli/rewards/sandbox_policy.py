@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pathlib
 import platform
 import shutil
 import subprocess
@@ -278,6 +279,8 @@ AUDIT_BLOCKED = frozenset({
 FRAME_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
                           "gc.get_referents", "sys.settrace", "sys.setprofile"})
 FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+# /proc/*/mem (any pid, task or directory fd) and /dev/mem, /dev/kmem: a process's own memory holds the nonce.
+MEMORY_FILES = frozenset({"mem", "kmem"})
 BLOCKED_MODULES = ("ctypes", "_ctypes", "multiprocessing", "_multiprocessing", "_posixsubprocess",
                    "_posixshmem", "pty", "resource", "concurrent.futures.process")
 _OS_BLOCKED = (
@@ -345,7 +348,8 @@ def install_python_guard(allow_file_writes: bool) -> None:
 
     real_signal, frameless = _signal.signal, _frameless
     blocked_imports, blocked, frame_events = frozenset(BLOCKED_MODULES), AUDIT_BLOCKED, FRAME_EVENTS
-    frame_attributes, write_mask = FRAME_ATTRIBUTES, O_WRITE_MASK
+    frame_attributes, write_mask, memory_files, fsdecode = FRAME_ATTRIBUTES, O_WRITE_MASK, MEMORY_FILES, os.fsdecode
+    plain_paths, path_like = (str, bytes, pathlib.PosixPath, pathlib.PurePosixPath), os.PathLike
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event == "grpo.sandbox.signal" and len(args) == 3 and isinstance(args[2], list):
@@ -359,6 +363,11 @@ def install_python_guard(allow_file_writes: bool) -> None:
             raise AttributeError(f"{args[1]} is disabled in the grpo sandbox")
         if event == "import" and args and args[0] in blocked_imports:
             raise ImportError(f"import of {args[0]} is disabled in the grpo sandbox")
+        if event == "open" and args and isinstance(args[0], path_like | str | bytes):
+            if type(args[0]) not in plain_paths:  # its own __fspath__ could name another file at the real open
+                raise PermissionError("only str, bytes and pathlib paths can be opened in the grpo sandbox")
+            if fsdecode(args[0]).rstrip("/").rsplit("/", 1)[-1] in memory_files:
+                raise PermissionError(f"reading process memory is disabled in the grpo sandbox: {args[0]!r}")
         # An int path wraps a descriptor the process already has: that grants nothing new.
         if event == "open" and not allow_file_writes and len(args) >= 3 and not isinstance(args[0], int):
             mode, flags = args[1], args[2]
