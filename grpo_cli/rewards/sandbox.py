@@ -42,8 +42,8 @@ except ImportError:  # imported from this directory by a bare `python -I -S` (se
     from sandbox_policy import install_seccomp as _install_seccomp  # type: ignore[no-redef]
     from sandbox_policy import seccomp_program  # type: ignore[no-redef]
 
-__all__ = ["SandboxResult", "TestOutcome", "TestsResult", "probe_isolation", "run_python", "run_tests",
-           "seccomp_program"]
+__all__ = ["SandboxResult", "TestOutcome", "TestsResult", "missing_layers", "probe_isolation", "run_python",
+           "run_tests", "seccomp_program"]
 _ = _install_seccomp  # re-exported for the kernel-filter test
 
 
@@ -154,7 +154,7 @@ def run_tests(
                        stderr_tail=reply.get("stderr_tail", ""))
 
 
-def probe_isolation() -> dict[str, bool]:
+def probe_isolation(isolate_network: bool = True) -> dict[str, bool]:
     """Which defence layers are active on this machine (for `grpo doctor`-style reports and tests)."""
     import os
 
@@ -165,7 +165,7 @@ def probe_isolation() -> dict[str, bool]:
         "ns = os.readlink('/proc/self/ns/net') if os.path.exists('/proc/self/ns/net') else ''\n"
         "print(int(seccomp), ns)\n"
     )
-    result = run_python(probe, timeout=10.0)
+    result = run_python(probe, timeout=10.0, isolate_network=isolate_network)
     parts = result.stdout.split()
     try:
         host_ns = os.readlink("/proc/self/ns/net")
@@ -176,6 +176,17 @@ def probe_isolation() -> dict[str, bool]:
         "seccomp": bool(parts) and parts[0] == "1",
         "network_namespace": len(parts) > 1 and bool(host_ns) and parts[1] != host_ns,
     }
+
+
+def missing_layers(isolate_network: bool = True) -> list[str]:
+    """The kernel layers this machine does not give the sandbox, in words (empty when all are there)."""
+    found = probe_isolation(isolate_network)
+    if not found["runs"]:
+        return ["a working sandbox (the probe program failed)"]
+    missing = [] if found["seccomp"] else ["the seccomp filter (x86-64 Linux only)"]
+    if isolate_network and not found["network_namespace"]:
+        missing.append("the empty network namespace (needs root)")
+    return missing
 
 
 def _killed_reason(rc: int, timed_out: bool, truncated: bool, stderr: str) -> str | None:
