@@ -221,6 +221,16 @@ def test_dry_run_attributes_failures_and_flags_broken_tools(tmp_path: Path) -> N
     assert report["schemas"]["divide"]["function"]["parameters"]["required"] == ["a", "b"]
 
 
+def test_examples_for_a_tool_the_recipe_lacks_are_refused(tmp_path: Path) -> None:
+    path = _setup(tmp_path, "tools: [tools.py:divide]\n", ROWS)
+    examples = tmp_path / "examples.jsonl"
+    examples.write_text('{"tool": "divid", "arguments": {"a": 1, "b": 2}}\n', encoding="utf-8")
+    result = run_cli("check-tools", path, "--examples", examples, "--no-model")
+    assert result.exit_code == 2 and "Traceback" not in result.output, result
+    flat = " ".join(result.output.split())
+    assert "examples for 'divid'" in flat and "Did you mean `divide`?" in flat
+
+
 def test_environment_episode_reset_tools_and_rewards(tmp_path: Path) -> None:
     path = _setup(tmp_path, """
         environment: {factory: envs.py:Vault, params: {greeting: hello}}

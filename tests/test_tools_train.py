@@ -46,10 +46,12 @@ def test_eval_runs_tool_episodes_and_reports_tool_use(tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())["models"][0]["summary"]
     assert summary["k"] == 2 and summary["prompts"] == 6
     assert "accuracy/mean" in summary
-    assert summary["tools/calls_per_episode"] >= 0 and 0 <= summary["tools/failure_rate"] <= 1
+    # the pre-trained model calls `add` about half the time: 12 episodes without a call are ~0.5**12 unlikely
+    assert summary["tools/calls_per_episode"] > 0 and 0 <= summary["tools/failure_rate"] <= 1
     rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert len(rows) == 12
     called = [r for r in rows if r["tool_calls"]]
+    assert called, "no episode called the tool"
     for row in called:  # a call is followed by its result, then the final answer
         roles = [m["role"] for m in row["messages"]]
         assert roles[:2] == ["assistant", "tool"] and row["messages"][0]["tool_calls"][0]["function"]["name"] == "add"

@@ -255,3 +255,14 @@ def test_template_that_is_not_prefix_preserving_or_has_no_parser_warns(tmp_path:
     flat = " ".join(result.output.split())
     assert "is not prefix-preserving" in flat
     assert "has no response_template" in flat
+
+
+def test_two_tools_with_one_name_are_refused(tmp_path: Path) -> None:
+    """TRL keeps only the last of two same-named tools: the model could never call the other."""
+    (tmp_path / "more.py").write_text('def add(a: int, b: int) -> int:\n    """Add.\n\n    Args:\n        a: x\n'
+                                      '        b: y\n    """\n    return a + b\n', encoding="utf-8")
+    path = _recipe(tmp_path, "tools: [tools.py:add, more.py:add]\n")
+    _error(run_cli("validate", path), "tools[1].function", "tool name 'add' is already used by tools[0].function")
+    clash = _recipe(tmp_path, "tools: [tools.py:add]\nenvironment: envs.py:Counter\n")
+    (tmp_path / "envs.py").write_text((tmp_path / "envs.py").read_text().replace("def increment", "def add"))
+    _error(run_cli("validate", clash), "environment.factory (Counter.add)", "already used by tools[0].function")

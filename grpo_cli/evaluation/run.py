@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.sampling import generate
 from grpo_cli.evaluation.sampling_vllm import vllm_sampler
@@ -219,7 +220,8 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
     return results
 
 
-EVAL_FILES = ("completions.jsonl", "summary.json")
+EVAL_SUMMARY = "summary.json"
+EVAL_FILES = (runs.COMPLETIONS, EVAL_SUMMARY)
 
 
 def check_eval_out(out: Path, force: bool) -> None:
@@ -239,12 +241,12 @@ def write_eval_outputs(out: Path, results: list[EvalResult], settings: EvalSetti
     import json
 
     out.mkdir(parents=True, exist_ok=True)
-    completions = out / "completions.jsonl"
+    completions = out / runs.COMPLETIONS
     with completions.open("w", encoding="utf-8") as f:
         for result in results:
             for row in result.records():
                 f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
-    summary = out / "summary.json"
+    summary = out / EVAL_SUMMARY
     payload = {"settings": dataclasses.asdict(settings),
                "models": [{"label": r.label, "source": s.describe(), "summary": r.summary(rates=True)}
                           for r, s in zip(results, sources, strict=True)]}

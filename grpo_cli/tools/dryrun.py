@@ -147,6 +147,15 @@ def dry_run(recipe: Any, *, examples: Path | None = None, with_model: bool = Tru
     given = _load_examples(examples)
     probes = {name: make_environment(toolset, name) for name in toolset.environments}
     callables = _schemas(toolset, probes, report)
+    unknown = sorted(set(given) - set(report.schemas))
+    if unknown:
+        from grpo_cli.recipe.hints import did_you_mean
+
+        guess = did_you_mean(unknown[0], list(report.schemas))
+        raise GrpoError(f"{examples} has examples for {', '.join(map(repr, unknown))}, which the recipe does not "
+                        "define as a tool or environment method", where="--examples",
+                        fix=(f"Did you mean `{guess}`? " if guess else "")
+                        + f"The recipe's tools: {', '.join(sorted(report.schemas)) or 'none'}.")
     rows = _first_rows(recipe, toolset)
     for tool in toolset.tools:
         schema = report.schemas.get(tool.__name__)

@@ -33,6 +33,18 @@ class ToolCheck:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     plan: list[str] = field(default_factory=list)
+    tool_names: dict[str, str] = field(default_factory=dict)
+    """Name the model calls -> the recipe key that defines it (TRL keeps only the last of two same names)."""
+
+    def claim(self, name: str, where: str, others: dict[str, str] | None = None) -> None:
+        """Record a tool name; a second tool of the same name is a problem."""
+        first = (others if others is not None else self.tool_names).get(name)
+        if first is not None:
+            self.problems.append(Problem(where, f"the tool name {name!r} is already used by {first}; TRL keeps only "
+                                         "one of two tools with the same name, so the model could never call the "
+                                         "other", "Rename one of them (the model sees the function's name)."))
+        elif others is None:
+            self.tool_names[name] = where
 
 
 def _source_tree(ref: str, base_dir: Path, where: str, out: ToolCheck) -> tuple[Path | None, ast.Module | None]:
@@ -123,6 +135,7 @@ def check_tool(entry: Any, base_dir: Path, index: int, out: ToolCheck) -> None:
         if key not in all_params:
             out.problems.append(Problem(f"tools[{index}].params.{key}", f"{key!r} is not a parameter of {name}",
                                         f"Its parameters are: {', '.join(sorted(all_params)) or 'none'}."))
+    out.claim(name, where)
     visible = _check_callable(node, f"tool {name!r}", where, set(entry.params), out)
     kind = "async " if isinstance(node, ast.AsyncFunctionDef) else ""
     limit = f", timeout {entry.timeout:g} s" if entry.timeout else ", no timeout"
@@ -157,6 +170,7 @@ def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck
                                     "Add at least one method (type hints and an `Args:` docstring) that is not "
                                     "reset/get_reward and does not start with `_`."))
     for m in public:
+        out.claim(m, f"{where} ({name}.{m})", others=out.tool_names)  # each environment's methods join `tools:`
         _check_callable(methods[m], f"{name}.{m}", where, set(), out, method=True)
     if inherits:
         out.warnings.append(f"{where}: {name} inherits from another class; inherited methods are checked when "
