@@ -56,7 +56,7 @@ def test_pool_start_warns_once_naming_the_missing_layers(monkeypatch: Any, caplo
     monkeypatch.setattr(sandbox_client, "_POOLS", {})  # a pool that starts now
     program = "```python\ndef add(a, b):\n    return a + b\n```"
     try:
-        with caplog.at_level(logging.WARNING, logger="grpo_cli.rewards.sandbox_client"):
+        with caplog.at_level(logging.WARNING, logger="grpo_cli.rewards.sandbox"):
             assert code([program, program], tests=[["assert add(1, 2) == 3"]] * 2) == [1.0, 1.0]
     finally:
         for pool in sandbox_client._POOLS.values():

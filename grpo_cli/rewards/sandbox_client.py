@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import os
 import queue
 import select
@@ -113,22 +112,6 @@ def receive(proc: subprocess.Popen[bytes], deadline: float) -> dict[str, Any]:
     return json.loads(exact(struct.unpack(">I", exact(4))[0]))  # type: ignore[no-any-return]
 
 
-_log = logging.getLogger(__name__)
-
-
-def warn_missing_layers(isolate_network: bool) -> None:
-    """One warning naming the isolation layers this machine lacks (the others still apply)."""
-    from grpo_cli.rewards.sandbox import missing_layers
-
-    try:
-        missing = missing_layers(isolate_network)
-    except Exception as exc:  # noqa: BLE001 - a failed probe is itself worth the warning
-        missing = [f"a working sandbox ({type(exc).__name__}: {exc})"]
-    if missing:
-        _log.warning("code sandbox: running without %s on this machine; the interpreter guard, rlimits and "
-                     "process-group kill still apply (see docs/rewards.md, the code sandbox)", ", ".join(missing))
-
-
 class SandboxServer:
     """One warm fork server, restarted after a crash; not thread-safe (the pool hands it to one caller)."""
 
@@ -220,10 +203,6 @@ class SandboxPool:
                 self._idle.put(server)
 
     def call(self, request: dict[str, Any], budget: float) -> dict[str, Any]:
-        with self._lock:
-            first, self._probed = not self._probed, True
-        if first:  # once per pool: the probe's own call finds the flag set
-            warn_missing_layers(self.isolate_network)
         if not self._all:
             self.ensure(1)
         server = self._idle.get()
@@ -231,6 +210,12 @@ class SandboxPool:
             return server.call(request, budget)
         finally:
             self._idle.put(server)
+
+    def first_use(self) -> bool:
+        """True exactly once per pool: its start, when the caller checks the isolation layers."""
+        with self._lock:
+            first, self._probed = not self._probed, True
+        return first
 
     @property
     def servers(self) -> list[SandboxServer]:
