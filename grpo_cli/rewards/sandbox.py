@@ -28,6 +28,7 @@ the kernel filter), so its top level imports nothing but the stdlib and its sibl
 
 from __future__ import annotations
 
+import logging
 import math
 import secrets
 import signal
@@ -42,8 +43,8 @@ except ImportError:  # imported from this directory by a bare `python -I -S` (se
     from sandbox_policy import install_seccomp as _install_seccomp  # type: ignore[no-redef]
     from sandbox_policy import seccomp_program  # type: ignore[no-redef]
 
-__all__ = ["SandboxResult", "TestOutcome", "TestsResult", "probe_isolation", "run_python", "run_tests",
-           "seccomp_program"]
+__all__ = ["SandboxResult", "TestOutcome", "TestsResult", "missing_layers", "probe_isolation", "run_python",
+           "run_tests", "seccomp_program"]
 _ = _install_seccomp  # re-exported for the kernel-filter test
 
 
@@ -106,7 +107,7 @@ def run_python(
     sandbox_policy for what that mode cannot confine); by default every open-for-writing fails.
     `warm=False` starts a fresh interpreter for this one program (the old, slower path).
     """
-    from grpo_cli.rewards.sandbox_client import SandboxCrash, call_cold, shared_pool
+    from grpo_cli.rewards.sandbox_client import SandboxCrash, call_cold
 
     start = time.monotonic()
     request = {"kind": "run", "source": code, "stdin": stdin, "timeout": timeout, "memory_mb": memory_mb,
@@ -114,10 +115,7 @@ def run_python(
                "max_output_bytes": max_output_bytes, "allow_file_writes": allow_file_writes}
     budget = timeout + 30.0
     try:
-        if warm:
-            reply = shared_pool(isolate_network).call(request, budget)
-        else:
-            reply = call_cold(request, budget, isolate_network)
+        reply = _pool(isolate_network).call(request, budget) if warm else call_cold(request, budget, isolate_network)
     except SandboxCrash as exc:
         return SandboxResult(-1, "", str(exc), False, "sandbox_failed", time.monotonic() - start)
     rc, cut, stderr = int(reply["returncode"]), bool(reply["truncated"]), reply["stderr"]
@@ -139,14 +137,14 @@ def run_tests(
     Each test is `{"script": code}` (passes when the program then the code run to the end) or
     `{"stdin": text, "cap": bytes}` (its stdout comes back to compare). `timeout` is per test.
     """
-    from grpo_cli.rewards.sandbox_client import SandboxCrash, shared_pool
+    from grpo_cli.rewards.sandbox_client import SandboxCrash
 
     start = time.monotonic()
     request = {"kind": "tests", "source": program, "tests": tests, "timeout": timeout, "memory_mb": memory_mb,
                "cpu_seconds": math.ceil(timeout) + 1, "max_output_bytes": max_output_bytes,
                "nonce": secrets.token_hex(8), "allow_file_writes": False}
     try:
-        reply = shared_pool(isolate_network).call(request, timeout * len(tests) + 30.0)
+        reply = _pool(isolate_network).call(request, timeout * len(tests) + 30.0)
     except SandboxCrash as exc:
         return TestsResult([TestOutcome(False, str(exc)) for _ in tests], time.monotonic() - start, error=str(exc))
     outcomes = [TestOutcome(o["status"] == "pass", o.get("reason"), o.get("stdout")) for o in reply["outcomes"]]
@@ -154,7 +152,7 @@ def run_tests(
                        stderr_tail=reply.get("stderr_tail", ""))
 
 
-def probe_isolation() -> dict[str, bool]:
+def probe_isolation(isolate_network: bool = True) -> dict[str, bool]:
     """Which defence layers are active on this machine (for `grpo doctor`-style reports and tests)."""
     import os
 
@@ -165,7 +163,7 @@ def probe_isolation() -> dict[str, bool]:
         "ns = os.readlink('/proc/self/ns/net') if os.path.exists('/proc/self/ns/net') else ''\n"
         "print(int(seccomp), ns)\n"
     )
-    result = run_python(probe, timeout=10.0)
+    result = run_python(probe, timeout=10.0, isolate_network=isolate_network)
     parts = result.stdout.split()
     try:
         host_ns = os.readlink("/proc/self/ns/net")
@@ -176,6 +174,34 @@ def probe_isolation() -> dict[str, bool]:
         "seccomp": bool(parts) and parts[0] == "1",
         "network_namespace": len(parts) > 1 and bool(host_ns) and parts[1] != host_ns,
     }
+
+
+def missing_layers(isolate_network: bool = True) -> list[str]:
+    """The kernel layers this machine does not give the sandbox, in words (empty when all are there)."""
+    found = probe_isolation(isolate_network)
+    if not found["runs"]:
+        return ["a working sandbox (the probe program failed)"]
+    missing = [] if found["seccomp"] else ["the seccomp filter (x86-64 Linux only)"]
+    if isolate_network and not found["network_namespace"]:
+        missing.append("the empty network namespace (needs root)")
+    return missing
+
+
+def _pool(isolate_network: bool) -> Any:
+    """The shared pool; at its start, one warning naming the isolation layers this machine lacks."""
+    from grpo_cli.rewards.sandbox_client import shared_pool
+
+    pool = shared_pool(isolate_network)
+    if pool.first_use():  # the probe's own run finds the pool already used: no recursion
+        try:
+            missing = missing_layers(isolate_network)
+        except Exception as exc:  # noqa: BLE001 - a failed probe is itself worth the warning
+            missing = [f"a working sandbox ({type(exc).__name__}: {exc})"]
+        if missing:
+            logging.getLogger(__name__).warning(
+                "code sandbox: running without %s on this machine; the interpreter guard, rlimits and "
+                "process-group kill still apply (see docs/rewards.md, the code sandbox)", ", ".join(missing))
+    return pool
 
 
 def _killed_reason(rc: int, timed_out: bool, truncated: bool, stderr: str) -> str | None:

@@ -192,6 +192,7 @@ class SandboxPool:
         self._idle: queue.LifoQueue[SandboxServer] = queue.LifoQueue()
         self._all: list[SandboxServer] = []
         self._lock = threading.Lock()
+        self._probed = False
 
     def ensure(self, size: int) -> None:
         """Make at least `size` servers available (they start on first use)."""
@@ -209,6 +210,12 @@ class SandboxPool:
             return server.call(request, budget)
         finally:
             self._idle.put(server)
+
+    def first_use(self) -> bool:
+        """True exactly once per pool: its start, when the caller checks the isolation layers."""
+        with self._lock:
+            first, self._probed = not self._probed, True
+        return first
 
     @property
     def servers(self) -> list[SandboxServer]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import pathlib
 import platform
 import shutil
 import subprocess
@@ -272,6 +273,14 @@ AUDIT_BLOCKED = frozenset({
     "socket.sendto", "socket.getaddrinfo", "ctypes.dlopen", "ctypes.dlsym", "ctypes.cdata", "sys.addaudithook",
     "resource.setrlimit", "resource.prlimit",
 })
+# Frames and the garbage collector's object lists lead up to the runner's own variables (the report nonce,
+# the request, the test sources): a program may not reach any frame or walk the heap. ValueError is what the
+# stdlib (logging, typing, enum, namedtuple) already expects from `sys._getframe` on interpreters without it.
+FRAME_EVENTS = frozenset({"sys._getframe", "sys._current_frames", "gc.get_objects", "gc.get_referrers",
+                          "gc.get_referents", "sys.settrace", "sys.setprofile"})
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
+# /proc/*/mem (any pid, task or directory fd) and /dev/mem, /dev/kmem: a process's own memory holds the nonce.
+MEMORY_FILES = frozenset({"mem", "kmem"})
 BLOCKED_MODULES = ("ctypes", "_ctypes", "multiprocessing", "_multiprocessing", "_posixsubprocess",
                    "_posixshmem", "pty", "resource", "concurrent.futures.process")
 _OS_BLOCKED = (
@@ -310,21 +319,59 @@ def guard_patches() -> list[tuple[Any, str, Callable[..., Any]]]:
     return _PREPARED["patches"]  # type: ignore[no-any-return]
 
 
+def _frameless(handler: Any) -> Any:
+    """A signal handler that is given no frame: the interrupted frame's `f_back` leads up to the runner."""
+    if not callable(handler):
+        return handler
+
+    def on_signal(signum: int, frame: Any) -> Any:
+        return handler(signum, None)
+
+    return on_signal
+
+
+def _signal_via_hook(signalnum: Any, handler: Any, /) -> Any:
+    """`_signal.signal` in the child: the real one lives only in the audit hook, out of the program's reach."""
+    box: list[Any] = []
+    sys.audit("grpo.sandbox.signal", signalnum, handler, box)
+    return box[0] if box else None
+
+
 def install_python_guard(allow_file_writes: bool) -> None:
-    """Human-eval style guard plus an audit hook; the hook holds even if the patches are undone."""
+    """Human-eval style guard plus an audit hook; the hook holds even if the patches are undone.
+
+    The hook only reads its own locals: this module's globals are reachable from the program (through
+    any patched function's `__globals__`), so a program could otherwise empty the lists it checks.
+    """
+    import _signal
     import builtins
 
-    blocked_imports = frozenset(BLOCKED_MODULES)
+    real_signal, frameless = _signal.signal, _frameless
+    blocked_imports, blocked, frame_events = frozenset(BLOCKED_MODULES), AUDIT_BLOCKED, FRAME_EVENTS
+    frame_attributes, write_mask, memory_files, fsdecode = FRAME_ATTRIBUTES, O_WRITE_MASK, MEMORY_FILES, os.fsdecode
+    plain_paths, path_like = (str, bytes, pathlib.PosixPath, pathlib.PurePosixPath), os.PathLike
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event in AUDIT_BLOCKED:
+        if event == "grpo.sandbox.signal" and len(args) == 3 and isinstance(args[2], list):
+            args[2].append(real_signal(args[0], frameless(args[1])))
+            return
+        if event in blocked:
             raise PermissionError(f"{event} is disabled in the grpo sandbox")
+        if event in frame_events:
+            raise ValueError(f"{event} is disabled in the grpo sandbox")
+        if event == "object.__getattr__" and len(args) == 2 and args[1] in frame_attributes:
+            raise AttributeError(f"{args[1]} is disabled in the grpo sandbox")
         if event == "import" and args and args[0] in blocked_imports:
             raise ImportError(f"import of {args[0]} is disabled in the grpo sandbox")
+        if event == "open" and args and isinstance(args[0], path_like | str | bytes):
+            if type(args[0]) not in plain_paths:  # its own __fspath__ could name another file at the real open
+                raise PermissionError("only str, bytes and pathlib paths can be opened in the grpo sandbox")
+            if fsdecode(args[0]).rstrip("/").rsplit("/", 1)[-1] in memory_files:
+                raise PermissionError(f"reading process memory is disabled in the grpo sandbox: {args[0]!r}")
         # An int path wraps a descriptor the process already has: that grants nothing new.
         if event == "open" and not allow_file_writes and len(args) >= 3 and not isinstance(args[0], int):
             mode, flags = args[1], args[2]
-            writing = (isinstance(flags, int) and flags & O_WRITE_MASK) or (
+            writing = (isinstance(flags, int) and flags & write_mask) or (
                 isinstance(mode, str) and any(c in mode for c in "wxa+"))
             if writing:
                 raise PermissionError(f"writing files is disabled in the grpo sandbox: {args[0]!r}")
@@ -335,3 +382,4 @@ def install_python_guard(allow_file_writes: bool) -> None:
         sys.modules[name] = None  # type: ignore[assignment]
     builtins.help = None  # type: ignore[assignment]  # pydoc can spawn a pager
     sys.addaudithook(hook)
+    _signal.signal = _signal_via_hook

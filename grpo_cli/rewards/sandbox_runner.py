@@ -14,40 +14,61 @@ from __future__ import annotations
 
 import builtins
 import io
-import linecache
 import os
 import sys
-import traceback
 import types
 from typing import Any
+
+# The program runs in this process after these lines, and may replace anything it can reach: `builtins.exec`,
+# `os.write`, `sys.__excepthook__`... The runner therefore looks up its builtins in a private copy taken now
+# (functions defined below resolve builtins through this module's `__builtins__`), keeps its own references to
+# what it calls, and leaves `sys.modules` (see `run_request`), so the program cannot reach this module's globals.
+__builtins__ = dict(builtins.__dict__)  # noqa: A001
+_exec, _compile_code, _excepthook = exec, compile, sys.__excepthook__
+_write, _fstat, _open, _dup2, _close, _O_RDONLY = os.write, os.fstat, os.open, os.dup2, os.close, os.O_RDONLY
+_TextIOWrapper, _FileIO, _ModuleType = io.TextIOWrapper, io.FileIO, types.ModuleType
+_getrecursionlimit, _setrecursionlimit, _modules = sys.getrecursionlimit, sys.setrecursionlimit, sys.modules
+_BUILTINS_DICT = builtins.__dict__
+_BUILTINS_SNAPSHOT: dict[str, Any] = {}  # filled in the child, after the guard has run
 
 _REPORT_FD = 3
 
 
+def _restore_builtins() -> None:
+    """The builtins as they were before the program ran (a program may replace `builtins.exec`, `len`...)."""
+    _BUILTINS_DICT.clear()
+    _BUILTINS_DICT.update(_BUILTINS_SNAPSHOT)
+
+
 def _streams() -> None:
     """Fresh std streams on fds 0-2 (the server's own objects may hold buffered state)."""
-    sys.stdin = sys.__stdin__ = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8",
+    sys.stdin = sys.__stdin__ = _TextIOWrapper(_FileIO(0, "r", closefd=False), encoding="utf-8",
+                                               errors="surrogateescape")
+    sys.stdout = sys.__stdout__ = _TextIOWrapper(_FileIO(1, "w", closefd=False), encoding="utf-8",
                                                  errors="surrogateescape")
-    sys.stdout = sys.__stdout__ = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8",
-                                                   errors="surrogateescape")
-    sys.stderr = sys.__stderr__ = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8",
-                                                   errors="backslashreplace", line_buffering=True)
+    sys.stderr = sys.__stderr__ = _TextIOWrapper(_FileIO(2, "w", closefd=False), encoding="utf-8",
+                                                 errors="backslashreplace", line_buffering=True)
 
 
 def _fresh_main() -> dict[str, Any]:
-    main = types.ModuleType("__main__")
+    main = _ModuleType("__main__")
     main.__dict__.update(__file__="solution.py", __builtins__=builtins)
-    sys.modules["__main__"] = main
+    _modules["__main__"] = main
     sys.argv = ["solution.py"]
     return main.__dict__
 
 
-def _print_user_traceback(exc: BaseException) -> None:
-    """The user's frames only: drop this file's frames from the top of the traceback."""
+def _print_user_traceback(exc: BaseException, skip: int) -> None:
+    """The interpreter's own display, less this file's `skip` frames at the top of the traceback.
+
+    It reads frames in C: the Python `traceback` module needs `tb_frame`, which the guard refuses to programs.
+    No source lines are shown: sources are kept out of `linecache` (the program could read the tests there).
+    """
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb)
+    while skip > 0 and tb is not None:  # skip may exceed the depth (all frames are ours)
+        tb, skip = tb.tb_next, skip - 1
+    BaseException.with_traceback(exc, tb)
+    _excepthook(type(exc), exc, tb)
 
 
 def _exit_status(exc: SystemExit) -> int:
@@ -78,8 +99,8 @@ def _finish(status: int) -> int:
 
 
 def _compile(source: str, filename: str) -> types.CodeType:
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    return compile(source, filename, "exec")
+    """Not cached in `linecache`: a program could read the tests, or the sentinel after its own source."""
+    return _compile_code(source, filename, "exec")  # type: ignore[no-any-return]
 
 
 def run_program(source: str) -> int:
@@ -87,12 +108,16 @@ def run_program(source: str) -> int:
     _streams()
     try:
         code = _compile(source, "solution.py")
-        exec(code, _fresh_main())
+    except BaseException as exc:  # noqa: BLE001 - a syntax error, printed like the interpreter
+        _print_user_traceback(exc, skip=1 << 30)
+        return _finish(1)
+    try:
+        _exec(code, _fresh_main())
         status = 0
     except SystemExit as exc:
         status = _exit_status(exc)
     except BaseException as exc:  # noqa: BLE001 - the program's own error, printed like the interpreter
-        _print_user_traceback(exc)
+        _print_user_traceback(exc, skip=1)
         status = 1
     return _finish(status)
 
@@ -100,25 +125,27 @@ def run_program(source: str) -> int:
 def _run_one(program: types.CodeType, test: dict[str, Any], index: int, root: str) -> tuple[str, str]:
     """Run the program (then the test code) once; (status, reason)."""
     if "stdin" in test:
-        fd = os.open(os.path.join(root, f"stdin-{index}"), os.O_RDONLY)
-        os.dup2(fd, 0)
-        os.close(fd)
+        fd = _open(f"{root}/stdin-{index}", _O_RDONLY)
+        _dup2(fd, 0)
+        _close(fd)
+    _restore_builtins()
     _streams()
-    limit = sys.getrecursionlimit()
+    limit = _getrecursionlimit()
     try:
         namespace = _fresh_main()
-        exec(program, namespace)
+        _exec(program, namespace)
         if "script" in test:
-            exec(_compile(test["script"], f"test_{index}.py"), namespace)
+            _exec(_compile(test["script"], f"test_{index}.py"), namespace)
         status, reason = ("pass" if "script" in test else "done"), ""
     except SystemExit as exc:
         ok = "stdin" in test and exc.code in (None, 0)
         status, reason = ("done", "") if ok else ("fail", f"exited ({exc.code}) before the test finished")
     except BaseException as exc:  # noqa: BLE001 - a failing test, scored and reported
-        _print_user_traceback(exc)
+        _print_user_traceback(exc, skip=1)
         status, reason = "fail", f"{type(exc).__name__}: {exc}"[:200]
     finally:
-        sys.setrecursionlimit(limit)
+        _setrecursionlimit(limit)
+        _restore_builtins()
     try:
         sys.stdout.flush()
         sys.stderr.flush()
@@ -133,22 +160,29 @@ def run_tests(source: str, tests: list[dict[str, Any]], nonce: str, root: str, f
         program = _compile(source, "solution.py")
     except BaseException as exc:  # noqa: BLE001 - a syntax error fails every test, in one child
         _streams()
-        _print_user_traceback(exc)
+        _print_user_traceback(exc, skip=1 << 30)
         for index in range(first, len(tests)):
-            os.write(_REPORT_FD, f"{nonce} {index} fail -1 {type(exc).__name__}\n".encode())
+            _write(_REPORT_FD, f"{nonce} {index} fail -1 {type(exc).__name__}\n".encode())
         return 1
     for index in range(first, len(tests)):
         status, reason = _run_one(program, tests[index], index, root)
         try:
-            end = os.fstat(1).st_size  # where this test's output ends (stdout is append-only)
+            end = _fstat(1).st_size  # where this test's output ends (stdout is append-only)
         except OSError:
             end = -1
-        os.write(_REPORT_FD, f"{nonce} {index} {status} {end} {reason}".rstrip().encode() + b"\n")
+        _write(_REPORT_FD, f"{nonce} {index} {status} {end} {reason}".rstrip().encode() + b"\n")
     return 0
 
 
 def run_request(req: dict[str, Any], root: str, first: int) -> int:
-    """The child's entry point after the lockdown; returns its exit status."""
+    """The child's entry point after the lockdown; returns its exit status.
+
+    This module and the policy leave `sys.modules` first: with frames and the heap refused by the guard,
+    nothing the program can reach leads back to the runner's variables (the report nonce among them).
+    """
+    _BUILTINS_SNAPSHOT.update(_BUILTINS_DICT)
+    for name in ("sandbox_runner", "sandbox_policy"):
+        _modules.pop(name, None)
     if req["kind"] == "tests":
         return run_tests(req["source"], req["tests"], req["nonce"], root, first)
     return run_program(req["source"])

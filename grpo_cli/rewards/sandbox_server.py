@@ -333,7 +333,7 @@ def _preload() -> None:
     import builtins  # noqa: F401
     import ctypes  # noqa: F401  (seccomp and capabilities)
     import io  # noqa: F401
-    import linecache  # noqa: F401
+    import logging  # noqa: F401  (its import registers fork handlers, which the guard refuses in a child)
     import resource  # noqa: F401
     import socket  # noqa: F401  (patched by the guard)
     import subprocess  # noqa: F401  (patched by the guard)
@@ -369,17 +369,21 @@ def main(argv: list[str]) -> int:
     os.dup2(null, 1)
     _preload()
     write_frame(rep_fd, {"ready": True, "pid": os.getpid()})
-    while True:
-        req = read_frame(req_fd)
-        if req is None:
-            return 0
-        try:
-            reply = handle(base, req)
-        except Exception as exc:  # a bad request or a full disk: answer, keep serving
-            reply = {"error": f"{type(exc).__name__}: {exc}"}
-        write_frame(rep_fd, {**reply, "id": req.get("id")})
-        if once:
-            return 0
+    try:
+        while True:
+            req = read_frame(req_fd)
+            if req is None:
+                return 0
+            try:
+                reply = handle(base, req)
+            except Exception as exc:  # a bad request or a full disk: answer, keep serving
+                reply = {"error": f"{type(exc).__name__}: {exc}"}
+            write_frame(rep_fd, {**reply, "id": req.get("id")})
+            if once:
+                return 0
+    finally:
+        # A parent killed by SIGKILL never runs its `stop_server`: its end of input is our cue to clean up.
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":
