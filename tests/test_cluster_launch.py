@@ -146,7 +146,8 @@ def _stub_bin(d: Path) -> dict[str, str]:
     stubs = {"scontrol": "echo node1",
              "srun": 'while [ "${1#--}" != "$1" ]; do shift; done; exec "$@"',
              "grpo": f'echo "$1 $$ ${{CUDA_VISIBLE_DEVICES:-none}}" >> {d}/grpo.log\n'
-                     '[ "$1" = vllm-serve ] && exec sleep 120 >/dev/null 2>&1\nexit 3'}
+                     '[ "$1" = vllm-serve ] && exec sleep 120 >/dev/null 2>&1\n'
+                     f'until grep -q vllm-serve {d}/grpo.log; do sleep 0.05; done\nexit 3'}  # waits for its server
     for name, body in stubs.items():
         (bin_ / name).write_text(f"#!/bin/bash\n{body}\n")
         (bin_ / name).chmod(0o755)
