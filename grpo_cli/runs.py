@@ -142,6 +142,22 @@ def suite_completions(suite: str) -> str:
     return f"eval-{suite}-completions.jsonl"
 
 
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Records of a run's JSON-lines file (metrics, health, completions); a line cut short or garbled, as a
+    killed run leaves, is skipped, and a missing file has none."""
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
 def read_manifest(out: Path) -> dict[str, Any]:
     """The manifest of the run in `out` ({} when missing or damaged)."""
     try:

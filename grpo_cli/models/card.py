@@ -110,16 +110,7 @@ def _training_lines(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
 
 def _training_logs(run_dir: Path) -> list[dict[str, Any]]:
     """The training records of metrics.jsonl (a garbled line, as a killed run leaves, is skipped)."""
-    out = []
-    path = run_dir / runs.METRICS
-    for line in path.read_text(encoding="utf-8").splitlines() if path.is_file() else []:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and "reward" in record:
-            out.append(record)
-    return out
+    return [r for r in runs.read_jsonl(run_dir / runs.METRICS) if "reward" in r]
 
 
 def _mean(records: list[dict[str, Any]], key: str) -> float | None:

@@ -8,7 +8,6 @@ TRL or other settings omit KL or entropy): gaps are drawn as gaps, never as erro
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -74,21 +73,6 @@ def num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSON-lines file; a truncated or garbled line (a killed run) is skipped."""
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
-
-
 def load_run(output_dir: str | Path) -> RunData:
     """Read a run directory; a clear error when there is nothing to report."""
     out = Path(output_dir)
@@ -100,7 +84,7 @@ def load_run(output_dir: str | Path) -> RunData:
         raise GrpoError(f"there is no metrics.jsonl in {out}", where="OUTPUT_DIR",
                         fix="Give the output directory of a `grpo train` run; it writes metrics.jsonl from the "
                             "first logging step (training.logging_steps).")
-    records = read_jsonl(metrics)
+    records = runs.read_jsonl(metrics)
     train = [r for r in records if not any(k.startswith("eval_") for k in r) and ("loss" in r or "reward" in r)]
     evals = [r for r in records if any(k.startswith("eval_") for k in r)]
     if not train:
@@ -112,7 +96,7 @@ def load_run(output_dir: str | Path) -> RunData:
     # A run that died without a word is `killed`, not running; one without a (readable) manifest still has curves.
     manifest = mark_if_killed(out) or runs.read_manifest(out)
     tasks = [r for r in records if any(k.startswith("task/") for k in r)]
-    return RunData(out, train, evals, read_jsonl(out / runs.HEALTH), manifest, tasks)
+    return RunData(out, train, evals, runs.read_jsonl(out / runs.HEALTH), manifest, tasks)
 
 
 def reward_keys(records: list[dict[str, Any]], prefix: str = "") -> list[str]:

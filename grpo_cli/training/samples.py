@@ -10,7 +10,6 @@ nothing is recomputed and nothing extra crosses processes: the main process writ
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -50,19 +49,6 @@ def _short(v: Any) -> str:
     return "–" if f is None else f"{f:.4g}"
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of completions.jsonl; a line cut short (a killed run) is skipped."""
-    rows = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines() if path.is_file() else []:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
-
-
 def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | None = None,
                  reward: str | None = None, limit: int = 10) -> tuple[list[dict[str, Any]], list[int]]:
     """Rows of one logged step (the last one by default), optionally worst/best first by a reward.
@@ -75,7 +61,7 @@ def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | N
         raise GrpoError(f"there is no {COMPLETIONS_FILE} in {run}", where="RUN_DIR",
                         fix="Give the output dir of a `grpo train` run; it writes completion samples at every "
                             "logging step (output.completions_per_log > 0).")
-    rows = read_rows(path)
+    rows = runs.read_jsonl(path)
     steps = sorted({int(r["step"]) for r in rows if isinstance(r.get("step"), int)})
     if not steps:
         raise GrpoError(f"{path} holds no samples yet", where="RUN_DIR", fix="Wait for the first logging step.")
@@ -108,7 +94,7 @@ def _ranges(steps: list[int]) -> str:
 
 def markdown_samples(output_dir: Path, count: int = 3) -> list[str]:
     """The lowest- and highest-reward completions of the last logged step (`grpo samples` shows more)."""
-    rows = read_rows(output_dir / COMPLETIONS_FILE)
+    rows = runs.read_jsonl(output_dir / COMPLETIONS_FILE)
     if not rows:
         return []
     steps = [r["step"] for r in rows if isinstance(r.get("step"), int)]
