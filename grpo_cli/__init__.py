@@ -13,7 +13,7 @@ functions that need them, so importing this package stays instant.
 
 from __future__ import annotations
 
-from typing import Any
+from grpo_cli.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -28,12 +28,4 @@ _LAZY = {
 
 __all__ = [*_LAZY, "__version__"]
 
-
-def __getattr__(name: str) -> Any:
-    """Resolve the public API lazily so `import grpo_cli` costs nothing."""
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'grpo_cli' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_exports(__name__, _LAZY)

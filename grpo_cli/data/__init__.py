@@ -6,18 +6,12 @@ prompts exactly as training does. The mapping loads on first use; the peeks are 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from grpo_cli.data.peek import count_rows, peek_columns
+from grpo_cli.lazy import lazy_exports
 from grpo_cli.recipe.schema.data import LOCAL_SUFFIXES
 
 _MAPPING = ("MappedData", "extract_reference_answer", "map_split", "prepare_data", "prompt_token_length")
 
 __all__ = ["LOCAL_SUFFIXES", "count_rows", "peek_columns", *_MAPPING]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _MAPPING:
-        return getattr(importlib.import_module("grpo_cli.data.mapping"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, dict.fromkeys(_MAPPING, "grpo_cli.data.mapping"))

@@ -9,8 +9,7 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from grpo_cli.lazy import lazy_exports
 
 _LAZY = {
     "write_card": "grpo_cli.models.card",
@@ -31,9 +30,4 @@ _LAZY = {
 
 __all__ = sorted(_LAZY)
 
-
-def __getattr__(name: str) -> Any:
-    """Each part loads on first use: `grpo validate` needs only `models.vision`'s config checks."""
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

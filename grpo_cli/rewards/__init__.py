@@ -7,9 +7,7 @@ import) for `grpo validate`. Process pools and asyncio load only when those func
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from grpo_cli.lazy import lazy_exports
 from grpo_cli.rewards.loaders import (
     BoundReward,
     RewardInfo,
@@ -40,9 +38,4 @@ __all__ = [
     "split_reference",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """Import the heavier parts (process pools, asyncio) on first use, so `grpo validate` stays instant."""
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

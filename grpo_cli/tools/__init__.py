@@ -8,9 +8,7 @@ use it. Only the static checks load eagerly, so `grpo validate` stays instant.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from grpo_cli.lazy import lazy_exports
 from grpo_cli.tools.static import ToolCheck, check_tools
 
 _LAZY = {"ToolStats": "grpo_cli.tools.guard", "ToolTimeout": "grpo_cli.tools.guard", "guard": "grpo_cli.tools.guard",
@@ -22,8 +20,4 @@ _LAZY = {"ToolStats": "grpo_cli.tools.guard", "ToolTimeout": "grpo_cli.tools.gua
 
 __all__ = ["ToolCheck", "check_tools", *_LAZY]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

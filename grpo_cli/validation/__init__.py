@@ -13,9 +13,7 @@ Nothing here imports torch except when a GPU count is really needed (and `grpo d
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from grpo_cli.lazy import lazy_exports
 from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
 from grpo_cli.validation.checks import Preflight, preflight
 from grpo_cli.validation.topology import resolve_num_processes, visible_gpu_count, world_size_explanation
@@ -33,9 +31,5 @@ __all__ = [
     "world_size_explanation",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    """The memory plan loads on first use (validate asks for it only when the model's shape is known)."""
-    if name in ("MemoryPlan", "memory_plan"):
-        return getattr(importlib.import_module("grpo_cli.validation.memory"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The memory plan loads on first use (validate asks for it only when the model's shape is known).
+__getattr__ = lazy_exports(__name__, dict.fromkeys(("MemoryPlan", "memory_plan"), "grpo_cli.validation.memory"))

@@ -4,32 +4,26 @@ reuse it: `from grpo_cli.cli.render import render_train_result`.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from grpo_cli.lazy import lazy_exports
 
 _WHERE = {
-    "render_check_report": "rewards",
-    "render_doctor": "runs",
-    "render_eval": "evaluation",
-    "render_eval_outcome": "evaluation",
-    "render_eval_pair": "runs",
-    "render_launch_file": "runs",
-    "render_memory_plan": "runs",
-    "render_merge": "runs",
-    "render_preflight": "runs",
-    "render_push": "runs",
-    "render_report_written": "runs",
-    "render_samples": "runs",
-    "render_suite_results": "evaluation",
-    "render_tool_dry_run": "rewards",
-    "render_train_result": "runs",
+    "render_check_report": "grpo_cli.cli.render.rewards",
+    "render_doctor": "grpo_cli.cli.render.runs",
+    "render_eval": "grpo_cli.cli.render.evaluation",
+    "render_eval_outcome": "grpo_cli.cli.render.evaluation",
+    "render_eval_pair": "grpo_cli.cli.render.runs",
+    "render_launch_file": "grpo_cli.cli.render.runs",
+    "render_memory_plan": "grpo_cli.cli.render.runs",
+    "render_merge": "grpo_cli.cli.render.runs",
+    "render_preflight": "grpo_cli.cli.render.runs",
+    "render_push": "grpo_cli.cli.render.runs",
+    "render_report_written": "grpo_cli.cli.render.runs",
+    "render_samples": "grpo_cli.cli.render.runs",
+    "render_suite_results": "grpo_cli.cli.render.evaluation",
+    "render_tool_dry_run": "grpo_cli.cli.render.rewards",
+    "render_train_result": "grpo_cli.cli.render.runs",
 }
 
 __all__ = sorted(_WHERE)
 
-
-def __getattr__(name: str) -> Any:
-    """Each verb loads only the renderers it uses (keeps `grpo validate` instant)."""
-    if name in _WHERE:
-        return getattr(importlib.import_module(f"grpo_cli.cli.render.{_WHERE[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _WHERE)
