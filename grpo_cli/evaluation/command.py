@@ -95,7 +95,7 @@ def _target(req: EvalRequest) -> tuple[Any, str | None]:
 def _suite(req: EvalRequest, name: str, recipe: Any, model: str | None, console: Any) -> EvalOutcome:
     from grpo_cli.evaluation.suite_run import default_result_dir, run_suite, suite_settings, write_suite_result
     from grpo_cli.evaluation.suites import get_suite
-    from grpo_cli.models import model_reference, resolve_model_source
+    from grpo_cli.models import resolve_model_source, source_reference
 
     get_suite(name)  # a bad name fails before any model loads
     check_backend(req.backend)
@@ -104,7 +104,7 @@ def _suite(req: EvalRequest, name: str, recipe: Any, model: str | None, console:
         if recipe is None:
             raise GrpoError("which model? --suite needs --model M, a model/run dir, or a recipe", where="--model",
                             fix="e.g. `grpo eval --suite gsm8k --model bundled:tiny-arith`.")
-        model, base_dir = model_reference(recipe), recipe.base_dir
+        model, base_dir = source_reference(recipe), recipe.base_dir
     sources = [resolve_model_source(model, adapter=req.adapter, base_dir=base_dir)]
     sources += [resolve_model_source(ref, where="--compare") for ref in req.compare]
     labels = _unique([s.label for s in sources])
@@ -127,7 +127,7 @@ def _suite(req: EvalRequest, name: str, recipe: Any, model: str | None, console:
 
 def _recipe(req: EvalRequest, recipe: Any, console: Any) -> EvalOutcome:
     from grpo_cli.evaluation.run import EvalSettings, check_eval_out, run_eval, write_eval_outputs
-    from grpo_cli.models import model_reference, resolve_model_source
+    from grpo_cli.models import resolve_model_source, source_reference
 
     settings = EvalSettings.from_recipe(recipe, samples=req.samples, k=req.k, temperature=req.temperature,
                                         batch_size=req.batch_size, max_new_tokens=req.max_new_tokens)
@@ -138,7 +138,7 @@ def _recipe(req: EvalRequest, recipe: Any, console: Any) -> EvalOutcome:
     if req.model is None and runs.is_run_dir(trained):
         notes.append(f"evaluating the recipe's base model; add `--model {trained}` for the run trained there "
                      f"(or `--compare {trained}` for both side by side)")
-    first_ref = req.model or model_reference(recipe)
+    first_ref = req.model or source_reference(recipe)
     # Paths from flags are relative to the current directory; the recipe's own model to the recipe.
     sources = [resolve_model_source(first_ref, adapter=req.adapter, base_dir=None if req.model else recipe.base_dir)]
     sources += [resolve_model_source(ref, where="--compare") for ref in req.compare]

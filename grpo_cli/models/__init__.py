@@ -20,6 +20,7 @@ _LAZY = {
     "load_tokenizer": "grpo_cli.models.loading",
     "model_reference": "grpo_cli.models.loading",
     "resolve_dtype": "grpo_cli.models.loading",
+    "source_reference": "grpo_cli.models.loading",
     "MergeResult": "grpo_cli.models.merge",
     "merge_adapter": "grpo_cli.models.merge",
     "ModelSource": "grpo_cli.models.sources",

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.gguf_source import is_gguf_reference, materialize
 from grpo_cli.models.sources import check_hub_access, damaged_weights_error
 from grpo_cli.recipe.schema import Recipe
 
@@ -42,9 +43,19 @@ def resolve_dtype(requested: str, profile: str = "single") -> str:
 
 
 def model_reference(recipe: Recipe) -> str:
-    """The string to hand to from_pretrained: a resolved local path or the hub id."""
+    """The string to hand to from_pretrained: a resolved local path or the hub id; a GGUF file's converted
+    safetensors directory (converted once, then cached)."""
     local = recipe.local_model_dir(recipe.model.name_or_path)
+    if local is not None and is_gguf_reference(str(local)):
+        return str(materialize(local))
     return str(local) if local is not None else recipe.model.name_or_path
+
+
+def source_reference(recipe: Recipe) -> str:
+    """What to give resolve_model_source for the recipe's own model: a GGUF reference stays itself (tables and
+    results then name the file, not its cache directory); anything else is its resolved path or hub id."""
+    ref = recipe.model.name_or_path
+    return ref if is_gguf_reference(ref) else model_reference(recipe)
 
 
 def load_tokenizer(recipe: Recipe, *, local_only: bool = False) -> Any:

@@ -16,6 +16,7 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
+from grpo_cli.gguf_source import conversion_record, is_gguf_reference, materialize
 from grpo_cli.paths import ASSETS_DIR, BUNDLED_PREFIX, go_offline, hub_cache_file, hub_unreachable, is_hub_id, resolve
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -28,7 +29,7 @@ class ModelSource:
     reference: str
     """What the user gave."""
     kind: str
-    """hub, model, adapter, run or checkpoint."""
+    """hub, model, gguf, adapter, run or checkpoint."""
     weights: str
     """Full weights to load with from_pretrained: the model itself, or the base of an adapter."""
     adapter: Path | None = None
@@ -50,8 +51,8 @@ class ModelSource:
 
     def describe(self) -> str:
         """One line for the console: what is loaded from where."""
-        what = {"hub": "hub model", "model": "model dir", "adapter": "LoRA adapter", "run": "grpo run",
-                "checkpoint": f"checkpoint (step {self.step})"}[self.kind]
+        what = {"hub": "hub model", "model": "model dir", "gguf": "GGUF file, converted to safetensors",
+                "adapter": "LoRA adapter", "run": "grpo run", "checkpoint": f"checkpoint (step {self.step})"}[self.kind]
         if self.kind == "model" and self.reference.startswith(BUNDLED_PREFIX):
             what = "bundled with grpo"
         if self.adapter is not None:
@@ -68,8 +69,11 @@ def _has_tokenizer(path: Path) -> bool:
 
 
 def local_path(ref: str, base_dir: Path | None = None) -> Path | None:
-    """The existing local path `ref` names under grpo_cli.paths' rule, or None."""
+    """The existing local path `ref` names under grpo_cli.paths' rule, or None; a GGUF file is its converted
+    safetensors directory (converted on first use)."""
     path = resolve(ref, base_dir)
+    if path.is_file() and is_gguf_reference(str(path)):
+        return materialize(path, where=ref)
     return path.resolve() if path.exists() else None
 
 
@@ -143,6 +147,8 @@ def resolve_model_source(ref: str, *, base: str | None = None, adapter: str | No
                             fix="Point --adapter at a LoRA output dir or checkpoint; give a full model as --model.")
         return resolve_model_source(adapter, base=base or ref, base_dir=base_dir, where="--adapter")
     path = local_path(ref, base_dir)
+    if path is not None and is_gguf_reference(ref) and conversion_record(path) is not None:
+        return ModelSource(ref, "gguf", str(path), tokenizer=str(path))
     if path is None:
         parent = Path(ref).parent
         if not is_hub_id(ref) or (str(parent) != "." and parent.is_dir()):

@@ -77,6 +77,8 @@ def recipe_is_vision_language(recipe: Any) -> bool | None:
     if m.kind != "auto":
         return m.kind == "vision_language"
     local = recipe.local_model_dir(m.name_or_path)
+    if local is not None and local.is_file():
+        return False  # a GGUF file: transformers converts only text models from GGUF
     if local is not None:
         config = local_config(local)
     else:

@@ -16,7 +16,11 @@ PREVIEW_CHARS = 1500
 def _load_tokenizer(recipe: Any) -> Any:
     from transformers import AutoTokenizer
 
+    from grpo_cli.gguf_source import is_gguf_reference, materialize
+
     local = recipe.local_model_dir(recipe.model.name_or_path)
+    if local is not None and is_gguf_reference(str(local)):
+        local = materialize(local)
     ref = str(local) if local is not None else recipe.model.name_or_path
     return AutoTokenizer.from_pretrained(ref, revision=recipe.model.revision,
                                          trust_remote_code=recipe.model.trust_remote_code)

@@ -8,6 +8,7 @@ from typing import Any
 
 from grpo_cli.data.peek import FULL_SCAN_BYTES, FileScan, scan_file
 from grpo_cli.errors import GrpoError, Problem, RecipeError
+from grpo_cli.gguf_source import cached_conversion, is_gguf_reference, read_header
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.loaders import RewardInfo, inspect_reward
 from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
@@ -41,6 +42,8 @@ class Preflight:
 def _model_checks(recipe: Recipe, pf: Preflight) -> str:
     ref = recipe.model.name_or_path
     local = recipe.local_model_dir(ref)
+    if local is not None and is_gguf_reference(str(local)):
+        return _gguf_checks(recipe, local, pf)
     if local is not None:
         if not (local / "config.json").exists():
             pf.problems.append(Problem("model.name_or_path", f"{local} is not a model directory (no config.json)",
@@ -53,6 +56,35 @@ def _model_checks(recipe: Recipe, pf: Preflight) -> str:
                                        "plain-text prompts."))
         return f"local directory {local}"
     return f"hub model {ref}" + (f" @ {recipe.model.revision}" if recipe.model.revision else "")
+
+
+def _gguf_checks(recipe: Recipe, path: Path, pf: Preflight) -> str:
+    """A GGUF model: the file exists, transformers can convert its architecture and tensor types, and the
+    converter is installed; all read from the header, nothing dequantised."""
+    import importlib.util
+
+    if not path.is_file():
+        pf.problems.append(Problem("model.name_or_path", f"GGUF file {path} not found",
+                                   "Check the path (relative to the recipe), or `package:NAME/FILE.gguf` for a "
+                                   "file inside an installed Python package."))
+        return f"GGUF file {path}"
+    try:
+        info = read_header(path)
+    except GrpoError as exc:
+        pf.problems.append(Problem("model.name_or_path", exc.problems[0].what, exc.problems[0].fix))
+        return f"GGUF file {path}"
+    for why in info.unsupported():
+        pf.problems.append(Problem("model.name_or_path", f"{path.name}: {why}",
+                                   "Use a GGUF of a supported architecture and tensor type, or the model's "
+                                   "safetensors checkpoint."))
+    if recipe.data.prompt.chat and info.chat_template is None:
+        pf.problems.append(Problem("data.prompt.chat", f"the prompts are chat messages but {path.name} carries no "
+                                   "chat template (tokenizer.chat_template)",
+                                   "Use an instruct GGUF, or set `chat: false` with a `template`."))
+    if importlib.util.find_spec("gguf") is None and cached_conversion(path) is None:
+        pf.warnings.append(f"model.name_or_path: converting {path.name} needs the `gguf` package, which is not "
+                           "installed here: pip install gguf")
+    return info.describe()
 
 
 def _has_chat_template(model_dir: Path) -> bool:

@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.gguf_source import is_gguf_reference, read_header
 from grpo_cli.paths import ASSETS_DIR, hub_cache_file
 
 TABLE = ASSETS_DIR / "model_shapes.json"
@@ -56,6 +57,11 @@ def find_model_config(recipe: Any) -> tuple[dict[str, Any] | None, str]:
     """
     ref = recipe.model.name_or_path
     local = recipe.local_model_dir(ref)
+    if local is not None and is_gguf_reference(str(local)):
+        if not local.is_file():
+            return None, f"GGUF file {local} not found"
+        info = read_header(local)
+        return info.config(), f"the GGUF header of {local.name}"
     if local is not None:
         path = local / "config.json"
         if not path.is_file():

