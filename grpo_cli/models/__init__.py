@@ -19,6 +19,7 @@ _LAZY = {
     "load_model": "grpo_cli.models.loading",
     "load_tokenizer": "grpo_cli.models.loading",
     "model_reference": "grpo_cli.models.loading",
+    "record_base_reference": "grpo_cli.models.loading",
     "resolve_dtype": "grpo_cli.models.loading",
     "source_reference": "grpo_cli.models.loading",
     "MergeResult": "grpo_cli.models.merge",

@@ -166,3 +166,19 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     else:
         tokenizer = load_tokenizer(recipe) if with_tokenizer else None
     return LoadedModel(model, tokenizer, lora_config(recipe, model, vision=vision), dtype, device, processor)
+
+
+def record_base_reference(saved_dir: Path, recipe: Recipe) -> None:
+    """Make a saved LoRA adapter name the recipe's GGUF reference as its base, not the machine-local cache
+    directory it was loaded from (a pushed adapter then says what it was trained on; merge converts it again)."""
+    import json
+
+    if not is_gguf_reference(recipe.model.name_or_path):
+        return
+    path = saved_dir / "adapter_config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return
+    config["base_model_name_or_path"] = recipe.model.name_or_path
+    path.write_text(json.dumps(config, indent=2) + "\n", encoding="utf-8")

@@ -317,7 +317,10 @@ def _finish(run: _Run) -> TrainResult:
                               "")
         trainer.save_model(str(out))
         if is_main_process():
+            from grpo_cli.models import record_base_reference
+
             run.loaded.processing_class.save_pretrained(str(out))
+            record_base_reference(out, recipe)
         if _held_out(run) and is_main_process():
             from grpo_cli.training.task_metric import evaluate_once
 

