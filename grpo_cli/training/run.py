@@ -236,12 +236,14 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     from grpo_cli.training.health import health_callbacks
     from grpo_cli.training.sampler import resumable
     from grpo_cli.training.sharding import ShardingProbe
+    from grpo_cli.training.step_timing import step_timer
 
     recipe = run.recipe
     run.metrics = MetricsJsonl(run.out / runs.METRICS)
     run.stopper = GracefulStop()
     run.probe = ShardingProbe(evaluates_during_training=bool(recipe.eval.every_steps))
-    run.callbacks = [run.probe, run.metrics, run.stopper,
+    timer = step_timer()
+    run.callbacks = [timer, run.probe, run.metrics, run.stopper,
                      RichConsole(run.console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
     if run.aside is not None:
         run.callbacks.append(OnFirstStep(run.aside.discard))
@@ -258,6 +260,7 @@ def _make_trainer(run: _Run, config: Any) -> Any:
                                      callbacks=run.callbacks,
                                      **(run.toolset.trainer_kwargs() if run.toolset else {}))
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
+    timer.attach(trainer)
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
     return trainer
