@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from grpo_cli.training.step_timing import PARTS
 from tests.conftest import RECIPES, run_cli
 
 DEMO = RECIPES / "demo.yaml"
@@ -112,6 +113,12 @@ def test_demo_run_writes_its_report_and_grpo_report_rebuilds_it(tmp_path: Path) 
     assert row.rstrip(" |").endswith(f"{final:.4f}")  # windows of 1 log: the final window is the last log
     assert "status: **completed** at step 4" in md
     assert "No guard fired (no health.jsonl)." in md  # default guards stay quiet on a healthy short run
+    # Where the time goes: every logged step carries the split, and its parts add up to the whole step.
+    split = [{k: v for k, v in r.items() if k.startswith("time/")} for r in logs]
+    assert all(set(s) == {f"time/{p}" for p in PARTS} for s in split)
+    assert all(s["time/generation"] > 0 and s["time/forward"] > 0 and s["time/backward"] > 0 for s in split)
+    assert all(abs(sum(s.values()) - r["step_time"]) < 0.25 * r["step_time"] + 0.05 for s, r in zip(split, logs))
+    assert "## Where the time goes" in md and "| generation |" in md
 
     custom = tmp_path / "custom" / "demo.png"
     rebuilt = run_cli("report", out, "--out", custom)
