@@ -18,7 +18,9 @@ from typing import Any
 import yaml
 
 from grpo_cli import runs
-from grpo_cli.paths import is_hub_id
+from grpo_cli.errors import GrpoError
+from grpo_cli.gguf_source import is_gguf_reference, read_header
+from grpo_cli.paths import is_hub_id, resolve
 
 CARD_FILE = runs.CARD
 SUITE_DATASETS = {"gsm8k": ("openai/gsm8k", "GSM8K", "test"), "math500": ("HuggingFaceH4/MATH-500", "MATH-500", "test"),
@@ -34,8 +36,16 @@ def _read(path: Path) -> Any:
 
 
 def base_license(base: str) -> str | None:
-    """The base model's licence from its own card: a local dir's README.md, or the Hub cache (never the network)."""
+    """The base model's licence from its own card: a local dir's README.md, or the Hub cache (never the network);
+    a GGUF file's `general.license`."""
     from huggingface_hub import ModelCard
+
+    if is_gguf_reference(base):
+        try:
+            value = read_header(resolve(base)).metadata.get("general.license")
+        except GrpoError:
+            return None
+        return value if isinstance(value, str) else None
 
     path = Path(base).expanduser() / CARD_FILE
     if not path.is_file() and is_hub_id(base, owner=True):
