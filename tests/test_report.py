@@ -117,7 +117,8 @@ def test_demo_run_writes_its_report_and_grpo_report_rebuilds_it(tmp_path: Path) 
     split = [{k: v for k, v in r.items() if k.startswith("time/")} for r in logs]
     assert all(set(s) == {f"time/{p}" for p in PARTS} for s in split)
     assert all(s["time/generation"] > 0 and s["time/forward"] > 0 and s["time/backward"] > 0 for s in split)
-    assert all(abs(sum(s.values()) - r["step_time"]) < 0.25 * r["step_time"] + 0.05 for s, r in zip(split, logs))
+    for parts, row in zip(split, logs, strict=True):  # TRL's step_time lies inside the step the split covers
+        assert row["step_time"] <= sum(parts.values()) + 0.01 < 1.25 * row["step_time"] + 0.05
     assert "## Where the time goes" in md and "| generation |" in md
 
     custom = tmp_path / "custom" / "demo.png"
