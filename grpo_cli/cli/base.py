@@ -1,4 +1,4 @@
-"""The Typer app and what every verb shares: consoles, argument types, error guard, entry point.
+"""What every verb shares: the Typer app's global options, consoles, argument types, error guard, exit.
 
 The verbs live one per file beside this one and are registered by `commands.register`. Nothing
 heavy is imported at module level so `grpo --help` and `grpo validate` stay instant.
@@ -30,15 +30,6 @@ RECIPE_EPILOG = (
     "e.g. `training.learning_rate=1e-5 model.lora.r=8`."
 )
 
-app = typer.Typer(
-    name="grpo",
-    help="Declarative GRPO fine-tuning: write one YAML recipe, check it in a second, train it anywhere.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-
 _state = {"debug": False}
 
 RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML file.", show_default=False)]
@@ -53,13 +44,26 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
     _state["debug"] = debug
+
+
+def new_app() -> typer.Typer:
+    """The `grpo` app with its global options (--debug, --version) and no verbs yet."""
+    app = typer.Typer(
+        name="grpo",
+        help="Declarative GRPO fine-tuning: write one YAML recipe, check it in a second, train it anywhere.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    app.callback()(_main)
+    return app
 
 
 def run_guarded(func: Callable[[], Any]) -> Any:
@@ -91,8 +95,8 @@ def load(recipe: Path, overrides: list[str] | None) -> Any:
 _FAST_EXIT = {"validate", "schema", "--help", "--version"}
 
 
-def main() -> None:
-    """Console-script entry point (the verbs are registered by importing grpo_cli.cli)."""
+def run_app(app: typer.Typer) -> None:
+    """Run `app` on the command line; commands that only read and print skip interpreter teardown."""
     try:
         app()
     except SystemExit as exc:
@@ -102,5 +106,3 @@ def main() -> None:
             sys.stderr.flush()
             os._exit(code)
         raise
-
-
