@@ -134,17 +134,11 @@ def reference_answer(reference: Any) -> str | None:
     return last_boxed(text) or text
 
 
-_TEXT = re.compile(r"\\text\{([^{}]*)\}")
-_SPACING = re.compile(r"\\(?:left|right|!|,|;|:|displaystyle)")
-_FRAC_BRACED = re.compile(r"(-?)\\frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}")
-_FRAC_DIGITS = re.compile(r"(-?)\\frac(\d)(\d)")
-_PLAIN_NUMBER = re.compile(r"-?(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d+)?(?:/\d+)?")
-
-
 def _clean(s: str) -> str:
     s = s.strip().strip("$").strip()
     if "\\" in s:  # the LaTeX substitutions: plain answers (most of them, on every step) have no backslash
-        s = _SPACING.sub("", _TEXT.sub(r"\1", s))
+        s = re.sub(r"\\text\{([^{}]*)\}", r"\1", s)
+        s = re.sub(r"\\(?:left|right|!|,|;|:|displaystyle)", "", s)
         s = s.replace("\\$", "").replace("\\%", "%")
     if "frac" in s:
         s = s.replace("dfrac", "frac").replace("tfrac", "frac")
@@ -156,12 +150,13 @@ def to_number(s: str) -> float | None:
     s = _clean(s).replace(" ", "")
     if s.endswith("%"):
         s = s[:-1]
-    frac = (_FRAC_BRACED.fullmatch(s) or _FRAC_DIGITS.fullmatch(s)) if "\\frac" in s else None
+    frac = (re.fullmatch(r"(-?)\\frac\{(-?[\d.]+)\}\{(-?[\d.]+)\}", s) or re.fullmatch(
+        r"(-?)\\frac(\d)(\d)", s)) if "\\frac" in s else None
     try:
         if frac:
             value = float(Fraction(frac.group(2)) / Fraction(frac.group(3)))
             return -value if frac.group(1) else value
-        if _PLAIN_NUMBER.fullmatch(s) and any(c.isdigit() for c in s):
+        if re.fullmatch(r"-?(?:\d{1,3}(?:,\d{3})+|\d*)(?:\.\d+)?(?:/\d+)?", s) and any(c.isdigit() for c in s):
             s = s.replace(",", "")
             value = float(s) if "/" not in s else 0.0  # what float(Fraction(s)) gives, at a tenth of the cost,
             if value == 0.0:  # except for the sign of a zero ("-0" -> 0.0, "-0.0...01" -> -0.0) and fractions
