@@ -39,7 +39,7 @@ _skip_plugin_loader()
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from grpo_cli import __version__
+from grpo_cli import __version__  # noqa: E402
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
