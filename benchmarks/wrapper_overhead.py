@@ -2,7 +2,10 @@
 
 The wrapper may cost at most 3 %. Both runs train the bundled tiny model on CPU; they are
 interleaved (plain, grpo, plain, grpo, ...) so machine noise hits both alike, and the median of
-each side is compared. Prints a table and appends it to docs/performance.md.
+each side is compared. Both run under benchmarks/train_probe.py, which also records the CPU seconds
+of the train() call: CPU ms per step do not count the time spent waiting for a core, so on a shared
+machine they resolve a few percent where steps/s cannot. Prints a table and appends it to
+docs/performance.md. `--prompts-per-step 16 --num-generations 16` gives a larger group.
 
     python benchmarks/wrapper_overhead.py [--repeats 3] [--max-steps 200] [--no-append]
 """
@@ -14,11 +17,11 @@ import datetime as dt
 import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,62 +30,115 @@ ROOT = Path(__file__).resolve().parent.parent
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 
 
-def plain_run(args: argparse.Namespace, out: Path) -> float:
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "trl_plain_demo.py"), "--max-steps", str(args.max_steps),
-           "--output-dir", str(out), "--learning-rate", str(args.learning_rate), "--num-generations",
-           str(args.num_generations), "--prompts-per-step", str(args.prompts_per_step), "--eval-samples", "1"]
-    text = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True, env=ENV).stdout
-    match = re.search(r"trainer train_steps_per_second: ([\d.]+)", text)
-    if not match:
-        raise RuntimeError(f"unexpected output from the plain script:\n{text}")
-    return float(match.group(1))
+PROBE = ROOT / "benchmarks" / "train_probe.py"
 
 
-def grpo_run(args: argparse.Namespace, out: Path) -> float:
-    cmd = [sys.executable, "-m", "grpo_cli", "train", "recipes/demo.yaml", "-o", str(out), "--force",
-           f"training.max_steps={args.max_steps}", f"training.learning_rate={args.learning_rate}",
-           f"training.num_generations={args.num_generations}",
-           f"training.per_device_train_batch_size={args.prompts_per_step * args.num_generations}",
-           "training.lr_scheduler_type=constant", "training.logging_steps=10", "training.save_strategy=no",
-           "eval.before_after=false", "output.report_to=[none]", "training.seed=0"]
-    subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=True, env=ENV)
-    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    final = next(r for r in reversed(records) if "train_runtime" in r)
-    return float(final["train_steps_per_second"]) if "train_steps_per_second" in final else (
-        args.max_steps / float(final["train_runtime"]))
+@dataclass
+class Run:
+    """One training run: train() wall seconds, CPU seconds (all threads) and optimizer steps."""
+
+    wall: float
+    cpu: float
+    steps: int
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.wall
+
+    @property
+    def cpu_ms_per_step(self) -> float:
+        return 1000 * self.cpu / self.steps
+
+
+def _probe(cmd: list[str], out: Path) -> Run:
+    record = out.with_suffix(".probe.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.run([sys.executable, str(PROBE), str(record), *cmd], cwd=ROOT, capture_output=True, text=True,
+                          env=ENV)
+    if proc.returncode != 0 or not record.exists():
+        raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    return Run(**json.loads(record.read_text(encoding="utf-8")))
+
+
+def plain_run(args: argparse.Namespace, out: Path) -> Run:
+    return _probe([str(ROOT / "benchmarks" / "trl_plain_demo.py"), "--max-steps", str(args.max_steps),
+                   "--output-dir", str(out), "--learning-rate", str(args.learning_rate), "--num-generations",
+                   str(args.num_generations), "--prompts-per-step", str(args.prompts_per_step), "--eval-samples", "1"],
+                  out)
+
+
+def grpo_run(args: argparse.Namespace, out: Path) -> Run:
+    return _probe(["-m", "grpo_cli", "train", "recipes/demo.yaml", "-o", str(out), "--force",
+                   f"training.max_steps={args.max_steps}", f"training.learning_rate={args.learning_rate}",
+                   f"training.num_generations={args.num_generations}",
+                   f"training.per_device_train_batch_size={args.prompts_per_step * args.num_generations}",
+                   "training.lr_scheduler_type=constant", "training.logging_steps=10", "training.save_strategy=no",
+                   "eval.before_after=false", "output.report_to=[none]", "training.seed=0"], out)
+
+
+def add_arguments(parser: argparse.ArgumentParser, repeats: int = 3, max_steps: int = 200) -> None:
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--max-steps", type=int, default=max_steps)
+    parser.add_argument("--learning-rate", type=float, default=3e-4)
+    parser.add_argument("--num-generations", type=int, default=8)
+    parser.add_argument("--prompts-per-step", type=int, default=8)
+
+
+def compare(args: argparse.Namespace, tmp: Path) -> tuple[list[Run], list[Run]]:
+    """Interleaved pairs (plain, grpo, plain, grpo, ...), printing each pair as it finishes."""
+    plain: list[Run] = []
+    wrapped: list[Run] = []
+    for i in range(args.repeats):
+        plain.append(plain_run(args, tmp / f"plain{i}"))
+        wrapped.append(grpo_run(args, tmp / f"grpo{i}"))
+        p, g = plain[-1], wrapped[-1]
+        print(f"pair {i + 1}: plain TRL {p.steps_per_s:.3f} steps/s {p.cpu_ms_per_step:.1f} CPU ms/step, "
+              f"grpo {g.steps_per_s:.3f} steps/s {g.cpu_ms_per_step:.1f} CPU ms/step", flush=True)
+    return plain, wrapped
+
+
+def overheads(plain: list[Run], wrapped: list[Run]) -> tuple[float, float]:
+    """(steps/s overhead %, CPU-per-step overhead %) of grpo over plain TRL, from the medians."""
+    p = statistics.median(r.steps_per_s for r in plain)
+    g = statistics.median(r.steps_per_s for r in wrapped)
+    pc = statistics.median(r.cpu_ms_per_step for r in plain)
+    gc = statistics.median(r.cpu_ms_per_step for r in wrapped)
+    return (p - g) / p * 100, (gc - pc) / pc * 100
+
+
+def table(plain: list[Run], wrapped: list[Run]) -> str:
+    rows = ["| runner | steps/s (median) | CPU ms/step (median) | all runs (steps/s; CPU ms/step) |",
+            "|---|---|---|---|"]
+    for name, runs in (("plain TRL script", plain), ("`grpo train`", wrapped)):
+        rows.append(f"| {name} | {statistics.median(r.steps_per_s for r in runs):.3f} | "
+                    f"{statistics.median(r.cpu_ms_per_step for r in runs):.1f} | "
+                    f"{', '.join(f'{r.steps_per_s:.3f}' for r in runs)}; "
+                    f"{', '.join(f'{r.cpu_ms_per_step:.1f}' for r in runs)} |")
+    wall, cpu = overheads(plain, wrapped)
+    rows += ["", f"Wrapper overhead: {wall:+.1f} % in steps/s, {cpu:+.1f} % in CPU per step (target: at most 3 %)."]
+    return "\n".join(rows)
+
+
+def header(args: argparse.Namespace, load_before: float) -> str:
+    return (f"\n### Wrapper overhead ({dt.datetime.now():%Y-%m-%d %H:%M}, {platform.machine()}, {os.cpu_count()} "
+            f"cores, load {load_before:.1f} before / {os.getloadavg()[0]:.1f} after, {args.max_steps} steps x "
+            f"{args.repeats} interleaved pairs, {args.prompts_per_step} prompts x {args.num_generations} "
+            "generations per step, one torch thread)\n\n")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--max-steps", type=int, default=200)
-    parser.add_argument("--learning-rate", type=float, default=3e-4)
-    parser.add_argument("--num-generations", type=int, default=8)
-    parser.add_argument("--prompts-per-step", type=int, default=8)
+    add_arguments(parser)
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
-    plain, wrapped = [], []
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        for i in range(args.repeats):
-            plain.append(plain_run(args, Path(tmp) / f"plain{i}"))
-            wrapped.append(grpo_run(args, Path(tmp) / f"grpo{i}"))
-            print(f"repeat {i + 1}: plain TRL {plain[-1]:.3f} steps/s, grpo {wrapped[-1]:.3f} steps/s", flush=True)
-    p, g = statistics.median(plain), statistics.median(wrapped)
-    overhead = (p - g) / p * 100
-    table = "\n".join([
-        "| runner | steps/s (median) | all runs |", "|---|---|---|",
-        f"| plain TRL script | {p:.3f} | {', '.join(f'{x:.3f}' for x in plain)} |",
-        f"| `grpo train` | {g:.3f} | {', '.join(f'{x:.3f}' for x in wrapped)} |",
-        "", f"Wrapper overhead: {overhead:+.1f} % (target: at most 3 %).",
-    ])
-    print(table)
+        plain, wrapped = compare(args, Path(tmp))
+    text = table(plain, wrapped)
+    print(text)
     if not args.no_append:
-        load = os.getloadavg()[0]
-        header = (f"\n### Wrapper overhead ({dt.datetime.now():%Y-%m-%d %H:%M}, {platform.machine()}, "
-                  f"{os.cpu_count()} cores, load {load:.1f}, {args.max_steps} steps x {args.repeats} repeats, "
-                  f"{args.prompts_per_step} prompts x {args.num_generations} generations per step)\n\n")
         with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write(header + table + "\n")
+            fh.write(header(args, load) + text + "\n")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,28 @@
 """The `grpo` command line: a thin shell that parses arguments, calls the library and renders with rich.
 
-`app` is the Typer application with every verb registered; `main` is the console-script entry point.
-Nothing else imports this package.
+`main` is the console-script entry point; `app` is the Typer application with every verb registered
+(built on first use, so running one verb imports only that verb's module). Nothing else imports this package.
 """
 
 from __future__ import annotations
 
-from grpo_cli.cli.app import app, main
-from grpo_cli.cli.commands import register
-
-register(app)
+import sys
+from typing import Any
 
 __all__ = ["app", "main"]
+
+
+def main() -> None:
+    """Console-script entry point: the verb named on the command line (or every verb) on grpo's app."""
+    from grpo_cli.cli.base import run_app
+    from grpo_cli.cli.commands import app_for
+
+    run_app(app_for(sys.argv[1:]))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        from grpo_cli.cli.commands import full_app
+
+        return full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

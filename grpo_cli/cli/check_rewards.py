@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.app import RECIPE_EPILOG, OverridesArg, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, console, load, run_guarded
 
 CHECK_EPILOG = (
     RECIPE_EPILOG + " Completions come from built-in probes for each sampled row (reference answer, wrong "

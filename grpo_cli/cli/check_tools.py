@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.app import RECIPE_EPILOG, OverridesArg, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, console, load, run_guarded
 
 CHECK_TOOLS_EPILOG = (
     RECIPE_EPILOG + " Prints each tool's JSON schema as the model sees it and the first prompt rendered with "

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.app import OverridesArg, console, load, run_guarded
+from grpo_cli.cli.base import OverridesArg, console, load, run_guarded
 
 DOCTOR_EPILOG = ("Exit code 1 when something needed is missing or outside its supported window: the core libraries "
                  "always, and with a recipe also what it uses (vLLM, DeepSpeed, bitsandbytes, flash-attn, "

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.app import OverridesArg, console, run_guarded
+from grpo_cli.cli.base import OverridesArg, console, run_guarded
 
 EVAL_EPILOG = (
     "Models can be hub ids, model dirs, LoRA adapter dirs (base read from adapter_config.json), grpo output "

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.app import OverridesArg, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import OverridesArg, RecipeArg, console, load, run_guarded
 
 launch_app = typer.Typer(help="Write a cluster launch file (Slurm batch script, SkyPilot task) from a recipe.",
                          no_args_is_help=True, rich_markup_mode=None)

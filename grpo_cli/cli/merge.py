@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.app import console, run_guarded
+from grpo_cli.cli.base import console, run_guarded
 
 
 def merge(

@@ -18,8 +18,10 @@ from __future__ import annotations
 import asyncio
 import inspect
 import math
+import os
 import signal
 import threading
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -34,9 +36,10 @@ class _Expired(BaseException):
 
 
 class _Watch:
-    def __init__(self, seconds: float) -> None:
+    def __init__(self, seconds: float, thread_id: int) -> None:
         self.seconds = seconds
-        self.lock = threading.Lock()
+        self.deadline = time.monotonic() + seconds
+        self.thread_id = thread_id
         self.done = False
         self.fired = False
         self.raised = False
@@ -45,6 +48,64 @@ class _Watch:
 _current: list[_Watch] = []  # the main thread's armed watches, innermost last
 _previous_handler: Any = None
 _installed = False
+
+
+_IDLE_WAKE = 5.0  # seconds
+
+
+class _Watchdog:
+    """One thread for every timed call, instead of a timer thread started per call.
+
+    Starting a thread per reward call cost milliseconds per training step on a busy machine (the
+    caller waits until the new thread has run). Arming and disarming here only take a lock; the
+    thread is woken only when a new deadline comes before the time it wakes anyway, so with one
+    `timeout` for all rewards it sleeps through the calls and wakes every few seconds at most.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """A fresh lock and no thread: at start, and in a forked child (the lock may have been held at the fork)."""
+        self.cond = threading.Condition(threading.Lock())
+        self.watches: list[_Watch] = []
+        self.wake_at = math.inf  # the deadline the thread is sleeping toward
+        self.pid = -1
+
+    def arm(self, watch: _Watch) -> None:
+        with self.cond:
+            if self.pid != os.getpid():  # first use, or a forked child (which has no copy of the thread)
+                self.pid, self.watches, self.wake_at = os.getpid(), [], math.inf
+                threading.Thread(target=self._run, daemon=True, name="grpo reward timeouts").start()
+            self.watches.append(watch)
+            if watch.deadline < self.wake_at:
+                self.wake_at = watch.deadline
+                self.cond.notify()
+
+    def disarm(self, watch: _Watch) -> None:
+        """After this returns the watch never fires (a signal it already sent may still be on its way)."""
+        with self.cond:
+            watch.done = True
+            if watch in self.watches:
+                self.watches.remove(watch)
+
+    def _run(self) -> None:
+        pid = os.getpid()
+        with self.cond:
+            while self.pid == pid:
+                now = time.monotonic()
+                for watch in [w for w in self.watches if w.deadline <= now]:
+                    self.watches.remove(watch)
+                    watch.fired = True
+                    signal.pthread_kill(watch.thread_id, _SIGNAL)
+                # Idle, it still wakes now and then, so that arming a call with a later deadline never has to.
+                self.wake_at = min((w.deadline for w in self.watches), default=now + _IDLE_WAKE)
+                self.cond.wait(self.wake_at - now)
+
+
+_watchdog = _Watchdog()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_watchdog.reset)
 
 
 def _on_signal(signum: int, frame: Any) -> None:
@@ -77,27 +138,16 @@ def _expired(label: str, seconds: float) -> RewardTimeoutError:
 
 def _in_main_thread(fn: Callable[[], Any], seconds: float, label: str) -> Any:
     _install()
-    watch = _Watch(seconds)
-    main = threading.main_thread().ident
-
-    def fire() -> None:
-        with watch.lock:
-            if not watch.done:
-                watch.fired = True
-                signal.pthread_kill(main, _SIGNAL)
-
-    timer = threading.Timer(seconds, fire)
-    timer.daemon = True
+    watch = _Watch(seconds, threading.main_thread().ident or 0)
     _current.append(watch)
-    timer.start()
+    _watchdog.arm(watch)
     try:
         return fn()
     except _Expired:
         raise _expired(label, seconds) from None
     finally:
-        with watch.lock:
-            watch.done = True
-        timer.cancel()
+        watch.raised = True  # from here on, a signal sent just before the disarm is ignored
+        _watchdog.disarm(watch)
         _current.remove(watch)
 
 

@@ -15,20 +15,18 @@ REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _builtins() -> dict[str, Callable[..., Any]]:
-    from grpo_cli.rewards.builtins import BUILTINS
-
-    return BUILTINS
-
-
 def builtin_names() -> list[str]:
-    """Names usable as `rewards[].name` without `function` or `model`."""
-    return sorted(_builtins())
+    """Names usable as `rewards[].name` without `function` or `model` (nothing is imported)."""
+    from grpo_cli.rewards.builtins import WHERE
+
+    return sorted(WHERE)
 
 
 def get_builtin(name: str) -> Callable[..., Any]:
-    """The built-in reward function called `name` (KeyError when there is none)."""
-    return _builtins()[name]
+    """The built-in reward function called `name` (KeyError when there is none); imports only its module."""
+    from grpo_cli.rewards.builtins import load_builtin
+
+    return load_builtin(name)
 
 
 def describe_builtin(name: str) -> str:

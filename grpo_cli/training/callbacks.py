@@ -79,15 +79,16 @@ class RichConsole(TrainerCallback):
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.progress is None:
             return
-        self.progress.update(self.task, completed=state.global_step)
         now = time.monotonic()
-        if now - self._last_refresh > 0.5:  # at most two redraws a second
+        if now - self._last_refresh > 0.5:  # at most two updates and redraws a second: a step may take 0.1 s
             self._last_refresh = now
+            self.progress.update(self.task, completed=state.global_step)
             self.progress.refresh()
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
         if self.progress is None or not logs or "reward" not in logs:
             return
+        self.progress.update(self.task, completed=state.global_step)  # the bar redrawn under the line is current
         self.progress.console.print(format_log_line(state.global_step, logs, self.show_kl), markup=False,
                                     soft_wrap=True)
 

@@ -5,30 +5,48 @@ arguments (`prompts`, `completion_ids`, `trainer_state`, every dataset column, .
 returns one float per completion, or None where the reward does not apply to that row.
 Tunable parameters are keyword-only with defaults so recipes bind them with functools.partial.
 Nothing here imports torch or transformers; math-verify is imported only when first needed.
+
+`WHERE` names each reward's module and function, so a recipe loads only the modules of the rewards
+it uses (`grpo validate` of an `accuracy` recipe does not import the code sandbox's client);
+`BUILTINS` (every reward, by name) imports them all on first use.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
-from grpo_cli.rewards.builtins.answers import accuracy, completion_text
-from grpo_cli.rewards.builtins.code import code
-from grpo_cli.rewards.builtins.formats import code_format, format_reward, reasoning_steps, soft_format, tag_count
-from grpo_cli.rewards.builtins.length import cosine, length, repetition_penalty, soft_overlong_punishment
-
-BUILTINS: dict[str, Callable[..., list[Any]]] = {
-    "accuracy": accuracy,
-    "format": format_reward,
-    "soft_format": soft_format,
-    "tag_count": tag_count,
-    "reasoning_steps": reasoning_steps,
-    "length": length,
-    "cosine": cosine,
-    "repetition_penalty": repetition_penalty,
-    "soft_overlong_punishment": soft_overlong_punishment,
-    "code_format": code_format,
-    "code": code,
+# reward name -> (module in this package, function)
+WHERE: dict[str, tuple[str, str]] = {
+    "accuracy": ("answers", "accuracy"),
+    "format": ("formats", "format_reward"),
+    "soft_format": ("formats", "soft_format"),
+    "tag_count": ("formats", "tag_count"),
+    "reasoning_steps": ("formats", "reasoning_steps"),
+    "length": ("length", "length"),
+    "cosine": ("length", "cosine"),
+    "repetition_penalty": ("length", "repetition_penalty"),
+    "soft_overlong_punishment": ("length", "soft_overlong_punishment"),
+    "code_format": ("formats", "code_format"),
+    "code": ("code", "code"),
 }
 
-__all__ = ["BUILTINS", "completion_text"]
+
+def load_builtin(name: str) -> Callable[..., list[Any]]:
+    """The built-in reward called `name`, importing only its module (KeyError when there is none)."""
+    module, function = WHERE[name]
+    return getattr(importlib.import_module(f"{__name__}.{module}"), function)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BUILTINS":
+        return {reward: load_builtin(reward) for reward in WHERE}
+    if name == "completion_text":
+        from grpo_cli.rewards.builtins.answers import completion_text
+
+        return completion_text
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["BUILTINS", "WHERE", "completion_text", "load_builtin"]

@@ -1,4 +1,4 @@
-"""The Typer app and what every verb shares: consoles, argument types, error guard, entry point.
+"""What every verb shares: the Typer app's global options, consoles, argument types, error guard, exit.
 
 The verbs live one per file beside this one and are registered by `commands.register`. Nothing
 heavy is imported at module level so `grpo --help` and `grpo validate` stay instant.
@@ -16,10 +16,30 @@ from typing import Annotated, Any
 # `grpo validate`); grpo uses none. Users who rely on a pydantic plugin can set the variable.
 os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
+
+def _skip_plugin_loader() -> None:
+    """With every plugin disabled, pydantic's plugin loader still imports importlib.metadata (email, zipfile,
+    csv: about 5 % of `grpo validate`) before it answers "no plugins". A stand-in gives that answer directly.
+
+    Only when the variable says `__all__` (the loader then returns no plugins without looking) and the loader
+    is not loaded yet; pydantic imports nothing else from that module.
+    """
+    name = "pydantic.plugin._loader"
+    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") != "__all__" or name in sys.modules:
+        return
+    import types
+
+    loader = types.ModuleType(name, "grpo's stand-in: pydantic plugins are disabled (PYDANTIC_DISABLE_PLUGINS).")
+    loader.get_plugins = lambda: ()  # type: ignore[attr-defined]
+    sys.modules[name] = loader
+
+
+_skip_plugin_loader()
+
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from grpo_cli import __version__
+from grpo_cli import __version__  # noqa: E402
 
 console = Console(highlight=False)
 err_console = Console(stderr=True, highlight=False)
@@ -28,15 +48,6 @@ RECIPE_EPILOG = (
     "A recipe is YAML with the sections model, data, rewards, training, launch and output "
     "(see `grpo schema` and docs/recipes.md). Add `section.key=value` overrides after the recipe path, "
     "e.g. `training.learning_rate=1e-5 model.lora.r=8`."
-)
-
-app = typer.Typer(
-    name="grpo",
-    help="Declarative GRPO fine-tuning: write one YAML recipe, check it in a second, train it anywhere.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
 )
 
 _state = {"debug": False}
@@ -53,13 +64,26 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Show full tracebacks on errors.")] = False,
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Print the version and exit.")] = False,
 ) -> None:
     _state["debug"] = debug
+
+
+def new_app() -> typer.Typer:
+    """The `grpo` app with its global options (--debug, --version) and no verbs yet."""
+    app = typer.Typer(
+        name="grpo",
+        help="Declarative GRPO fine-tuning: write one YAML recipe, check it in a second, train it anywhere.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    app.callback()(_main)
+    return app
 
 
 def run_guarded(func: Callable[[], Any]) -> Any:
@@ -91,8 +115,8 @@ def load(recipe: Path, overrides: list[str] | None) -> Any:
 _FAST_EXIT = {"validate", "schema", "--help", "--version"}
 
 
-def main() -> None:
-    """Console-script entry point (the verbs are registered by importing grpo_cli.cli)."""
+def run_app(app: typer.Typer) -> None:
+    """Run `app` on the command line; commands that only read and print skip interpreter teardown."""
     try:
         app()
     except SystemExit as exc:
@@ -102,5 +126,3 @@ def main() -> None:
             sys.stderr.flush()
             os._exit(code)
         raise
-
-

@@ -1,0 +1,47 @@
+"""Run a training command in this process and record what its `Trainer.train` call cost (benchmarks only).
+
+    python benchmarks/train_probe.py OUT.json -m grpo_cli train recipes/demo.yaml ...
+    python benchmarks/train_probe.py OUT.json benchmarks/trl_plain_demo.py --max-steps 150 ...
+
+Both runners of the wrapper-overhead benchmark go through this same probe, so whatever it costs, it costs
+both alike. It writes {"wall": s, "cpu": s, "steps": n} for the train() call: wall seconds, CPU seconds of
+the whole process (every thread: a helper thread the wrapper starts is counted too) and optimizer steps.
+CPU seconds per step are the steadier figure on a shared machine: waiting for a core does not count.
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+def main() -> None:
+    out, target = Path(sys.argv[1]), sys.argv[2:]
+    import transformers
+
+    original = transformers.Trainer.train
+
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        wall, cpu = time.perf_counter(), time.process_time()
+        try:
+            return original(self, *args, **kwargs)
+        finally:
+            record = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
+                      "steps": int(self.state.global_step)}
+            out.write_text(json.dumps(record), encoding="utf-8")
+
+    transformers.Trainer.train = timed
+    if target[0] == "-m":
+        sys.argv = [target[1], *target[2:]]
+        runpy.run_module(target[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = target
+        runpy.run_path(target[0], run_name="__main__")
+
+
+if __name__ == "__main__":
+    main()
