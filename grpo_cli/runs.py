@@ -142,20 +142,30 @@ def suite_completions(suite: str) -> str:
     return f"eval-{suite}-completions.jsonl"
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, garbled: list[int] | None = None) -> list[dict[str, Any]]:
     """Records of a run's JSON-lines file (metrics, health, completions); a line cut short or garbled, as a
-    killed run leaves, is skipped, and a missing file has none."""
+    killed run leaves, is skipped (its number is added to `garbled`), and a missing file has none."""
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         try:
             record = json.loads(line)
         except ValueError:
-            continue
+            record = None
         if isinstance(record, dict):
             out.append(record)
+        elif line.strip() and garbled is not None:
+            garbled.append(number)
     return out
+
+
+def damaged_jsonl(path: Path, garbled: list[int], where: str) -> GrpoError:
+    """The error for a run file none of whose lines is a record: damaged, not merely empty so far."""
+    return GrpoError(f"{path} is damaged: none of its lines is a JSON record ({len(garbled)} unreadable line(s), "
+                     f"the first at line {garbled[0]})", where=where,
+                     fix="grpo train writes one JSON object per line; the file was overwritten or corrupted after "
+                         "the run. Restore it from a copy, or train again.")
 
 
 def read_manifest(out: Path) -> dict[str, Any]:

@@ -61,3 +61,15 @@ def test_launch_does_not_overwrite_a_file_it_did_not_write(tmp_path: Path, monke
     forced = run_cli(*args, "-o", "notes.txt", "--force")
     assert forced.exit_code == 0, forced.output
     assert notes.read_text(encoding="utf-8").startswith("#!/bin/bash")
+
+
+def test_a_corrupt_run_file_is_called_damaged_not_empty(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_bytes(b"\x00\x01garbage\xff\n{not json\n")
+    (run / "completions.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n" * 20)
+    _paragraph(run_cli("report", run), "metrics.jsonl is damaged", "line 1")
+    _paragraph(run_cli("samples", run), "completions.jsonl is damaged", "line 1")
+    # An empty file is what a run that has not logged yet leaves: that one is "not yet", not damaged.
+    (run / "metrics.jsonl").write_text("", encoding="utf-8")
+    assert "no training log yet" in _paragraph(run_cli("report", run))
