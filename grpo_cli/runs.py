@@ -275,6 +275,23 @@ class OutputPlan:
     checkpoint: Path | None = None
     replace: bool = False
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+FAILED_START_FILES = frozenset({RECIPE, MANIFEST, METRICS, HEALTH, COMPLETIONS, REPORT_IMAGE, REPORT_SUMMARY})
+
+
+def failed_before_checkpoint(out: Path) -> bool:
+    """A run that failed (or was killed) before saving anything to resume: the next run replaces it as --force
+    would (TensorBoard's runs/ counts when it holds event files only)."""
+    def leftover(p: Path) -> bool:
+        if p.name == "runs" and p.is_dir():
+            return all(f.name.startswith("events.out.tfevents") for f in p.rglob("*") if f.is_file())
+        return p.name in FAILED_START_FILES and p.is_file()
+
+    entries = run_entries(out)
+    return (bool(entries) and read_manifest(out).get("status") in ("failed", "killed")
+            and all(leftover(p) for p in entries))
 
 
 def _resume_plan(out: Path, resume: bool | str | None, non_empty: bool) -> OutputPlan:
@@ -313,6 +330,10 @@ def plan_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy
     if not non_empty:
         return OutputPlan()
     if not (force or policy == "force"):
+        if failed_before_checkpoint(out):
+            return OutputPlan(replace=True, notes=[f"replacing the {read_manifest(out).get('status')} run in {out}: "
+                                                   "it ended before its first checkpoint, so there is nothing to "
+                                                   "resume"])
         raise GrpoError(f"output directory {out} is not empty; refusing to overwrite a previous run",
                         where="output.dir",
                         fix="Use --resume to continue it, --force to replace it, or --output-dir for a new one.")

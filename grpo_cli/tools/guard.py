@@ -22,6 +22,14 @@ class ToolTimeout(TimeoutError):
     """A tool call ran past its timeout (the model sees this message as the tool's error)."""
 
 
+class ToolExit(RuntimeError):
+    """A tool called sys.exit(): a failed call the model sees, not the end of the run (or of check-tools)."""
+
+
+def _exited(name: str, exc: SystemExit) -> ToolExit:
+    return ToolExit(f"{name} called sys.exit({exc.code!r})")
+
+
 @dataclass
 class ToolStats:
     """Calls, failures, timeouts and time of one tool, summed over the run (thread-safe enough: GIL-atomic adds)."""
@@ -110,6 +118,9 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
                     f"{name} did not return within {timeout:g} s")
                 stats.record(started, err)
                 raise err from None
+            except SystemExit as exc:
+                stats.record(started, err := _exited(name, exc))
+                raise err from None
             except Exception as exc:
                 stats.record(started, exc)
                 raise
@@ -125,6 +136,9 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
                     out = _run_with_timeout(func, args, {**kwargs, **bound}, timeout, name)
                 else:
                     out = func(*args, **{**kwargs, **bound})
+            except SystemExit as exc:
+                stats.record(started, err := _exited(name, exc))
+                raise err from None
             except Exception as exc:
                 stats.record(started, exc)
                 raise
@@ -138,13 +152,17 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
     return tool
 
 
-def guarded_class(cls: type, *, timeout: float | None, stats: dict[str, ToolStats]) -> type:
-    """A subclass of `cls` (same name) whose public methods are guarded; `reset` and `get_reward` are left alone.
+def guarded_class(cls: type, *, timeout: float | None, stats: dict[str, ToolStats],
+                  where: str = "environment.factory") -> type:
+    """A subclass of `cls` (same name) whose public methods are guarded tools, and whose `reset` and
+    `get_reward` stop the run with a named error when they fail or time out (tools/lifecycle.py).
 
     TRL lists an environment's tools as the public functions of its class, so the guarded
     methods must be functions defined on the class: a subclass overriding each one is that.
     """
-    overrides: dict[str, Any] = {}
+    from grpo_cli.tools.lifecycle import lifecycle_overrides
+
+    overrides: dict[str, Any] = lifecycle_overrides(cls, timeout, where)
     for member, func in inspect.getmembers(cls, predicate=inspect.isfunction):
         if member.startswith("_") or member in ("reset", "get_reward"):
             continue
