@@ -156,3 +156,46 @@ def test_a_tool_that_calls_sys_exit_is_a_counted_failure_in_training(tmp_path: P
     # the pre-trained model calls `add` about half the time: 16 rollouts without a call are ~0.5**16 unlikely
     assert stats["calls"] > 0 and stats["failures"] == stats["calls"]
     assert "add called sys.exit(3)" in stats["last_error"]
+
+
+def test_a_huge_tool_result_is_cut_before_it_reaches_the_model(tmp_path: Path) -> None:
+    (tmp_path / "flood.py").write_text(textwrap.dedent('''
+        def add(a: int, b: int) -> str:
+            """Add two integers.
+
+            Args:
+                a: first
+                b: second
+            """
+            return str(a + b) + " " + "x" * 5_000_000
+        '''), encoding="utf-8")
+    out = tmp_path / "run"
+    result = run_cli("train", RECIPES / "tools-demo.yaml", f"tools=[{{function: {tmp_path}/flood.py:add}}]",
+                     "training.max_steps=1", "training.per_device_train_batch_size=16", "training.num_generations=4",
+                     "training.logging_steps=1", "eval.before_after=false", "-o", out)
+    assert result.exit_code == 0, result
+    stats = json.loads((out / "manifest.json").read_text())["tools"]["add"]
+    assert stats["calls"] > 0 and stats["results_cut"] == stats["calls"]  # every 5 MB result was cut
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert sum(r.get("tools/results_cut", 0) for r in logged) == stats["calls"]
+    assert "tool_results_cut" in result.output  # the step line says so
+
+
+def test_the_cut_keeps_the_start_and_says_how_long_the_result_was(tmp_path: Path) -> None:
+    from grpo_cli.tools.guard import ToolStats, guard
+
+    def echo(text: str) -> str:
+        """Echo.
+
+        Args:
+            text: what to echo
+        """
+        return text
+
+    stats = ToolStats()
+    capped = guard(echo, name="echo", max_chars=100, stats=stats)
+    short = capped(text="hello")
+    long = capped(text="y" * 1000)
+    assert short == "hello" and stats.cut == 1
+    assert long.startswith("y" * 100) and "cut at 100 of 1,000 characters (max_result_chars)" in long
+    assert guard(echo, name="echo", max_chars=None)(text="z" * 1000) == "z" * 1000

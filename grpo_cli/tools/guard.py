@@ -38,11 +38,13 @@ class ToolStats:
     failures: int = 0
     timeouts: int = 0
     seconds: float = 0.0
+    cut: int = 0
+    """Results longer than the tool's max_result_chars, cut before they reached the model."""
     last_error: str = ""
     outputs: set[str] = field(default_factory=set, repr=False)
 
     def summary(self) -> dict[str, Any]:
-        return {"calls": self.calls, "failures": self.failures, "timeouts": self.timeouts,
+        return {"calls": self.calls, "failures": self.failures, "timeouts": self.timeouts, "results_cut": self.cut,
                 "mean_seconds": round(self.seconds / self.calls, 6) if self.calls else None,
                 "last_error": self.last_error or None}
 
@@ -90,13 +92,27 @@ def _run_with_timeout(func: Any, args: tuple, kwargs: dict, timeout: float, name
     return box.get("value")
 
 
+def cap_result(result: Any, limit: int | None, name: str, stats: ToolStats) -> Any:
+    """The result as TRL will put it in the context (its text), cut to `limit` characters with a note saying so.
+
+    Lists (multimodal content blocks) pass unchanged: TRL hands them to the processor as they are.
+    """
+    if limit is None or isinstance(result, list):
+        return result
+    text = result if isinstance(result, str) else str(result)
+    if len(text) <= limit:
+        return result
+    stats.cut += 1
+    return text[:limit] + f"\n[... {name}'s result was cut at {limit:,} of {len(text):,} characters (max_result_chars)]"
+
+
 def _visible_signature(func: Any, hidden: set[str]) -> inspect.Signature:
     sig = inspect.signature(func)
     return sig.replace(parameters=[p for n, p in sig.parameters.items() if n not in hidden])
 
 
 def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout: float | None = None,
-          stats: ToolStats | None = None) -> Any:
+          stats: ToolStats | None = None, max_chars: int | None = None) -> Any:
     """A plain function (sync or async like `func`) that TRL can call as the tool `name`.
 
     Works for methods too (`self` stays the first parameter), so an environment class can be
@@ -125,7 +141,7 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
                 stats.record(started, exc)
                 raise
             stats.record(started, None, out)
-            return out
+            return cap_result(out, max_chars, name, stats)
     else:
 
         @functools.wraps(func)
@@ -143,7 +159,7 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
                 stats.record(started, exc)
                 raise
             stats.record(started, None, out)
-            return out
+            return cap_result(out, max_chars, name, stats)
 
     tool.__name__ = name
     tool.__signature__ = _visible_signature(func, set(bound))  # type: ignore[attr-defined]
@@ -153,7 +169,7 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
 
 
 def guarded_class(cls: type, *, timeout: float | None, stats: dict[str, ToolStats],
-                  where: str = "environment.factory") -> type:
+                  where: str = "environment.factory", max_chars: int | None = None) -> type:
     """A subclass of `cls` (same name) whose public methods are guarded tools, and whose `reset` and
     `get_reward` stop the run with a named error when they fail or time out (tools/lifecycle.py).
 
@@ -167,7 +183,7 @@ def guarded_class(cls: type, *, timeout: float | None, stats: dict[str, ToolStat
         if member.startswith("_") or member in ("reset", "get_reward"):
             continue
         stats.setdefault(member, ToolStats())
-        overrides[member] = guard(func, name=member, timeout=timeout, stats=stats[member])
+        overrides[member] = guard(func, name=member, timeout=timeout, stats=stats[member], max_chars=max_chars)
     overrides["__qualname__"] = cls.__qualname__
     overrides["__module__"] = cls.__module__
     overrides["__doc__"] = cls.__doc__

@@ -93,7 +93,8 @@ def load_toolset(recipe: Any) -> Toolset | None:
                                 where=f"tools[{i}].params.{key}",
                                 fix=f"Its parameters are: {', '.join(sig.parameters)}.")
         stats = toolset.stats.setdefault(entry.name, ToolStats())
-        toolset.tools.append(guard(func, name=entry.name, params=entry.params, timeout=entry.timeout, stats=stats))
+        toolset.tools.append(guard(func, name=entry.name, params=entry.params, timeout=entry.timeout, stats=stats,
+                                   max_chars=entry.max_result_chars))
     env = recipe.environment
     if env is not None:
         for name, ref in env.classes().items():
@@ -103,7 +104,8 @@ def load_toolset(recipe: Any) -> Toolset | None:
                 raise GrpoError(f"environment class {cls.__name__} has no `reset` method", where=where,
                                 fix="Add `def reset(self, **kwargs) -> str | None:` (it starts each rollout).")
             toolset.classes[name] = cls
-            wrapped = guarded_class(cls, timeout=env.timeout, stats=toolset.stats, where=where)
+            wrapped = guarded_class(cls, timeout=env.timeout, stats=toolset.stats, where=where,
+                                    max_chars=env.max_result_chars)
             toolset.environments[name] = guarded_factory(wrapped, env.params_for(name), env.timeout, where)
     return toolset
 

@@ -235,7 +235,7 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
-    from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole
+    from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
     from grpo_cli.training.health import health_callbacks
     from grpo_cli.training.sampler import resumable
     from grpo_cli.training.sharding import ShardingProbe
@@ -246,6 +246,8 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     run.probe = ShardingProbe(evaluates_during_training=bool(recipe.eval.every_steps))
     run.callbacks = [run.probe, run.metrics, run.stopper,
                      RichConsole(run.console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
+    if run.toolset is not None:  # first: the writers and the console see the key it adds
+        run.callbacks.insert(0, ToolResultCuts(run.toolset.stats))
     if run.aside is not None:
         run.callbacks.append(OnFirstStep(run.aside.discard))
     run.callbacks += health_callbacks(recipe, run.out, console=run.console)
