@@ -138,6 +138,11 @@ def _locator(recipe: Recipe, data: DataSection, split: str) -> Any:
     return lambda index: locate_record(paths, index)
 
 
+def _row_namer(locate: Any) -> Any:
+    """(row, index) -> the row's file and line, for messages about its images (the index is after shuffling)."""
+    return lambda row, i: locate(row[SOURCE_INDEX]) if SOURCE_INDEX in row else f"row {i}"
+
+
 def _row_mapper(data: DataSection, locate: Any) -> Any:
     prompt = data.prompt
     answer = data.answer
@@ -259,7 +264,7 @@ def map_split(recipe: Recipe, tokenizer: Any, split: str, *, data: DataSection |
     ds = _load_split(data, recipe, split, where)
     _check_columns(ds, data, where)
     if data.images is not None:
-        ds = attach_images(ds, recipe, data, split)
+        ds = attach_images(ds, recipe, data, split, _row_namer(_locator(recipe, data, split)))
     return _limit_length(_map(ds, data, _locator(recipe, data, split)), data, tokenizer, {}, split)
 
 
@@ -289,9 +294,10 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
     if evaluation is not None and data.max_eval_samples:
         evaluation = evaluation.select(range(min(data.max_eval_samples, len(evaluation))))
     if data.images is not None:
-        train = attach_images(train, recipe, data, data.split)
+        train = attach_images(train, recipe, data, data.split, _row_namer(_locator(recipe, data, data.split)))
         if evaluation is not None:
-            evaluation = attach_images(evaluation, recipe, data, data.eval_split or data.split)
+            split = data.eval_split or data.split
+            evaluation = attach_images(evaluation, recipe, data, split, _row_namer(_locator(recipe, data, split)))
     locate = _locator(recipe, data, data.split)
     train = _limit_length(_map(train, data, locate), data, tokenizer, stats, "train")
     if evaluation is not None:
