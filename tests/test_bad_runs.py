@@ -101,6 +101,17 @@ def test_check_rewards_reports_a_reward_that_never_returns(rewards_dir: Path, en
     assert "all 2 rewards pass" not in out
 
 
+@pytest.mark.parametrize("entry", ["{function: rw.py:sleeps, timeout: 3}",
+                                   "{function: rw.py:sleeps_async, timeout: 3}"], ids=["serial", "async"])
+def test_a_slow_reward_says_it_is_still_running(rewards_dir: Path, entry: str, monkeypatch) -> None:
+    from grpo_cli.rewards import calling
+
+    monkeypatch.setattr(calling, "STILL_RUNNING_AFTER_S", 1.0)  # 10 s by default
+    out = _paragraph(run_cli("check-rewards", rewards_dir / "demo.yaml", "-n", "1", f"rewards=[{entry}]"), 1)
+    assert "is still running after 1 s; it is stopped at 3 s (its `timeout`)" in out, out
+    assert "'sleeps" in out.split("is still running")[0].splitlines()[-1]  # the line names the reward
+
+
 # ------------------------------------------------------------------ check-rewards contract
 
 

@@ -16,11 +16,14 @@ on timeout, and async rewards are cancelled with asyncio.wait_for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import signal
+import sys
 import threading
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from grpo_cli.errors import GrpoError, RewardTimeoutError
@@ -120,23 +123,54 @@ def _in_helper_thread(fn: Callable[[], Any], seconds: float, label: str) -> Any:
     return box["value"]
 
 
-def run_with_timeout(fn: Callable[[], Any], seconds: float | None, label: str) -> Any:
-    """fn(), stopped with RewardTimeoutError naming `label` when it runs longer than `seconds` (None: no limit)."""
-    if seconds is None:
-        return fn()
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_kill"):
-        return _in_main_thread(fn, seconds, label)
-    return _in_helper_thread(fn, seconds, label)
+STILL_RUNNING_AFTER_S = 10.0
+"""A call running this long says so on stderr (which reward, how long, when it will be stopped), then every
+minute: a reward stuck up to its 600 s default is not ten silent minutes."""
+
+
+@contextlib.contextmanager
+def still_running(label: str, seconds: float | None, what: str = "reward") -> Iterator[None]:
+    """While the body runs, a line on stderr after STILL_RUNNING_AFTER_S seconds and every minute after."""
+    done = threading.Event()
+    started = time.monotonic()
+
+    def watch() -> None:
+        wait = STILL_RUNNING_AFTER_S
+        while not done.wait(wait):
+            limit = f"it is stopped at {seconds:g} s (its `timeout`)" if seconds else "it has no timeout"
+            print(f"{what} {label!r} is still running after {time.monotonic() - started:.0f} s; {limit}",
+                  file=sys.stderr, flush=True)
+            wait = 60.0
+
+    threading.Thread(target=watch, daemon=True, name=f"watch {label}").start()
+    try:
+        yield
+    finally:
+        done.set()
+
+
+def run_with_timeout(fn: Callable[[], Any], seconds: float | None, label: str, what: str = "reward") -> Any:
+    """fn(), stopped with RewardTimeoutError naming `label` when it runs longer than `seconds` (None: no limit).
+
+    A call that runs long says so while it runs (`still_running`; `what` names the kind of code in that line).
+    """
+    with still_running(label, seconds, what):
+        if seconds is None:
+            return fn()
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_kill"):
+            return _in_main_thread(fn, seconds, label)
+        return _in_helper_thread(fn, seconds, label)
 
 
 async def await_with_timeout(awaitable: Awaitable[Any], seconds: float | None, label: str) -> Any:
     """The awaited result, or RewardTimeoutError naming `label` after `seconds` (the coroutine is cancelled)."""
-    if seconds is None:
-        return await awaitable
-    try:
-        return await asyncio.wait_for(awaitable, seconds)
-    except TimeoutError:
-        raise _expired(label, seconds) from None
+    with still_running(label, seconds):
+        if seconds is None:
+            return await awaitable
+        try:
+            return await asyncio.wait_for(awaitable, seconds)
+        except TimeoutError:
+            raise _expired(label, seconds) from None
 
 
 def run_awaitable(result: Any) -> Any:

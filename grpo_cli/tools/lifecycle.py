@@ -90,7 +90,7 @@ def lifecycle_guard(func: Any, cls_name: str, method: str, timeout: float | None
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
         row = row_of(self, kwargs)
         try:
-            return run_with_timeout(lambda: func(self, *args, **kwargs), timeout, label)
+            return run_with_timeout(lambda: func(self, *args, **kwargs), timeout, label, "environment method")
         except (Exception, SystemExit) as exc:
             raise _failure(label, exc, timeout, row, where) from None
 
@@ -113,7 +113,7 @@ def guarded_factory(cls: type, params: dict[str, Any], timeout: float | None, wh
 
     def factory() -> Any:
         try:
-            return run_with_timeout(lambda: cls(**params), timeout, label)
+            return run_with_timeout(lambda: cls(**params), timeout, label, "environment")
         except (Exception, SystemExit) as exc:
             fix = ("Check environment.params against the class's __init__. " if isinstance(exc, TypeError)
                    else "") + _FIX
