@@ -177,6 +177,22 @@ def test_hub_model_on_a_machine_without_network_fails_fast(demo_copy: Path) -> N
     assert "someone/some-model" in out and "hub.grpo-test.invalid" in out and "network" in out
 
 
+@pytest.mark.parametrize("args", [["eval", "--suite", "gsm8k", "--model", "nobody/x"],
+                                  ["eval", "--suite", "gsm8k", "nodir"],
+                                  ["eval", "DEMO", "--model", "nobody/x", "-n", "1"]],
+                         ids=["suite-model", "suite-positional", "recipe-model"])
+def test_eval_of_a_hub_model_without_network_fails_fast(demo_copy: Path, args: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
+                                                            "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT="https://hub.grpo-test.invalid", HF_HOME=str(demo_copy.parent / "hf-home"))
+    cmd = [sys.executable, "-m", "grpo_cli", *[str(demo_copy) if a == "DEMO" else a for a in args]]
+    proc = subprocess.run(cmd, cwd=demo_copy.parent, env=env, capture_output=True, text=True, timeout=40)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert "Traceback" not in out and "Retrying" not in out
+    assert "hub.grpo-test.invalid" in out and "no network" in out
+
+
 def test_a_reward_that_swallows_exceptions_is_still_stopped() -> None:
     """The limit raises what `except Exception` cannot catch, so a retrying reward cannot outlive it."""
     from grpo_cli.errors import RewardTimeoutError
