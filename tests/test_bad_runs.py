@@ -5,7 +5,9 @@ Found by the reliability sweep of issue 11; docs/reliability.md lists the promis
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -113,6 +115,20 @@ def test_a_slow_reward_says_it_is_still_running(rewards_dir: Path, entry: str, m
 
 
 # ------------------------------------------------------------------ check-rewards contract
+
+
+def test_check_rewards_names_the_file_line_of_the_row_a_reward_fails_on(demo_copy: Path) -> None:
+    lines = (demo_copy.parent / "data" / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    target = json.loads(lines[3])["question"]
+    assert sum(json.loads(x)["question"] == target for x in lines) == 1
+    (demo_copy.parent / "picky.py").write_text(
+        f"def picky(completions, question, **kwargs):\n"
+        f"    if {target!r} in question:\n        raise ValueError('cannot score it')\n"
+        f"    return [1.0 for _ in completions]\n", encoding="utf-8")
+    out = _paragraph(run_cli("check-rewards", demo_copy, "-n", str(len(lines)), "rewards=[{function: picky.py:picky}]"),
+                     1, "picky", "train.jsonl line 4)")
+    shuffled = re.search(r"on row (\d+) \(train\.jsonl line 4\)", " ".join(out.split()))
+    assert shuffled, out  # the index (what --completions files use) and the file line, side by side
 
 
 def test_check_rewards_fails_a_reward_that_returns_none_for_everything(rewards_dir: Path) -> None:
