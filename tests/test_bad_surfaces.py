@@ -73,3 +73,8 @@ def test_a_corrupt_run_file_is_called_damaged_not_empty(tmp_path: Path) -> None:
     # An empty file is what a run that has not logged yet leaves: that one is "not yet", not damaged.
     (run / "metrics.jsonl").write_text("", encoding="utf-8")
     assert "no training log yet" in _paragraph(run_cli("report", run))
+
+
+def test_validate_refuses_a_push_to_hub_id_the_hub_would_refuse() -> None:
+    _paragraph(run_cli("validate", DEMO, f"output.push_to_hub=user/{'y' * 120}"), "output.push_to_hub", "at most 96")
+    assert run_cli("validate", DEMO, "output.push_to_hub=user/tiny-demo").exit_code == 0
