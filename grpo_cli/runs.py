@@ -142,20 +142,30 @@ def suite_completions(suite: str) -> str:
     return f"eval-{suite}-completions.jsonl"
 
 
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, garbled: list[int] | None = None) -> list[dict[str, Any]]:
     """Records of a run's JSON-lines file (metrics, health, completions); a line cut short or garbled, as a
-    killed run leaves, is skipped, and a missing file has none."""
+    killed run leaves, is skipped (its number is added to `garbled`), and a missing file has none."""
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
         try:
             record = json.loads(line)
         except ValueError:
-            continue
+            record = None
         if isinstance(record, dict):
             out.append(record)
+        elif line.strip() and garbled is not None:
+            garbled.append(number)
     return out
+
+
+def damaged_jsonl(path: Path, garbled: list[int], where: str) -> GrpoError:
+    """The error for a run file none of whose lines is a record: damaged, not merely empty so far."""
+    return GrpoError(f"{path} is damaged: none of its lines is a JSON record ({len(garbled)} unreadable line(s), "
+                     f"the first at line {garbled[0]})", where=where,
+                     fix="grpo train writes one JSON object per line; the file was overwritten or corrupted after "
+                         "the run. Restore it from a copy, or train again.")
 
 
 def read_manifest(out: Path) -> dict[str, Any]:
@@ -265,6 +275,23 @@ class OutputPlan:
     checkpoint: Path | None = None
     replace: bool = False
     skipped: list[tuple[Path, str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+FAILED_START_FILES = frozenset({RECIPE, MANIFEST, METRICS, HEALTH, COMPLETIONS, REPORT_IMAGE, REPORT_SUMMARY})
+
+
+def failed_before_checkpoint(out: Path) -> bool:
+    """A run that failed (or was killed) before saving anything to resume: the next run replaces it as --force
+    would (TensorBoard's runs/ counts when it holds event files only)."""
+    def leftover(p: Path) -> bool:
+        if p.name == "runs" and p.is_dir():
+            return all(f.name.startswith("events.out.tfevents") for f in p.rglob("*") if f.is_file())
+        return p.name in FAILED_START_FILES and p.is_file()
+
+    entries = run_entries(out)
+    return (bool(entries) and read_manifest(out).get("status") in ("failed", "killed")
+            and all(leftover(p) for p in entries))
 
 
 def _resume_plan(out: Path, resume: bool | str | None, non_empty: bool) -> OutputPlan:
@@ -303,6 +330,10 @@ def plan_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy
     if not non_empty:
         return OutputPlan()
     if not (force or policy == "force"):
+        if failed_before_checkpoint(out):
+            return OutputPlan(replace=True, notes=[f"replacing the {read_manifest(out).get('status')} run in {out}: "
+                                                   "it ended before its first checkpoint, so there is nothing to "
+                                                   "resume"])
         raise GrpoError(f"output directory {out} is not empty; refusing to overwrite a previous run",
                         where="output.dir",
                         fix="Use --resume to continue it, --force to replace it, or --output-dir for a new one.")

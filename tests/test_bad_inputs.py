@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
 
 
@@ -103,6 +105,14 @@ def test_unclosed_quote_is_reported_where_the_quote_opens(demo_copy: Path) -> No
     opened = next(i for i, line in enumerate(lines, 1) if line.startswith('description: "'))
     demo_copy.write_text(text, encoding="utf-8")
     _paragraph(run_cli("validate", demo_copy), f"demo.yaml:{opened}:", "quote")
+
+
+@pytest.mark.parametrize("text,line", [("model:\n\tname_or_path: bundled:tiny-arith\n", 2),
+                                       ("model:\n  name_or_path: x\n\tdtype: auto\n", 3)])
+def test_a_tab_in_the_indentation_is_named_as_a_tab(tmp_path: Path, text: str, line: int) -> None:
+    path = tmp_path / "tabs.yaml"
+    path.write_text(text, encoding="utf-8")
+    _paragraph(run_cli("validate", path), f"tabs.yaml:{line}:1", "a tab in the indentation", "spaces")
 
 
 def test_alias_bomb_is_rejected_as_an_alias_bomb(tmp_path: Path) -> None:

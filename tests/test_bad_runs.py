@@ -5,7 +5,9 @@ Found by the reliability sweep of issue 11; docs/reliability.md lists the promis
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -101,7 +103,32 @@ def test_check_rewards_reports_a_reward_that_never_returns(rewards_dir: Path, en
     assert "all 2 rewards pass" not in out
 
 
+@pytest.mark.parametrize("entry", ["{function: rw.py:sleeps, timeout: 3}",
+                                   "{function: rw.py:sleeps_async, timeout: 3}"], ids=["serial", "async"])
+def test_a_slow_reward_says_it_is_still_running(rewards_dir: Path, entry: str, monkeypatch) -> None:
+    from grpo_cli.rewards import calling
+
+    monkeypatch.setattr(calling, "STILL_RUNNING_AFTER_S", 1.0)  # 10 s by default
+    out = _paragraph(run_cli("check-rewards", rewards_dir / "demo.yaml", "-n", "1", f"rewards=[{entry}]"), 1)
+    assert "is still running after 1 s; it is stopped at 3 s (its `timeout`)" in out, out
+    assert "'sleeps" in out.split("is still running")[0].splitlines()[-1]  # the line names the reward
+
+
 # ------------------------------------------------------------------ check-rewards contract
+
+
+def test_check_rewards_names_the_file_line_of_the_row_a_reward_fails_on(demo_copy: Path) -> None:
+    lines = (demo_copy.parent / "data" / "train.jsonl").read_text(encoding="utf-8").splitlines()
+    target = json.loads(lines[3])["question"]
+    assert sum(json.loads(x)["question"] == target for x in lines) == 1
+    (demo_copy.parent / "picky.py").write_text(
+        f"def picky(completions, question, **kwargs):\n"
+        f"    if {target!r} in question:\n        raise ValueError('cannot score it')\n"
+        f"    return [1.0 for _ in completions]\n", encoding="utf-8")
+    out = _paragraph(run_cli("check-rewards", demo_copy, "-n", str(len(lines)), "rewards=[{function: picky.py:picky}]"),
+                     1, "picky", "train.jsonl line 4)")
+    shuffled = re.search(r"on row (\d+) \(train\.jsonl line 4\)", " ".join(out.split()))
+    assert shuffled, out  # the index (what --completions files use) and the file line, side by side
 
 
 def test_check_rewards_fails_a_reward_that_returns_none_for_everything(rewards_dir: Path) -> None:
@@ -164,6 +191,22 @@ def test_hub_model_on_a_machine_without_network_fails_fast(demo_copy: Path) -> N
     assert proc.returncode == 2, out[-3000:]
     assert "Traceback" not in out and "Retrying" not in out
     assert "someone/some-model" in out and "hub.grpo-test.invalid" in out and "network" in out
+
+
+@pytest.mark.parametrize("args", [["eval", "--suite", "gsm8k", "--model", "nobody/x"],
+                                  ["eval", "--suite", "gsm8k", "nodir"],
+                                  ["eval", "DEMO", "--model", "nobody/x", "-n", "1"]],
+                         ids=["suite-model", "suite-positional", "recipe-model"])
+def test_eval_of_a_hub_model_without_network_fails_fast(demo_copy: Path, args: list[str]) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
+                                                            "TRANSFORMERS_OFFLINE")}
+    env.update(HF_ENDPOINT="https://hub.grpo-test.invalid", HF_HOME=str(demo_copy.parent / "hf-home"))
+    cmd = [sys.executable, "-m", "grpo_cli", *[str(demo_copy) if a == "DEMO" else a for a in args]]
+    proc = subprocess.run(cmd, cwd=demo_copy.parent, env=env, capture_output=True, text=True, timeout=40)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 2, out[-3000:]
+    assert "Traceback" not in out and "Retrying" not in out
+    assert "hub.grpo-test.invalid" in out and "no network" in out
 
 
 def test_a_reward_that_swallows_exceptions_is_still_stopped() -> None:

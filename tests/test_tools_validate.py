@@ -181,8 +181,12 @@ def test_valid_tools_and_environment_show_in_the_plan(tmp_path: Path) -> None:
     ("tools.py:star_args", ("tools[0].function", "takes *numbers")),
     ("{function: tools.py:add, params: {c: 1}}", ("tools[0].params.c", "'c' is not a parameter of add")),
     ("tools.py", ("tools[0]", "not a reference")),
+    ("binary.py:add", ("tools[0].function", "binary.py", "binary file")),
+    ("latin1.py:add", ("tools[0].function", "latin1.py", "not UTF-8", "line 2")),
 ])
 def test_tool_errors(tmp_path: Path, tool: str, needles: tuple[str, ...]) -> None:
+    (tmp_path / "binary.py").write_bytes(b"\x00\x9f\x92\x96" * 64)
+    (tmp_path / "latin1.py").write_bytes(b"def add(a: int) -> str:\n    return 'caf\xe9'\n")
     _error(run_cli("validate", _recipe(tmp_path, f"tools: [{tool}]\n")), *needles)
 
 
@@ -192,6 +196,9 @@ def test_tool_errors(tmp_path: Path, tool: str, needles: tuple[str, ...]) -> Non
     ("envs.py:StrictReset", ("environment.factory", "reset does not accept **kwargs")),
     ("envs.py:Countr", ("environment.factory", "has no class 'Countr'", "Did you mean `Counter`")),
     ("{factory: {a: envs.py:Counter}, params: {b: {}}}", ("environment", "'b' is not an environment name")),
+    ("{factory: envs.py:Counter, params: {nope: 1}}", ("environment.params.nope", "'nope' is not a parameter of "
+                                                       "Counter.__init__", "start")),
+    ("{factory: {a: envs.py:Counter}, params: {a: {nope: 1}}}", ("environment.params.a.nope",)),
 ])
 def test_environment_errors(tmp_path: Path, env: str, needles: tuple[str, ...]) -> None:
     _error(run_cli("validate", _recipe(tmp_path, f"environment: {env}\n")), *needles)

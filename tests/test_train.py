@@ -118,7 +118,7 @@ def test_sigterm_saves_a_checkpoint_and_resume_continues_at_that_step(tmp_path: 
     output, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, output
     assert "SIGTERM" in output
-    hint = re.search(r"continue with `(grpo train [^`]+)`", " ".join(output.split()))
+    hint = re.search(r"continue with `(grpo train [^`\n]+)`", output)  # on one line: it pastes as it stands
     assert hint, output
     checkpoints = sorted(out.glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[1]))
     assert checkpoints, output

@@ -111,9 +111,52 @@ def test_a_missing_image_names_the_row_in_validate_and_when_mapping(tmp_path: Pa
     recipe = _recipe(tmp_path, "train.jsonl", "  shuffle: false")
     result = run_cli("validate", recipe)
     assert result.exit_code == 2, result.output
-    assert "data.images.column" in result.output and "row 1" in result.output and "gone.png" in result.output
-    with pytest.raises(GrpoError, match=r"row 1: image file .*gone\.png not found"):
+    flat = " ".join(result.output.split())
+    assert "data.images.column" in flat and "train.jsonl line 2" in flat and "gone.png" in flat
+    with pytest.raises(GrpoError, match=r"train\.jsonl line 2: image file .*gone\.png not found"):
         _prepare(recipe)
+
+
+def _huge_png_header(path: Path, width: int, height: int) -> Path:
+    """A PNG whose header claims width x height (its pixel data is a 1x1 image's): what PIL reads to size it."""
+    import struct
+    import zlib
+
+    data = bytearray(_png_bytes("red", (1, 1)))
+    ihdr = 8 + 8  # signature, then the IHDR chunk's length and type
+    data[ihdr:ihdr + 8] = struct.pack(">II", width, height)
+    data[ihdr + 13:ihdr + 17] = struct.pack(">I", zlib.crc32(bytes(data[12:ihdr + 13])))
+    path.write_bytes(bytes(data))
+    return path
+
+
+def test_broken_directory_and_huge_images_are_named_by_file_line_everywhere(tmp_path: Path) -> None:
+    _png(tmp_path / "a.png", "red")
+    (tmp_path / "corrupt.png").write_bytes(b"not an image at all" * 10)
+    (tmp_path / "folder.png").mkdir()
+    _huge_png_header(tmp_path / "huge.png", 20000, 20000)
+    rows = [{"image": "a.png", "question": f"Q{i}", "answer": "red"} for i in range(50)]
+    for bad in ("corrupt.png", "folder.png", "huge.png"):
+        rows[40] = {**rows[40], "image": bad}  # file line 41, far past validate's first rows, shuffled in training
+        _jsonl(tmp_path / "train.jsonl", rows)
+        recipe = _recipe(tmp_path, "train.jsonl")
+        with pytest.raises(GrpoError) as caught:
+            _prepare(recipe)
+        message = caught.value.render()
+        assert "train.jsonl line 41" in message and bad in message, message
+        assert {"corrupt.png": "cannot be opened", "folder.png": "is a directory",
+                "huge.png": "20000x20000 (400 megapixels), more than data.images.max_pixels (64 megapixels)"}[bad] \
+            in message
+        rows[0] = {**rows[0], "image": bad}  # on the first row `grpo validate` finds it too
+        _jsonl(tmp_path / "train.jsonl", rows)
+        result = run_cli("validate", recipe)
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert "train.jsonl line 1" in " ".join(result.output.split()), result.output
+        rows[0] = rows[1]
+    # The limit is a recipe setting: raised, the huge header passes the mapping (its pixels are never decoded here).
+    rows[40] = {**rows[40], "image": "huge.png"}
+    _jsonl(tmp_path / "train.jsonl", rows)
+    assert len(_prepare(_recipe(tmp_path, "train.jsonl", images="{column: image, max_pixels: 500000000}")).train)
 
 
 def test_validate_opens_the_first_images_and_reports_their_sizes() -> None:

@@ -26,7 +26,15 @@ def doctor(
         from grpo_cli.cli.render import render_doctor
         from grpo_cli.validation.environment import doctor as run_doctor
 
-        report = run_doctor(load(recipe, overrides) if recipe is not None else None)
+        loaded = load(recipe, overrides) if recipe is not None else None
+        report = run_doctor(loaded)
+        if loaded is not None:  # "ready" means the recipe itself passes too
+            from grpo_cli.validation import preflight
+
+            problems = preflight(loaded).problems
+            if problems:
+                report.problems.append(f"the recipe does not pass `grpo validate` ({len(problems)} problem(s); "
+                                       f"first: {problems[0].render()}); run `grpo validate {recipe}` for all")
         render_doctor(console, report, as_json=as_json)
         if not report.ok:
             raise typer.Exit(1)

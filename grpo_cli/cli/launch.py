@@ -17,6 +17,7 @@ GpusOpt = Annotated[int | None, typer.Option(
     "--gpus-per-node", min=0, help="GPUs (training processes) per node; default launch.num_processes / nodes. "
     "0 for CPU nodes (then launch.num_processes says how many processes).")]
 OutOpt = Annotated[Path | None, typer.Option("--out", "-o", help="Where to write the file.")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="Overwrite an existing --out file that grpo did not write.")]
 
 
 @launch_app.command("slurm")
@@ -35,6 +36,7 @@ def slurm(
                                               "(default: activate this environment).")] = None,
     out: OutOpt = None,
     submit: Annotated[bool, typer.Option("--submit", help="Submit the script with sbatch.")] = False,
+    force: ForceOpt = False,
 ) -> None:
     """Write an sbatch script that runs `grpo train` on N nodes (and a vLLM server node), after validating."""
 
@@ -46,7 +48,7 @@ def slurm(
         plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=vllm_node,
                                gpus_per_node=gpus_per_node)
         path = write_slurm(plan, out, setup=setup,
-                           sbatch={"partition": partition, "time": time, "cpus-per-task": cpus_per_task})
+                           sbatch={"partition": partition, "time": time, "cpus-per-task": cpus_per_task}, force=force)
         job = submit_sbatch(path) if submit else None
         render_launch_file(console, path, f"sbatch {path}", job=job)
 
@@ -62,6 +64,7 @@ def skypilot(
     accelerator: Annotated[str, typer.Option("--accelerator", help="SkyPilot GPU name, e.g. H100, A100-80GB.")]
     = "H100",
     out: OutOpt = None,
+    force: ForceOpt = False,
 ) -> None:
     """Write a SkyPilot task YAML that runs `grpo train` on N nodes, after validating."""
 
@@ -72,7 +75,7 @@ def skypilot(
         loaded = load(recipe, overrides)
         plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=False,
                                gpus_per_node=gpus_per_node)
-        path = write_skypilot(plan, out, accelerator=accelerator, recipe=loaded)
+        path = write_skypilot(plan, out, accelerator=accelerator, recipe=loaded, force=force)
         render_launch_file(console, path, f"sky launch -c {plan.name} {path}")
 
     run_guarded(body)

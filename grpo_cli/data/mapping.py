@@ -30,6 +30,16 @@ class MappedData:
     train: Any
     eval: Any | None
     stats: dict[str, Any] = field(default_factory=dict)
+    train_sources: list[int] = field(default_factory=list, repr=False)
+    """Each training row's position in its file(s) before shuffling and filtering (for `locate_train`)."""
+    locate: Any = None
+    """source position -> 'FILE line N' (or 'row N of split S' for hub data)."""
+
+    def locate_train(self, index: int) -> str:
+        """Where training row `index` (after shuffling) comes from, as data errors name it: 'train.jsonl line 4'."""
+        if self.locate is None or not 0 <= index < len(self.train_sources):
+            return f"row {index}"
+        return str(self.locate(self.train_sources[index]))
 
 
 def extract_reference_answer(text: Any, kind: str, pattern: str | None = None) -> str | None:
@@ -138,6 +148,11 @@ def _locator(recipe: Recipe, data: DataSection, split: str) -> Any:
     return lambda index: locate_record(paths, index)
 
 
+def _row_namer(locate: Any) -> Any:
+    """(row, index) -> the row's file and line, for messages about its images (the index is after shuffling)."""
+    return lambda row, i: locate(row[SOURCE_INDEX]) if SOURCE_INDEX in row else f"row {i}"
+
+
 def _row_mapper(data: DataSection, locate: Any) -> Any:
     prompt = data.prompt
     answer = data.answer
@@ -184,8 +199,10 @@ def _check_columns(ds: Any, data: DataSection, where: str) -> None:
                             fix=f"Available columns: {', '.join(cols)}.")
 
 
-def _map(ds: Any, data: DataSection, locate: Any) -> Any:
+def _map(ds: Any, data: DataSection, locate: Any, keep_source: bool = False) -> Any:
     keep = set(data.keep_columns) if data.keep_columns is not None else set(ds.column_names) - {SOURCE_INDEX}
+    if keep_source:
+        keep.add(SOURCE_INDEX)
     if data.answer:
         keep.add(data.answer.into)
     if data.images is not None:  # TRL's `images` column replaces the source column (unless kept on purpose)
@@ -259,7 +276,7 @@ def map_split(recipe: Recipe, tokenizer: Any, split: str, *, data: DataSection |
     ds = _load_split(data, recipe, split, where)
     _check_columns(ds, data, where)
     if data.images is not None:
-        ds = attach_images(ds, recipe, data, split)
+        ds = attach_images(ds, recipe, data, split, _row_namer(_locator(recipe, data, split)))
     return _limit_length(_map(ds, data, _locator(recipe, data, split)), data, tokenizer, {}, split)
 
 
@@ -289,11 +306,14 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
     if evaluation is not None and data.max_eval_samples:
         evaluation = evaluation.select(range(min(data.max_eval_samples, len(evaluation))))
     if data.images is not None:
-        train = attach_images(train, recipe, data, data.split)
+        train = attach_images(train, recipe, data, data.split, _row_namer(_locator(recipe, data, data.split)))
         if evaluation is not None:
-            evaluation = attach_images(evaluation, recipe, data, data.eval_split or data.split)
+            split = data.eval_split or data.split
+            evaluation = attach_images(evaluation, recipe, data, split, _row_namer(_locator(recipe, data, split)))
     locate = _locator(recipe, data, data.split)
-    train = _limit_length(_map(train, data, locate), data, tokenizer, stats, "train")
+    train = _limit_length(_map(train, data, locate, keep_source=True), data, tokenizer, stats, "train")
+    sources = list(train[SOURCE_INDEX])  # kept for messages only: TRL would pass it to rewards and reset()
+    train = train.remove_columns([SOURCE_INDEX])
     if evaluation is not None:
         eval_locate = _locator(recipe, data, data.eval_split) if data.eval_split else locate
         evaluation = _limit_length(_map(evaluation, data, eval_locate), data, tokenizer, stats, "eval")
@@ -307,4 +327,4 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
     stats["train_rows"] = len(train)
     if evaluation is not None:
         stats["eval_rows"] = len(evaluation)
-    return MappedData(train, evaluation, stats)
+    return MappedData(train, evaluation, stats, sources, locate)

@@ -65,6 +65,10 @@ def label_models(results: list[Any]) -> None:
 
 def evaluate(req: EvalRequest, console: Any = None) -> EvalOutcome:
     """Run `grpo eval`: the benchmark named by --suite or the recipe's eval.suite, else the recipe's eval."""
+    if req.suite is not None:
+        from grpo_cli.evaluation.suites import get_suite
+
+        get_suite(req.suite)  # `--suite ''` is a bad name, not "no suite"
     recipe, model = _target(req)
     suite = req.suite or (recipe.eval.suite if recipe is not None else None)
     if suite:

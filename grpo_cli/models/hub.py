@@ -8,6 +8,7 @@ sampled completions (which may quote training data) stay local.
 from __future__ import annotations
 
 import fnmatch
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,27 @@ def staged_files(folder: Path) -> list[str]:
                   if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in UPLOAD_PATTERNS))
 
 
+HUB_NAME_LIMIT = 96
+"""The Hub's longest repository name (the part after `user/`), as huggingface_hub's validate_repo_id has it."""
+_HUB_PART = re.compile(r"^[\w.-]+$")
+
+
+def check_repo_id(repo_id: str, where: str = "REPO_ID") -> None:
+    """A clear error for an id the Hub would refuse, before anything is written or uploaded."""
+    owner, _, name = repo_id.partition("/")
+    if not owner or not name or "/" in name:
+        raise GrpoError(f"{repo_id!r} is not a Hub repository id", where=where, fix="Use `user/name` or `org/name`.")
+    if len(name) > HUB_NAME_LIMIT:
+        raise GrpoError(f"the repository name in {repo_id[:40]!r}... is {len(name)} characters long; the Hub allows "
+                        f"at most {HUB_NAME_LIMIT}", where=where, fix="Choose a shorter name.")
+    bad = next((p for p in (owner, name) if not _HUB_PART.match(p) or "--" in p or ".." in p
+                or p.startswith(("-", ".")) or p.endswith(("-", ".", ".git"))), None)
+    if bad is not None:
+        raise GrpoError(f"{bad!r} in {repo_id!r} is not a valid Hub name", where=where,
+                        fix="Use letters, digits, '-', '_' and '.', not starting or ending with '-' or '.', "
+                            "without '--' or '..'.")
+
+
 def stage_run(run_dir: str | Path, repo_id: str) -> StagedPush:
     """Check the folder holds a model, (re)write its card, validate the card, and list what would go up."""
     from huggingface_hub import ModelCard
@@ -47,9 +69,7 @@ def stage_run(run_dir: str | Path, repo_id: str) -> StagedPush:
     if not folder.is_dir():
         raise GrpoError(f"{folder} is not a directory", where="RUN_DIR",
                         fix="Give the output dir of `grpo train` or of `grpo merge`.")
-    if "/" not in repo_id or repo_id.count("/") > 1:
-        raise GrpoError(f"{repo_id!r} is not a Hub repository id", where="REPO_ID",
-                        fix="Use `user/name` or `org/name`.")
+    check_repo_id(repo_id)
     if not any((folder / w).is_file() for w in WEIGHTS):
         raise GrpoError(f"{folder} holds no final model (no {' or '.join(WEIGHTS[::2])})", where="RUN_DIR",
                         fix="Push a finished run, a checkpoint's parent after training completed, or a merged model.")

@@ -235,6 +235,7 @@ def load_tokenizer_for(source: ModelSource, *, trust_remote_code: bool = False) 
 
     from grpo_cli.models.vision import load_processor, source_is_vision_language
 
+    check_hub_access(source.tokenizer or source.weights, None, source.reference)  # seconds, not a minute of retries
     if source_is_vision_language(source.tokenizer, source.weights):
         return load_processor(source.tokenizer or source.weights, trust_remote_code=trust_remote_code)
 

@@ -68,6 +68,18 @@ def _unclosed_quote(text: str, upto: int) -> tuple[int, int] | None:
     return None
 
 
+def _tab_in_indentation(text: str, upto: int | None) -> tuple[int, int] | None:
+    """(line, column) of the first tab in a line's leading whitespace, up to the line PyYAML stopped at.
+
+    PyYAML says "found character that cannot start any token" for most of them, which does not say tab.
+    """
+    for number, line in enumerate(text.splitlines()[:upto], 1):
+        indent = line[: len(line) - len(line.lstrip(" \t"))]
+        if "\t" in indent and line.strip():
+            return number, indent.index("\t") + 1
+    return None
+
+
 def _yaml_error(exc: yaml.YAMLError, path: Path, text: str) -> GrpoError:
     """One located paragraph for a YAML error: alias bombs, unclosed quotes, then PyYAML's own mark."""
     message = str(exc)
@@ -84,6 +96,11 @@ def _yaml_error(exc: yaml.YAMLError, path: Path, text: str) -> GrpoError:
                          f"on to the next quote and fails at line {mark.line + 1} ({problem})",
                          where=f"{path}:{line}:{column}", fix="Close the quote at the end of the value, or drop it.")
     where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+    tab = _tab_in_indentation(text, mark.line + 1 if mark else None)
+    if tab is not None:
+        return GrpoError(f"YAML syntax error: a tab in the indentation of line {tab[0]}; YAML indents with spaces "
+                         "only", where=f"{path}:{tab[0]}:{tab[1]}",
+                         fix="Replace the tab with spaces (most editors: 'convert indentation to spaces').")
     return GrpoError(f"YAML syntax error: {problem}", where=where,
                      fix="Fix the indentation or quoting at that line (strings with ':' or '#' need quotes).")
 

@@ -20,7 +20,8 @@ from grpo_cli.rewards.loaders import (
 )
 from grpo_cli.rewards.registry import builtin_names, describe_builtin, get_builtin
 
-_LAZY = {"build_reward_funcs": "grpo_cli.rewards.build", "call_reward": "grpo_cli.rewards.calling"}
+_LAZY = {"build_reward_funcs": "grpo_cli.rewards.build", "call_reward": "grpo_cli.rewards.calling",
+         "run_with_timeout": "grpo_cli.rewards.calling"}
 
 __all__ = [
     "BoundReward",
@@ -35,6 +36,7 @@ __all__ = [
     "import_module",
     "inspect_reward",
     "load_reward",
+    "run_with_timeout",
     "split_reference",
 ]
 

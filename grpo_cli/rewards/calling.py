@@ -16,13 +16,15 @@ on timeout, and async rewards are cancelled with asyncio.wait_for.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import math
 import os
 import signal
+import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from grpo_cli.errors import GrpoError, RewardTimeoutError
@@ -68,11 +70,11 @@ class _Watchdog:
     def reset(self) -> None:
         """A fresh lock and no thread: at start, and in a forked child (the lock may have been held at the fork)."""
         self.cond = threading.Condition(threading.Lock())
-        self.watches: list[_Watch] = []
+        self.watches: list[_Watch | _Notice] = []
         self.wake_at = math.inf  # the deadline the thread is sleeping toward
         self.pid = -1
 
-    def arm(self, watch: _Watch) -> None:
+    def arm(self, watch: _Watch | _Notice) -> None:
         with self.cond:
             if self.pid != os.getpid():  # first use, or a forked child (which has no copy of the thread)
                 self.pid, self.watches, self.wake_at = os.getpid(), [], math.inf
@@ -82,10 +84,11 @@ class _Watchdog:
                 self.wake_at = watch.deadline
                 self.cond.notify()
 
-    def disarm(self, watch: _Watch) -> None:
+    def disarm(self, watch: _Watch | _Notice) -> None:
         """After this returns the watch never fires (a signal it already sent may still be on its way)."""
         with self.cond:
-            watch.done = True
+            if isinstance(watch, _Watch):
+                watch.done = True
             if watch in self.watches:
                 self.watches.remove(watch)
 
@@ -95,6 +98,9 @@ class _Watchdog:
             while self.pid == pid:
                 now = time.monotonic()
                 for watch in [w for w in self.watches if w.deadline <= now]:
+                    if isinstance(watch, _Notice):
+                        watch.say()  # stays armed: it speaks again in a minute
+                        continue
                     self.watches.remove(watch)
                     watch.fired = True
                     signal.pthread_kill(watch.thread_id, _SIGNAL)
@@ -170,23 +176,62 @@ def _in_helper_thread(fn: Callable[[], Any], seconds: float, label: str) -> Any:
     return box["value"]
 
 
-def run_with_timeout(fn: Callable[[], Any], seconds: float | None, label: str) -> Any:
-    """fn(), stopped with RewardTimeoutError naming `label` when it runs longer than `seconds` (None: no limit)."""
-    if seconds is None:
-        return fn()
-    if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_kill"):
-        return _in_main_thread(fn, seconds, label)
-    return _in_helper_thread(fn, seconds, label)
+STILL_RUNNING_AFTER_S = 10.0
+"""A call running this long says so on stderr (which reward, how long, when it will be stopped), then every
+minute: a reward stuck up to its 600 s default is not ten silent minutes."""
+
+
+class _Notice:
+    """A call to announce on stderr while it runs: first after STILL_RUNNING_AFTER_S, then every minute."""
+
+    def __init__(self, label: str, seconds: float | None, what: str) -> None:
+        self.label, self.seconds, self.what = label, seconds, what
+        self.started = time.monotonic()
+        self.deadline = self.started + STILL_RUNNING_AFTER_S
+
+    def say(self) -> None:
+        limit = f"it is stopped at {self.seconds:g} s (its `timeout`)" if self.seconds else "it has no timeout"
+        print(f"{self.what} {self.label!r} is still running after {time.monotonic() - self.started:.0f} s; {limit}",
+              file=sys.stderr, flush=True)
+        self.deadline = time.monotonic() + 60.0
+
+
+@contextlib.contextmanager
+def still_running(label: str, seconds: float | None, what: str = "reward") -> Iterator[None]:
+    """While the body runs, a line on stderr after STILL_RUNNING_AFTER_S seconds and every minute after.
+
+    The watchdog thread that enforces timeouts says it, so a call costs no thread of its own.
+    """
+    notice = _Notice(label, seconds, what)
+    _watchdog.arm(notice)
+    try:
+        yield
+    finally:
+        _watchdog.disarm(notice)
+
+
+def run_with_timeout(fn: Callable[[], Any], seconds: float | None, label: str, what: str = "reward") -> Any:
+    """fn(), stopped with RewardTimeoutError naming `label` when it runs longer than `seconds` (None: no limit).
+
+    A call that runs long says so while it runs (`still_running`; `what` names the kind of code in that line).
+    """
+    with still_running(label, seconds, what):
+        if seconds is None:
+            return fn()
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_kill"):
+            return _in_main_thread(fn, seconds, label)
+        return _in_helper_thread(fn, seconds, label)
 
 
 async def await_with_timeout(awaitable: Awaitable[Any], seconds: float | None, label: str) -> Any:
     """The awaited result, or RewardTimeoutError naming `label` after `seconds` (the coroutine is cancelled)."""
-    if seconds is None:
-        return await awaitable
-    try:
-        return await asyncio.wait_for(awaitable, seconds)
-    except TimeoutError:
-        raise _expired(label, seconds) from None
+    with still_running(label, seconds):
+        if seconds is None:
+            return await awaitable
+        try:
+            return await asyncio.wait_for(awaitable, seconds)
+        except TimeoutError:
+            raise _expired(label, seconds) from None
 
 
 def run_awaitable(result: Any) -> Any:

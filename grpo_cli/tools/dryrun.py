@@ -193,8 +193,8 @@ def _episode(recipe: Any, toolset: Toolset, name: str | None, row: dict[str, Any
         kwargs = {k: v for k, v in row.items() if k != "environment"} if toolset.routed else dict(row)
         observation = env.reset(**kwargs)
         record.observation = "" if observation is None else str(observation)[:300]
-    except Exception as exc:
-        record.error = f"reset failed: {type(exc).__name__}: {exc}"
+    except GrpoError as exc:  # the constructor or reset raised, exited or timed out (tools/lifecycle.py)
+        record.error = exc.problems[0].what
         return record
     transcript: list[dict[str, Any]] = []
     for method in environment_methods(type(env)):
@@ -208,7 +208,19 @@ def _episode(recipe: Any, toolset: Toolset, name: str | None, row: dict[str, Any
             {"role": "tool", "name": method, "content": call.error or call.result}]
     transcript.append({"role": "assistant", "content": str(row.get("answer", ""))})
     record.rewards = _episode_rewards(recipe, env, row, transcript)
+    failed = record.rewards.get(f"{type(env).__name__}.get_reward")
+    if isinstance(failed, str) and failed.startswith("error: "):
+        record.error = failed.removeprefix("error: ")  # training would stop here too
     return record
+
+
+def run_awaitable_if(value: Any) -> Any:
+    """An async get_reward's value (awaited), else the value itself."""
+    import inspect
+
+    from grpo_cli.rewards.calling import run_awaitable
+
+    return run_awaitable(value) if inspect.isawaitable(value) else value
 
 
 def _episode_rewards(recipe: Any, env: Any, row: dict[str, Any], transcript: list[dict[str, Any]]) -> dict[str, Any]:
@@ -217,9 +229,10 @@ def _episode_rewards(recipe: Any, env: Any, row: dict[str, Any], transcript: lis
     out: dict[str, Any] = {}
     if callable(getattr(env, "get_reward", None)):
         try:
-            out[f"{type(env).__name__}.get_reward"] = env.get_reward()
-        except Exception as exc:
-            out[f"{type(env).__name__}.get_reward"] = f"error: {type(exc).__name__}: {exc}"
+            out[f"{type(env).__name__}.get_reward"] = run_awaitable_if(env.get_reward())
+        except Exception as exc:  # GrpoError: raised, exited or timed out (tools/lifecycle.py)
+            what = exc.problems[0].what if isinstance(exc, GrpoError) else f"{type(exc).__name__}: {exc}"
+            out[f"{type(env).__name__}.get_reward"] = f"error: {what}"
     prompt = [{"role": "user", "content": str(row.get("prompt", ""))}]
     columns = {k: [v] for k, v in row.items() if k != "prompt"}
     for entry in recipe.rewards:

@@ -22,6 +22,14 @@ class ToolTimeout(TimeoutError):
     """A tool call ran past its timeout (the model sees this message as the tool's error)."""
 
 
+class ToolExit(RuntimeError):
+    """A tool called sys.exit(): a failed call the model sees, not the end of the run (or of check-tools)."""
+
+
+def _exited(name: str, exc: SystemExit) -> ToolExit:
+    return ToolExit(f"{name} called sys.exit({exc.code!r})")
+
+
 @dataclass
 class ToolStats:
     """Calls, failures, timeouts and time of one tool, summed over the run (thread-safe enough: GIL-atomic adds)."""
@@ -30,11 +38,13 @@ class ToolStats:
     failures: int = 0
     timeouts: int = 0
     seconds: float = 0.0
+    cut: int = 0
+    """Results longer than the tool's max_result_chars, cut before they reached the model."""
     last_error: str = ""
     outputs: set[str] = field(default_factory=set, repr=False)
 
     def summary(self) -> dict[str, Any]:
-        return {"calls": self.calls, "failures": self.failures, "timeouts": self.timeouts,
+        return {"calls": self.calls, "failures": self.failures, "timeouts": self.timeouts, "results_cut": self.cut,
                 "mean_seconds": round(self.seconds / self.calls, 6) if self.calls else None,
                 "last_error": self.last_error or None}
 
@@ -82,13 +92,27 @@ def _run_with_timeout(func: Any, args: tuple, kwargs: dict, timeout: float, name
     return box.get("value")
 
 
+def cap_result(result: Any, limit: int | None, name: str, stats: ToolStats) -> Any:
+    """The result as TRL will put it in the context (its text), cut to `limit` characters with a note saying so.
+
+    Lists (multimodal content blocks) pass unchanged: TRL hands them to the processor as they are.
+    """
+    if limit is None or isinstance(result, list):
+        return result
+    text = result if isinstance(result, str) else str(result)
+    if len(text) <= limit:
+        return result
+    stats.cut += 1
+    return text[:limit] + f"\n[... {name}'s result was cut at {limit:,} of {len(text):,} characters (max_result_chars)]"
+
+
 def _visible_signature(func: Any, hidden: set[str]) -> inspect.Signature:
     sig = inspect.signature(func)
     return sig.replace(parameters=[p for n, p in sig.parameters.items() if n not in hidden])
 
 
 def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout: float | None = None,
-          stats: ToolStats | None = None) -> Any:
+          stats: ToolStats | None = None, max_chars: int | None = None) -> Any:
     """A plain function (sync or async like `func`) that TRL can call as the tool `name`.
 
     Works for methods too (`self` stays the first parameter), so an environment class can be
@@ -110,11 +134,14 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
                     f"{name} did not return within {timeout:g} s")
                 stats.record(started, err)
                 raise err from None
+            except SystemExit as exc:
+                stats.record(started, err := _exited(name, exc))
+                raise err from None
             except Exception as exc:
                 stats.record(started, exc)
                 raise
             stats.record(started, None, out)
-            return out
+            return cap_result(out, max_chars, name, stats)
     else:
 
         @functools.wraps(func)
@@ -125,11 +152,14 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
                     out = _run_with_timeout(func, args, {**kwargs, **bound}, timeout, name)
                 else:
                     out = func(*args, **{**kwargs, **bound})
+            except SystemExit as exc:
+                stats.record(started, err := _exited(name, exc))
+                raise err from None
             except Exception as exc:
                 stats.record(started, exc)
                 raise
             stats.record(started, None, out)
-            return out
+            return cap_result(out, max_chars, name, stats)
 
     tool.__name__ = name
     tool.__signature__ = _visible_signature(func, set(bound))  # type: ignore[attr-defined]
@@ -138,18 +168,22 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
     return tool
 
 
-def guarded_class(cls: type, *, timeout: float | None, stats: dict[str, ToolStats]) -> type:
-    """A subclass of `cls` (same name) whose public methods are guarded; `reset` and `get_reward` are left alone.
+def guarded_class(cls: type, *, timeout: float | None, stats: dict[str, ToolStats],
+                  where: str = "environment.factory", max_chars: int | None = None) -> type:
+    """A subclass of `cls` (same name) whose public methods are guarded tools, and whose `reset` and
+    `get_reward` stop the run with a named error when they fail or time out (tools/lifecycle.py).
 
     TRL lists an environment's tools as the public functions of its class, so the guarded
     methods must be functions defined on the class: a subclass overriding each one is that.
     """
-    overrides: dict[str, Any] = {}
+    from grpo_cli.tools.lifecycle import lifecycle_overrides
+
+    overrides: dict[str, Any] = lifecycle_overrides(cls, timeout, where)
     for member, func in inspect.getmembers(cls, predicate=inspect.isfunction):
         if member.startswith("_") or member in ("reset", "get_reward"):
             continue
         stats.setdefault(member, ToolStats())
-        overrides[member] = guard(func, name=member, timeout=timeout, stats=stats[member])
+        overrides[member] = guard(func, name=member, timeout=timeout, stats=stats[member], max_chars=max_chars)
     overrides["__qualname__"] = cls.__qualname__
     overrides["__module__"] = cls.__module__
     overrides["__doc__"] = cls.__doc__

@@ -5,7 +5,6 @@ References resolve exactly as reward references do (same import rules, same erro
 
 from __future__ import annotations
 
-import functools
 import inspect
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.rewards import import_file, import_module, split_reference
 from grpo_cli.tools.guard import ToolStats, guard, guarded_class
+from grpo_cli.tools.lifecycle import guarded_factory
 
 
 def import_reference(ref: str, base_dir: Any, where: str, kind: str = "function") -> Any:
@@ -93,7 +93,8 @@ def load_toolset(recipe: Any) -> Toolset | None:
                                 where=f"tools[{i}].params.{key}",
                                 fix=f"Its parameters are: {', '.join(sig.parameters)}.")
         stats = toolset.stats.setdefault(entry.name, ToolStats())
-        toolset.tools.append(guard(func, name=entry.name, params=entry.params, timeout=entry.timeout, stats=stats))
+        toolset.tools.append(guard(func, name=entry.name, params=entry.params, timeout=entry.timeout, stats=stats,
+                                   max_chars=entry.max_result_chars))
     env = recipe.environment
     if env is not None:
         for name, ref in env.classes().items():
@@ -103,17 +104,12 @@ def load_toolset(recipe: Any) -> Toolset | None:
                 raise GrpoError(f"environment class {cls.__name__} has no `reset` method", where=where,
                                 fix="Add `def reset(self, **kwargs) -> str | None:` (it starts each rollout).")
             toolset.classes[name] = cls
-            wrapped = guarded_class(cls, timeout=env.timeout, stats=toolset.stats)
-            toolset.environments[name] = functools.partial(wrapped, **env.params_for(name))
+            wrapped = guarded_class(cls, timeout=env.timeout, stats=toolset.stats, where=where,
+                                    max_chars=env.max_result_chars)
+            toolset.environments[name] = guarded_factory(wrapped, env.params_for(name), env.timeout, where)
     return toolset
 
 
-def make_environment(toolset: Toolset, name: str | None, where: str = "environment") -> Any:
-    """One environment instance, with a clear error when its constructor fails."""
-    factory = toolset.environments[name]
-    try:
-        return factory()
-    except Exception as exc:
-        raise GrpoError(f"constructing environment {name or toolset.classes[name].__name__} failed: "
-                        f"{type(exc).__name__}: {exc}", where=where + (f".{name}" if name else ""),
-                        fix="Check environment.params against the class's __init__.") from exc
+def make_environment(toolset: Toolset, name: str | None) -> Any:
+    """One environment instance (its factory names the environment when the constructor fails)."""
+    return toolset.environments[name]()

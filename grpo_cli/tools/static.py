@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.errors import Problem
+from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.paths import read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.rewards import find_module_file, split_reference
 
@@ -51,7 +52,7 @@ def _source_tree(ref: str, base_dir: Path, where: str, out: ToolCheck) -> tuple[
     target, _ = split_reference(ref)
     if target.endswith(".py"):
         path = (base_dir / target).expanduser()
-        if not path.is_file():
+        if not path.exists():
             out.problems.append(Problem(where, f"file {target} not found (looked at {path})",
                                         "Paths are relative to the recipe's directory."))
             return None, None
@@ -69,7 +70,10 @@ def _source_tree(ref: str, base_dir: Path, where: str, out: ToolCheck) -> tuple[
             return None, None
         path = found
     try:
-        return path, ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        return path, ast.parse(read_text(path, what="tool file", where=where), filename=str(path))
+    except GrpoError as exc:  # binary, not UTF-8, a directory, unreadable
+        out.problems.extend(exc.problems)
+        return None, None
     except SyntaxError as exc:
         out.problems.append(Problem(where, f"{path} has a syntax error at line {exc.lineno}: {exc.msg}"))
         return None, None
@@ -142,7 +146,25 @@ def check_tool(entry: Any, base_dir: Path, index: int, out: ToolCheck) -> None:
     out.plan.append(f"{kind}{name}({', '.join(visible)}){limit}")
 
 
-def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck) -> None:
+def _check_params(node: ast.ClassDef, methods: dict[str, Any], inherits: bool, params: dict[str, Any],
+                  where: str, out: ToolCheck) -> None:
+    """Constructor arguments from `environment.params` that `__init__` does not take (what a tool's params get)."""
+    init = methods.get("__init__")
+    if init is None and inherits:
+        return  # an inherited __init__: checked when training constructs it
+    names: set[str] = set()
+    if init is not None:
+        if init.args.kwarg is not None:
+            return
+        names = {p.arg for p in [*init.args.posonlyargs, *init.args.args, *init.args.kwonlyargs][1:]}
+    for key in params:
+        if key not in names:
+            out.problems.append(Problem(f"{where}.{key}", f"{key!r} is not a parameter of {node.name}.__init__",
+                                        f"Its parameters are: {', '.join(sorted(names)) or 'none'}."))
+
+
+def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck,
+                            params: dict[str, Any] | None = None, params_where: str = "environment.params") -> None:
     path, tree = _source_tree(ref, base_dir, where, out)
     if tree is None:
         return
@@ -158,6 +180,7 @@ def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck
     inherits = any(not (isinstance(b, ast.Name) and b.id == "object") for b in node.bases)
     methods = {n.name: n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     public = [m for m in methods if not m.startswith("_") and m not in ("reset", "get_reward")]
+    _check_params(node, methods, inherits, params or {}, params_where, out)
     if "reset" not in methods and not inherits:
         out.problems.append(Problem(where, f"environment {name} has no `reset` method; TRL calls it to start "
                                     "every rollout", "Add `def reset(self, **kwargs) -> str | None:` (it receives "
@@ -192,7 +215,8 @@ def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
     env = recipe.environment
     if env is not None:
         for name, ref in env.classes().items():
-            check_environment_class(ref, recipe.base_dir, "environment.factory" + (f".{name}" if name else ""), out)
+            check_environment_class(ref, recipe.base_dir, "environment.factory" + (f".{name}" if name else ""), out,
+                                    env.params_for(name), "environment.params" + (f".{name}" if name else ""))
         if env.routed and columns is not None and "environment" not in columns:
             out.problems.append(Problem("environment.factory", "several environments are routed by the dataset's "
                                         "`environment` column, which the data does not have "

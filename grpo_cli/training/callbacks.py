@@ -18,6 +18,7 @@ _LINE = [
     ("completions/mean_length", "len", "{:.1f}"),
     ("tools/call_frequency", "tool_calls", "{:.2f}"),
     ("tools/failure_frequency", "tool_fail", "{:.2f}"),
+    ("tools/results_cut", "tool_results_cut", "{:.0f}"),
     ("kl", "kl", "{:.4f}"),
     ("loss", "loss", "{:.4f}"),
 ]
@@ -36,6 +37,22 @@ def format_log_line(step: int, logs: dict[str, Any], show_kl: bool) -> str:
                 if k.startswith("rewards/") and k.endswith("/mean") and isinstance(v, (int, float)):
                     parts.append(f"{k.split('/')[1]} {v:.3f}")
     return "  ".join(parts)
+
+
+class ToolResultCuts(TrainerCallback):
+    """Adds `tools/results_cut` to a step's log: tool results cut to max_result_chars since the last log.
+
+    It must come before the callbacks that write and print logs (they see the key it adds)."""
+
+    def __init__(self, stats: dict[str, Any]) -> None:
+        self.stats = stats
+        self.seen = 0
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> None:
+        total = sum(s.cut for s in self.stats.values())
+        if logs is not None and total > self.seen:
+            logs["tools/results_cut"] = total - self.seen
+            self.seen = total
 
 
 class MetricsJsonl(TrainerCallback):

@@ -259,23 +259,45 @@ def prepare_cluster(recipe: Any, recipe_path: Path, overrides: list[str], *, nod
     return plan
 
 
-def write_slurm(plan: ClusterPlan, out: Path | None, *, setup: str | None, sbatch: dict[str, Any]) -> Path:
+def write_slurm(plan: ClusterPlan, out: Path | None, *, setup: str | None, sbatch: dict[str, Any],
+                force: bool = False) -> Path:
     """Write the sbatch script (executable) to `out` (default `<name>.sbatch` here); returns its path."""
     plan.extra_sbatch = {k: str(v) for k, v in sbatch.items() if v is not None}
     path = (out or Path(f"{plan.name}.sbatch")).resolve()
     text = slurm_script(plan, workdir=Path.cwd(), setup=default_setup() if setup is None else setup,
                         log_dir=path.parent)
-    return _write(path, text, mode=0o755)
+    return _write(path, text, mode=0o755, force=force)
 
 
-def write_skypilot(plan: ClusterPlan, out: Path | None, *, accelerator: str, recipe: Any) -> Path:
+def write_skypilot(plan: ClusterPlan, out: Path | None, *, accelerator: str, recipe: Any,
+                   force: bool = False) -> Path:
     """Write the SkyPilot task to `out` (default `<name>.sky.yaml` here); returns its path."""
     path = (out or Path(f"{plan.name}.sky.yaml")).resolve()
-    return _write(path, skypilot_task(plan, accelerator=accelerator, workdir=Path.cwd(), recipe=recipe))
+    return _write(path, skypilot_task(plan, accelerator=accelerator, workdir=Path.cwd(), recipe=recipe), force=force)
 
 
-def _write(path: Path, text: str, mode: int | None = None) -> Path:
-    """Write whole or not at all: an unwritable --out is bad input (exit 2), never a half file or a traceback."""
+def _written_by_grpo(path: Path) -> bool:
+    """A launch file this command wrote earlier (its header says so): regenerating it needs no --force."""
+    try:
+        with path.open("rb") as fh:
+            return _HEADER_MARK in fh.read(2048)
+    except OSError:
+        return False
+
+
+_HEADER_MARK = b"# Written by `grpo launch "
+
+
+def _write(path: Path, text: str, mode: int | None = None, force: bool = False) -> Path:
+    """Write whole or not at all: an unwritable --out is bad input (exit 2), never a half file or a traceback.
+
+    An existing file is replaced only when grpo wrote it (a regenerated launch file) or with --force.
+    """
+    if path.is_dir():
+        raise GrpoError(f"{path} is a directory", where="--out", fix="Give the path of the file to write.")
+    if path.exists() and not force and not _written_by_grpo(path):
+        raise GrpoError(f"{path} already exists and was not written by `grpo launch`; refusing to overwrite it",
+                        where="--out", fix="Choose another --out, or pass --force to replace it.")
     tmp = path.with_name(f".{path.name}.tmp")
     try:
         tmp.write_text(text, encoding="utf-8")

@@ -85,9 +85,12 @@ def load_run(output_dir: str | Path) -> RunData:
         raise GrpoError(f"there is no metrics.jsonl in {out}", where="OUTPUT_DIR",
                         fix="Give the output directory of a `grpo train` run; it writes metrics.jsonl from the "
                             "first logging step (training.logging_steps).")
-    records = runs.read_jsonl(metrics)
+    garbled: list[int] = []
+    records = runs.read_jsonl(metrics, garbled)
     train = [r for r in records if not any(k.startswith("eval_") for k in r) and ("loss" in r or "reward" in r)]
     evals = [r for r in records if any(k.startswith("eval_") for k in r)]
+    if not records and garbled:
+        raise runs.damaged_jsonl(metrics, garbled, "OUTPUT_DIR")
     if not train:
         raise GrpoError(f"{metrics} holds no training log yet", where="OUTPUT_DIR",
                         fix="Wait for the first logging step (training.logging_steps), or check that the run "

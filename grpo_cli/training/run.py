@@ -119,7 +119,8 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
             _build(run)
             _fit(run)
             return _finish(run)
-        except BaseException:
+        except BaseException as exc:
+            _mark_failed(run, exc)  # e.g. the trainer could not be built: the manifest must not say `running`
             if run.aside is not None:
                 run.aside.restore()  # the new run failed before its first step: the previous one comes back
             raise
@@ -147,6 +148,8 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
     plan = runs.plan_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
     for path, why in plan.skipped:
         _say(console, f"skipping {path.name}: {why}")
+    for note in plan.notes:
+        _say(console, f"note: {note}")
     if plan.checkpoint is not None:
         runs.check_resume_compatible(recipe, out)
         _say(console, f"resuming from {plan.checkpoint.name} (step {runs.saved_step(plan.checkpoint)})")
@@ -232,7 +235,7 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
 
-    from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole
+    from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
     from grpo_cli.training.health import health_callbacks
     from grpo_cli.training.sampler import resumable
     from grpo_cli.training.sharding import ShardingProbe
@@ -245,6 +248,8 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     timer = step_timer()
     run.callbacks = [timer, run.probe, run.metrics, run.stopper,
                      RichConsole(run.console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
+    if run.toolset is not None:  # first: the writers and the console see the key it adds
+        run.callbacks.insert(0, ToolResultCuts(run.toolset.stats))
     if run.aside is not None:
         run.callbacks.append(OnFirstStep(run.aside.discard))
     run.callbacks += health_callbacks(recipe, run.out, console=run.console)
@@ -276,10 +281,9 @@ def _fit(run: _Run) -> None:
     run.stopper.install()
     try:
         run.trainer.train(resume_from_checkpoint=str(run.ckpt) if run.ckpt else None)
-    except BaseException:
-        run.manifest.update(status="failed", finished=runs.now(), global_step=run.trainer.state.global_step)
-        if is_main_process():
-            runs.write_manifest(run.out / runs.MANIFEST, run.manifest)
+    except BaseException as exc:
+        _mark_failed(run, exc)
+        if is_main_process() and (run.out / runs.METRICS).is_file():  # a step-0 failure has no curves
             from grpo_cli.training.report import report_after_training
 
             report_after_training(run.out, run.console)
@@ -289,6 +293,20 @@ def _fit(run: _Run) -> None:
         for f in run.reward_funcs:
             if hasattr(f, "close"):
                 f.close()
+
+
+def _mark_failed(run: _Run, exc: BaseException) -> None:
+    """Record a run that stopped on an error as `failed`, with the error's first line as its message."""
+    if run.manifest.get("status") != "running":
+        return  # nothing written yet, or already recorded
+    from grpo_cli.errors import GrpoError
+
+    message = exc.render() if isinstance(exc, GrpoError) else f"{type(exc).__name__}: {exc}"
+    step = run.trainer.state.global_step if run.trainer is not None else 0
+    run.manifest.update(status="failed", finished=runs.now(), global_step=step,
+                        message=(message.splitlines() or [""])[0][:500])
+    if is_main_process():
+        runs.write_manifest(run.out / runs.MANIFEST, run.manifest)
 
 
 def _finish(run: _Run) -> TrainResult:

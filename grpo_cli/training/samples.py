@@ -61,8 +61,11 @@ def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | N
         raise GrpoError(f"there is no {COMPLETIONS_FILE} in {run}", where="RUN_DIR",
                         fix="Give the output dir of a `grpo train` run; it writes completion samples at every "
                             "logging step (output.completions_per_log > 0).")
-    rows = runs.read_jsonl(path)
+    garbled: list[int] = []
+    rows = runs.read_jsonl(path, garbled)
     steps = sorted({int(r["step"]) for r in rows if isinstance(r.get("step"), int)})
+    if not rows and garbled:
+        raise runs.damaged_jsonl(path, garbled, "RUN_DIR")
     if not steps:
         raise GrpoError(f"{path} holds no samples yet", where="RUN_DIR", fix="Wait for the first logging step.")
     names = sorted({n for r in rows for n in (r.get("rewards") or {})})

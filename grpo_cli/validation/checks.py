@@ -254,6 +254,17 @@ def _training_checks(recipe: Recipe, pf: Preflight) -> None:
                                    "Remove `quantization` or run on a GPU."))
 
 
+def _push_check(recipe: Recipe, pf: Preflight) -> None:
+    """output.push_to_hub is used after training: a repo id the Hub refuses must fail now, not hours later."""
+    if recipe.output.push_to_hub:
+        from grpo_cli.models.hub import check_repo_id
+
+        try:
+            check_repo_id(recipe.output.push_to_hub, where="output.push_to_hub")
+        except GrpoError as exc:
+            pf.problems.extend(exc.problems)
+
+
 def _eval_checks(recipe: Recipe, pf: Preflight) -> None:
     """eval.every_steps must name a metric the evaluation can produce."""
     ev = recipe.eval
@@ -296,6 +307,7 @@ def preflight(recipe: Recipe) -> Preflight:
     _trl_and_environment_checks(recipe, pf)
     pf.plan = _plan(recipe, pf, model_desc, data_desc)
     _eval_checks(recipe, pf)
+    _push_check(recipe, pf)
     vision_checks(recipe, pf)
     if tools:
         pf.plan["tools"] = tools

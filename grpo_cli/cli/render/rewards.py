@@ -118,10 +118,11 @@ def render_tool_dry_run(out: Console, report: Any) -> None:
         calls.add_row(escape(tool), escape(json.dumps(c.arguments, default=str)), f"{1000 * c.seconds:.3g}", outcome)
     out.print(calls)
     for e in report.episodes:
-        out.print(f"[bold]episode[/] {escape(e.environment)}: reset -> {escape(repr(e.observation))}; "
-                  + (f"[red]{escape(e.error)}[/]" if e.error else
-                     "rewards " + ", ".join(f"{escape(k)}={escape(str(v))}" for k, v in e.rewards.items())),
-                  soft_wrap=True)
+        if e.error:  # the episode stopped there: no "reset -> ''" before a failed reset
+            out.print(f"[bold]episode[/] {escape(e.environment)}: [red]{escape(e.error)}[/]", soft_wrap=True)
+            continue
+        out.print(f"[bold]episode[/] {escape(e.environment)}: reset -> {escape(repr(e.observation))}; rewards "
+                  + ", ".join(f"{escape(k)}={escape(str(v))}" for k, v in e.rewards.items()), soft_wrap=True)
     for note in report.notes:
         out.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
     if report.ok:

@@ -82,7 +82,7 @@ def render_train_result(console: Console, result: Any) -> None:
     style = {"completed": "green", "interrupted": "yellow", "stopped": "red"}.get(result.status, "white")
     console.print(f"[{style}]{result.status}[/] at step {result.global_step}; outputs in {result.output_dir}")
     if result.message:
-        console.print(result.message, markup=False)
+        console.print(result.message, markup=False, soft_wrap=True)  # a command in it must paste as one line
 
 
 def render_memory_plan(console: Console, loaded: Any, plan: Any, why: str | None) -> None:

@@ -89,6 +89,10 @@ class ImagesSection(Section):
     (hub datasets always use the recipe's folder)."""
     check_rows: int = Field(4, ge=0)
     """`grpo validate` opens the images of this many first rows (local files) and reports their sizes."""
+    max_pixels: int | None = Field(64_000_000, gt=0)
+    """Largest image (width x height) accepted; default 64 megapixels (8000x8000). Every image's header is read
+    when the data is mapped, and a larger one is refused by file and line before training starts, rather than
+    decoded into gigabytes (PIL's own decompression-bomb guard). null: no limit."""
 
 
 class DataSection(Section):

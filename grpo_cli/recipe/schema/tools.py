@@ -9,6 +9,8 @@ from pydantic import Field, model_validator
 
 from grpo_cli.recipe.schema.common import Section
 
+RESULT_CHARS = 10_000
+"""Default cap on a tool result's text: about 2,500 tokens, more than a completion budget usually holds."""
 _REF = re.compile(r"^(?P<target>[^:]+(?:\.py)?):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
 
 
@@ -29,6 +31,10 @@ class ToolEntry(Section):
     """Keyword arguments bound to the tool; they are hidden from the model's view of the tool."""
     timeout: float | None = Field(30.0, gt=0)
     """Seconds one call may take; a slower call counts as a tool failure and the model sees an error. null: no limit."""
+    max_result_chars: int | None = Field(RESULT_CHARS, gt=0)
+    """Longest result (characters of its text) that goes into the model's context; a longer one is cut there, ends
+    with a note saying so, and is counted in the step log (`tools/results_cut`). null: no limit (a 5 MB result
+    takes minutes to tokenize on every step)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -58,7 +64,10 @@ class EnvironmentSection(Section):
     params: dict[str, Any] = Field(default_factory=dict)
     """Constructor keyword arguments; with several environments, a mapping `name: {arguments}`."""
     timeout: float | None = Field(30.0, gt=0)
-    """Seconds one method call may take; a slower call counts as a tool failure. null: no limit."""
+    """Seconds one method call may take; a slower call counts as a tool failure. It bounds the constructor, `reset`
+    and `get_reward` too, whose failure or timeout stops the run with their name. null: no limit."""
+    max_result_chars: int | None = Field(RESULT_CHARS, gt=0)
+    """Longest method result (characters) that goes into the model's context; longer ones are cut, as for tools."""
 
     @model_validator(mode="before")
     @classmethod

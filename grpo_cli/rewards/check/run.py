@@ -59,6 +59,8 @@ class CheckReport:
     metrics: dict[str, float] = field(default_factory=dict)
     probe_format: str = ""
     """How the probes were written (tags or bare answer), when source is "probes"."""
+    row_lines: dict[int, str] = field(default_factory=dict)
+    """Training row index -> its file and line ('train.jsonl line 4'): messages name both."""
 
     @property
     def ok(self) -> bool:
@@ -76,7 +78,8 @@ class CheckReport:
             "total": {**describe([t for t in self.totals if t is not None]),
                       "frac_reward_zero_std": self.frac_zero_std},
             "correlation": self.correlation,
-            "samples": [{"row": s.row, "group": s.group, "probe": s.probe, "completion": s.text,
+            "samples": [{"row": s.row, "line": self.row_lines.get(s.row) if s.row is not None else None,
+                         "group": s.group, "probe": s.probe, "completion": s.text,
                          "completion_tokens": len(s.ids),
                          "scores": {r.name: r.values[i] for r in self.rewards}, "total": self.totals[i]}
                         for i, s in enumerate(self.samples)],
@@ -94,7 +97,7 @@ class CheckReport:
 def _rows(recipe: Recipe, tokenizer: Any) -> Any:
     from grpo_cli.data.mapping import prepare_data
 
-    return prepare_data(recipe, tokenizer).train
+    return prepare_data(recipe, tokenizer)
 
 
 def _spread(n: int, k: int) -> list[int]:
@@ -290,6 +293,13 @@ def _trainer_state(recipe: Recipe) -> Any:
     return TrainerState(max_steps=int(recipe.training.get("max_steps") or 0), global_step=0)
 
 
+def _totals(results: list[RewardResult], weights: list[float], n: int) -> list[float | None]:
+    """TRL's total: a weighted nansum, except that a completion every reward skipped is NaN (no advantage)."""
+    return [None if all(r.values[i] is None for r in results)
+            else sum(w * v for w, r in zip(weights, results, strict=True) if (v := r.values[i]) is not None)
+            for i in range(n)]
+
+
 def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples: int = 8,
                   generate: bool = False) -> CheckReport:
     """Score probes (default), a completions file, or freshly generated samples with every recipe reward.
@@ -308,6 +318,7 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
         raise GrpoError("--completions and --generate both choose where completions come from",
                         where="command line", fix="Give one of them.")
     notes: list[str] = []
+    locate = None  # training row -> its file and line, for messages
     funcs = _reward_funcs(recipe)
     tr = recipe.training
     budget = int(tr.get("max_completion_length") or 256)
@@ -319,7 +330,8 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
             source = "generate"
         else:
             tokenizer = _tokenizer(recipe, notes)
-            rows = _rows(recipe, tokenizer)
+            mapped = _rows(recipe, tokenizer)
+            rows, locate = mapped.train, mapped.locate_train
             tokens = Tokens(getattr(tokenizer, "tokenizer", tokenizer))  # a VLM processor holds the tokenizer
             if completions is not None:
                 found, source = _file_samples(recipe, rows, Path(completions), tokens), "file"
@@ -338,15 +350,12 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
     for res, entry in zip(results, recipe.rewards, strict=True):
         res.kind, res.weight = entry.kind, float(entry.weight)
         res.needs_reference = entry.kind != "builtin" or entry.name in REQUIRED_COLUMNS
-    # TRL: a weighted nansum, except that a completion every reward skipped is NaN (no advantage).
-    totals: list[float | None] = [
-        None if all(r.values[i] is None for r in results)
-        else sum(w * v for w, r in zip(weights, results, strict=True) if (v := r.values[i]) is not None)
-        for i in range(len(found))]
+    totals = _totals(results, weights, len(found))
     groups = [s.group for s in found]
     report = CheckReport(str(recipe.source), source, found, results, totals, frac_zero_std(totals, groups),
                          correlations(results), notes=notes,
-                         metrics={k: sum(v) / len(v) for k, v in logs.metrics.items()})
+                         metrics={k: sum(v) / len(v) for k, v in logs.metrics.items()},
+                         row_lines={s.row: locate(s.row) for s in found if s.row is not None} if locate else {})
     if source == "probes":
         from grpo_cli.rewards.check.probes import probe_style
 

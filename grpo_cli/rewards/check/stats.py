@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -116,12 +117,21 @@ _WHAT = {
 }
 
 
-def _rows_text(rows: list[int | None]) -> str:
+def _rows_text(rows: list[int | None], lines: dict[int, str] | None = None) -> str:
+    """' on rows 3 (train.jsonl line 9), 40 (train.jsonl line 4)': the index after shuffling (what --completions
+    files use) and the file line (what an editor opens)."""
     shown = sorted({r for r in rows if r is not None})
     if not shown:
         return ""
     more = f" (+{len(shown) - 6} more)" if len(shown) > 6 else ""
-    return f" on row{'s' if len(shown) > 1 else ''} {', '.join(map(str, shown[:6]))}{more}"
+    named = [f"{r} ({_short(lines[r])})" if lines and r in lines else str(r) for r in shown[:6]]
+    return f" on row{'s' if len(shown) > 1 else ''} {', '.join(named)}{more}"
+
+
+def _short(where: str) -> str:
+    """'/long/path/train.jsonl line 4' -> 'train.jsonl line 4' (other locations as they are)."""
+    path, found, line = where.rpartition(" line ")
+    return f"{Path(path).name} line {line}" if found else where
 
 
 def assess(report: Any, groups: list[int]) -> None:
@@ -132,7 +142,7 @@ def assess(report: Any, groups: list[int]) -> None:
         for kind, (detail, idx) in res.problems.items():
             rows = [samples[i].row for i in idx]
             probes = sorted({samples[i].probe for i in idx})
-            report.violations.append(Violation(res.name, kind, f"{res.name}{_rows_text(rows)}: "
+            report.violations.append(Violation(res.name, kind, f"{res.name}{_rows_text(rows, report.row_lines)}: "
                                                + _WHAT[kind].format(detail=detail), rows, probes))
         values = res.finite()
         if report.source == "probes":
@@ -157,8 +167,8 @@ def assess(report: Any, groups: list[int]) -> None:
             _hackable(report, res)
     dead = [s.row for i, s in enumerate(samples) if all(r.values[i] is None for r in report.rewards)]
     if dead and not any(v.kind in ("exception", "timeout") for v in report.violations):
-        report.notes.append(f"every reward returned None{_rows_text(dead)}: TRL warns and gives those "
-                            "completions no advantage")
+        report.notes.append(f"every reward returned None{_rows_text(dead, report.row_lines)}: TRL warns and gives "
+                            "those completions no advantage")
 
 
 def _hackable(report: Any, res: RewardResult) -> None:
@@ -174,7 +184,8 @@ def _hackable(report: Any, res: RewardResult) -> None:
         row, value, ref = hits[0]
         rows = [h[0] for h in hits]
         report.violations.append(Violation(
-            res.name, "hackable", f"{res.name}{_rows_text(rows)}: the '{probe}' probe scores {value:g}, above the "
+            res.name, "hackable", f"{res.name}{_rows_text(rows, report.row_lines)}: the '{probe}' probe scores "
+            f"{value:g}, above the "
             f"reference answer's {ref:g}; the policy can learn to game it", rows, [probe]))
     _degenerate_ties(report, res, refs)
 
@@ -190,7 +201,8 @@ def _degenerate_ties(report: Any, res: RewardResult, refs: dict[int, float | Non
                 if s.probe == probe and refs.get(s.group) is not None and res.values[i] is not None
                 and abs(res.values[i] - refs[s.group]) <= 1e-9 and (refs[s.group] or 0) > 0]
         if rows:
-            report.notes.append(f"{res.name}{_rows_text(rows)}: the '{probe}' probe scores as much as the reference "
+            report.notes.append(f"{res.name}{_rows_text(rows, report.row_lines)}: the '{probe}' probe scores as much "
+                                "as the reference "
                                 "answer; if that is not what you want, add a reward that penalises it "
                                 f"({'repetition_penalty' if probe == 'repeated' else 'soft_overlong_punishment'})")
 
