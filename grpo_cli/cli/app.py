@@ -46,6 +46,13 @@ OverridesArg = Annotated[
     list[str] | None, typer.Argument(help="section.key=value overrides applied after the recipe.", show_default=False)
 ]
 
+# The launch flags every verb that reads a recipe takes, as `grpo train` does (flags win over the recipe).
+ProfileOpt = Annotated[str | None, typer.Option("--profile", help="Override launch.profile.")]
+NumProcessesOpt = Annotated[int | None, typer.Option("--num-processes", help="Override launch.num_processes.")]
+ThreadsOpt = Annotated[int | None, typer.Option(
+    "--threads", min=1, help="Override launch.threads: torch threads per training process (default: from the "
+                             "free cores).")]
+
 
 def _version(value: bool) -> None:
     if value:
@@ -80,10 +87,12 @@ def run_guarded(func: Callable[[], Any]) -> Any:
         raise typer.Exit(130) from None
 
 
-def load(recipe: Path, overrides: list[str] | None) -> Any:
+def load(recipe: Path, overrides: list[str] | None, **launch: Any) -> Any:
+    """The recipe with its overrides, then the launch flags given (`profile=`, `num_processes=`, ...)."""
     from grpo_cli.recipe.loader import load_recipe
 
-    return load_recipe(recipe, overrides or [])
+    flags = [f"launch.{k}={v}" for k, v in launch.items() if v is not None]
+    return load_recipe(recipe, [*(overrides or []), *flags])
 
 
 # Commands that only read files and print: they may skip interpreter teardown (tens of ms of

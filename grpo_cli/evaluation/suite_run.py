@@ -15,6 +15,7 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.evaluation.suites import Suite, SuiteRow, get_suite, pass_at_k, wilson_interval
+from grpo_cli.progress import reporting
 
 SuiteSampler = Any  # callable(prompts) -> (texts, ids, truncated), as evaluation.Sampler
 
@@ -179,8 +180,9 @@ def run_suite(name: str, sources: list[Any], settings: SuiteSettings, *, backend
             if warning and console is not None:
                 console.print(f"[yellow]warning:[/] {source.label}: {warning}", soft_wrap=True)
         try:
-            results.append(evaluate_suite(model, tokenizer, suite, rows, settings, label=source.label,
-                                          sampler=sampler, source=source.describe()))
+            with reporting(console, f"sampling ({source.label})", len(rows) * settings.k, "completions"):
+                results.append(evaluate_suite(model, tokenizer, suite, rows, settings, label=source.label,
+                                              sampler=sampler, source=source.describe()))
         finally:
             if close is not None:
                 close()

@@ -15,6 +15,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_cli.progress import advance
 from grpo_cli.tools.loading import Toolset, make_environment
 
 
@@ -121,6 +122,7 @@ def _generate(model: Any, tokenizer: Any, inputs: list[list[int]], *, max_new: l
             if tokenizer.eos_token_id in row:
                 row = row[: row.index(tokenizer.eos_token_id) + 1]
             out.append([t for t in row if t != pad or t == tokenizer.eos_token_id][:limit])
+        advance(0)  # a heartbeat: a piped console hears from a long turn too
     return out
 
 
@@ -173,6 +175,7 @@ def run_episodes(model: Any, tokenizer: Any, toolset: Toolset, episodes: list[Ep
                     still.append(i)
                 else:
                     ep.truncated = True
+            advance(len(active) - len(still))  # episodes that ended this turn
             active = still
             iteration += 1
     finally:

@@ -34,7 +34,7 @@ DEEPSPEED_PROFILES = ("zero2", "zero3")
 RELAUNCHED_ENV = "GRPO_RELAUNCHED"
 # `grpo train` flags that travel as launch.* overrides to the re-launched processes.
 LAUNCH_FLAGS = {"profile": "--profile", "num_processes": "--num-processes", "num_machines": "--num-machines",
-                "machine_rank": "--machine-rank", "main_process_ip": "--main-process-ip"}
+                "machine_rank": "--machine-rank", "main_process_ip": "--main-process-ip", "threads": "--threads"}
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Seconds torchrun waits for workers to save a checkpoint after Ctrl-C before it kills them.
 SHUTDOWN_TIMEOUT_S = "600"
@@ -274,6 +274,10 @@ def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_
     from grpo_cli.runs import read_manifest
 
     env = launch_env(gpus, deepspeed=_uses_deepspeed(recipe))
+    from grpo_cli.threads import launch_env_threads
+    from grpo_cli.validation import thread_plan
+
+    launch_env_threads(thread_plan(recipe, gpus), env)  # each worker's share of the free cores
     if lock_dir is None or recipe.launch.machine_rank > 0:
         # Only the main machine writes the run; the others (often on the same shared filesystem) must
         # not contend for its lock.

@@ -178,7 +178,10 @@ def evaluate_once(recipe: Any, model: Any, tokenizer: Any, eval_rows: Any, conso
         rows = suite.rows(settings.limit)
         if console is not None:
             console.print(f"evaluating {suite.name} on {len(rows)} problems ({label})", markup=False)
-        return evaluate_suite(model, tokenizer, suite, rows, settings, label=label)
+        from grpo_cli.progress import reporting
+
+        with reporting(console, f"sampling ({label})", len(rows) * settings.k, "completions"):
+            return evaluate_suite(model, tokenizer, suite, rows, settings, label=label)
     from grpo_cli.evaluation import evaluate_recipe_model
 
     return evaluate_recipe_model(recipe, model, tokenizer, eval_rows, console, label=label)
