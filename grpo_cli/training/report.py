@@ -9,7 +9,6 @@ TRL or other settings omit KL or entropy): gaps are drawn as gaps, never as erro
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,6 @@ from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.tools import stats_markdown
 
-WIDTH_IN, HEIGHT_IN, DPI = 12, 8, 100  # a fixed 1200x800 px image
 SUMMARY_KEYS = ("reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio", "kl",
                 "entropy", "loss", "grad_norm", "learning_rate", "tools/call_frequency", "tools/failure_frequency")
 ARTEFACTS = ((runs.METRICS, "per-step training logs"), (runs.HEALTH, "health guard events"),
@@ -251,105 +249,6 @@ def _task_lines(run: RunData) -> list[str]:
     return [*lines, ""]
 
 
-def _plot_lines(ax: Any, records: list[dict[str, Any]], keys: Sequence[tuple[str, str]], first_colour: int = 0,
-                suffix: str = "", **style: Any) -> int:
-    """Plot each metric that has at least one value; colours C0, C1, ... continue across twin axes."""
-    drawn = 0
-    for key, label in keys:
-        steps, values = series(records, key)
-        if all(math.isnan(v) for v in values):
-            continue
-        look = {"color": f"C{(first_colour + drawn) % 10}", "linewidth": 1.4}
-        if key == "reward":  # the total: thick and dark, so per-reward lines on top of it stay visible
-            look = {"color": "black", "linewidth": 3.0, "alpha": 0.45}
-        ax.plot(steps, values, marker="o", markersize=2.5, label=label + suffix, **{**look, **style})
-        drawn += 1
-    return drawn
-
-
-def _has_values(run: RunData, keys: Sequence[tuple[str, str]]) -> bool:
-    return any(any(not math.isnan(v) for v in series(run.train, k)[1]) for k, _ in keys)
-
-
-def _panel(ax: Any, title: str, run: RunData, left: Sequence[tuple[str, str]], right: Sequence[tuple[str, str]] = (),
-           right_limits: tuple[float, float] | None = None, label_events: bool = False) -> None:
-    """One panel: metrics on the left axis and others dashed on a twin right axis (on the left if it is empty)."""
-    from matplotlib.ticker import MaxNLocator
-
-    ax.set_title(title, fontsize=11)
-    ax.grid(alpha=0.3)
-    if not _has_values(run, left):
-        left, right = right, ()
-        if right_limits:
-            ax.set_ylim(*right_limits)
-    drawn = _plot_lines(ax, run.train, left)
-    handles, labels = ax.get_legend_handles_labels()
-    if right and _has_values(run, right):
-        twin = ax.twinx()
-        drawn += _plot_lines(twin, run.train, right, drawn, " (right)", linestyle="--")
-        if right_limits:
-            twin.set_ylim(*right_limits)
-        h2, l2 = twin.get_legend_handles_labels()
-        handles, labels = handles + h2, labels + l2
-    if not drawn:
-        ax.text(0.5, 0.5, "no values logged", ha="center", va="center", transform=ax.transAxes, color="grey")
-    elif handles:
-        ax.legend(handles, labels, fontsize=8, loc="best")
-    for e in run.events:
-        if num(e.get("step")) is not None:
-            ax.axvline(float(e["step"]), color="red" if e.get("action") == "stop" else "orange", alpha=0.6,
-                       linewidth=1)
-            if label_events:
-                ax.text(float(e["step"]), 0.98, f" {e.get('guard')}", transform=ax.get_xaxis_transform(),
-                        rotation=90, va="top", fontsize=7, color="grey")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
-    ax.set_xlabel("step", fontsize=9)
-
-
-def plot(run: RunData, path: Path) -> None:
-    """A fixed 1200x800 PNG of the curves that matter first; missing metrics leave an empty panel."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(2, 3)
-    rewards = [(k, k.split("/")[1]) for k in reward_keys(run.train)]
-    ax = axes[0][0]
-    _panel(ax, "reward (total and per function)", run, [("reward", "total"), *rewards], label_events=True)
-    eval_steps, eval_values = series(run.evals, "eval_reward")
-    if any(not math.isnan(v) for v in eval_values):
-        ax.plot(eval_steps, eval_values, marker="s", linestyle=":", color="black", label="eval")
-        ax.legend(fontsize=8, loc="best")
-    for i, key in enumerate(task_keys(run)):  # what the user cares about, on the reward's scale
-        task_steps, task_values = series(run.tasks, key)
-        if any(not math.isnan(v) for v in task_values):
-            ax.plot(task_steps, task_values, marker="D", linestyle="-.", color=f"C{(6 + i) % 10}",
-                    label=key.removeprefix("task/"))
-            ax.legend(fontsize=8, loc="best")
-    _panel(axes[0][1], "reward spread", run, [("reward_std", "reward_std")],
-           [("frac_reward_zero_std", "frac zero std")], (-0.02, 1.02))
-    _panel(axes[0][2], "completions", run, [("completions/mean_length", "mean length")],
-           [("completions/clipped_ratio", "clipped ratio")], (-0.02, 1.02))
-    _panel(axes[1][0], "KL and entropy", run, [("kl", "kl")], [("entropy", "entropy")])
-    _panel(axes[1][1], "learning rate", run, [("learning_rate", "learning rate")])
-    _panel(axes[1][2], "loss and grad norm", run, [("loss", "loss")], [("grad_norm", "grad norm")])
-    steps = [int(r["step"]) for r in run.train if num(r.get("step")) is not None]
-    if steps:  # one x range for every panel, so the curves line up
-        lo, hi = min(steps), max(steps)
-        pad = max(1.0, (hi - lo) * 0.04)
-        for row in axes:
-            for a in row:
-                a.set_xlim(lo - pad, hi + pad)
-    m = run.manifest
-    status = f" — {m['status']} at step {m.get('global_step')}" if m.get("status") else ""
-    events = f" — {len(run.events)} health event(s)" if run.events else ""
-    fig.suptitle(f"{run.output_dir.name or run.output_dir}{status}{events}", fontsize=13)
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, format="png")
-
-
 def report_paths(output_dir: str | Path, out: str | Path | None = None) -> ReportPaths:
     """OUTPUT_DIR/report.{png,md} by default; `out` names the image (or the .md) and the other sits beside it."""
     if out is None:
@@ -363,6 +262,8 @@ def report_paths(output_dir: str | Path, out: str | Path | None = None) -> Repor
 
 def write_report(output_dir: str | Path, out: str | Path | None = None) -> ReportPaths:
     """Write the PNG and the Markdown summary of a run; GrpoError when it has no metrics."""
+    from grpo_cli.training.report_plot import plot
+
     run = load_run(output_dir)
     paths = report_paths(output_dir, out)
     plot(run, paths.image)
