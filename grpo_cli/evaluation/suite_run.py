@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,8 @@ class SuiteResult:
         """The headline numbers written to JSON and shown in tables."""
         lo, hi = self.ci95()
         out: dict[str, Any] = {"suite": self.suite, "model": self.label, "source": self.source,
-                               "problems": len(self.rows), "k": self.k,
+                               "problems": len(self.rows), "suite_size": suite_size(self.suite),
+                               "limit": self.settings.limit, "k": self.k,
                                "decoding": "greedy" if self.settings.temperature == 0 else
                                f"sampling T={self.settings.temperature}",
                                "accuracy": self.accuracy, "ci95": [lo, hi],
@@ -90,6 +92,12 @@ class SuiteResult:
             rows.append({"id": row.id, "sample": j % self.k, "reference": row.reference,
                          "extracted": self.extracted[j], "correct": self.correct[j], "completion": text})
         return rows
+
+
+@cache
+def suite_size(name: str) -> int:
+    """How many problems the whole suite has (a `--limit` run covers fewer: a smoke test, not a result)."""
+    return len(get_suite(name).rows())
 
 
 def suite_prompts(suite: Suite, rows: list[SuiteRow], tokenizer: Any) -> list[Any]:

@@ -206,6 +206,8 @@ def render_push(console: Console, staged: Any, *, dry_run: bool) -> None:
     from grpo_cli import runs
 
     console.print(f"model card checked: {staged.folder / runs.CARD}", markup=False, soft_wrap=True)
+    for warning in staged.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if dry_run:
         console.print(f"would upload {len(staged.files)} files to {staged.repo_id}: {', '.join(staged.files)}",
                       markup=False, soft_wrap=True)
