@@ -144,8 +144,11 @@ def _draw_panel(ax: Any, run: RunData, panel: Panel, constants: dict[str, float]
     left = _split_constants(run, panel.left, constants, panel.keep_constants)
     right = _split_constants(run, panel.right, constants, panel.keep_constants)
     left_label, limits = panel.left_label, panel.limits
-    if not left:
+    if not left:  # only the right-hand metric was logged (entropy without KL): it takes the panel
         left, right, left_label, limits = right, [], panel.right_label, panel.right_limits
+        ax.set_title(panel.title.split(" and ")[-1], fontsize=11)
+    elif not right and panel.right and " and " in panel.title:
+        ax.set_title(panel.title.split(" and ")[0], fontsize=11)
     drawn = _draw_curves(ax, run, left, 0)
     ax.set_ylabel(left_label, fontsize=9)
     if limits:
