@@ -15,8 +15,8 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.models.card import CARD_FILE, write_card
-from grpo_cli.models.publish import is_local_path, partial_suites
+from grpo_cli.models.card import CARD_FILE, suite_results, write_card
+from grpo_cli.models.publish import is_full_suite, is_local_path
 from grpo_cli.paths import is_hub_id
 
 UPLOAD_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
@@ -84,7 +84,7 @@ def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None) 
         raise GrpoError(f"the model card in {folder} lost its tags", where=CARD_FILE)
     staged = StagedPush(folder, staged_files(folder), repo_id)
     _scrub_local_paths(staged, base, base_model)
-    for s in partial_suites(folder):
+    for s in (s for s in suite_results(folder) if not is_full_suite(s)):
         staged.warnings.append(
             f"{runs.suite_result(str(s.get('suite')))} covers {s.get('problems')} of {s.get('suite_size', '?')} "
             f"{s.get('suite')} problems (`--limit`): the card shows it as a smoke test and leaves it out of the "

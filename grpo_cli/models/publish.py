@@ -53,13 +53,6 @@ def local_paths(value: Any) -> list[str]:
     return [value] if isinstance(value, str) and "\n" not in value and is_local_path(value) else []
 
 
-def partial_suites(folder: Path) -> list[dict[str, Any]]:
-    """The eval-<suite>.json summaries in `folder` that cover only part of their suite (`--limit`)."""
-    from grpo_cli.models.card import suite_results
-
-    return [s for s in suite_results(folder) if not is_full_suite(s)]
-
-
 def is_full_suite(summary: dict[str, Any]) -> bool:
     """Whether a suite summary covers every problem of the suite (only those are Hub results)."""
     size, problems = summary.get("suite_size"), summary.get("problems")
