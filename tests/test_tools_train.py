@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,22 @@ def test_training_with_a_tool_changes_weights_and_logs_tool_metrics(tmp_path: Pa
     assert stats["calls"] > 0 and stats["timeouts"] == 0
     report = (out / "report.md").read_text()
     assert "| tools/call_frequency |" in report and "## Tools" in report and "| add |" in report
+
+    # A score explains itself: the reference answer, and each call with its arguments and its result
+    answers = {json.loads(line)["question"]: json.loads(line)["answer"]
+               for line in (ROOT / "grpo_cli" / "assets" / "tiny-tool-data" / "train.jsonl").read_text().splitlines()}
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    for r in rows:
+        assert r["reference"] == {"answer": answers[r["prompt"].removeprefix("user: ")]}
+    pairs = [(r["step"], r["prompt"], r["completion"]) for r in rows]
+    assert len(pairs) == len(set(pairs)), "a sampled completion is written twice"
+    called = [r for r in rows if "tool add:" in r["completion"]]
+    assert called, "no sampled rollout called the tool"
+    assert all(re.search(r"assistant: .*→ add\(a=\d+, b=\d+\)", r["completion"]) for r in called)
+    shown = run_cli("samples", out, "--worst", "-n", "20")
+    assert shown.exit_code == 0, shown.output
+    assert "reference" in shown.output and "answer:" in shown.output and "add(a=" in shown.output
+    assert "| reference |" in report and "answer: " in report
 
 
 def test_eval_runs_tool_episodes_and_reports_tool_use(tmp_path: Path) -> None:

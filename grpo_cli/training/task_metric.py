@@ -195,7 +195,13 @@ def run_callbacks(recipe: Any, out: Path, manifest: dict[str, Any], tokenizer: A
     extras: list[Any] = []
     if recipe.output.completions_per_log:
         seed = int(recipe.training.get("seed") or 0)
-        extras.append(CompletionsLog(out / COMPLETIONS_FILE, per_step=recipe.output.completions_per_log, seed=seed))
+        import string
+
+        prompt = recipe.data.prompt
+        template = string.Formatter().parse(prompt.template or "")
+        shown = {prompt.column} if prompt.column else {f for _, f, _, _ in template if f}
+        extras.append(CompletionsLog(out / COMPLETIONS_FILE, per_step=recipe.output.completions_per_log, seed=seed,
+                                     prompt_columns=shown))
     if recipe.eval.every_steps:
         evaluate = build_evaluator(recipe, tokenizer, eval_rows)
         extras.append(TaskMetric(recipe, evaluate, out, manifest,

@@ -134,6 +134,9 @@ def render_samples(console: Console, rows: list[dict[str, Any]], title: str, wid
     table = Table(title=title, title_justify="left", show_lines=True)
     table.add_column("step", justify="right")
     table.add_column("prompt", overflow="fold", ratio=2)
+    with_reference = any(r.get("reference") for r in rows)
+    if with_reference:
+        table.add_column("reference", overflow="fold", ratio=1)
     table.add_column("completion", overflow="fold", ratio=3)
     table.add_column("reward", justify="right")
     for n in names:
@@ -144,10 +147,14 @@ def render_samples(console: Console, rows: list[dict[str, Any]], title: str, wid
         text = str(text or "")
         return text if len(text) <= width else text[:width] + " …"
 
+    from grpo_cli.training.samples import reference_text
+
     for r in rows:
         scores = r.get("rewards") or {}
-        table.add_row(str(r.get("step")), cut(r.get("prompt")), cut(r.get("completion")), _fmt_value(r.get("reward")),
-                      *(_fmt_value(scores.get(n)) for n in names), _fmt_value(r.get("advantage")), style=None)
+        reference = [cut(reference_text(r.get("reference")))] if with_reference else []
+        table.add_row(str(r.get("step")), cut(r.get("prompt")), *reference, cut(r.get("completion")),
+                      _fmt_value(r.get("reward")), *(_fmt_value(scores.get(n)) for n in names),
+                      _fmt_value(r.get("advantage")), style=None)
     console.print(table)
 
 
