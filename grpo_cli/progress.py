@@ -71,3 +71,31 @@ def advance(n: int = 1) -> None:
     reporter = _current.get()
     if reporter is not None:
         reporter.advance(n)
+
+
+def silence_cpu_accelerator_notice() -> None:
+    """Drop DeepSpeed's "Setting accelerator to CPU" warning, which every CPU command printed once the
+    `deepspeed` extra was installed: on a machine without a GPU it is the expected outcome, not news.
+    A filter on its logger (created here first, kept by DeepSpeed) leaves every other DeepSpeed message."""
+    import logging
+
+    logger = logging.getLogger("DeepSpeed")
+    if not any(getattr(f, "grpo_cpu_notice", False) for f in logger.filters):
+        def keep(record: logging.LogRecord) -> bool:
+            return "Setting accelerator to CPU" not in record.getMessage()
+
+        keep.grpo_cpu_notice = True  # type: ignore[attr-defined]
+        logger.addFilter(keep)
+
+
+def quiet_libraries() -> None:
+    """Hide datasets/transformers progress bars and warnings: grpo prints its own progress, and its own
+    words for what matters (transformers' "sequence length is longer than the specified maximum" and
+    "friendly reminder" lines repeat a warning grpo gives with a fix)."""
+    import datasets
+    import transformers
+
+    silence_cpu_accelerator_notice()
+    datasets.disable_progress_bars()
+    transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()

@@ -32,6 +32,30 @@ def test_piped_training_announces_every_phase_in_order(tmp_path: Path) -> None:
     assert None not in at, dict(zip(phases, at, strict=True))
     assert at == sorted(at), dict(zip(phases, at, strict=True))
     assert lines[0].startswith("grpo train")  # the very first thing on screen, before the libraries load
+    # Piped output: whole lines, no DeepSpeed notice on a CPU box, table titles on one line
+    assert "Setting accelerator to CPU" not in proc.stdout + proc.stderr
+    assert any(line.startswith("training: first vs last logging window (mean of 1 logging step each)")
+               for line in lines)
+    assert next(line for line in lines if line.startswith("threads:")).endswith("`--threads N`)")
+
+
+def test_piped_eval_suite_speaks_in_whole_lines_without_library_noise(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "grpo_cli", "eval", "--suite", "svamp", "--model",
+                           "bundled:tiny-arith", "--limit", "4", "--max-new-tokens", "4", "--out", str(tmp_path)],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, cwd=ROOT,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    output = proc.stdout + proc.stderr
+    assert "[transformers]" not in output and "Setting accelerator to CPU" not in output
+    warning = next(line for line in output.splitlines() if line.startswith("warning: bundled:tiny-arith"))
+    assert warning.endswith("(the bundled tiny models have 128 to 192 positions)")  # one paragraph, one line
+
+
+def test_piped_doctor_fits_100_columns() -> None:
+    proc = subprocess.run([sys.executable, "-m", "grpo_cli", "doctor"], capture_output=True, text=True, cwd=ROOT,
+                          env={k: v for k, v in os.environ.items() if k != "COLUMNS"}, timeout=300, check=False)
+    table = [line for line in proc.stdout.splitlines() if line[:1] in "┏┃┡│└"]
+    assert table and max(len(line) for line in table) <= 100, max(table, key=len)
 
 
 def test_piped_progress_is_plain_lines(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -20,9 +20,23 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from grpo_cli import __version__
+from grpo_cli.progress import silence_cpu_accelerator_notice
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+PIPED_WIDTH = 120
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A terminal gets rich's usual console; piped output (a log file, CI) gets lines that never wrap
+    mid-phrase (soft wrap) and tables laid out for 120 columns instead of rich's default 80."""
+    plain = Console(stderr=stderr, highlight=False)
+    if plain.is_terminal or os.environ.get("COLUMNS"):
+        return plain
+    return Console(stderr=stderr, highlight=False, width=PIPED_WIDTH, soft_wrap=True)
+
+
+console = make_console()
+err_console = make_console(stderr=True)
+silence_cpu_accelerator_notice()
 
 RECIPE_EPILOG = (
     "A recipe is YAML with the sections model, data, rewards, training, launch and output "

@@ -65,6 +65,9 @@ def label_models(results: list[Any]) -> None:
 
 def evaluate(req: EvalRequest, console: Any = None) -> EvalOutcome:
     """Run `grpo eval`: the benchmark named by --suite or the recipe's eval.suite, else the recipe's eval."""
+    from grpo_cli.progress import quiet_libraries
+
+    quiet_libraries()  # grpo says what matters (a context too short for the prompts) in its own words
     recipe, model = _target(req)
     suite = req.suite or (recipe.eval.suite if recipe is not None else None)
     if suite:

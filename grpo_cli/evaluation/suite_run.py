@@ -122,7 +122,7 @@ def context_warning(model: Any, tokenizer: Any, prompts: list[Any], max_new_toke
         return None
     return (f"the longest prompt ({longest} tokens) plus --max-new-tokens {max_new_tokens} exceeds the model's "
             f"context of {limit} positions, so completions past it are noise and the accuracy means nothing; "
-            "evaluate a model with a longer context (the bundled tiny models have 128 positions)")
+            "evaluate a model with a longer context (the bundled tiny models have 128 to 192 positions)")
 
 
 def score_suite(suite: Suite, rows: list[SuiteRow], texts: list[str], settings: SuiteSettings, *, label: str = "",

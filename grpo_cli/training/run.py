@@ -41,16 +41,6 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _quiet_libraries() -> None:
-    """Hide datasets/transformers progress bars: grpo prints its own progress and summary."""
-    import datasets
-    import transformers
-
-    datasets.disable_progress_bars()
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-
-
 def summary_window(num_logs: int) -> int:
     """How many logging steps the first/last summary windows average: a fifth of the run, at least one."""
     return max(1, num_logs // 5)
@@ -191,7 +181,9 @@ def _build(run: _Run) -> None:
 
     skip_deepspeed_cpu_inference_op()  # before GRPOConfig starts DeepSpeed's communication backend
     recipe, out, console = run.recipe, run.out, run.console
-    _quiet_libraries()
+    from grpo_cli.progress import quiet_libraries
+
+    quiet_libraries()
     _say(console, f"loading model {recipe.model.name_or_path}")
     run.loaded = load_model(recipe)
     _say(console, "loading data" + (f" ({recipe.data.dataset})" if recipe.data.dataset else ""))
