@@ -72,3 +72,29 @@ def test_eval_runs_tool_episodes_and_reports_tool_use(tmp_path: Path) -> None:
     for row in called:  # a call is followed by its result, then the final answer
         roles = [m["role"] for m in row["messages"]]
         assert roles[:2] == ["assistant", "tool"] and row["messages"][0]["tool_calls"][0]["function"]["name"] == "add"
+
+
+def test_episode_length_counts_the_model_tokens_not_the_tool_result() -> None:
+    """Held-out `mean_length` means what TRL's `completions/mean_length` means: tokens the model wrote."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_cli import load_recipe
+    from grpo_cli.tools import load_toolset
+    from grpo_cli.tools.episodes import run_episodes, start_episodes, tool_suffix_ids
+
+    recipe = load_recipe(DEMO)
+    model_dir = ROOT / "grpo_cli" / "assets" / "tiny-tool"
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    toolset = load_toolset(recipe)
+    prompts = [[{"role": "user", "content": f"{a}+{b}"}] for a, b in ((402, 441), (798, 703), (339, 290))] * 4
+    torch.manual_seed(0)
+    episodes = run_episodes(model, tokenizer, toolset, start_episodes(toolset, prompts, [{}] * len(prompts)),
+                            max_tokens=64, max_iterations=1, temperature=1.0, top_p=1.0, batch_size=12)
+    called = [e for e in episodes if e.tool_calls]
+    assert called, "no episode called the tool"
+    for e in called:
+        results = [m for m in e.completion if m["role"] == "tool"]
+        assert e.tool_tokens == len(tool_suffix_ids(tokenizer, results)) > 0
+        assert e.model_tokens == len(e.ids) - e.tool_tokens

@@ -138,7 +138,8 @@ def _recipe(req: EvalRequest, recipe: Any, console: Any) -> EvalOutcome:
     check_eval_out(target, req.force)  # before any model loads
     notes = []
     trained = Path(recipe.output.dir)
-    if req.model is None and runs.is_run_dir(trained):
+    compared = {Path(c).expanduser().resolve() for c in req.compare}
+    if req.model is None and runs.is_run_dir(trained) and trained.resolve() not in compared:
         notes.append(f"evaluating the recipe's base model; add `--model {trained}` for the run trained there "
                      f"(or `--compare {trained}` for both side by side)")
     first_ref = req.model or model_reference(recipe)

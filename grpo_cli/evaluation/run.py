@@ -77,7 +77,8 @@ def _evaluate_episodes(model: Any, tokenizer: Any, prompts: list[Any], columns: 
     extra = {"environments": [e.environment for e in episodes]} if toolset.environments else None
     scores = score(reward_funcs, labels, [e.prompt for e in episodes], [e.completion for e in episodes],
                    [e.ids for e in episodes], rep_cols, extra)
-    return EvalResult(label, len(prompts), k, scores, [e.text for e in episodes], [len(e.ids) for e in episodes],
+    # Lengths count what the model wrote, as TRL's completions/mean_length does for tool runs (not tool results).
+    return EvalResult(label, len(prompts), k, scores, [e.text for e in episodes], [e.model_tokens for e in episodes],
                       [e.truncated for e in episodes], _primary(scores), prompts, columns, dict(weights or {}),
                       [e.tool_calls for e in episodes], [e.tool_failures for e in episodes],
                       [e.completion for e in episodes])

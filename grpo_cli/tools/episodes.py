@@ -30,6 +30,13 @@ class Episode:
     tool_failures: int = 0
     truncated: bool = False
     environment: Any = None
+    tool_tokens: int = 0
+    """Tokens of tool results inside `ids` (not written by the model; TRL's completion length leaves them out)."""
+
+    @property
+    def model_tokens(self) -> int:
+        """Tokens the model generated: what TRL's `completions/mean_length` counts for a tool run."""
+        return len(self.ids) - self.tool_tokens
 
     @property
     def text(self) -> str:
@@ -171,6 +178,7 @@ def run_episodes(model: Any, tokenizer: Any, toolset: Toolset, episodes: list[Ep
                     continue
                 ep.completion += messages
                 ep.ids += suffix
+                ep.tool_tokens += len(suffix)
                 if len(ep.ids) < max_tokens:  # room left to answer
                     still.append(i)
                 else:
