@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 THREADS_ENV = "OMP_NUM_THREADS"
 CHOSEN_ENV = "GRPO_CHOSEN_THREADS"  # set by grpo for processes it starts; not a user's setting
+RELAUNCHED_ENV = "GRPO_RELAUNCHED"  # set in workers `grpo train` started under accelerate (training/launch.py)
 SMALL_MODEL_PARAMS = 20_000_000  # below this, one thread per process: its matmuls are too small to split
 
 
@@ -69,15 +70,21 @@ def _env_threads() -> int | None:
     return n if n > 0 else None
 
 
+def _chosen_by_grpo() -> bool:
+    """OMP_NUM_THREADS holds what grpo chose (for this process or the `grpo train` that launched it)."""
+    n = _env_threads()
+    return n is not None and os.environ.get(CHOSEN_ENV) == str(n)
+
+
 def _user_setting() -> int | None:
-    """OMP_NUM_THREADS as the user set it (not the value a launching grpo passed to its processes)."""
-    return None if inherited() is not None else _env_threads()
+    """OMP_NUM_THREADS as the user set it (not a value grpo chose and wrote there)."""
+    return None if _chosen_by_grpo() else _env_threads()
 
 
 def inherited() -> int | None:
-    """The per-process threads a launching grpo chose for this process (a re-launched worker), else None."""
-    n = _env_threads()
-    return n if n is not None and os.environ.get(CHOSEN_ENV) == str(n) else None
+    """The per-process threads a launching `grpo train` chose for this re-launched worker, else None
+    (in the process that chose them, e.g. a notebook training twice, the choice is made afresh)."""
+    return _env_threads() if _chosen_by_grpo() and os.environ.get(RELAUNCHED_ENV) else None
 
 
 def choose_threads(processes: int = 1, *, override: int | None = None, model_params: int | None = None,

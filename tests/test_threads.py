@@ -25,6 +25,7 @@ BIG = 500_000_000  # a 0.5B model: threads help it when cores are free
 def no_user_threads(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv(CHOSEN_ENV, raising=False)
+    monkeypatch.delenv("GRPO_RELAUNCHED", raising=False)
 
 
 def test_busy_cores_are_left_alone(no_user_threads: None) -> None:
@@ -48,8 +49,11 @@ def test_overrides_win(monkeypatch: pytest.MonkeyPatch, no_user_threads: None) -
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     plan = choose_threads(cores=8, load=0.0, model_params=BIG)
     assert (plan.torch_threads, plan.reason) == (3, "OMP_NUM_THREADS=3")
-    monkeypatch.setenv(CHOSEN_ENV, "3")  # set by a launching grpo, not the user: taken as the launcher's choice
-    assert "launching" in choose_threads(cores=8, load=0.0).reason
+    monkeypatch.setenv(CHOSEN_ENV, "3")  # grpo wrote it, not the user: chosen afresh in this process ...
+    assert choose_threads(cores=8, load=0.0, model_params=BIG).torch_threads == 8
+    monkeypatch.setenv("GRPO_RELAUNCHED", "1")  # ... and kept as the launcher's choice in a re-launched worker
+    plan = choose_threads(cores=8, load=0.0, model_params=BIG)
+    assert plan.torch_threads == 3 and "launching" in plan.reason
 
 
 def test_validate_prints_the_choice_and_the_flag_changes_it(no_user_threads: None) -> None:

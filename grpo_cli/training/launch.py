@@ -22,6 +22,7 @@ from typing import Any
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import ASSETS_DIR
 from grpo_cli.recipe.schema.launch import MULTI_PROCESS_PROFILES
+from grpo_cli.threads import RELAUNCHED_ENV
 from grpo_cli.validation.topology import (
     check_batches_for_world,
     installed,
@@ -31,7 +32,6 @@ from grpo_cli.validation.topology import (
 
 DEEPSPEED_PROFILES = ("zero2", "zero3")
 # Set in the environment of the processes `grpo train` starts, so they never re-launch again.
-RELAUNCHED_ENV = "GRPO_RELAUNCHED"
 # `grpo train` flags that travel as launch.* overrides to the re-launched processes.
 LAUNCH_FLAGS = {"profile": "--profile", "num_processes": "--num-processes", "num_machines": "--num-machines",
                 "machine_rank": "--machine-rank", "main_process_ip": "--main-process-ip", "threads": "--threads"}
