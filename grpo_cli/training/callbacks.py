@@ -74,7 +74,8 @@ class RichConsole(TrainerCallback):
 
         # No refresh thread: it would contend for the GIL with the training loop on small machines.
         self.progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
-                                 TimeRemainingColumn(), console=self.console, transient=True, auto_refresh=False)
+                                 TimeRemainingColumn(), console=self.console, transient=True, auto_refresh=False,
+                                 disable=not self.console.is_terminal)  # piped: the log lines say it all
         self.progress.start()
         self.task = self.progress.add_task("train", total=state.max_steps, completed=state.global_step)
         self._first_step = state.global_step + 1

@@ -327,6 +327,7 @@ def _finish(run: _Run) -> TrainResult:
         result.status = "completed"
         result.message = next((c.early_stop_message for c in run.callbacks if getattr(c, "early_stop_message", "")),
                               "")
+        _say(run.console, f"saving the model to {out}")
         trainer.save_model(str(out))
         if is_main_process():
             run.loaded.processing_class.save_pretrained(str(out))
