@@ -55,13 +55,44 @@ def test_slurm_gpu_layout_and_a_dedicated_vllm_node(tmp_path: Path, monkeypatch)
     args = ["launch", "slurm", RECIPES / "gsm8k-zero3.yaml", "launch.num_processes=16", "--nodes", "2", "-o", "z.sh"]
     assert run_cli(*args, "--vllm-node").exit_code == 0
     text = (tmp_path / "z.sh").read_text()
-    assert (_sbatch(text)["nodes"], _sbatch(text)["gpus-per-node"]) == ("3", "8")  # 2 x 8 training + 1 server
+    training, server_node = text.split("#SBATCH hetjob\n")  # two components: the server node is no training node
+    assert (_sbatch(training)["nodes"], _sbatch(training)["gpus-per-node"]) == ("2", "8")  # 2 x 8 training
+    assert (_sbatch(server_node)["nodes"], _sbatch(server_node)["gpus-per-node"]) == ("1", "1")  # server_gpus
     server = next(x for x in text.splitlines() if "vllm-serve" in x)
-    assert server.startswith('srun --nodes=1 --ntasks=1 --nodelist="$VLLM_NODE" grpo vllm-serve')
+    assert server.startswith("srun --het-group=1 --nodes=1 --ntasks=1 grpo vllm-serve")
     assert "launch.vllm.host=0.0.0.0" in server
+    assert text.count("VLLM_PID=$!") == 1
     words = _srun_train(text)
     assert "launch.vllm.host=$VLLM_NODE" in words and "launch.vllm.server_gpus=0" in words
-    assert '--exclude="$VLLM_NODE"' in text and subprocess.run(["bash", "-n", str(tmp_path / "z.sh")]).returncode == 0
+    assert "srun --het-group=0 " in text and subprocess.run(["bash", "-n", str(tmp_path / "z.sh")]).returncode == 0
+    regenerate = re.search(r"regenerate it with: (.*)\" >&2", text).group(1)
+    assert regenerate.startswith(f"grpo launch slurm {RECIPES / 'gsm8k-zero3.yaml'} launch.num_processes=16 --nodes")
+    assert regenerate.endswith("--vllm-node")
+
+
+def test_every_cluster_problem_at_once_with_the_command_that_fixes_them(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(RECIPES.parent)
+    out = tmp_path / "z.sbatch"
+    first = run_cli("launch", "slurm", "recipes/gsm8k-zero3.yaml", "--nodes", "2", "--time", "1:00:00", "-o", out)
+    assert first.exit_code == 2 and not out.exists()
+    text = " ".join(first.output.split())
+    assert "2 problems" in text and "--vllm-node" in text and "launch.num_processes=7 cannot be split" in text
+    fixed = text.split("Corrected command: ", 1)[1]
+    assert fixed == (f"grpo launch slurm recipes/gsm8k-zero3.yaml launch.num_processes=16 --nodes 2 --vllm-node "
+                     f"--time 1:00:00 -o {out}")
+    again = run_cli(*shlex.split(fixed)[1:])  # the corrected command, as printed
+    assert again.exit_code == 0, again.output
+    assert _sbatch(out.read_text().split("#SBATCH hetjob")[0])["gpus-per-node"] == "8"
+
+
+def test_the_readme_cluster_example_works_as_printed(tmp_path: Path, monkeypatch) -> None:
+    readme = (RECIPES.parent / "README.md").read_text()
+    line = next(x for x in readme.splitlines() if x.startswith("grpo launch slurm recipes/"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "recipes").symlink_to(RECIPES)
+    result = run_cli(*shlex.split(line.split("#")[0])[1:])
+    assert result.exit_code == 0, result.output
+    assert list(tmp_path.glob("*.sbatch"))
 
 
 def test_launch_refuses_what_cannot_run_and_writes_nothing(tmp_path: Path, monkeypatch) -> None:

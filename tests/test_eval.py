@@ -61,6 +61,12 @@ def test_eval_reproduces_the_accuracy_training_printed_and_compares_side_by_side
     assert "tiny-arith" in result.output and run.output_dir.name in result.output and "Δ" in result.output
     assert f"{before['pass@1']:.4f}" in result.output and f"{after['pass@1']:.4f}" in result.output
     assert f"{after['pass@1'] - before['pass@1']:+.4f}" in result.output
+    # The run is the recipe's own output dir and already compared: no note telling the user to compare it
+    here = run_cli("eval", DEMO, *EVAL, f"output.dir={run.output_dir}", "--compare", run.output_dir,
+                   "--out", tmp_path / "here")
+    assert here.exit_code == 0 and "--compare" not in here.output and "base model" not in here.output
+    alone = run_cli("eval", DEMO, *EVAL, f"output.dir={run.output_dir}", "--out", tmp_path / "alone")
+    assert f"--compare {run.output_dir}" in " ".join(alone.output.split())  # without it, the note helps
     rows = _completions(out)
     by_model = {m: [r["prompt"] for r in rows if r["model"] == m] for m in (base["label"], trained["label"])}
     assert by_model[base["label"]] == by_model[trained["label"]] and len(by_model[base["label"]]) == 12 * 4

@@ -61,7 +61,7 @@ def test_report_of_a_metrics_file_with_gaps_has_the_expected_size_and_numbers(ga
 
     paths = write_report(gappy_run)
     assert paths.image == gappy_run / "report.png" and paths.summary == gappy_run / "report.md"
-    assert png_size(paths.image) == (1200, 800)
+    assert png_size(paths.image) == (1200, 400)  # reward, completions, loss: the rest never changed
     md = paths.summary.read_text()
     # 10 logs -> windows of 2; the null and NaN rewards are left out of the means.
     assert "windows of 2 logging steps" in md and "10 training logs, steps 10–100" in md
@@ -85,7 +85,7 @@ def test_report_renders_when_no_reward_has_a_value(tmp_path: Path) -> None:
     _write_jsonl(out / "metrics.jsonl", [{"step": 1, "loss": 0.0, "reward": None, "rewards/nan/mean": None}])
     paths = write_report(out, tmp_path / "elsewhere" / "nan-report.md")
     assert paths.image == tmp_path / "elsewhere" / "nan-report.png"
-    assert png_size(paths.image) == (1200, 800)
+    assert png_size(paths.image) == (1200, 400)
     md = paths.summary.read_text()
     assert "No window has a reward value." in md and "| loss | 0.0000 | 0.0000 |" in md
     assert "No guard fired (no health.jsonl)." in md
@@ -105,7 +105,7 @@ def test_demo_run_writes_its_report_and_grpo_report_rebuilds_it(tmp_path: Path) 
     out = tmp_path / "demo"
     trained = run_cli("train", DEMO, *FAST, "-o", out)
     assert trained.exit_code == 0, trained.output
-    assert png_size(out / "report.png") == (1200, 800)
+    assert png_size(out / "report.png")[0] == 1200
     md = (out / "report.md").read_text()
     logs = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines()) if "reward" in r]
     final = logs[-1]["reward"]
@@ -124,5 +124,62 @@ def test_demo_run_writes_its_report_and_grpo_report_rebuilds_it(tmp_path: Path) 
     custom = tmp_path / "custom" / "demo.png"
     rebuilt = run_cli("report", out, "--out", custom)
     assert rebuilt.exit_code == 0, rebuilt.output
-    assert png_size(custom) == (1200, 800) and custom.with_suffix(".md").exists()
+    assert png_size(custom) == png_size(out / "report.png") and custom.with_suffix(".md").exists()
     assert f"final reward {final:.4f}" in rebuilt.output and "4 training logs" in rebuilt.output
+
+
+def _figure_of(out: Path) -> Any:
+    from grpo_cli.training.report import load_run
+    from grpo_cli.training.report_plot import figure
+
+    return figure(load_run(out))
+
+
+def _panels(fig: Any) -> dict[str, Any]:
+    return {ax.get_title(): ax for ax in fig.axes if ax.get_title()}
+
+
+def test_every_axis_is_labelled_and_no_legend_covers_a_curve(gappy_run: Path) -> None:
+    fig = _figure_of(gappy_run)
+    renderer = fig.canvas.get_renderer()
+    drawn = [ax for ax in fig.axes if ax.axison and ax.lines]
+    assert drawn
+    for ax in drawn:
+        assert ax.get_ylabel().strip(), f"panel {ax.get_title()!r} has an unlabelled y axis"
+        legend = ax.get_legend()
+        if legend is not None:  # the legend's box and the plotting area do not overlap
+            box, area = legend.get_window_extent(renderer), ax.get_window_extent(renderer)
+            assert box.y1 <= area.y0 + 1, f"the legend of {ax.get_title()!r} is drawn over the curves"
+
+
+def test_constant_metrics_are_text_and_flat_curves_are_not_magnified(gappy_run: Path) -> None:
+    fig = _figure_of(gappy_run)
+    panels = _panels(fig)
+    assert "learning rate" not in panels and "reward spread" not in panels  # 1e-5 and 0.5 at every step
+    title = fig.get_suptitle()
+    assert "constant over the run: groups with zero std 0.5, entropy 0.3, learning rate 1e-05" in title
+    assert "fmt" in [line.get_label() for line in panels["reward (total and per function)"].lines]
+    low, high = panels["completions"].get_ylim()
+    assert low == 0 and high > 30  # lengths 21..30 tokens start from 0, not a zoom on the noise
+    assert all(line.get_markersize() > 0 for ax in fig.axes for line in ax.lines if len(line.get_xdata()) <= 30)
+
+
+def test_held_out_scores_and_tool_metrics_get_panels(tmp_path: Path) -> None:
+    out = tmp_path / "tools"
+    out.mkdir()
+    records = [{"step": s, "reward": 0.1 * s, "loss": 0.01 * s, "completions/mean_length": 30 + s,
+                "tools/call_frequency": 0.4 + 0.05 * s, "tools/failure_frequency": 0.3 - 0.02 * s}
+               for s in range(1, 6)]
+    _write_jsonl(out / "metrics.jsonl", records)
+    before = {"prompts": 40, "k": 4, "pass@1": 0.2, "pass@4": 0.5, "accuracy/mean": 0.2}
+    (out / "manifest.json").write_text(json.dumps({"status": "completed", "global_step": 5, "eval_before": before,
+                                                   "eval_after": {**before, "pass@1": 0.45, "pass@4": 0.8}}))
+    fig = _figure_of(out)
+    panels = _panels(fig)
+    tools = panels["tool calls"]
+    assert [line.get_label() for line in tools.lines] == ["calls per completion"]
+    twin = next(ax for ax in fig.axes if ax is not tools and ax.bbox.bounds == tools.bbox.bounds)
+    assert [line.get_label() for line in twin.lines] == ["failed calls"]
+    held = panels["held-out evaluation (before → after training)"]
+    assert [t.get_text() for t in held.get_xticklabels()] == ["pass@1", "pass@4"]
+    assert sorted(t.get_text() for t in held.texts) == ["0.200", "0.450", "0.500", "0.800"]

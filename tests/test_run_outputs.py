@@ -124,6 +124,15 @@ def test_suite_eval_of_the_run_then_card_and_push_staging(run: Path, tmp_path: P
     card = ModelCard.load(run / "README.md")
     assert {"grpo", "trl"} <= set(card.data.tags) and card.data.library_name == "transformers"
     assert card.data.pipeline_tag == "text-generation"
+    # --limit 6 is a smoke test: said so on the card and in the dry run, never a Hub result
+    assert summary["suite_size"] == 1000 and summary["limit"] == 6
+    assert not card.data.eval_results
+    assert "| svamp | " in card.text and "6 of 1000 (smoke test)" in card.text and "greedy, k=1" in card.text
+    assert "eval-svamp.json covers 6 of 1000 svamp problems" in " ".join(result.output.split())
+    full = {**summary, "problems": summary["suite_size"]}  # what a run without --limit records
+    (run / "eval-svamp.json").write_text(json.dumps({"summary": full}))
+    assert run_cli("push", run, "someone/tiny-arith-grpo", "--dry-run").exit_code == 0
+    card = ModelCard.load(run / "README.md")
     assert card.data.eval_results[0].dataset_name == "SVAMP"
     assert card.data.eval_results[0].metric_value == round(summary["accuracy"], 4)
     manifest = json.loads((run / "manifest.json").read_text())
@@ -134,6 +143,36 @@ def test_suite_eval_of_the_run_then_card_and_push_staging(run: Path, tmp_path: P
     # The real upload path, stopped by offline mode: one clear paragraph, exit 2
     offline = run_cli("push", run, "someone/tiny-arith-grpo")
     assert offline.exit_code == 2 and "upload to someone/tiny-arith-grpo failed" in offline.output
+
+
+def test_a_lora_run_publishes_no_local_path(tmp_path: Path) -> None:
+    from grpo_cli import load_recipe, train
+    from grpo_cli.models.hub import stage_run
+
+    out = tmp_path / "lora"
+    result = train(load_recipe(DEMO, ["training.max_steps=2", "training.per_device_train_batch_size=16",
+                                      "training.num_generations=4", "training.logging_steps=1",
+                                      "eval.max_samples=8", "model.lora.r=4", "model.lora.alpha=8"]), output_dir=out)
+    assert result.status == "completed"
+    on_disk = json.loads((out / "adapter_config.json").read_text())["base_model_name_or_path"]
+    assert Path(on_disk).is_absolute()  # PEFT records where the base model sat; it stays for local use
+    card = (out / "README.md").read_text()
+    assert on_disk not in card and "a LoRA adapter for `bundled:tiny-arith`" in card
+    assert "| prompts | 8 | 8 |" in card and "8 prompts from the `test` split" in card  # counts as integers
+
+    staged = stage_run(out, "someone/tiny-lora")
+    sent = json.loads(staged.replaced["adapter_config.json"])
+    assert sent["base_model_name_or_path"] == "bundled:tiny-arith"
+    assert all(str(tmp_path) not in content.decode() for content in staged.replaced.values())
+    assert "manifest.json" in staged.replaced  # it held output_dir
+    dry = run_cli("push", out, "someone/tiny-lora", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    text = " ".join(dry.output.split())
+    assert "adapter_config.json names the base model by its path on this machine" in text
+    assert "--base-model ORG/NAME" in text
+    named = run_cli("push", out, "someone/tiny-lora", "--dry-run", "--base-model", "someone/tiny-arith")
+    assert "it is sent as 'someone/tiny-arith'" in " ".join(named.output.split())
+    assert "a LoRA adapter for `someone/tiny-arith`" in (out / "README.md").read_text()
 
 
 def test_suite_eval_of_the_bundled_model_with_compare(tmp_path: Path) -> None:

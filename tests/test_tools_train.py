@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,22 @@ def test_training_with_a_tool_changes_weights_and_logs_tool_metrics(tmp_path: Pa
     report = (out / "report.md").read_text()
     assert "| tools/call_frequency |" in report and "## Tools" in report and "| add |" in report
 
+    # A score explains itself: the reference answer, and each call with its arguments and its result
+    answers = {json.loads(line)["question"]: json.loads(line)["answer"]
+               for line in (ROOT / "grpo_cli" / "assets" / "tiny-tool-data" / "train.jsonl").read_text().splitlines()}
+    rows = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
+    for r in rows:
+        assert r["reference"] == {"answer": answers[r["prompt"].removeprefix("user: ")]}
+    pairs = [(r["step"], r["prompt"], r["completion"]) for r in rows]
+    assert len(pairs) == len(set(pairs)), "a sampled completion is written twice"
+    called = [r for r in rows if "tool add:" in r["completion"]]
+    assert called, "no sampled rollout called the tool"
+    assert all(re.search(r"assistant: .*→ add\(a=\d+, b=\d+\)", r["completion"]) for r in called)
+    shown = run_cli("samples", out, "--worst", "-n", "20")
+    assert shown.exit_code == 0, shown.output
+    assert "reference" in shown.output and "answer:" in shown.output and "add(a=" in shown.output
+    assert "| reference |" in report and "answer: " in report
+
 
 def test_eval_runs_tool_episodes_and_reports_tool_use(tmp_path: Path) -> None:
     out = tmp_path / "eval"
@@ -55,3 +72,29 @@ def test_eval_runs_tool_episodes_and_reports_tool_use(tmp_path: Path) -> None:
     for row in called:  # a call is followed by its result, then the final answer
         roles = [m["role"] for m in row["messages"]]
         assert roles[:2] == ["assistant", "tool"] and row["messages"][0]["tool_calls"][0]["function"]["name"] == "add"
+
+
+def test_episode_length_counts_the_model_tokens_not_the_tool_result() -> None:
+    """Held-out `mean_length` means what TRL's `completions/mean_length` means: tokens the model wrote."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from grpo_cli import load_recipe
+    from grpo_cli.tools import load_toolset
+    from grpo_cli.tools.episodes import run_episodes, start_episodes, tool_suffix_ids
+
+    recipe = load_recipe(DEMO)
+    model_dir = ROOT / "grpo_cli" / "assets" / "tiny-tool"
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir)
+    toolset = load_toolset(recipe)
+    prompts = [[{"role": "user", "content": f"{a}+{b}"}] for a, b in ((402, 441), (798, 703), (339, 290))] * 4
+    torch.manual_seed(0)
+    episodes = run_episodes(model, tokenizer, toolset, start_episodes(toolset, prompts, [{}] * len(prompts)),
+                            max_tokens=64, max_iterations=1, temperature=1.0, top_p=1.0, batch_size=12)
+    called = [e for e in episodes if e.tool_calls]
+    assert called, "no episode called the tool"
+    for e in called:
+        results = [m for m in e.completion if m["role"] == "tool"]
+        assert e.tool_tokens == len(tool_suffix_ids(tokenizer, results)) > 0
+        assert e.model_tokens == len(e.ids) - e.tool_tokens

@@ -40,9 +40,23 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from grpo_cli import __version__  # noqa: E402
+from grpo_cli.progress import silence_cpu_accelerator_notice  # noqa: E402
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+PIPED_WIDTH = 120
+
+
+def make_console(stderr: bool = False) -> Console:
+    """A terminal gets rich's usual console; piped output (a log file, CI) gets lines that never wrap
+    mid-phrase (soft wrap) and tables laid out for 120 columns instead of rich's default 80."""
+    plain = Console(stderr=stderr, highlight=False)
+    if plain.is_terminal or os.environ.get("COLUMNS"):
+        return plain
+    return Console(stderr=stderr, highlight=False, width=PIPED_WIDTH, soft_wrap=True)
+
+
+console = make_console()
+err_console = make_console(stderr=True)
+silence_cpu_accelerator_notice()
 
 RECIPE_EPILOG = (
     "A recipe is YAML with the sections model, data, rewards, training, launch and output "
@@ -56,6 +70,13 @@ RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML file.", show_defaul
 OverridesArg = Annotated[
     list[str] | None, typer.Argument(help="section.key=value overrides applied after the recipe.", show_default=False)
 ]
+
+# The launch flags every verb that reads a recipe takes, as `grpo train` does (flags win over the recipe).
+ProfileOpt = Annotated[str | None, typer.Option("--profile", help="Override launch.profile.")]
+NumProcessesOpt = Annotated[int | None, typer.Option("--num-processes", help="Override launch.num_processes.")]
+ThreadsOpt = Annotated[int | None, typer.Option(
+    "--threads", min=1, help="Override launch.threads: torch threads per training process (default: from the "
+                             "free cores).")]
 
 
 def _version(value: bool) -> None:
@@ -104,10 +125,12 @@ def run_guarded(func: Callable[[], Any]) -> Any:
         raise typer.Exit(130) from None
 
 
-def load(recipe: Path, overrides: list[str] | None) -> Any:
+def load(recipe: Path, overrides: list[str] | None, **launch: Any) -> Any:
+    """The recipe with its overrides, then the launch flags given (`profile=`, `num_processes=`, ...)."""
     from grpo_cli.recipe.loader import load_recipe
 
-    return load_recipe(recipe, overrides or [])
+    flags = [f"launch.{k}={v}" for k, v in launch.items() if v is not None]
+    return load_recipe(recipe, [*(overrides or []), *flags])
 
 
 # Commands that only read files and print: they may skip interpreter teardown (tens of ms of

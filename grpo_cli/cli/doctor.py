@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, console, load, run_guarded
+from grpo_cli.cli.base import NumProcessesOpt, OverridesArg, ProfileOpt, console, load, run_guarded
 
 DOCTOR_EPILOG = ("Exit code 1 when something needed is missing or outside its supported window: the core libraries "
                  "always, and with a recipe also what it uses (vLLM, DeepSpeed, bitsandbytes, flash-attn, "
@@ -19,6 +19,8 @@ def doctor(
     = None,
     overrides: OverridesArg = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    profile: ProfileOpt = None,
+    num_processes: NumProcessesOpt = None,
 ) -> None:
     """Check Python, the torch build, CUDA devices, bf16, NCCL and library versions against TRL 1.16's windows."""
 
@@ -26,7 +28,12 @@ def doctor(
         from grpo_cli.cli.render import render_doctor
         from grpo_cli.validation.environment import doctor as run_doctor
 
-        loaded = load(recipe, overrides) if recipe is not None else None
+        if recipe is None and (profile or num_processes):
+            from grpo_cli.errors import GrpoError
+
+            raise GrpoError("--profile and --num-processes describe a recipe's launch, and no recipe was given",
+                            where="grpo doctor", fix="Pass the recipe first: `grpo doctor RECIPE --profile P`.")
+        loaded = load(recipe, overrides, profile=profile, num_processes=num_processes) if recipe else None
         report = run_doctor(loaded)
         if loaded is not None:  # "ready" means the recipe itself passes too
             from grpo_cli.validation import preflight

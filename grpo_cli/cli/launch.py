@@ -42,11 +42,14 @@ def slurm(
 
     def body() -> None:
         from grpo_cli.cli.render import render_launch_file
-        from grpo_cli.training.cluster import prepare_cluster, submit_sbatch, write_slurm
+        from grpo_cli.training.cluster import prepare_cluster
+        from grpo_cli.training.slurm import submit_sbatch, write_slurm
 
         loaded = load(recipe, overrides)
+        flags = [w for k, v in (("--partition", partition), ("--time", time), ("--cpus-per-task", cpus_per_task),
+                                ("--setup", setup), ("-o", out)) if v is not None for w in (k, str(v))]
         plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=vllm_node,
-                               gpus_per_node=gpus_per_node)
+                               gpus_per_node=gpus_per_node, verb="slurm", flags=flags)
         path = write_slurm(plan, out, setup=setup,
                            sbatch={"partition": partition, "time": time, "cpus-per-task": cpus_per_task}, force=force)
         job = submit_sbatch(path) if submit else None
@@ -73,8 +76,9 @@ def skypilot(
         from grpo_cli.training.cluster import prepare_cluster, write_skypilot
 
         loaded = load(recipe, overrides)
+        flags = ["--accelerator", accelerator, *(["-o", str(out)] if out is not None else [])]
         plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=False,
-                               gpus_per_node=gpus_per_node)
+                               gpus_per_node=gpus_per_node, verb="skypilot", flags=flags)
         path = write_skypilot(plan, out, accelerator=accelerator, recipe=loaded, force=force)
         render_launch_file(console, path, f"sky launch -c {plan.name} {path}")
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import NumProcessesOpt, OverridesArg, ProfileOpt, RecipeArg, console, load, run_guarded
 
 
 def memory(
@@ -15,6 +15,8 @@ def memory(
     gpu_memory_gb: Annotated[float | None, typer.Option(
         "--gpu-memory-gb", min=1.0, help="Memory of one GPU in GiB (default: read with nvidia-smi when present).")]
     = None,
+    profile: ProfileOpt = None,
+    num_processes: NumProcessesOpt = None,
 ) -> None:
     """Estimate memory per GPU from the model's config.json and the recipe, without loading weights."""
 
@@ -22,7 +24,7 @@ def memory(
         from grpo_cli.cli.render import render_memory_plan
         from grpo_cli.validation import memory_plan
 
-        loaded = load(recipe, overrides)
+        loaded = load(recipe, overrides, profile=profile, num_processes=num_processes)
         plan, why = memory_plan(loaded, gpu_memory_gb="auto" if gpu_memory_gb is None else gpu_memory_gb)
         render_memory_plan(console, loaded, plan, why)
 

@@ -17,6 +17,9 @@ def push(
     = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and check the card, list the files, upload "
                                           "nothing.")] = False,
+    base_model: Annotated[str | None, typer.Option("--base-model", help="Hub id of the base model when this "
+                                                   "machine has it as a local directory (for the card and "
+                                                   "adapter_config.json).")] = None,
 ) -> None:
     """Upload a trained model or adapter with its model card (README.md) to the Hugging Face Hub."""
 
@@ -24,7 +27,7 @@ def push(
         from grpo_cli.cli.render import render_push
         from grpo_cli.models.hub import push_run
 
-        staged = push_run(run_dir, repo_id, private=not public, dry_run=dry_run)
+        staged = push_run(run_dir, repo_id, private=not public, dry_run=dry_run, base_model=base_model)
         render_push(console, staged, dry_run=dry_run)
 
     run_guarded(body)

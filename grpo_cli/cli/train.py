@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, RecipeArg, console, run_guarded
+from grpo_cli.cli.base import (
+    NumProcessesOpt,
+    OverridesArg,
+    ProfileOpt,
+    RecipeArg,
+    ThreadsOpt,
+    console,
+    run_guarded,
+)
 
 
 def train(
@@ -18,9 +26,9 @@ def train(
                                          "or from the checkpoint dir given right after the recipe/overrides.")]
     = False,
     force: Annotated[bool, typer.Option("--force", help="Replace a non-empty output dir.")] = False,
-    profile: Annotated[str | None, typer.Option("--profile", help="Override launch.profile.")] = None,
-    num_processes: Annotated[int | None, typer.Option("--num-processes", help="Override launch.num_processes.")]
-    = None,
+    profile: ProfileOpt = None,
+    num_processes: NumProcessesOpt = None,
+    threads: ThreadsOpt = None,
     num_machines: Annotated[int | None, typer.Option("--num-machines", help="Override launch.num_machines.")] = None,
     machine_rank: Annotated[int | None, typer.Option("--machine-rank", help="Override launch.machine_rank.")] = None,
     main_process_ip: Annotated[str | None, typer.Option("--main-process-ip", help="Override launch.main_process_ip.")]
@@ -34,7 +42,7 @@ def train(
         from grpo_cli.training.command import EXIT_CODES, TrainRequest, run_train_command
 
         launch = {"profile": profile, "num_processes": num_processes, "num_machines": num_machines,
-                  "machine_rank": machine_rank, "main_process_ip": main_process_ip}
+                  "machine_rank": machine_rank, "main_process_ip": main_process_ip, "threads": threads}
         request = TrainRequest(recipe, list(overrides or []), output_dir, resume, force, launch)
         code, result = run_train_command(request, console=console)
         if code is not None:  # accelerate ran the workers; they printed the summary

@@ -6,7 +6,16 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import (
+    NumProcessesOpt,
+    OverridesArg,
+    ProfileOpt,
+    RecipeArg,
+    ThreadsOpt,
+    console,
+    load,
+    run_guarded,
+)
 
 
 def validate(
@@ -14,6 +23,9 @@ def validate(
     overrides: OverridesArg = None,
     print_recipe: Annotated[bool, typer.Option("--print", help="Print the resolved recipe as YAML.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    profile: ProfileOpt = None,
+    num_processes: NumProcessesOpt = None,
+    threads: ThreadsOpt = None,
 ) -> None:
     """Check a recipe without loading any model: schema, batch arithmetic, data, rewards; print the plan."""
 
@@ -21,7 +33,7 @@ def validate(
         from grpo_cli.cli.render import render_preflight
         from grpo_cli.validation import preflight
 
-        loaded = load(recipe, overrides)
+        loaded = load(recipe, overrides, profile=profile, num_processes=num_processes, threads=threads)
         if print_recipe:
             from grpo_cli.recipe import dump_yaml
 

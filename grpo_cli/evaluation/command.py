@@ -69,6 +69,9 @@ def evaluate(req: EvalRequest, console: Any = None) -> EvalOutcome:
         from grpo_cli.evaluation.suites import get_suite
 
         get_suite(req.suite)  # `--suite ''` is a bad name, not "no suite"
+    from grpo_cli.progress import quiet_libraries
+
+    quiet_libraries()  # grpo says what matters (a context too short for the prompts) in its own words
     recipe, model = _target(req)
     suite = req.suite or (recipe.eval.suite if recipe is not None else None)
     if suite:
@@ -139,7 +142,8 @@ def _recipe(req: EvalRequest, recipe: Any, console: Any) -> EvalOutcome:
     check_eval_out(target, req.force)  # before any model loads
     notes = []
     trained = Path(recipe.output.dir)
-    if req.model is None and runs.is_run_dir(trained):
+    compared = {Path(c).expanduser().resolve() for c in req.compare}
+    if req.model is None and runs.is_run_dir(trained) and trained.resolve() not in compared:
         notes.append(f"evaluating the recipe's base model; add `--model {trained}` for the run trained there "
                      f"(or `--compare {trained}` for both side by side)")
     first_ref = req.model or source_reference(recipe)

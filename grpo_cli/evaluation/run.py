@@ -16,6 +16,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.sampling import generate
 from grpo_cli.evaluation.sampling_vllm import vllm_sampler
 from grpo_cli.evaluation.scoring import EvalResult, score
+from grpo_cli.progress import reporting
 from grpo_cli.recipe.schema import Recipe
 
 Sampler = Callable[[list[Any]], tuple[list[str], list[list[int]], list[bool]]]
@@ -76,7 +77,8 @@ def _evaluate_episodes(model: Any, tokenizer: Any, prompts: list[Any], columns: 
     extra = {"environments": [e.environment for e in episodes]} if toolset.environments else None
     scores = score(reward_funcs, labels, [e.prompt for e in episodes], [e.completion for e in episodes],
                    [e.ids for e in episodes], rep_cols, extra)
-    return EvalResult(label, len(prompts), k, scores, [e.text for e in episodes], [len(e.ids) for e in episodes],
+    # Lengths count what the model wrote, as TRL's completions/mean_length does for tool runs (not tool results).
+    return EvalResult(label, len(prompts), k, scores, [e.text for e in episodes], [e.model_tokens for e in episodes],
                       [e.truncated for e in episodes], _primary(scores), prompts, columns, dict(weights or {}),
                       [e.tool_calls for e in episodes], [e.tool_failures for e in episodes],
                       [e.completion for e in episodes])
@@ -94,13 +96,17 @@ def evaluate_recipe_model(recipe: Recipe, model: Any, tokenizer: Any, rows: Any,
     if ev.max_samples:
         rows = rows.select(range(min(ev.max_samples, len(rows))))
     max_new = ev.max_new_tokens or int(recipe.training.get("max_completion_length") or 256)
+    toolset = load_toolset(recipe)
     if console is not None:
-        console.print(f"evaluating {len(rows)} held-out prompts x {ev.num_generations} samples ({label})")
-    return evaluate_rows(model, tokenizer, rows, funcs, [e.label for e in entries], k=ev.num_generations,
-                         temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=max_new,
-                         batch_size=ev.batch_size, seed=ev.seed, label=label,
-                         weights={e.label: e.weight for e in entries}, toolset=load_toolset(recipe),
-                         max_tool_iterations=recipe.training.get("max_tool_calling_iterations"))
+        console.print(f"evaluating {len(rows)} held-out prompts x {ev.num_generations} samples ({label})",
+                      markup=False, soft_wrap=True)
+    unit = "episodes" if toolset is not None else "completions"
+    with reporting(console, f"sampling ({label})", len(rows) * ev.num_generations, unit):
+        return evaluate_rows(model, tokenizer, rows, funcs, [e.label for e in entries], k=ev.num_generations,
+                             temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=max_new,
+                             batch_size=ev.batch_size, seed=ev.seed, label=label,
+                             weights={e.label: e.weight for e in entries}, toolset=toolset,
+                             max_tool_iterations=recipe.training.get("max_tool_calling_iterations"))
 
 
 # ---------------------------------------------------------------------------- `grpo eval`
@@ -205,13 +211,15 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
         else:
             model = load_source_model(source, dtype=dtype, device=device, revision=recipe.model.revision,
                                       trust_remote_code=recipe.model.trust_remote_code)
+        unit = "episodes" if toolset is not None else "completions"
         try:
-            results.append(evaluate_rows(model, tokenizer, rows, funcs, [e.label for e in entries], k=settings.k,
-                                         temperature=settings.temperature, top_p=settings.top_p,
-                                         max_new_tokens=settings.max_new_tokens, batch_size=settings.batch_size,
-                                         seed=settings.seed, label=source.label, sampler=sampler,
-                                         weights={e.label: e.weight for e in entries}, toolset=toolset,
-                                         max_tool_iterations=recipe.training.get("max_tool_calling_iterations")))
+            with reporting(console, f"sampling ({source.label})", len(rows) * settings.k, unit):
+                results.append(evaluate_rows(
+                    model, tokenizer, rows, funcs, [e.label for e in entries], k=settings.k,
+                    temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
+                    batch_size=settings.batch_size, seed=settings.seed, label=source.label, sampler=sampler,
+                    weights={e.label: e.weight for e in entries}, toolset=toolset,
+                    max_tool_iterations=recipe.training.get("max_tool_calling_iterations")))
         finally:
             if close is not None:
                 close()

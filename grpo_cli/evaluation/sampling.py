@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpo_cli.progress import advance
+
 
 def prompt_texts(prompts: list[Any], tokenizer: Any) -> list[str]:
     texts = []
@@ -100,6 +102,7 @@ def _generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, tempera
             if not sample and per_call > 1:  # greedy is deterministic: k copies of the one answer
                 gen = gen.repeat_interleave(k, dim=0)
             new = gen[:, enc["input_ids"].shape[1]:].tolist()
+            advance(len(new))
             for ids in new:
                 if eos in ids:
                     ids = ids[:ids.index(eos) + 1]

@@ -10,11 +10,13 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.evaluation.suites import Suite, SuiteRow, get_suite, pass_at_k, wilson_interval
+from grpo_cli.progress import reporting
 
 SuiteSampler = Any  # callable(prompts) -> (texts, ids, truncated), as evaluation.Sampler
 
@@ -70,7 +72,8 @@ class SuiteResult:
         """The headline numbers written to JSON and shown in tables."""
         lo, hi = self.ci95()
         out: dict[str, Any] = {"suite": self.suite, "model": self.label, "source": self.source,
-                               "problems": len(self.rows), "k": self.k,
+                               "problems": len(self.rows), "suite_size": suite_size(self.suite),
+                               "limit": self.settings.limit, "k": self.k,
                                "decoding": "greedy" if self.settings.temperature == 0 else
                                f"sampling T={self.settings.temperature}",
                                "accuracy": self.accuracy, "ci95": [lo, hi],
@@ -89,6 +92,12 @@ class SuiteResult:
             rows.append({"id": row.id, "sample": j % self.k, "reference": row.reference,
                          "extracted": self.extracted[j], "correct": self.correct[j], "completion": text})
         return rows
+
+
+@cache
+def suite_size(name: str) -> int:
+    """How many problems the whole suite has (a `--limit` run covers fewer: a smoke test, not a result)."""
+    return len(get_suite(name).rows())
 
 
 def suite_prompts(suite: Suite, rows: list[SuiteRow], tokenizer: Any) -> list[Any]:
@@ -113,7 +122,7 @@ def context_warning(model: Any, tokenizer: Any, prompts: list[Any], max_new_toke
         return None
     return (f"the longest prompt ({longest} tokens) plus --max-new-tokens {max_new_tokens} exceeds the model's "
             f"context of {limit} positions, so completions past it are noise and the accuracy means nothing; "
-            "evaluate a model with a longer context (the bundled tiny models have 128 positions)")
+            "evaluate a model with a longer context (the bundled tiny models have 128 to 192 positions)")
 
 
 def score_suite(suite: Suite, rows: list[SuiteRow], texts: list[str], settings: SuiteSettings, *, label: str = "",
@@ -179,8 +188,9 @@ def run_suite(name: str, sources: list[Any], settings: SuiteSettings, *, backend
             if warning and console is not None:
                 console.print(f"[yellow]warning:[/] {source.label}: {warning}", soft_wrap=True)
         try:
-            results.append(evaluate_suite(model, tokenizer, suite, rows, settings, label=source.label,
-                                          sampler=sampler, source=source.describe()))
+            with reporting(console, f"sampling ({source.label})", len(rows) * settings.k, "completions"):
+                results.append(evaluate_suite(model, tokenizer, suite, rows, settings, label=source.label,
+                                              sampler=sampler, source=source.describe()))
         finally:
             if close is not None:
                 close()

@@ -20,6 +20,7 @@ import yaml
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import is_gguf_reference, read_header
+from grpo_cli.models.publish import is_full_suite, public_base, scrub
 from grpo_cli.paths import is_hub_id, resolve
 
 CARD_FILE = runs.CARD
@@ -82,7 +83,8 @@ def _front_matter(recipe: dict[str, Any], base: str, adapter: bool, name: str,
                         dataset_name=SUITE_DATASETS[s["suite"]][1], dataset_split=SUITE_DATASETS[s["suite"]][2],
                         metric_type="accuracy", metric_name=f"accuracy ({s.get('decoding', 'greedy')}, pass@1)",
                         metric_value=round(float(s["accuracy"]), 4))
-             for s in suites if s.get("suite") in SUITE_DATASETS and isinstance(s.get("accuracy"), (int, float))]
+             for s in suites if s.get("suite") in SUITE_DATASETS and isinstance(s.get("accuracy"), (int, float))
+             and is_full_suite(s)]  # a `--limit` smoke test is not a benchmark result
     return ModelCardData(
         base_model=base if is_hub_id(base, owner=True) else None,
         library_name="peft" if adapter else "transformers",
@@ -128,7 +130,47 @@ def _mean(records: list[dict[str, Any]], key: str) -> float | None:
     return sum(vals) / len(vals) if vals else None
 
 
-def _eval_lines(manifest: dict[str, Any], suites: list[dict[str, Any]]) -> list[str]:
+def _number(value: Any) -> str:
+    """Counts as integers, scores with 4 decimals, anything else as `-`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "-"
+    return str(value) if isinstance(value, int) else f"{value:.4f}"
+
+
+def _held_out_how(recipe: dict[str, Any], before: dict[str, Any]) -> str:
+    """One sentence: which prompts, how many samples, how they were drawn."""
+    ev = recipe.get("eval") or {}
+    data = recipe.get("data") or {}
+    if ev.get("suite"):
+        what = f"the bundled `{ev['suite']}` suite"
+    else:
+        what = f"the `{data.get('eval_split') or 'eval'}` split of the training data's source"
+    temperature = ev.get("temperature")
+    how = "greedy decoding" if temperature == 0 else f"sampling at temperature {temperature}" if temperature else \
+        "sampling"
+    return (f"Held-out evaluation before and after training (`eval.before_after`): {before.get('prompts', '?')} "
+            f"prompts from {what}, {before.get('k', '?')} completion(s) each, {how}, scored with the recipe's rewards.")
+
+
+def _suite_lines(suites: list[dict[str, Any]]) -> list[str]:
+    lines = ["", "| suite | model | problems | decoding | accuracy | 95% CI |", "|---|---|---:|---|---:|---:|"]
+    smoke = []
+    for s in suites:
+        lo, hi = s.get("ci95") or (0.0, 1.0)
+        size = s.get("suite_size")
+        problems = f"{s.get('problems')} of {size}" if isinstance(size, int) else f"{s.get('problems')}"
+        if not is_full_suite(s):
+            smoke.append(str(s.get("suite")))
+            problems += " (smoke test)"
+        lines.append(f"| {s.get('suite')} | {s.get('model')} | {problems} | {s.get('decoding', '?')}, "
+                     f"k={s.get('k', 1)} | {100 * float(s.get('accuracy', 0)):.1f}% | {100 * lo:.1f}–{100 * hi:.1f}% |")
+    if smoke:
+        lines += ["", f"Runs marked smoke test (`grpo eval --suite … --limit N`) cover only the first problems of "
+                      f"{', '.join(smoke)}; they are not benchmark results and are not in this card's metadata."]
+    return lines
+
+
+def _eval_lines(manifest: dict[str, Any], suites: list[dict[str, Any]], recipe: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     best = manifest.get("best")
     if isinstance(best, dict) and isinstance(best.get("value"), (int, float)):
@@ -137,18 +179,12 @@ def _eval_lines(manifest: dict[str, Any], suites: list[dict[str, Any]]) -> list[
     before, after = manifest.get("eval_before"), manifest.get("eval_after")
     if isinstance(before, dict):
         after = after if isinstance(after, dict) else {}
-        lines += ["", "| held-out metric | before | after |", "|---|---:|---:|"]
+        lines += ["", _held_out_how(recipe, before), "", "| held-out metric | before | after |", "|---|---:|---:|"]
         for key, value in before.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                other = after.get(key)
-                lines.append(f"| {key} | {value:.4f} | {other:.4f} |" if isinstance(other, (int, float))
-                             else f"| {key} | {value:.4f} | - |")
+                lines.append(f"| {key} | {_number(value)} | {_number(after.get(key))} |")
     if suites:
-        lines += ["", "| suite | model | problems | accuracy | 95% CI |", "|---|---|---:|---:|---:|"]
-        for s in suites:
-            lo, hi = s.get("ci95") or (0.0, 1.0)
-            lines.append(f"| {s.get('suite')} | {s.get('model')} | {s.get('problems')} | "
-                         f"{100 * float(s.get('accuracy', 0)):.1f}% | {100 * lo:.1f}–{100 * hi:.1f}% |")
+        lines += _suite_lines(suites)
     return lines or ["No evaluation was recorded (set `eval.before_after`, `eval.every_steps`, or run "
                      "`grpo eval --suite NAME` on the run dir before writing the card)."]
 
@@ -170,6 +206,8 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) 
                  ) or is_vision_language((recipe.get("model") or {}).get("kind", "auto") if recipe else "auto", base,
                                          local_only=True)
     data = _front_matter(recipe, base, adapter, name, suites, vision)
+    base = public_base(base)  # never this machine's path: a Hub id, `bundled:NAME`, or the folder's name
+    recipe = scrub(recipe)
     what = "a LoRA adapter for" if adapter else "a fine-tune of"
     trl = (manifest.get("versions") or {}).get("trl")
     lines = [f"# {name}", "", f"{name} is {what} `{base}`, trained with GRPO (Group Relative Policy Optimization) "
@@ -183,7 +221,7 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) 
         lines.append("")
     if manifest:
         lines += ["## Training", "", *_training_lines(run, manifest), ""]
-    lines += ["## Evaluation", "", *_eval_lines(manifest, suites), ""]
+    lines += ["## Evaluation", "", *_eval_lines(manifest, suites, recipe), ""]
     if (run / runs.REPORT_IMAGE).is_file():
         lines += ["## Training curves", "", "![training curves](report.png)", ""]
     if recipe:

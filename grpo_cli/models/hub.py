@@ -8,14 +8,17 @@ sampled completions (which may quote training data) stay local.
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.models.card import CARD_FILE, write_card
+from grpo_cli.models.card import CARD_FILE, suite_results, write_card
+from grpo_cli.models.publish import is_full_suite, is_local_path
+from grpo_cli.paths import is_hub_id
 
 UPLOAD_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
                    "adapter_config.json", "tokenizer*", "special_tokens_map.json", "vocab.*", "merges.txt",
@@ -32,6 +35,9 @@ class StagedPush:
     files: list[str]
     repo_id: str
     url: str = ""
+    replaced: dict[str, bytes] = field(default_factory=dict, repr=False)
+    """Files sent with other content than on disk: local paths scrubbed (adapter_config.json, manifest.json)."""
+    warnings: list[str] = field(default_factory=list)
 
 
 def staged_files(folder: Path) -> list[str]:
@@ -61,8 +67,11 @@ def check_repo_id(repo_id: str, where: str = "REPO_ID") -> None:
                             "without '--' or '..'.")
 
 
-def stage_run(run_dir: str | Path, repo_id: str) -> StagedPush:
-    """Check the folder holds a model, (re)write its card, validate the card, and list what would go up."""
+def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None) -> StagedPush:
+    """Check the folder holds a model, (re)write its card, validate the card, and list what would go up.
+
+    `base_model`: the Hub id of a base model this machine knows by a local path (`--base-model`).
+    """
     from huggingface_hub import ModelCard
 
     folder = Path(run_dir).expanduser()
@@ -79,15 +88,52 @@ def stage_run(run_dir: str | Path, repo_id: str) -> StagedPush:
     run_dir_ = folder if (folder / runs.RECIPE).is_file() else None
     if adapter:
         base = str(read_json(folder / "adapter_config.json").get("base_model_name_or_path") or "unknown")
+        named = _recipe_base(folder)
+        if is_local_path(base) and named and not is_local_path(named):
+            base = named  # PEFT wrote where the base sat on disk; the recipe says what it is (hub id, bundled:)
     else:
         recipe = (read_json(folder / runs.MERGE_INFO).get("base") if (folder / runs.MERGE_INFO).is_file()
                   else None)
         base = recipe or _recipe_base(folder) or "unknown"
-    write_card(folder, run_dir=run_dir_, base=base, adapter=adapter)
+    if base_model is not None and not is_hub_id(base_model, owner=True):
+        raise GrpoError(f"{base_model!r} is not a Hub model id", where="--base-model",
+                        fix="Name the base model as the Hub does, `org/name` (e.g. Qwen/Qwen2.5-0.5B-Instruct).")
+    write_card(folder, run_dir=run_dir_, base=base_model or base, adapter=adapter)
     card = ModelCard.load(folder / CARD_FILE)  # the Hub's own parser: bad front matter raises here
     if "grpo" not in (card.data.tags or []):
         raise GrpoError(f"the model card in {folder} lost its tags", where=CARD_FILE)
-    return StagedPush(folder, staged_files(folder), repo_id)
+    staged = StagedPush(folder, staged_files(folder), repo_id)
+    _scrub_local_paths(staged, base, base_model)
+    for s in (s for s in suite_results(folder) if not is_full_suite(s)):
+        staged.warnings.append(
+            f"{runs.suite_result(str(s.get('suite')))} covers {s.get('problems')} of {s.get('suite_size', '?')} "
+            f"{s.get('suite')} problems (`--limit`): the card shows it as a smoke test and leaves it out of the "
+            f"Hub metadata; run `grpo eval --suite {s.get('suite')}` without --limit for a result to publish.")
+    return staged
+
+
+def _scrub_local_paths(staged: StagedPush, base: str, base_model: str | None) -> None:
+    """Send adapter_config.json, manifest.json and recipe.yaml without this machine's paths, and say so."""
+    from grpo_cli.models.publish import public_base, sanitized
+
+    named = public_base(base, base_model)
+    for name in ("adapter_config.json", runs.MANIFEST, runs.RECIPE):
+        if name not in staged.files:
+            continue
+        content, paths = sanitized(staged.folder / name)
+        if name == "adapter_config.json" and paths:
+            data = json.loads(content)
+            data["base_model_name_or_path"] = named
+            content = (json.dumps(data, indent=2) + "\n").encode()
+            hint = "" if is_hub_id(named, owner=True) else (
+                ", which PEFT cannot load from the Hub; pass `--base-model ORG/NAME` with the base model's Hub id")
+            staged.warnings.append(f"adapter_config.json names the base model by its path on this machine "
+                                   f"({paths[0]}): it is sent as {named!r}{hint}")
+        if paths:
+            staged.replaced[name] = content
+    others = [n for n in staged.replaced if n != "adapter_config.json"]
+    if others:
+        staged.warnings.append(f"local paths in {', '.join(others)} are sent as their last component only")
 
 
 def _recipe_base(folder: Path) -> str | None:
@@ -102,18 +148,21 @@ def _recipe_base(folder: Path) -> str | None:
     return name if isinstance(name, str) else None
 
 
-def push_run(run_dir: str | Path, repo_id: str, *, private: bool = True, dry_run: bool = False) -> StagedPush:
+def push_run(run_dir: str | Path, repo_id: str, *, private: bool = True, dry_run: bool = False,
+             base_model: str | None = None) -> StagedPush:
     """Stage, then create the repo (if needed) and upload the staged files in one commit."""
-    staged = stage_run(run_dir, repo_id)
+    staged = stage_run(run_dir, repo_id, base_model)
     if dry_run:
         return staged
-    from huggingface_hub import HfApi
+    from huggingface_hub import CommitOperationAdd, HfApi
 
     api = HfApi()
+    operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=staged.replaced.get(name)
+                                     or str(staged.folder / name)) for name in staged.files]
     try:
         url = api.create_repo(repo_id, private=private, exist_ok=True, repo_type="model")
-        api.upload_folder(folder_path=str(staged.folder), repo_id=repo_id, repo_type="model",
-                          allow_patterns=staged.files, commit_message="Upload GRPO model trained with grpo-cli")
+        api.create_commit(repo_id=repo_id, repo_type="model", operations=operations,
+                          commit_message="Upload GRPO model trained with grpo-cli")
     except Exception as exc:  # noqa: BLE001 - network, auth and offline errors all mean the same to the user
         first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise GrpoError(f"upload to {repo_id} failed: {first}", where="push",
@@ -139,6 +188,8 @@ def finish_run_card(recipe: Any, out: Path, console: Any = None) -> Path | None:
         try:
             staged = push_run(out, recipe.output.push_to_hub, private=recipe.output.hub_private)
             say(f"pushed {len(staged.files)} files to {staged.url}", markup=False, soft_wrap=True)
+            for warning in staged.warnings:
+                say(f"note: {warning}", markup=False, soft_wrap=True)
         except GrpoError as exc:
             say(f"[yellow]not pushed:[/] {exc}", soft_wrap=True)
     return path

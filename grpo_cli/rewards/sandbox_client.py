@@ -35,12 +35,10 @@ class SandboxCrash(RuntimeError):
 
 
 def default_workers() -> int:
-    """One server per CPU this process may use, at most MAX_WORKERS."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_WORKERS))
+    """One server per core that other work leaves free (this process waits while they run), at most MAX_WORKERS."""
+    from grpo_cli.threads import free_cores
+
+    return max(1, min(free_cores(own=1.0), MAX_WORKERS))
 
 
 def _scratch_root() -> str | None:

@@ -15,6 +15,7 @@ import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_cli.progress import advance
 from grpo_cli.tools.loading import Toolset, make_environment
 
 
@@ -29,6 +30,13 @@ class Episode:
     tool_failures: int = 0
     truncated: bool = False
     environment: Any = None
+    tool_tokens: int = 0
+    """Tokens of tool results inside `ids` (not written by the model; TRL's completion length leaves them out)."""
+
+    @property
+    def model_tokens(self) -> int:
+        """Tokens the model generated: what TRL's `completions/mean_length` counts for a tool run."""
+        return len(self.ids) - self.tool_tokens
 
     @property
     def text(self) -> str:
@@ -121,6 +129,7 @@ def _generate(model: Any, tokenizer: Any, inputs: list[list[int]], *, max_new: l
             if tokenizer.eos_token_id in row:
                 row = row[: row.index(tokenizer.eos_token_id) + 1]
             out.append([t for t in row if t != pad or t == tokenizer.eos_token_id][:limit])
+        advance(0)  # a heartbeat: a piped console hears from a long turn too
     return out
 
 
@@ -169,10 +178,12 @@ def run_episodes(model: Any, tokenizer: Any, toolset: Toolset, episodes: list[Ep
                     continue
                 ep.completion += messages
                 ep.ids += suffix
+                ep.tool_tokens += len(suffix)
                 if len(ep.ids) < max_tokens:  # room left to answer
                     still.append(i)
                 else:
                     ep.truncated = True
+            advance(len(active) - len(still))  # episodes that ended this turn
             active = still
             iteration += 1
     finally:

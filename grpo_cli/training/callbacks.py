@@ -81,6 +81,8 @@ class RichConsole(TrainerCallback):
         self.progress: Any = None
         self.task: Any = None
         self._last_refresh = 0.0
+        self._first_step = 1
+        self._began = 0.0
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if not state.is_world_process_zero or self.console is None:
@@ -89,13 +91,23 @@ class RichConsole(TrainerCallback):
 
         # No refresh thread: it would contend for the GIL with the training loop on small machines.
         self.progress = Progress(TextColumn("[bold]training"), BarColumn(), MofNCompleteColumn(),
-                                 TimeRemainingColumn(), console=self.console, transient=True, auto_refresh=False)
+                                 TimeRemainingColumn(), console=self.console, transient=True, auto_refresh=False,
+                                 disable=not self.console.is_terminal)  # piped: the log lines say it all
         self.progress.start()
         self.task = self.progress.add_task("train", total=state.max_steps, completed=state.global_step)
+        self._first_step = state.global_step + 1
+        self._began = time.monotonic()
+        start = f" from step {state.global_step}" if state.global_step else ""
+        self.console.print(f"training: {state.max_steps} steps{start}", markup=False, soft_wrap=True)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.progress is None:
             return
+        if state.global_step == self._first_step:  # how long the run will take, before the first log line
+            took = time.monotonic() - self._began
+            left = state.max_steps - state.global_step
+            self.progress.console.print(f"step {state.global_step} took {took:.1f} s; {left} to go "
+                                        f"(~{_duration(took * left)} at this pace)", markup=False, soft_wrap=True)
         now = time.monotonic()
         if now - self._last_refresh > 0.5:  # at most two updates and redraws a second: a step may take 0.1 s
             self._last_refresh = now
@@ -113,6 +125,15 @@ class RichConsole(TrainerCallback):
         if self.progress is not None:
             self.progress.stop()
             self.progress = None
+
+
+def _duration(seconds: float) -> str:
+    """`45 s`, `3 min`, `1.5 h`: a rough duration for a forecast."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _any_process(flag: bool) -> bool:

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import shlex
-import shutil
-import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.errors import GrpoError
+from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.recipe.schema.launch import MULTI_PROCESS_PROFILES
 
 
@@ -38,6 +37,8 @@ class ClusterPlan:
     name: str = "grpo"
     server_here: bool = False  # server mode on the single training node
     server_gpus: int = 0  # GPUs of that node the server takes (the last ones)
+    server_node_gpus: int = 0  # with --vllm-node: GPUs of the server's own node (its Slurm het-job component)
+    gpus_per_node_given: int | None = None  # --gpus-per-node as given (for the command that regenerates a file)
     extra_sbatch: dict[str, str] = field(default_factory=dict)
 
     @property
@@ -46,45 +47,117 @@ class ClusterPlan:
 
 
 def plan_cluster(recipe: Any, recipe_path: Path, overrides: list[str], *, nodes: int, vllm_node: bool,
-                 gpus_per_node: int | None) -> ClusterPlan:
-    """Check the recipe can run on `nodes` machines and derive the per-node layout."""
+                 gpus_per_node: int | None, verb: str = "slurm", flags: Sequence[str] = ()) -> ClusterPlan:
+    """Check the recipe can run on `nodes` machines and derive the per-node layout.
+
+    Every problem is reported at once, each with its fix, and then the whole corrected command
+    (`flags`: the command's other options, repeated in it as given).
+    """
     launch = recipe.launch
-    where = "launch.profile"
+    problems: list[Problem] = []
+    add: dict[str, str] = {}  # overrides the corrected command adds
+    add_vllm_node = vllm_node
     if launch.profile not in MULTI_PROCESS_PROFILES:
-        raise GrpoError(f"profile {launch.profile!r} runs one process; a cluster launch needs a multi-process "
-                        "profile", where=where, fix="Add the override `launch.profile=ddp` (or zero2, zero3, "
-                                                    "fsdp) after the recipe, e.g. `grpo launch slurm RECIPE "
-                                                    "launch.profile=ddp`.")
+        problems.append(Problem("launch.profile", f"profile {launch.profile!r} runs one process; a cluster launch "
+                                "needs a multi-process profile", "Add the override `launch.profile=ddp` (or zero2, "
+                                "zero3, fsdp)."))
+        add["launch.profile"] = "ddp"
     if vllm_node and launch.vllm.mode != "server":
-        raise GrpoError(f"--vllm-node runs a vLLM server, but launch.vllm.mode is {launch.vllm.mode!r}",
-                        where="launch.vllm.mode", fix="Add the override `launch.vllm.mode=server`, or drop "
-                                                      "--vllm-node (colocate mode needs no server).")
+        problems.append(Problem("launch.vllm.mode", f"--vllm-node runs a vLLM server, but launch.vllm.mode is "
+                                f"{launch.vllm.mode!r}", "Add the override `launch.vllm.mode=server`, or drop "
+                                "--vllm-node (colocate mode needs no server)."))
+        add["launch.vllm.mode"] = "server"
+    if launch.vllm.mode == "server" and not vllm_node and nodes > 1:
+        if verb == "slurm":
+            problems.append(Problem("launch.vllm.mode", "a multi-node run in server mode needs the vLLM server on a "
+                                    "node of its own", "Add --vllm-node (or use `launch.vllm.mode=colocate`)."))
+            add_vllm_node = True
+        else:
+            problems.append(Problem("launch.vllm.mode", "a multi-node SkyPilot task cannot run a vLLM server",
+                                    "Add the override `launch.vllm.mode=colocate`."))
+            add["launch.vllm.mode"] = "colocate"
+    if launch.num_processes is not None and launch.num_processes % nodes:
+        n = launch.num_processes
+        # A recipe laid out for one node with its server beside it (7 + 1 GPU) gives the server's GPUs back to
+        # training when the server moves to a node of its own.
+        moved = launch.vllm.server_gpus if add_vllm_node and launch.num_machines == 1 else 0
+        per_node = n + moved if moved else -(-n // nodes)
+        problems.append(Problem("launch.num_processes", f"launch.num_processes={n} cannot be split evenly over "
+                                f"{nodes} nodes", f"Add the override `launch.num_processes={per_node * nodes}` "
+                                f"({per_node} per node), or any multiple of {nodes}."))
+        add["launch.num_processes"] = str(per_node * nodes)
+    if launch.num_processes is None and gpus_per_node is None:
+        problems.append(Problem("launch.num_processes", "the recipe does not fix launch.num_processes, so the GPUs "
+                                "per node must be given", "Pass `--gpus-per-node G` (G training processes per "
+                                "node), or set `launch.num_processes`."))
+        flags = [*flags, "--gpus-per-node", "G"]  # only the user knows G: the command says where it goes
+    if launch.num_processes is None and gpus_per_node is not None and gpus_per_node < 1:
+        problems.append(Problem("--gpus-per-node", "--gpus-per-node 0 needs `launch.num_processes` (processes per "
+                                "CPU node)", "Set launch.num_processes, e.g. `launch.num_processes=2`."))
+    if problems:
+        raise ClusterError(problems, _corrected(verb, recipe_path, overrides, add, nodes, add_vllm_node,
+                                                gpus_per_node, flags))
+    return _layout(recipe, recipe_path, overrides, nodes, vllm_node, gpus_per_node)
+
+
+class ClusterError(GrpoError):
+    """Everything that stops a cluster launch, each with its fix, and the command that fixes them all."""
+
+    def __init__(self, problems: list[Problem], command: str) -> None:
+        self.problems = list(problems)
+        self.command = command
+        Exception.__init__(self, self.render())
+
+    def render(self) -> str:
+        if len(self.problems) == 1:
+            text = self.problems[0].render()
+        else:
+            text = "\n".join([f"this cluster launch cannot run ({len(self.problems)} problems):",
+                              *(f"  - {p.render()}" for p in self.problems)])
+        fill = " (put your number for G)" if "--gpus-per-node G" in self.command else ""
+        return f"{text}\nCorrected command{fill}: {self.command}"
+
+
+def _corrected(verb: str, recipe_path: Path, overrides: list[str], add: dict[str, str], nodes: int,
+               vllm_node: bool, gpus_per_node: int | None, flags: Sequence[str]) -> str:
+    """The command with every fix applied: overrides replaced or added, --vllm-node added."""
+    kept = [o for o in overrides if o.partition("=")[0] not in add]
+    words = ["grpo", "launch", verb, shown_path(recipe_path), *kept, *(f"{k}={v}" for k, v in add.items()),
+             "--nodes", str(nodes)]
+    if vllm_node:
+        words.append("--vllm-node")
+    if gpus_per_node is not None:
+        words += ["--gpus-per-node", str(gpus_per_node)]
+    return shlex.join([*words, *flags])
+
+
+def shown_path(path: Path) -> str:
+    """The recipe path as the user can type it here: relative to the current directory when inside it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+def _layout(recipe: Any, recipe_path: Path, overrides: list[str], nodes: int, vllm_node: bool,
+            gpus_per_node: int | None) -> ClusterPlan:
+    """The per-node layout of a recipe that passed plan_cluster's checks."""
+    launch = recipe.launch
     server_here = launch.vllm.mode == "server" and not vllm_node
-    if server_here and nodes > 1:
-        raise GrpoError("a multi-node run in server mode needs the vLLM server on a node of its own",
-                        where="launch.vllm.mode", fix="Add --vllm-node (Slurm), or use `launch.vllm.mode=colocate`.")
     if launch.num_processes is not None:
         processes = launch.num_processes
-        if processes % nodes:
-            raise GrpoError(f"launch.num_processes={processes} cannot be split evenly over {nodes} nodes",
-                            where="launch.num_processes", fix=f"Use a multiple of {nodes}.")
         gpus = processes // nodes if gpus_per_node is None else gpus_per_node
     else:
-        if gpus_per_node is None:
-            raise GrpoError("the recipe does not fix launch.num_processes, so the GPUs per node must be given",
-                            where="launch.num_processes",
-                            fix="Pass `--gpus-per-node G` (G training processes per node), or set "
-                                "`launch.num_processes` in the recipe.")
-        if gpus_per_node < 1:
-            raise GrpoError("--gpus-per-node 0 needs `launch.num_processes` (processes per CPU node)",
-                            where="--gpus-per-node", fix="Set launch.num_processes, e.g. `launch.num_processes=2`.")
+        assert gpus_per_node is not None
         processes, gpus = gpus_per_node * nodes, gpus_per_node
     if server_here and gpus_per_node is None:
         gpus += launch.vllm.server_gpus  # the server shares the one node, on GPUs of its own
     _check_gpus_per_node(processes // nodes, launch.vllm.server_gpus if server_here else 0, gpus_per_node)
+    server_node_gpus = max(launch.vllm.server_gpus, launch.vllm.tensor_parallel_size) if vllm_node else 0
     return ClusterPlan(recipe_path, list(overrides), nodes, processes, gpus, vllm_node,
                        name=f"grpo-{recipe_path.stem}", server_here=server_here,
-                       server_gpus=launch.vllm.server_gpus if server_here else 0)
+                       server_gpus=launch.vllm.server_gpus if server_here else 0,
+                       server_node_gpus=server_node_gpus if gpus else 0, gpus_per_node_given=gpus_per_node)
 
 
 def _check_gpus_per_node(per_node: int, server_gpus: int, gpus_per_node: int | None) -> None:
@@ -120,11 +193,11 @@ def server_node_overrides(plan: ClusterPlan, host: str) -> list[str]:
     return [f"launch.vllm.host={host}", "launch.vllm.server_gpus=0"] if plan.vllm_node else []
 
 
-def _grpo(verb: str, plan: ClusterPlan, *extra: str, recipe: Path | None = None) -> str:
+def grpo_command(verb: str, plan: ClusterPlan, *extra: str, recipe: Path | None = None) -> str:
     return shlex.join(["grpo", verb, str(recipe or plan.recipe_path), *plan.overrides, *extra])
 
 
-def _expanding_join(args: list[str]) -> str:
+def expanding_join(args: list[str]) -> str:
     """Join shell words, double-quoting those that name a variable the node's shell must expand."""
     return " ".join(f'"{a}"' if "$" in a else shlex.quote(a) for a in args)
 
@@ -133,79 +206,6 @@ def default_setup() -> str:
     """Activate the environment grpo runs from now (the cluster shares the filesystem)."""
     activate = Path(sys.prefix) / "bin" / "activate"
     return f"source {shlex.quote(str(activate))}" if activate.exists() else ""
-
-
-def slurm_script(plan: ClusterPlan, *, workdir: Path, setup: str, log_dir: Path) -> str:
-    """The sbatch script: N training tasks (one per node) and, with a vLLM node, its server."""
-    total = plan.nodes + (1 if plan.vllm_node else 0)
-    lines = ["#!/bin/bash",
-             f"# GRPO on Slurm: {plan.nodes} training node(s) x {plan.per_node} process(es)"
-             + (" + 1 vLLM server node" if plan.vllm_node else "") + ".",
-             f"# Written by `grpo launch slurm` from {plan.recipe_path}; regenerate it after editing the recipe.",
-             f"#SBATCH --job-name={plan.name}", f"#SBATCH --nodes={total}", f"#SBATCH --ntasks={total}",
-             "#SBATCH --ntasks-per-node=1",
-             "#SBATCH --signal=TERM@300"]  # 5 minutes before the time limit: every node saves a checkpoint
-    if plan.gpus_per_node:
-        lines.append(f"#SBATCH --gpus-per-node={plan.gpus_per_node}")
-    lines += [f"#SBATCH --{k}={v}" for k, v in plan.extra_sbatch.items()]
-    lines += [f'#SBATCH --output="{log_dir}/%x-%j.out"', "", "set -euo pipefail", f"cd {shlex.quote(str(workdir))}"]
-    if setup:
-        lines.append(setup)
-    lines += ['NODES=($(scontrol show hostnames "$SLURM_JOB_NODELIST"))',
-              'export MAIN_NODE="${NODES[0]}"',
-              f"TRAIN_TASKS=$((SLURM_NTASKS - {1 if plan.vllm_node else 0}))",
-              f'if [ "$TRAIN_TASKS" -ne {plan.nodes} ]; then',
-              f'  echo "grpo: this script trains on {plan.nodes} machine(s), the job has $TRAIN_TASKS training '
-              'task(s); regenerate it with: grpo launch slurm --nodes $TRAIN_TASKS" >&2',
-              "  exit 2", "fi"]
-    train_extra = [*train_flags(plan, main="$MAIN_NODE", rank="$SLURM_PROCID"),
-                   *server_node_overrides(plan, "$VLLM_NODE")]
-    exclude = ""
-    if plan.vllm_node:
-        server = _grpo("vllm-serve", plan, "launch.vllm.host=0.0.0.0")
-        lines += ['export VLLM_NODE="${NODES[-1]}"',
-                  f'srun --nodes=1 --ntasks=1 --nodelist="$VLLM_NODE" {server} &',
-                  "VLLM_PID=$!"]
-        exclude = ' --exclude="$VLLM_NODE"'
-    elif plan.server_here:  # on the node this script runs on, on the GPUs training leaves free
-        lines += [*_split_gpus(plan), f"env ${{SERVER_GPUS:+CUDA_VISIBLE_DEVICES=$SERVER_GPUS}} "
-                  f"{_grpo('vllm-serve', plan)} &"]
-    if plan.vllm_node or plan.server_here:  # stop the server however training ends (set -e exits early)
-        lines += ["VLLM_PID=$!", "trap 'kill $VLLM_PID 2>/dev/null' EXIT"]
-    # Each task expands its own SLURM_PROCID (machine rank); single quotes keep the batch shell from doing it.
-    inner = shlex.join(["grpo", "train", str(plan.recipe_path), *plan.overrides])
-    inner = "exec " + inner + " " + _expanding_join(train_extra)
-    if plan.server_here:  # Slurm sets the step's devices again: hand training the GPUs the server left
-        inner = '[ -z "${TRAIN_GPUS:-}" ] || export CUDA_VISIBLE_DEVICES="$TRAIN_GPUS"; ' + inner
-    lines.append(f'srun --ntasks="$TRAIN_TASKS"{exclude} --kill-on-bad-exit=1 bash -c {shlex.quote(inner)}')
-    return "\n".join(lines) + "\n"
-
-
-def _split_gpus(plan: ClusterPlan) -> list[str]:
-    """Shell lines: the last server_gpus of the job's CUDA_VISIBLE_DEVICES go to the server, the rest to training."""
-    k, need = plan.server_gpus, plan.per_node + plan.server_gpus
-    if k < 1:
-        return []
-    return ['SERVER_GPUS=""', 'TRAIN_GPUS=""', 'if [ -n "${CUDA_VISIBLE_DEVICES:-}" ]; then',
-            '  IFS=, read -ra GPUS <<< "$CUDA_VISIBLE_DEVICES"',
-            f'  if [ "${{#GPUS[@]}}" -lt {need} ]; then',
-            f'    echo "grpo: training needs {plan.per_node} GPU(s) and the vLLM server {k}, the job has '
-            '${#GPUS[@]}: $CUDA_VISIBLE_DEVICES" >&2', "    exit 2", "  fi",
-            f'  SERVER_GPUS=$(IFS=,; echo "${{GPUS[*]:${{#GPUS[@]}}-{k}}}")',
-            f'  TRAIN_GPUS=$(IFS=,; echo "${{GPUS[*]:0:${{#GPUS[@]}}-{k}}}")', "  export TRAIN_GPUS", "fi"]
-
-
-def submit_sbatch(script: Path) -> str:
-    """Submit with `sbatch --parsable` and return the job id."""
-    sbatch = shutil.which("sbatch")
-    if sbatch is None:
-        raise GrpoError("`sbatch` is not on PATH, so the script cannot be submitted from here", where="--submit",
-                        fix=f"Run on a Slurm login node, or copy the script there and run `sbatch {script}`.")
-    proc = subprocess.run([sbatch, "--parsable", str(script)], capture_output=True, text=True, timeout=120)
-    if proc.returncode != 0:
-        raise GrpoError(f"sbatch refused the script: {proc.stderr.strip() or proc.stdout.strip()}", where="--submit",
-                        fix="Adjust --partition/--time/--gpus-per-node for this cluster and generate it again.")
-    return proc.stdout.strip().split(";")[0]
 
 
 def skypilot_task(plan: ClusterPlan, *, accelerator: str, workdir: Path, recipe: Any) -> str:
@@ -226,10 +226,10 @@ def skypilot_task(plan: ClusterPlan, *, accelerator: str, workdir: Path, recipe:
                         fix="On SkyPilot keep the server on the training node (launch.vllm.server_gpus) or run it "
                             "as a task of its own; drop --vllm-node.")
     if recipe.launch.vllm.mode == "server":
-        run += [f"{_grpo('vllm-serve', plan, recipe=rel)} &",  # one node: plan_cluster refuses more
+        run += [f"{grpo_command('vllm-serve', plan, recipe=rel)} &",  # one node: plan_cluster refuses more
                 "VLLM_PID=$!", "trap 'kill $VLLM_PID 2>/dev/null' EXIT"]  # stop the server however training ends
     flags = train_flags(plan, main="$MAIN_IP", rank="$SKYPILOT_NODE_RANK")
-    run.append(shlex.join(train) + " " + _expanding_join(flags))
+    run.append(shlex.join(train) + " " + expanding_join(flags))
     task = {"name": plan.name, "num_nodes": plan.nodes,
             "resources": {"accelerators": f"{accelerator}:{plan.gpus_per_node}"} if plan.gpus_per_node else {},
             "workdir": ".", "setup": setup, "run": "\n".join(run) + "\n"}
@@ -251,29 +251,20 @@ def _install_spec(workdir: Path, extras: list[str]) -> str:
 
 
 def prepare_cluster(recipe: Any, recipe_path: Path, overrides: list[str], *, nodes: int, vllm_node: bool,
-                    gpus_per_node: int | None) -> ClusterPlan:
+                    gpus_per_node: int | None, verb: str = "slurm", flags: Sequence[str] = ()) -> ClusterPlan:
     """The cluster layout, after the recipe passed `grpo validate` for that layout."""
     plan = plan_cluster(recipe, recipe_path.resolve(), overrides, nodes=nodes, vllm_node=vllm_node,
-                        gpus_per_node=gpus_per_node)
+                        gpus_per_node=gpus_per_node, verb=verb, flags=flags)
     validate_for_cluster(recipe_path, overrides, plan)
     return plan
-
-
-def write_slurm(plan: ClusterPlan, out: Path | None, *, setup: str | None, sbatch: dict[str, Any],
-                force: bool = False) -> Path:
-    """Write the sbatch script (executable) to `out` (default `<name>.sbatch` here); returns its path."""
-    plan.extra_sbatch = {k: str(v) for k, v in sbatch.items() if v is not None}
-    path = (out or Path(f"{plan.name}.sbatch")).resolve()
-    text = slurm_script(plan, workdir=Path.cwd(), setup=default_setup() if setup is None else setup,
-                        log_dir=path.parent)
-    return _write(path, text, mode=0o755, force=force)
 
 
 def write_skypilot(plan: ClusterPlan, out: Path | None, *, accelerator: str, recipe: Any,
                    force: bool = False) -> Path:
     """Write the SkyPilot task to `out` (default `<name>.sky.yaml` here); returns its path."""
     path = (out or Path(f"{plan.name}.sky.yaml")).resolve()
-    return _write(path, skypilot_task(plan, accelerator=accelerator, workdir=Path.cwd(), recipe=recipe), force=force)
+    return write_file(path, skypilot_task(plan, accelerator=accelerator, workdir=Path.cwd(), recipe=recipe),
+                      force=force)
 
 
 def _written_by_grpo(path: Path) -> bool:
@@ -288,7 +279,7 @@ def _written_by_grpo(path: Path) -> bool:
 _HEADER_MARK = b"# Written by `grpo launch "
 
 
-def _write(path: Path, text: str, mode: int | None = None, force: bool = False) -> Path:
+def write_file(path: Path, text: str, mode: int | None = None, force: bool = False) -> Path:
     """Write whole or not at all: an unwritable --out is bad input (exit 2), never a half file or a traceback.
 
     An existing file is replaced only when grpo wrote it (a regenerated launch file) or with --force.

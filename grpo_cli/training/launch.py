@@ -22,6 +22,7 @@ from typing import Any
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import ASSETS_DIR
 from grpo_cli.recipe.schema.launch import MULTI_PROCESS_PROFILES
+from grpo_cli.threads import RELAUNCHED_ENV
 from grpo_cli.validation.topology import (
     check_batches_for_world,
     installed,
@@ -31,10 +32,9 @@ from grpo_cli.validation.topology import (
 
 DEEPSPEED_PROFILES = ("zero2", "zero3")
 # Set in the environment of the processes `grpo train` starts, so they never re-launch again.
-RELAUNCHED_ENV = "GRPO_RELAUNCHED"
 # `grpo train` flags that travel as launch.* overrides to the re-launched processes.
 LAUNCH_FLAGS = {"profile": "--profile", "num_processes": "--num-processes", "num_machines": "--num-machines",
-                "machine_rank": "--machine-rank", "main_process_ip": "--main-process-ip"}
+                "machine_rank": "--machine-rank", "main_process_ip": "--main-process-ip", "threads": "--threads"}
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Seconds torchrun waits for workers to save a checkpoint after Ctrl-C before it kills them.
 SHUTDOWN_TIMEOUT_S = "600"
@@ -274,6 +274,10 @@ def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_
     from grpo_cli.runs import read_manifest
 
     env = launch_env(gpus, deepspeed=_uses_deepspeed(recipe))
+    from grpo_cli.threads import launch_env_threads
+    from grpo_cli.validation import thread_plan
+
+    launch_env_threads(thread_plan(recipe, gpus), env)  # each worker's share of the free cores
     if lock_dir is None or recipe.launch.machine_rank > 0:
         # Only the main machine writes the run; the others (often on the same shared filesystem) must
         # not contend for its lock.

@@ -9,17 +9,17 @@ TRL or other settings omit KL or entropy): gaps are drawn as gaps, never as erro
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grpo_cli import runs
-from grpo_cli.errors import GrpoError
 from grpo_cli.tools import stats_markdown
+from grpo_cli.training.report_data import RunData, load_run, num, reward_keys, series, task_keys
 from grpo_cli.training.step_timing import time_split_markdown
 
-WIDTH_IN, HEIGHT_IN, DPI = 12, 8, 100  # a fixed 1200x800 px image
+__all__ = ["RunData", "load_run", "num", "reward_keys", "series", "summarize_run", "task_keys", "write_report"]
+
 SUMMARY_KEYS = ("reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio", "kl",
                 "entropy", "loss", "grad_norm", "learning_rate", "tools/call_frequency", "tools/failure_frequency")
 ARTEFACTS = ((runs.METRICS, "per-step training logs"), (runs.HEALTH, "health guard events"),
@@ -34,19 +34,6 @@ class ReportPaths:
 
     image: Path
     summary: Path
-
-
-@dataclass
-class RunData:
-    """What a run left behind."""
-
-    output_dir: Path
-    train: list[dict[str, Any]]
-    evals: list[dict[str, Any]] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
-    manifest: dict[str, Any] = field(default_factory=dict)
-    tasks: list[dict[str, Any]] = field(default_factory=list)
-    """Task-metric evaluations (`task/...` keys, eval.every_steps)."""
 
 
 @dataclass
@@ -65,61 +52,6 @@ class Summary:
     first: Window
     best: Window | None
     final: Window
-
-
-def num(value: Any) -> float | None:
-    """A finite float, or None for missing/null/NaN/inf/non-numbers."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def load_run(output_dir: str | Path) -> RunData:
-    """Read a run directory; a clear error when there is nothing to report."""
-    out = Path(output_dir)
-    if not out.is_dir():
-        raise GrpoError(f"{out} is not a directory", where="OUTPUT_DIR",
-                        fix="Give the output directory of a `grpo train` run (output.dir or --output-dir).")
-    metrics = out / runs.METRICS
-    if not metrics.is_file():
-        raise GrpoError(f"there is no metrics.jsonl in {out}", where="OUTPUT_DIR",
-                        fix="Give the output directory of a `grpo train` run; it writes metrics.jsonl from the "
-                            "first logging step (training.logging_steps).")
-    garbled: list[int] = []
-    records = runs.read_jsonl(metrics, garbled)
-    train = [r for r in records if not any(k.startswith("eval_") for k in r) and ("loss" in r or "reward" in r)]
-    evals = [r for r in records if any(k.startswith("eval_") for k in r)]
-    if not records and garbled:
-        raise runs.damaged_jsonl(metrics, garbled, "OUTPUT_DIR")
-    if not train:
-        raise GrpoError(f"{metrics} holds no training log yet", where="OUTPUT_DIR",
-                        fix="Wait for the first logging step (training.logging_steps), or check that the run "
-                            "got past model loading (manifest.json).")
-    from grpo_cli.run_lock import mark_if_killed
-
-    # A run that died without a word is `killed`, not running; one without a (readable) manifest still has curves.
-    manifest = mark_if_killed(out) or runs.read_manifest(out)
-    tasks = [r for r in records if any(k.startswith("task/") for k in r)]
-    return RunData(out, train, evals, runs.read_jsonl(out / runs.HEALTH), manifest, tasks)
-
-
-def reward_keys(records: list[dict[str, Any]], prefix: str = "") -> list[str]:
-    """`rewards/<name>/mean` keys in the order they first appear."""
-    keys: list[str] = []
-    for r in records:
-        for k in r:
-            if k.startswith(f"{prefix}rewards/") and k.endswith("/mean") and k not in keys:
-                keys.append(k)
-    return keys
-
-
-def series(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[float]]:
-    """Steps and values of one metric over the records that log it; NaN (a gap in the plot) where it was
-    logged without a usable value (null, NaN, inf)."""
-    kept = [(i, r) for i, r in enumerate(records) if key in r]
-    steps = [int(r.get("step", i)) for i, r in kept]
-    values = [v if (v := num(r.get(key))) is not None else math.nan for _, r in kept]
-    return steps, values
 
 
 def _window(records: list[dict[str, Any]], keys: list[str]) -> Window:
@@ -237,10 +169,6 @@ def _eval_lines(run: RunData) -> list[str]:
     return lines
 
 
-def task_keys(run: RunData) -> list[str]:
-    return sorted({k for r in run.tasks for k in r if k.startswith("task/")})
-
-
 def _task_lines(run: RunData) -> list[str]:
     """The task metric at each evaluation, and the checkpoint kept as best/."""
     keys = task_keys(run)
@@ -256,105 +184,6 @@ def _task_lines(run: RunData) -> list[str]:
     return [*lines, ""]
 
 
-def _plot_lines(ax: Any, records: list[dict[str, Any]], keys: Sequence[tuple[str, str]], first_colour: int = 0,
-                suffix: str = "", **style: Any) -> int:
-    """Plot each metric that has at least one value; colours C0, C1, ... continue across twin axes."""
-    drawn = 0
-    for key, label in keys:
-        steps, values = series(records, key)
-        if all(math.isnan(v) for v in values):
-            continue
-        look = {"color": f"C{(first_colour + drawn) % 10}", "linewidth": 1.4}
-        if key == "reward":  # the total: thick and dark, so per-reward lines on top of it stay visible
-            look = {"color": "black", "linewidth": 3.0, "alpha": 0.45}
-        ax.plot(steps, values, marker="o", markersize=2.5, label=label + suffix, **{**look, **style})
-        drawn += 1
-    return drawn
-
-
-def _has_values(run: RunData, keys: Sequence[tuple[str, str]]) -> bool:
-    return any(any(not math.isnan(v) for v in series(run.train, k)[1]) for k, _ in keys)
-
-
-def _panel(ax: Any, title: str, run: RunData, left: Sequence[tuple[str, str]], right: Sequence[tuple[str, str]] = (),
-           right_limits: tuple[float, float] | None = None, label_events: bool = False) -> None:
-    """One panel: metrics on the left axis and others dashed on a twin right axis (on the left if it is empty)."""
-    from matplotlib.ticker import MaxNLocator
-
-    ax.set_title(title, fontsize=11)
-    ax.grid(alpha=0.3)
-    if not _has_values(run, left):
-        left, right = right, ()
-        if right_limits:
-            ax.set_ylim(*right_limits)
-    drawn = _plot_lines(ax, run.train, left)
-    handles, labels = ax.get_legend_handles_labels()
-    if right and _has_values(run, right):
-        twin = ax.twinx()
-        drawn += _plot_lines(twin, run.train, right, drawn, " (right)", linestyle="--")
-        if right_limits:
-            twin.set_ylim(*right_limits)
-        h2, l2 = twin.get_legend_handles_labels()
-        handles, labels = handles + h2, labels + l2
-    if not drawn:
-        ax.text(0.5, 0.5, "no values logged", ha="center", va="center", transform=ax.transAxes, color="grey")
-    elif handles:
-        ax.legend(handles, labels, fontsize=8, loc="best")
-    for e in run.events:
-        if num(e.get("step")) is not None:
-            ax.axvline(float(e["step"]), color="red" if e.get("action") == "stop" else "orange", alpha=0.6,
-                       linewidth=1)
-            if label_events:
-                ax.text(float(e["step"]), 0.98, f" {e.get('guard')}", transform=ax.get_xaxis_transform(),
-                        rotation=90, va="top", fontsize=7, color="grey")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True, steps=[1, 2, 5, 10]))
-    ax.set_xlabel("step", fontsize=9)
-
-
-def plot(run: RunData, path: Path) -> None:
-    """A fixed 1200x800 PNG of the curves that matter first; missing metrics leave an empty panel."""
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(WIDTH_IN, HEIGHT_IN), dpi=DPI)
-    FigureCanvasAgg(fig)
-    axes = fig.subplots(2, 3)
-    rewards = [(k, k.split("/")[1]) for k in reward_keys(run.train)]
-    ax = axes[0][0]
-    _panel(ax, "reward (total and per function)", run, [("reward", "total"), *rewards], label_events=True)
-    eval_steps, eval_values = series(run.evals, "eval_reward")
-    if any(not math.isnan(v) for v in eval_values):
-        ax.plot(eval_steps, eval_values, marker="s", linestyle=":", color="black", label="eval")
-        ax.legend(fontsize=8, loc="best")
-    for i, key in enumerate(task_keys(run)):  # what the user cares about, on the reward's scale
-        task_steps, task_values = series(run.tasks, key)
-        if any(not math.isnan(v) for v in task_values):
-            ax.plot(task_steps, task_values, marker="D", linestyle="-.", color=f"C{(6 + i) % 10}",
-                    label=key.removeprefix("task/"))
-            ax.legend(fontsize=8, loc="best")
-    _panel(axes[0][1], "reward spread", run, [("reward_std", "reward_std")],
-           [("frac_reward_zero_std", "frac zero std")], (-0.02, 1.02))
-    _panel(axes[0][2], "completions", run, [("completions/mean_length", "mean length")],
-           [("completions/clipped_ratio", "clipped ratio")], (-0.02, 1.02))
-    _panel(axes[1][0], "KL and entropy", run, [("kl", "kl")], [("entropy", "entropy")])
-    _panel(axes[1][1], "learning rate", run, [("learning_rate", "learning rate")])
-    _panel(axes[1][2], "loss and grad norm", run, [("loss", "loss")], [("grad_norm", "grad norm")])
-    steps = [int(r["step"]) for r in run.train if num(r.get("step")) is not None]
-    if steps:  # one x range for every panel, so the curves line up
-        lo, hi = min(steps), max(steps)
-        pad = max(1.0, (hi - lo) * 0.04)
-        for row in axes:
-            for a in row:
-                a.set_xlim(lo - pad, hi + pad)
-    m = run.manifest
-    status = f" — {m['status']} at step {m.get('global_step')}" if m.get("status") else ""
-    events = f" — {len(run.events)} health event(s)" if run.events else ""
-    fig.suptitle(f"{run.output_dir.name or run.output_dir}{status}{events}", fontsize=13)
-    fig.tight_layout(rect=(0, 0, 1, 0.96))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=DPI, format="png")
-
-
 def report_paths(output_dir: str | Path, out: str | Path | None = None) -> ReportPaths:
     """OUTPUT_DIR/report.{png,md} by default; `out` names the image (or the .md) and the other sits beside it."""
     if out is None:
@@ -368,6 +197,8 @@ def report_paths(output_dir: str | Path, out: str | Path | None = None) -> Repor
 
 def write_report(output_dir: str | Path, out: str | Path | None = None) -> ReportPaths:
     """Write the PNG and the Markdown summary of a run; GrpoError when it has no metrics."""
+    from grpo_cli.training.report_plot import plot
+
     run = load_run(output_dir)
     paths = report_paths(output_dir, out)
     plot(run, paths.image)

@@ -41,16 +41,6 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def _quiet_libraries() -> None:
-    """Hide datasets/transformers progress bars: grpo prints its own progress and summary."""
-    import datasets
-    import transformers
-
-    datasets.disable_progress_bars()
-    transformers.utils.logging.disable_progress_bar()
-    transformers.utils.logging.set_verbosity_error()
-
-
 def summary_window(num_logs: int) -> int:
     """How many logging steps the first/last summary windows average: a fifth of the run, at least one."""
     return max(1, num_logs // 5)
@@ -94,6 +84,7 @@ class _Run:
     metrics: Any = None
     stopper: Any = None
     probe: Any = None
+    threads: Any = None
     manifest: dict[str, Any] = field(default_factory=dict)
     result: TrainResult | None = None
 
@@ -109,12 +100,13 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     from grpo_cli.validation import preflight
 
     preflight(recipe).raise_for_problems()
+    threads = _choose_threads(recipe)
     out = Path(output_dir or recipe.output.dir)
     # The main process locks, unless the `grpo train` that launched it holds the lock already.
     lock = RunLock(out).acquire() if is_main_process() and not os.environ.get(LOCKED_ENV) else None
     try:
         run = _prepare(recipe, out, resume, force, console)
-        run.resume_command = resume_command
+        run.resume_command, run.threads = resume_command, threads
         try:
             _build(run)
             _fit(run)
@@ -127,6 +119,13 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     finally:
         if lock is not None:
             lock.release()
+
+
+def _choose_threads(recipe: Recipe) -> Any:
+    """The threads for this process from the cores free now (grpo_cli.threads); applied in `_build`."""
+    from grpo_cli.validation import thread_plan
+
+    return thread_plan(recipe)
 
 
 def _say(console: Any, text: str) -> None:
@@ -162,6 +161,17 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
 
 def _build(run: _Run) -> None:
     """Load model, data and rewards, then (only now) replace an old run and write recipe and manifest."""
+    if run.console is not None and is_main_process():  # first, before seconds of importing torch and TRL
+        steps = run.recipe.training.get("max_steps")
+        run.console.print(f"[bold]grpo train[/] {run.recipe.source or 'recipe'}: {run.recipe.model.name_or_path} "
+                          f"-> {run.out}" + (f", {steps} steps" if isinstance(steps, int) and steps > 0 else ""),
+                          soft_wrap=True)
+        _say(run.console, "threads: " + run.threads.describe(sandboxes=any(e.name == "code"
+                                                                           for e in run.recipe.rewards)))
+        _say(run.console, "importing torch, transformers and TRL")
+    from grpo_cli.threads import apply_torch_threads
+
+    apply_torch_threads(run.threads)
     import warnings
 
     # transformers 5 warns on every run that TRL's `gradient_checkpointing` is an alias; not the user's doing.
@@ -174,12 +184,12 @@ def _build(run: _Run) -> None:
 
     skip_deepspeed_cpu_inference_op()  # before GRPOConfig starts DeepSpeed's communication backend
     recipe, out, console = run.recipe, run.out, run.console
-    _quiet_libraries()
-    if console is not None and is_main_process():
-        steps = recipe.training.get("max_steps")
-        console.print(f"[bold]grpo train[/] {recipe.source or 'recipe'}: {recipe.model.name_or_path} -> {out}"
-                      + (f", {steps} steps" if isinstance(steps, int) and steps > 0 else ""))
+    from grpo_cli.progress import quiet_libraries
+
+    quiet_libraries()
+    _say(console, f"loading model {recipe.model.name_or_path}")
     run.loaded = load_model(recipe)
+    _say(console, "loading data" + (f" ({recipe.data.dataset})" if recipe.data.dataset else ""))
     run.data = prepare_data(recipe, run.loaded.processing_class)
     run.reward_funcs = build_reward_funcs(recipe)
     from grpo_cli.tools import load_toolset
@@ -207,6 +217,7 @@ def _build(run: _Run) -> None:
                         if k in ("pass@1", "accuracy", "reward/mean") and isinstance(v, float)}
             console.print("before training: " + ", ".join(f"{k} {v:.4f}" for k, v in headline.items()),
                           markup=False)
+    _say(console, "starting TRL's GRPOTrainer")
     run.trainer = _make_trainer(run, config)
 
 
@@ -225,7 +236,8 @@ def _start_run_dir(run: _Run, seed: int) -> None:
         (out / runs.RECIPE).write_text(dump_yaml(run.recipe.model_dump(mode="json")), encoding="utf-8")
     run.manifest = runs.start_manifest(run.recipe.source, seed, run.recipe.launch.world_size)
     run.manifest.update(output_dir=str(out), resumed_from=str(run.ckpt) if run.ckpt else None, data=run.data.stats,
-                        dtype=run.loaded.dtype, device=run.loaded.device)
+                        dtype=run.loaded.dtype, device=run.loaded.device,
+                        threads=run.threads.describe() if run.threads is not None else None)
     if is_main_process():
         runs.write_manifest(out / runs.MANIFEST, run.manifest)
 
@@ -336,6 +348,7 @@ def _finish(run: _Run) -> TrainResult:
         result.status = "completed"
         result.message = next((c.early_stop_message for c in run.callbacks if getattr(c, "early_stop_message", "")),
                               "")
+        _say(run.console, f"saving the model to {out}")
         trainer.save_model(str(out))
         if is_main_process():
             from grpo_cli.models import record_base_reference

@@ -27,17 +27,47 @@ def message_text(value: Any) -> str:
     if isinstance(value, dict):
         value = [value]
     if isinstance(value, list):
-        lines = []
-        for m in value:
-            if isinstance(m, dict):
-                content = m.get("content")
-                if isinstance(content, list):
-                    content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
-                lines.append(f"{m.get('role', '?')}: {content}")
-            else:
-                lines.append(str(m))
-        return "\n".join(lines)
+        return "\n".join(_message_line(m) if isinstance(m, dict) else str(m) for m in value)
     return str(value)
+
+
+def _message_line(m: dict[str, Any]) -> str:
+    """`role: content`; an assistant's tool calls as `add(a=12, b=34)`, a tool's result as `tool add: 46`."""
+    content = m.get("content")
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    content = "" if content is None else str(content)
+    role = str(m.get("role", "?"))
+    if role == "tool" and m.get("name"):
+        role = f"tool {m['name']}"
+    calls = [tool_call_text(c) for c in m.get("tool_calls") or []]
+    if calls:
+        content = " ".join(x for x in (content.strip(), "→ " + "; ".join(calls)) if x)
+    return f"{role}: {content}"
+
+
+def tool_call_text(call: Any) -> str:
+    """One tool call as `name(arg=value, ...)` (TRL's `{"function": {"name", "arguments"}}` or flat)."""
+    if not isinstance(call, dict):
+        return str(call)
+    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        import json
+
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return f"{fn.get('name', '?')}({args})"
+    shown = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else ""
+    return f"{fn.get('name', '?')}({shown})"
+
+
+def reference_text(reference: Any) -> str:
+    """The row's reference columns (what the rewards compared with) as `answer: 1177`."""
+    if not isinstance(reference, dict) or not reference:
+        return ""
+    return "; ".join(f"{k}: {v}" for k, v in reference.items())
 
 
 def _finite(v: Any) -> float | None:
@@ -62,7 +92,7 @@ def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | N
                         fix="Give the output dir of a `grpo train` run; it writes completion samples at every "
                             "logging step (output.completions_per_log > 0).")
     garbled: list[int] = []
-    rows = runs.read_jsonl(path, garbled)
+    rows = unique_rows(runs.read_jsonl(path, garbled))
     steps = sorted({int(r["step"]) for r in rows if isinstance(r.get("step"), int)})
     if not rows and garbled:
         raise runs.damaged_jsonl(path, garbled, "RUN_DIR")
@@ -91,6 +121,18 @@ def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | N
     return chosen[:limit], steps
 
 
+def unique_rows(rows: Any) -> list[dict[str, Any]]:
+    """Rows without repeats of the same step, prompt and completion (a group often samples one answer twice)."""
+    seen: set[tuple[Any, str, str]] = set()
+    out = []
+    for r in rows:
+        key = (r.get("step"), str(r.get("prompt")), str(r.get("completion")))
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
 def _ranges(steps: list[int]) -> str:
     return ", ".join(map(str, steps)) if len(steps) <= 12 else f"{steps[0]} .. {steps[-1]} ({len(steps)} steps)"
 
@@ -104,7 +146,7 @@ def markdown_samples(output_dir: Path, count: int = 3) -> list[str]:
     if not steps:
         return []
     last = max(steps)
-    rows = sorted((r for r in rows if r.get("step") == last), key=lambda r: _finite(r.get("reward")) or 0.0)
+    rows = sorted(unique_rows(r for r in rows if r.get("step") == last), key=lambda r: _finite(r.get("reward")) or 0.0)
     picked = rows if len(rows) <= count else [*rows[:count // 2 + count % 2], *rows[-(count // 2):]]
 
     def cell(text: Any) -> str:
@@ -112,10 +154,10 @@ def markdown_samples(output_dir: Path, count: int = 3) -> list[str]:
         return (text[:150] + " …" if len(text) > 150 else text).replace("|", "\\|")
 
     lines = [f"## Sample completions (step {last}, lowest and highest reward)", "",
-             "| reward | advantage | prompt | completion |", "|---:|---:|---|---|"]
+             "| reward | advantage | prompt | reference | completion |", "|---:|---:|---|---|---|"]
     for r in picked:
         lines.append(f"| {_short(r.get('reward'))} | {_short(r.get('advantage'))} | {cell(r.get('prompt'))} | "
-                     f"{cell(r.get('completion'))} |")
+                     f"{cell(reference_text(r.get('reference')))} | {cell(r.get('completion'))} |")
     return [*lines, "", f"More: `grpo samples {output_dir} --worst`.", ""]
 
 

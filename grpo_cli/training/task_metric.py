@@ -178,7 +178,10 @@ def evaluate_once(recipe: Any, model: Any, tokenizer: Any, eval_rows: Any, conso
         rows = suite.rows(settings.limit)
         if console is not None:
             console.print(f"evaluating {suite.name} on {len(rows)} problems ({label})", markup=False)
-        return evaluate_suite(model, tokenizer, suite, rows, settings, label=label)
+        from grpo_cli.progress import reporting
+
+        with reporting(console, f"sampling ({label})", len(rows) * settings.k, "completions"):
+            return evaluate_suite(model, tokenizer, suite, rows, settings, label=label)
     from grpo_cli.evaluation import evaluate_recipe_model
 
     return evaluate_recipe_model(recipe, model, tokenizer, eval_rows, console, label=label)
@@ -192,7 +195,13 @@ def run_callbacks(recipe: Any, out: Path, manifest: dict[str, Any], tokenizer: A
     extras: list[Any] = []
     if recipe.output.completions_per_log:
         seed = int(recipe.training.get("seed") or 0)
-        extras.append(CompletionsLog(out / COMPLETIONS_FILE, per_step=recipe.output.completions_per_log, seed=seed))
+        import string
+
+        prompt = recipe.data.prompt
+        template = string.Formatter().parse(prompt.template or "")
+        shown = {prompt.column} if prompt.column else {f for _, f, _, _ in template if f}
+        extras.append(CompletionsLog(out / COMPLETIONS_FILE, per_step=recipe.output.completions_per_log, seed=seed,
+                                     prompt_columns=shown))
     if recipe.eval.every_steps:
         evaluate = build_evaluator(recipe, tokenizer, eval_rows)
         extras.append(TaskMetric(recipe, evaluate, out, manifest,

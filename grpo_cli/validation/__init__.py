@@ -16,7 +16,12 @@ from __future__ import annotations
 from grpo_cli.lazy import lazy_exports
 from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
 from grpo_cli.validation.checks import Preflight, preflight
-from grpo_cli.validation.topology import resolve_num_processes, visible_gpu_count, world_size_explanation
+from grpo_cli.validation.topology import (
+    resolve_num_processes,
+    thread_plan,
+    visible_gpu_count,
+    world_size_explanation,
+)
 
 __all__ = [
     "BATCH_KEYS",
@@ -27,6 +32,7 @@ __all__ = [
     "plan_batches",
     "preflight",
     "resolve_num_processes",
+    "thread_plan",
     "visible_gpu_count",
     "world_size_explanation",
 ]

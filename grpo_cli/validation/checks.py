@@ -336,9 +336,10 @@ def _trl_and_environment_checks(recipe: Recipe, pf: Preflight) -> None:
 def _memory(recipe: Recipe, pf: Preflight) -> None:
     """Add the memory plan (from the model's config, no weights loaded) and its warning."""
     from grpo_cli.validation.memory import memory_plan
-    from grpo_cli.validation.topology import world_size_explanation
+    from grpo_cli.validation.topology import thread_plan, world_size_explanation
 
     pf.plan["launch"] = world_size_explanation(recipe) + f", vLLM {recipe.launch.vllm.mode}"
+    pf.plan["threads"] = thread_plan(recipe).describe(sandboxes=any(e.name == "code" for e in recipe.rewards))
     if recipe.launch.profile == "cpu":
         return
     plan, why = memory_plan(recipe)

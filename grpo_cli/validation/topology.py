@@ -108,3 +108,28 @@ def check_batches_for_world(recipe: Any, n: int, gpus: int | None) -> None:
         for p in problems:
             p.fix = f"{p.fix.rstrip('.')}. (World size: {why}.)" if p.fix else f"World size: {why}."
         raise RecipeError(problems, source=recipe.source)
+
+
+def thread_plan(recipe: Any, gpus: int | None = None) -> Any:
+    """The threads each training process of this recipe gets on this machine now (grpo_cli.threads).
+
+    The model's parameter count comes from its config (no weights loaded) when it can be found: a
+    tiny model gets one thread per process.
+    """
+    from grpo_cli.threads import choose_threads
+    from grpo_cli.validation.model_config import find_model_config
+    from grpo_cli.validation.shapes import ModelShape
+
+    launch = recipe.launch
+    try:
+        per_node = max(1, resolve_num_processes(recipe, gpus) // launch.num_machines)
+    except GrpoError:
+        per_node = 1
+    params = None
+    try:
+        config, _ = find_model_config(recipe)
+        if config is not None:
+            params = ModelShape.from_config(config).params
+    except (ValueError, KeyError, TypeError, OSError):
+        params = None
+    return choose_threads(per_node, override=launch.threads, model_params=params)

@@ -7,6 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from grpo_cli.cli.render.tables import print_table
+
 
 def _fmt_metric(key: str, value: Any) -> str:
     if value is None:
@@ -53,7 +55,7 @@ def render_eval(out: Console, results: list[Any], title: str) -> None:
                 cells.append("" if delta is None else f"{100 * delta:+.1f}pp" if key.endswith("/rate")
                              else f"{delta:+.4f}")
         table.add_row(key, *cells)
-    out.print(table)
+    print_table(out, table)
 
 
 def _pct1(value: Any) -> str:
@@ -85,4 +87,4 @@ def render_suite_results(console: Console, results: list[Any]) -> None:
         if len(results) > 1:
             cells.append("" if r is first else f"{100 * (r.accuracy - first.accuracy):+.1f}pp")
         table.add_row(*cells)
-    console.print(table)
+    print_table(console, table)

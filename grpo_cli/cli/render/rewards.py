@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from grpo_cli.cli.render.tables import print_table
+
 
 def _fmt_score(value: float | None, digits: int = 3) -> str:
     return "—" if value is None else f"{value:.{digits}g}"
@@ -43,7 +45,7 @@ def render_check_report(out: Console, report: Any) -> None:
         last_group = s.group
         row = "" if s.row is None else str(s.row)
         scores.add_row(row, s.probe, escape(_preview(s.text)), *cells, _fmt_score(report.totals[i]))
-    out.print(scores)
+    print_table(out, scores)
 
     _render_reward_stats(out, report)
     if len(names) > 1:
@@ -53,7 +55,7 @@ def render_check_report(out: Console, report: Any) -> None:
             corr.add_column(name, justify="right")
         for a in names:
             corr.add_row(a, *[_fmt_score(report.correlation[a][b], 2) for b in names])
-        out.print(corr)
+        print_table(out, corr)
     if report.metrics:
         out.print("metrics logged by rewards: " + ", ".join(f"{k}={v:.3g}" for k, v in report.metrics.items()))
     for note in report.notes:
@@ -82,7 +84,7 @@ def _render_reward_stats(out: Console, report: Any) -> None:
     stats.add_section()
     stats.add_row("[bold]total[/]", "", _fmt_score(total["mean"]), _fmt_score(total["std"]), _fmt_score(total["min"]),
                   _fmt_score(total["max"]), "", "", "", _pct(report.frac_zero_std))
-    out.print(stats)
+    print_table(out, stats)
     out.print("total = weighted sum of the rewards (None counts 0, as in TRL; — when every reward skipped it); "
               f"groups with zero std (TRL's frac_reward_zero_std): {_pct(report.frac_zero_std)} of {report.groups}",
               soft_wrap=True)
@@ -116,7 +118,7 @@ def render_tool_dry_run(out: Console, report: Any) -> None:
         outcome = f"[red]{'TIMEOUT' if c.timeout else 'ERROR'}[/] {escape(c.error)}" if c.error else escape(c.result)
         tool = f"{c.environment}.{c.tool}" if c.environment else c.tool
         calls.add_row(escape(tool), escape(json.dumps(c.arguments, default=str)), f"{1000 * c.seconds:.3g}", outcome)
-    out.print(calls)
+    print_table(out, calls)
     for e in report.episodes:
         if e.error:  # the episode stopped there: no "reset -> ''" before a failed reset
             out.print(f"[bold]episode[/] {escape(e.environment)}: [red]{escape(e.error)}[/]", soft_wrap=True)

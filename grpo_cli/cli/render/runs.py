@@ -9,6 +9,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from grpo_cli.cli.render.tables import print_table
+
 
 def render_preflight(console: Console, pf: Any, *, as_json: bool = False) -> None:
     """Print the plan of a valid recipe and its warnings."""
@@ -21,7 +23,7 @@ def render_preflight(console: Console, pf: Any, *, as_json: bool = False) -> Non
     table.add_column("plan")
     for key, value in pf.plan.items():
         table.add_row(key, str(value))
-    console.print(table)
+    print_table(console, table)
     for warning in pf.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
 
@@ -53,7 +55,7 @@ def render_eval_pair(console: Console, before: Any, after: Any) -> None:
             continue
         change = other - value if isinstance(value, float) and isinstance(other, float) else None
         table.add_row(key, _fmt_value(value), _fmt_value(other), (f"{change:+.4f}" if change is not None else ""))
-    console.print(table)
+    print_table(console, table)
 
 
 def render_train_result(console: Console, result: Any) -> None:
@@ -76,7 +78,7 @@ def render_train_result(console: Console, result: Any) -> None:
         table.add_column("change", justify="right")
         for key, first, last in result.summary:
             table.add_row(key, f"{first:.4f}", f"{last:.4f}", f"{last - first:+.4f}")
-        console.print(table)
+        print_table(console, table)
     if result.eval_before is not None:
         render_eval_pair(console, result.eval_before, result.eval_after)
     style = {"completed": "green", "interrupted": "yellow", "stopped": "red"}.get(result.status, "white")
@@ -100,7 +102,7 @@ def render_memory_plan(console: Console, loaded: Any, plan: Any, why: str | None
     for i, (name, gib, note) in enumerate(rows):
         style = "bold" if i == len(rows) - 1 else None
         table.add_row(escape(name), gib, escape(note), style=style, end_section=i == len(rows) - 2)
-    console.print(table)
+    print_table(console, table)
     console.print(f"config: {plan.source}", markup=False, soft_wrap=True)
     for note in plan.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
@@ -134,6 +136,9 @@ def render_samples(console: Console, rows: list[dict[str, Any]], title: str, wid
     table = Table(title=title, title_justify="left", show_lines=True)
     table.add_column("step", justify="right")
     table.add_column("prompt", overflow="fold", ratio=2)
+    with_reference = any(r.get("reference") for r in rows)
+    if with_reference:
+        table.add_column("reference", overflow="fold", ratio=1)
     table.add_column("completion", overflow="fold", ratio=3)
     table.add_column("reward", justify="right")
     for n in names:
@@ -144,11 +149,15 @@ def render_samples(console: Console, rows: list[dict[str, Any]], title: str, wid
         text = str(text or "")
         return text if len(text) <= width else text[:width] + " …"
 
+    from grpo_cli.training.samples import reference_text
+
     for r in rows:
         scores = r.get("rewards") or {}
-        table.add_row(str(r.get("step")), cut(r.get("prompt")), cut(r.get("completion")), _fmt_value(r.get("reward")),
-                      *(_fmt_value(scores.get(n)) for n in names), _fmt_value(r.get("advantage")), style=None)
-    console.print(table)
+        reference = [cut(reference_text(r.get("reference")))] if with_reference else []
+        table.add_row(str(r.get("step")), cut(r.get("prompt")), *reference, cut(r.get("completion")),
+                      _fmt_value(r.get("reward")), *(_fmt_value(scores.get(n)) for n in names),
+                      _fmt_value(r.get("advantage")), style=None)
+    print_table(console, table)
 
 
 def render_launch_file(console: Console, path: Any, start: str, *, job: str | None = None) -> None:
@@ -164,22 +173,23 @@ _STATUS = {"ok": "[green]ok[/]", "missing": "[red]missing[/]", "incompatible": "
            "absent": "[dim]not installed[/]"}
 
 
+DOCTOR_WIDTH = 100  # the report fits a 100-column terminal or log; the last column folds
+
+
 def render_doctor(console: Console, report: Any, *, as_json: bool = False) -> None:
     """`grpo doctor`: one row per component, then devices, notes and the problems with their fixes."""
     if as_json:
         console.print_json(json.dumps(report.as_dict()))
         return
-    if not console.is_terminal and console.width < 120:  # piped or captured: keep the columns readable
-        console = Console(file=console.file, width=120, highlight=False, no_color=console.no_color)
-    table = Table(title="grpo doctor", show_lines=False)
+    table = Table(title="grpo doctor", show_lines=False, width=min(console.width, DOCTOR_WIDTH))
     for col in ("component", "installed", "supported", "status"):
         table.add_column(col, no_wrap=True)
-    table.add_column("where the supported range comes from", overflow="fold")
+    table.add_column("range from", overflow="fold")
     table.add_row("torch build", escape(report.torch), "", "", "")
     for c in report.checks:
         status = _STATUS[c.status] + ("" if c.needed or c.status != "incompatible" else " (unused)")
         table.add_row(c.name, escape(c.found or "-"), escape(c.wants), status, escape(c.source))
-    console.print(table)
+    print_table(console, table)
     for d in report.devices:
         console.print(f"cuda:{d.index} {escape(d.name)}, {d.memory_gb:.1f} GiB, sm_{d.capability[0]}{d.capability[1]}, "
                       f"bf16 {'yes' if d.bf16 else 'no'}")
@@ -206,6 +216,8 @@ def render_push(console: Console, staged: Any, *, dry_run: bool) -> None:
     from grpo_cli import runs
 
     console.print(f"model card checked: {staged.folder / runs.CARD}", markup=False, soft_wrap=True)
+    for warning in staged.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", soft_wrap=True)
     if dry_run:
         console.print(f"would upload {len(staged.files)} files to {staged.repo_id}: {', '.join(staged.files)}",
                       markup=False, soft_wrap=True)

@@ -54,6 +54,11 @@ class LaunchSection(Section):
     """Address of the main node (multi-node only)."""
     main_process_port: int = Field(29500, ge=1, le=65535)
     """Rendezvous port on the main node."""
+    threads: int | None = Field(None, ge=1)
+    """torch threads per training process (intra-op). Default: chosen at start from the cores that other
+    work leaves free (load average), shared between the processes, one for a model under 20M parameters;
+    `OMP_NUM_THREADS` set by you is honoured. The `code` reward's sandboxes get the free cores too
+    (`rewards[].parallel` sets them). `grpo validate` prints the choice, `--threads N` overrides it."""
     accelerate_config: str | None = None
     """A custom accelerate config file (relative to the recipe) instead of the profile's."""
     vllm: VllmSection = Field(default_factory=VllmSection)

@@ -1,0 +1,21 @@
+"""Printing a titled table so that its title never wraps mid-phrase: rich wraps a title to the table's
+width, which is often narrower than the title; the title goes on a line of its own instead."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+
+
+def print_table(console: Any, table: Any) -> None:
+    """The table's title as one unwrapped line, the table, then its caption the same way."""
+    title, caption = table.title, table.caption
+    table.title = table.caption = None
+    if title:
+        console.print(title if isinstance(title, Text) else Text(str(title), style=table.title_style or "bold"),
+                      soft_wrap=True)
+    console.print(table)
+    if caption:
+        console.print(caption if isinstance(caption, Text) else Text(str(caption), style=table.caption_style or ""),
+                      soft_wrap=True)

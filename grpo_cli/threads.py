@@ -1,0 +1,132 @@
+"""How many threads and workers a run uses, chosen from the CPU cores that are actually free.
+
+torch starts one intra-op thread per core. On a machine that other work keeps busy, those threads wait
+for each other at every small matmul (OpenMP barriers on an oversubscribed CPU): a 2-core box with a
+load average of 4 trained the demo 3-10x slower with two threads than with one. So the default is
+"the cores nobody else is using", shared out between the training processes; the reward sandboxes get
+the same count. `OMP_NUM_THREADS` (set by the user), `launch.threads` or `--threads` override it, and
+`grpo validate` prints what was chosen and why.
+
+Standard library only: `grpo validate` calls this without importing torch.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+THREADS_ENV = "OMP_NUM_THREADS"
+CHOSEN_ENV = "GRPO_CHOSEN_THREADS"  # set by grpo for processes it starts; not a user's setting
+RELAUNCHED_ENV = "GRPO_RELAUNCHED"  # set in workers `grpo train` started under accelerate (training/launch.py)
+SMALL_MODEL_PARAMS = 20_000_000  # below this, one thread per process: its matmuls are too small to split
+
+
+@dataclass(frozen=True)
+class ThreadPlan:
+    """Threads per training process and reward sandboxes, with the reason (one line for the plan)."""
+
+    torch_threads: int
+    sandboxes: int
+    reason: str
+
+    def describe(self, sandboxes: bool = False) -> str:
+        """One line for the plan; `sandboxes` when the recipe runs code in the reward sandbox."""
+        t = self.torch_threads
+        boxes = (f", {self.sandboxes} reward sandbox{'es' if self.sandboxes != 1 else ''}" if sandboxes else "")
+        hint = "" if self.reason == "launch.threads" else "; override with `launch.threads` or `--threads N`"
+        return f"{t} torch thread{'s' if t != 1 else ''} per process{boxes} ({self.reason}{hint})"
+
+
+def usable_cores() -> int:
+    """Cores this process may run on (its affinity mask, which containers and `taskset` narrow)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def load_average() -> float:
+    """The 1-minute load average (0 where the platform has none)."""
+    try:
+        return os.getloadavg()[0]
+    except (AttributeError, OSError):
+        return 0.0
+
+
+def free_cores(cores: int | None = None, load: float | None = None, *, own: float = 0.0) -> int:
+    """Cores not busy with other work: usable cores minus the load average (less what is our own), at least 1."""
+    cores = usable_cores() if cores is None else cores
+    load = load_average() if load is None else load
+    others = max(0.0, load - own)
+    return max(1, min(cores, int(cores - others + 0.5)))
+
+
+def _env_threads() -> int | None:
+    """OMP_NUM_THREADS as a positive number, else None."""
+    try:
+        n = int(os.environ.get(THREADS_ENV, ""))
+    except ValueError:
+        return None
+    return n if n > 0 else None
+
+
+def _chosen_by_grpo() -> bool:
+    """OMP_NUM_THREADS holds what grpo chose (for this process or the `grpo train` that launched it)."""
+    n = _env_threads()
+    return n is not None and os.environ.get(CHOSEN_ENV) == str(n)
+
+
+def _user_setting() -> int | None:
+    """OMP_NUM_THREADS as the user set it (not a value grpo chose and wrote there)."""
+    return None if _chosen_by_grpo() else _env_threads()
+
+
+def inherited() -> int | None:
+    """The per-process threads a launching `grpo train` chose for this re-launched worker, else None
+    (in the process that chose them, e.g. a notebook training twice, the choice is made afresh)."""
+    return _env_threads() if _chosen_by_grpo() and os.environ.get(RELAUNCHED_ENV) else None
+
+
+def choose_threads(processes: int = 1, *, override: int | None = None, model_params: int | None = None,
+                   cores: int | None = None, load: float | None = None) -> ThreadPlan:
+    """The thread plan for `processes` training processes on this machine, now.
+
+    `override` is `launch.threads`/`--threads`; `model_params` (when known) caps a tiny model at one
+    thread per process.
+    """
+    cores = usable_cores() if cores is None else cores
+    if override is not None:
+        return ThreadPlan(override, max(1, min(cores, override * processes)), "launch.threads")
+    chosen = inherited()
+    if chosen is not None:
+        return ThreadPlan(chosen, max(1, min(cores, chosen * processes)), "chosen by the launching `grpo train`")
+    user = _user_setting()
+    if user is not None:
+        return ThreadPlan(user, max(1, min(cores, user * processes)), f"{THREADS_ENV}={user}")
+    load = load_average() if load is None else load
+    free = free_cores(cores, load)
+    per_process = max(1, free // max(1, processes))
+    reason = f"{cores} core{'s' if cores != 1 else ''}, load average {load:.1f}: {free} free"
+    if processes > 1:
+        reason += f" for {processes} processes"
+    if model_params is not None and model_params < SMALL_MODEL_PARAMS and per_process > 1:
+        per_process = 1
+        reason += f"; a {model_params / 1e6:.1f}M-parameter model gains nothing from more than one"
+    return ThreadPlan(per_process, free, reason)
+
+
+def apply_torch_threads(plan: ThreadPlan) -> None:
+    """Set torch's intra-op threads (and OMP_NUM_THREADS for processes started later, marked as grpo's)."""
+    import torch
+
+    if torch.get_num_threads() != plan.torch_threads:
+        torch.set_num_threads(plan.torch_threads)
+    if _user_setting() is None:
+        os.environ[THREADS_ENV] = os.environ[CHOSEN_ENV] = str(plan.torch_threads)
+
+
+def launch_env_threads(plan: ThreadPlan, env: dict[str, str]) -> None:
+    """Pass the chosen per-process threads to re-launched workers (unless the user set OMP_NUM_THREADS)."""
+    if plan.reason.startswith(THREADS_ENV):
+        return
+    env[THREADS_ENV] = env[CHOSEN_ENV] = str(plan.torch_threads)

@@ -1,0 +1,80 @@
+"""Thread counts chosen from the free cores: the rule, what validate shows, what a real run uses.
+
+A 2-core machine that other work keeps busy trains the demo several times slower with torch's default
+of one thread per core than with one thread (docs/performance.md); these tests hold the choice, the
+overrides (OMP_NUM_THREADS, launch.threads, --threads) and that a real `grpo train` uses what it says.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_cli.threads import CHOSEN_ENV, choose_threads, free_cores
+from tests.conftest import RECIPES, ROOT, run_cli
+
+BIG = 500_000_000  # a 0.5B model: threads help it when cores are free
+
+
+@pytest.fixture
+def no_user_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.delenv(CHOSEN_ENV, raising=False)
+    monkeypatch.delenv("GRPO_RELAUNCHED", raising=False)
+
+
+def test_busy_cores_are_left_alone(no_user_threads: None) -> None:
+    assert choose_threads(cores=2, load=0.1, model_params=BIG).torch_threads == 2  # quiet: every core
+    assert choose_threads(cores=2, load=4.0, model_params=BIG).torch_threads == 1  # loaded: one, never 0
+    assert choose_threads(cores=16, load=6.2, model_params=BIG).torch_threads == 10
+    assert choose_threads(4, cores=16, load=0.0, model_params=BIG).torch_threads == 4  # shared by 4 processes
+    assert free_cores(2, 1.2) == 1
+    assert free_cores(2, 1.2, own=1.0) == 2  # this process's own load is not "other work"
+
+
+def test_a_tiny_model_gets_one_thread_and_the_plan_says_why(no_user_threads: None) -> None:
+    plan = choose_threads(cores=8, load=0.0, model_params=115_000)
+    assert plan.torch_threads == 1
+    assert "0.1M-parameter model" in plan.describe()
+    assert plan.sandboxes == 8  # the reward sandboxes still get the free cores
+
+
+def test_overrides_win(monkeypatch: pytest.MonkeyPatch, no_user_threads: None) -> None:
+    assert choose_threads(cores=2, load=9.0, override=2).torch_threads == 2
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    plan = choose_threads(cores=8, load=0.0, model_params=BIG)
+    assert (plan.torch_threads, plan.reason) == (3, "OMP_NUM_THREADS=3")
+    monkeypatch.setenv(CHOSEN_ENV, "3")  # grpo wrote it, not the user: chosen afresh in this process ...
+    assert choose_threads(cores=8, load=0.0, model_params=BIG).torch_threads == 8
+    monkeypatch.setenv("GRPO_RELAUNCHED", "1")  # ... and kept as the launcher's choice in a re-launched worker
+    plan = choose_threads(cores=8, load=0.0, model_params=BIG)
+    assert plan.torch_threads == 3 and "launching" in plan.reason
+
+
+def test_validate_prints_the_choice_and_the_flag_changes_it(no_user_threads: None) -> None:
+    auto = run_cli("validate", RECIPES / "demo.yaml", "--json")
+    assert auto.exit_code == 0, auto.output
+    line = json.loads(auto.output)["plan"]["threads"]
+    assert line.startswith("1 torch thread per process") and "load average" in line  # a 115k-parameter model
+    flag = run_cli("validate", RECIPES / "demo.yaml", "--threads", "2", "--json")
+    assert flag.exit_code == 0, flag.output
+    assert json.loads(flag.output)["plan"]["threads"].startswith("2 torch threads per process (launch.threads")
+
+
+def test_train_uses_the_threads_it_announces(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", CHOSEN_ENV)}
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "grpo_cli", "train", str(RECIPES / "demo.yaml"),
+                           "training.max_steps=2", "training.logging_steps=1", "eval.before_after=false",
+                           "-o", str(out), "--threads", "2"], capture_output=True, text=True, env=env, cwd=ROOT,
+                          timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "threads: 2 torch threads per process" in proc.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["hardware"]["torch_threads"] == 2
+    assert manifest["threads"].startswith("2 torch threads")
