@@ -32,13 +32,19 @@ class MappedData:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
-def extract_reference_answer(text: Any, kind: str, pattern: str | None = None) -> str | None:
-    """The reference answer inside a solution text (None when it cannot be found)."""
+def extract_reference_answer(text: Any, kind: str, pattern: str | None = None) -> Any:
+    """The reference answer inside a solution text (None when it cannot be found).
+
+    With `extract: none` a structured cell (a dict or list, e.g. a column of test cases) is passed on as the
+    structure it is: its Python repr is not a test script, nor JSON, and a reward must not be handed one.
+    """
     if text is None:
         return None
-    text = str(text)
     if kind == "none":
-        return text
+        return text if isinstance(text, dict | list) else str(text)
+    if isinstance(text, dict | list):
+        return None  # no answer text to search in a structure
+    text = str(text)
     if kind == "gsm8k":
         found = _GSM8K.findall(text)
         return found[-1].replace(",", "").lstrip("+") if found else None

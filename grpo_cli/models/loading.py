@@ -143,8 +143,7 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     if quant is not None:
         from peft import prepare_model_for_kbit_training
 
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(
-            recipe.training.get("gradient_checkpointing")))
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=recipe.training.checkpointing())
     if recipe.model.freeze_vision_tower and vision and recipe.model.lora is None:
         freeze_vision_tower(model)
     processor = None

@@ -37,7 +37,8 @@ def parse_tests(tests: Any) -> list[CodeTest] | None:
 
     Accepts a list of assert strings, one string of test code, a list of {"input", "output"}
     dicts, APPS-style {"inputs": [...], "outputs": [...]}, open-r1's {"test_cases": [...]},
-    or any of these JSON-encoded in a string.
+    or any of these JSON-encoded (or written as a Python literal) in a string. A string that is
+    a list or dict literal is data, never run as a script.
     """
     if tests is None:
         return None
@@ -46,10 +47,9 @@ def parse_tests(tests: Any) -> list[CodeTest] | None:
         if not text:
             return None
         if text[0] in "[{":
-            try:
-                return parse_tests(json.loads(text))
-            except (ValueError, RecursionError):
-                pass
+            structure = _literal(text)
+            if structure is not None:  # a literal is data, never a test script (it would pass any program)
+                return parse_tests(structure)
         return [CodeTest(script=text)]
     if isinstance(tests, Mapping):
         if "test_cases" in tests:
@@ -68,6 +68,20 @@ def parse_tests(tests: Any) -> list[CodeTest] | None:
             elif isinstance(item, Mapping) and "input" in item and "output" in item:
                 parsed.append(CodeTest(stdin=_as_text(item["input"]), expected=_as_text(item["output"])))
         return parsed or None
+    return None
+
+
+def _literal(text: str) -> Any:
+    """A JSON (or Python-literal, e.g. a structure written out with str()) list or dict; None when it is not one."""
+    import ast
+
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            value = parse(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if isinstance(value, list | dict):
+            return value
     return None
 
 
