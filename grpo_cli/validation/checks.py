@@ -90,6 +90,17 @@ def _data_checks(recipe: Recipe, pf: Preflight) -> str:
     columns = _file_columns(recipe, pf)
     if columns is None:
         return "local files"
+    from grpo_cli.data.derive import derived_roots
+
+    for name, root in derived_roots(data).items():
+        if root not in columns:
+            pf.problems.append(Problem(f"data.columns.{name}", f"reads column {root!r}, which the data does not have",
+                                       f"Columns in the {data.split!r} files: {', '.join(columns)}."))
+    columns = [*columns, *(c for c in data.columns if c not in columns)]
+    for i, test in enumerate(data.filter):
+        if test.column is not None and test.column not in columns:
+            pf.problems.append(Problem(f"data.filter[{i}].column", f"{test.column!r} is not a column of the data",
+                                       f"Columns: {', '.join(columns)}."))
     missing = [c for c in data.prompt.columns if c not in columns]
     if missing:
         key = "data.prompt.column" if data.prompt.column else "data.prompt.template"
@@ -263,6 +274,11 @@ def preflight(recipe: Recipe) -> Preflight:
     _training_checks(recipe, pf)
     _trl_and_environment_checks(recipe, pf)
     pf.plan = _plan(recipe, pf, model_desc, data_desc)
+    from grpo_cli.validation.template_override import template_checks
+
+    problems, warnings = template_checks(recipe, pf.plan)
+    pf.problems.extend(problems)
+    pf.warnings.extend(warnings)
     _eval_checks(recipe, pf)
     vision_checks(recipe, pf)
     if tools:
@@ -293,6 +309,10 @@ def _trl_and_environment_checks(recipe: Recipe, pf: Preflight) -> None:
         pf.problems.extend(problems)
         pf.warnings.extend(warnings)
     pf.problems.extend(eval_flag_problems(recipe))
+    if recipe.callbacks:
+        from grpo_cli.validation.callbacks import callback_problems
+
+        pf.problems.extend(callback_problems(recipe))
 
 
 def _memory(recipe: Recipe, pf: Preflight) -> None:

@@ -21,6 +21,8 @@ from grpo_cli.recipe.trl_fields import accepted_values, grpo_config_fields, json
 OWNED_ELSEWHERE = {
     "output_dir": "output.dir",
     "report_to": "output.report_to",
+    "run_name": "output.run_name",
+    "project": "output.trackio_project",
     "overwrite_output_dir": "output.overwrite",
     "use_vllm": "launch.vllm.mode",
     "vllm_mode": "launch.vllm.mode",

@@ -297,11 +297,13 @@ def _tokenizer(recipe: Recipe, notes: list[str]) -> Any:
         from grpo_cli.models.vision import recipe_is_vision_language
 
         if recipe_is_vision_language(recipe):  # the processor counts image tokens when prompts are length-filtered
-            from grpo_cli.models.loading import model_reference
+            from grpo_cli.models.loading import apply_overrides, model_reference
             from grpo_cli.models.vision import load_processor
 
-            return load_processor(model_reference(recipe), revision=recipe.model.revision,
-                                  trust_remote_code=recipe.model.trust_remote_code)
+            processor = load_processor(model_reference(recipe), revision=recipe.model.revision,
+                                       trust_remote_code=recipe.model.trust_remote_code)
+            apply_overrides(processor, recipe)
+            return processor
         return load_tokenizer(recipe, local_only=True)
     except GrpoError as exc:
         notes.append(f"tokenizer of {recipe.model.name_or_path} not available ({exc.problems[0].what}); prompts "
