@@ -15,6 +15,7 @@ from grpo_cli.cli import (
     check_tools,
     doctor,
     eval,
+    import_config,
     launch,
     memory,
     merge,
@@ -46,6 +47,7 @@ def get_commands() -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
         ("vllm-serve", vllm_serve.vllm_serve, {"epilog": RECIPE_EPILOG}),
         ("launch", launch.launch_app, {}),
         ("doctor", doctor.doctor, {"epilog": doctor.DOCTOR_EPILOG}),
+        ("import", import_config.import_cmd, {"epilog": import_config.IMPORT_EPILOG}),
     ]
 
 
