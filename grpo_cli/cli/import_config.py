@@ -18,6 +18,9 @@ def import_cmd(
     kind: Annotated[str, typer.Argument(help="open-r1, trl or axolotl.", show_default=False)],
     config: Annotated[Path, typer.Argument(help="The foreign config (YAML, or a TRL .py script).",
                                            show_default=False)],
+    overrides: Annotated[list[str] | None, typer.Argument(help="section.key=value settings the config does not "
+                                                          "give (e.g. model.name_or_path for a fragment).",
+                                                          show_default=False)] = None,
     out: Annotated[Path | None, typer.Option("-o", "--output", help="Write the recipe here (default: print it).")]
     = None,
     profile: Annotated[str | None, typer.Option("--profile", help="launch.profile the source ran with (e.g. zero2 "
@@ -29,11 +32,12 @@ def import_cmd(
 
     def body() -> None:
         from grpo_cli.cli.render.importing import render_import
-        from grpo_cli.importing import import_config, recipe_yaml, set_launch
+        from grpo_cli.importing import apply_overrides, import_config, recipe_yaml, set_launch
         from grpo_cli.importing.check import check_recipe_text
 
         result = import_config(kind, config)
         set_launch(result, profile, num_processes)
+        apply_overrides(result, overrides or [])
         text = recipe_yaml(result)
         problems, warnings = check_recipe_text(text, out or Path.cwd() / "imported.yaml")
         render_import(console, result, text, out, problems, warnings)

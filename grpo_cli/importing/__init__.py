@@ -15,7 +15,7 @@ from grpo_cli.importing.common import ImportResult, Unmapped
 
 KINDS = ("open-r1", "trl", "axolotl")
 
-__all__ = ["KINDS", "ImportResult", "Unmapped", "import_config", "recipe_yaml", "set_launch"]
+__all__ = ["KINDS", "ImportResult", "Unmapped", "import_config", "apply_overrides", "recipe_yaml", "set_launch"]
 _Dumper: Any = None
 
 
@@ -81,6 +81,19 @@ def set_launch(result: ImportResult, profile: str | None, num_processes: int | N
         result.put("launch.num_processes", num_processes)
         if result.get("launch.profile") in (None, "single"):
             result.put("launch.profile", "ddp")
+
+
+def apply_overrides(result: ImportResult, overrides: list[str]) -> None:
+    """`section.key=value` (the value read as YAML) on the converted recipe, noted in its header."""
+    import yaml
+
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise GrpoError(f"{item!r} is not a section.key=value setting", where="command line",
+                            fix="Write e.g. model.name_or_path=Qwen/Qwen2.5-1.5B-Instruct.")
+        result.put(key.strip(), yaml.safe_load(value))
+        result.notes.append(f"{key.strip()} set on the command line")
 
 
 def recipe_yaml(result: ImportResult) -> str:

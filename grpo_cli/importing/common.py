@@ -169,10 +169,13 @@ def map_vllm(cfg: dict[str, Any], out: ImportResult, default_mode: str) -> None:
 def map_training(cfg: dict[str, Any], out: ImportResult) -> None:
     """What is left and is a GRPOConfig field goes to `training` (values checked); the rest is reported."""
     fields = grpo_config_fields()
+    evaluates = str(cfg.get("eval_strategy") or "no") != "no"
     for key, value in list(cfg.items()):
         cfg.pop(key)
         if key in _IGNORED and value == _IGNORED[key]:
             continue
+        if key == "do_eval" and value and evaluates:
+            continue  # consistent with eval_strategy, which is what transformers reads
         if key == "do_eval" and value:
             out.drop(key, value, "transformers' Trainer never reads do_eval; set training.eval_strategy (and an "
                      "eval split) to evaluate during training")

@@ -114,8 +114,9 @@ def _data(cfg: dict[str, Any], out: ImportResult) -> None:
     split = cfg.pop("dataset_train_split", "train")
     if split != "train":
         out.put("data.split", split)
-    test = cfg.pop("dataset_test_split", None)
-    if test and cfg.get("eval_strategy", "no") != "no":
+    evaluates = str(cfg.get("eval_strategy", "no")) != "no"
+    test = cfg.pop("dataset_test_split", "test" if evaluates else None)  # TRL's ScriptArguments default: test
+    if test and evaluates:
         out.put("data.eval_split", test)
     elif test:
         out.notes.append(f"dataset_test_split {test!r} is left out: the config never evaluates (eval_strategy no)")
