@@ -81,7 +81,10 @@ def _data(cfg: dict[str, Any], out: ImportResult) -> None:
     if first.get("split") not in (None, "train"):
         out.put("data.split", first["split"])
     out.put("data.prompt", {"column": "prompt", "chat": True})
-    if first.get("type"):
+    if first.get("type") and "." not in str(first["type"]):
+        out.drop("datasets[0].type", first["type"], "an Axolotl prompt format: grpo reads a chat `prompt` column "
+                 "(data.prompt.column) as it is")
+    elif first.get("type"):
         out.drop("datasets[0].type", first["type"], "a Python transform of each row: grpo assumes it yields a chat "
                  "`prompt` column (and keeps the others for rewards); write its work as data.prompt / data.columns "
                  "/ data.answer")
