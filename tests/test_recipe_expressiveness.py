@@ -195,3 +195,16 @@ def test_tracker_settings_reach_the_trackers(tmp_path: Path) -> None:
                    "TENSORBOARD_LOGGING_DIR": str(tmp_path / "tb")}
     bad = run_cli("validate", DEMO, "training.run_name=x")
     assert bad.exit_code == 2 and "output.run_name" in bad.output
+
+
+def test_each_saved_checkpoint_is_evaluated_on_the_named_suites(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_cli("train", DEMO, *FAST, "training.save_strategy=steps", "training.save_steps=1",
+                     "eval.on_save=[svamp]", "eval.max_samples=2", "eval.max_new_tokens=4", "-o", out)
+    assert result.exit_code == 0, result.output
+    for step in (1, 2):
+        scores = json.loads((out / f"checkpoint-{step}" / "suites.json").read_text())
+        assert scores["step"] == step and scores["suites"]["svamp"]["problems"] == 2
+        assert 0.0 <= scores["suites"]["svamp"]["accuracy"] <= 1.0
+    logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged if "suite/svamp/accuracy" in r] == [1, 2]

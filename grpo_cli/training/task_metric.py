@@ -193,6 +193,10 @@ def run_callbacks(recipe: Any, out: Path, manifest: dict[str, Any], tokenizer: A
     if recipe.output.completions_per_log:
         seed = int(recipe.training.get("seed") or 0)
         extras.append(CompletionsLog(out / COMPLETIONS_FILE, per_step=recipe.output.completions_per_log, seed=seed))
+    if recipe.eval.on_save:
+        from grpo_cli.training.suite_on_save import SuitesOnSave
+
+        extras.append(SuitesOnSave(recipe, tokenizer, console))
     if recipe.eval.every_steps:
         evaluate = build_evaluator(recipe, tokenizer, eval_rows)
         extras.append(TaskMetric(recipe, evaluate, out, manifest,

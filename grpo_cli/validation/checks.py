@@ -236,6 +236,12 @@ def _training_checks(recipe: Recipe, pf: Preflight) -> None:
 def _eval_checks(recipe: Recipe, pf: Preflight) -> None:
     """eval.every_steps must name a metric the evaluation can produce."""
     ev = recipe.eval
+    if ev.on_save and recipe.launch.profile in ("fsdp", "zero3") and (recipe.launch.num_processes or 2) > 1:
+        pf.problems.append(Problem("eval.on_save", f"evaluates on the main process alone, but launch.profile="
+                                   f"{recipe.launch.profile} shards the weights, so generating would wait forever",
+                                   "Use `grpo eval --suite` on the saved checkpoints instead, or launch.profile ddp."))
+    if ev.on_save and str(recipe.training.get("save_strategy")) in ("no", "SaveStrategy.NO"):
+        pf.warnings.append("eval.on_save evaluates saved checkpoints, but training.save_strategy is 'no'")
     if not ev.every_steps:
         return
     profile = recipe.launch.profile

@@ -34,6 +34,9 @@ class EvalSection(Section):
     suite: Literal["gsm8k", "math500", "svamp"] | None = None
     """A bundled benchmark to evaluate instead of the eval split (`grpo eval`, before_after, every_steps): its own
     zero-shot prompt and answer extraction, greedy unless `temperature` is set. max_samples limits its problems."""
+    on_save: list[Literal["gsm8k", "math500", "svamp"]] = Field(default_factory=list)
+    """`grpo train`: evaluate every saved checkpoint on these bundled suites (greedy unless `temperature` is set,
+    `max_samples` problems each), log `suite/<name>/accuracy` and write CHECKPOINT/suites.json beside it."""
     every_steps: int | None = Field(None, gt=0)
     """`grpo train`: evaluate the task metric every N steps (and before step 1), log it as `task/<metric>`, and
     keep the best checkpoint in OUTPUT_DIR/best."""
