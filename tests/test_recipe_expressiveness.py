@@ -208,3 +208,14 @@ def test_each_saved_checkpoint_is_evaluated_on_the_named_suites(tmp_path: Path) 
         assert 0.0 <= scores["suites"]["svamp"]["accuracy"] <= 1.0
     logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in logged if "suite/svamp/accuracy" in r] == [1, 2]
+
+
+def test_an_absolute_holdout_count_holds_out_that_many_rows(tmp_path: Path) -> None:
+    from grpo_cli.data import prepare_data
+
+    data = prepare_data(load_recipe(DEMO, ["data.eval_split=null", "data.eval_holdout=7"]))
+    assert len(data.eval) == 7
+    too_many = run_cli("validate", DEMO, "data.eval_split=null", "data.eval_holdout=100000")
+    assert too_many.exit_code == 2 and "data.eval_holdout" in too_many.output
+    fraction = run_cli("validate", DEMO, "data.eval_split=null", "data.eval_holdout=2.5")
+    assert fraction.exit_code == 2 and "neither a fraction" in fraction.output

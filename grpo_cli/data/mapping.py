@@ -262,7 +262,11 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
     if evaluation is not None:
         evaluation = filter_rows(evaluation, data, stats, "eval")
     if data.eval_holdout:
-        parts = train.train_test_split(test_size=data.eval_holdout, seed=data.seed, shuffle=True)
+        size = data.eval_holdout if data.eval_holdout < 1 else int(data.eval_holdout)  # a count of rows
+        if isinstance(size, int) and size >= len(train):
+            raise GrpoError(f"data.eval_holdout holds out {size} rows, but the training data has {len(train)}",
+                            where="data.eval_holdout", fix="Hold out fewer rows, or a fraction (e.g. 0.05).")
+        parts = train.train_test_split(test_size=size, seed=data.seed, shuffle=True)
         train, evaluation = parts["train"], parts["test"]
     if data.shuffle:
         train = train.shuffle(seed=data.seed)

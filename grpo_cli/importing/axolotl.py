@@ -91,8 +91,8 @@ def _data(cfg: dict[str, Any], out: ImportResult) -> None:
     for i, extra in enumerate(datasets[1:], start=1):
         out.drop(f"datasets[{i}]", extra.get("path"), "several datasets are not mixed: prepare one dataset")
     size = cfg.pop("val_set_size", 0) or 0
-    if 0 < float(size) < 1:
-        out.put("data.eval_holdout", float(size))
+    if float(size) > 0:  # a fraction, or (>= 1) a number of rows
+        out.put("data.eval_holdout", float(size) if float(size) < 1 else int(size))
 
 
 def _reference(name: str, base: Path) -> dict[str, Any]:

@@ -160,7 +160,11 @@ def _count_rows(recipe: Recipe, pf: Preflight) -> None:
     if data.eval_split:
         pf.eval_rows = rows(data.eval_split)
     elif data.eval_holdout:
-        pf.eval_rows = max(1, int(pf.train_rows * data.eval_holdout))
+        pf.eval_rows = int(data.eval_holdout) if data.eval_holdout >= 1 else max(1, int(pf.train_rows *
+                                                                                         data.eval_holdout))
+        if pf.eval_rows >= pf.train_rows:
+            pf.problems.append(Problem("data.eval_holdout", f"holds out {pf.eval_rows} rows of {pf.train_rows}",
+                                       "Hold out fewer rows, or a fraction (e.g. 0.05)."))
         pf.train_rows -= pf.eval_rows
     if data.max_samples:
         pf.train_rows = min(pf.train_rows, data.max_samples)

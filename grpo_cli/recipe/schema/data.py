@@ -155,8 +155,9 @@ class DataSection(Section):
     mapping split -> path(s). `bundled:tiny-arith-data/train.jsonl` names data shipped with grpo."""
     eval_split: str | None = None
     """Split used for evaluation during and after training."""
-    eval_holdout: float = Field(0.0, ge=0.0, lt=1.0)
-    """Fraction of the training rows held out for evaluation when there is no eval split."""
+    eval_holdout: float = Field(0.0, ge=0.0)
+    """Training rows held out for evaluation when there is no eval split: a fraction below 1 (0.05), or a whole
+    number of rows (500), as open-r1 and Axolotl configs give it."""
     columns: dict[str, str | ColumnValue] = Field(default_factory=dict)
     """Columns derived on load, before anything reads them: `new: old` renames (copies) a column, `new: a.b.c`
     takes a field of a dict column (a number picks a list item), `new: {value: X}` is a constant. E.g.
@@ -220,6 +221,8 @@ class DataSection(Section):
             raise ValueError("filter `max_image_pixels` needs `images` (the column of the row's images)")
         if any(f.answer_parses for f in self.filter) and self.answer is None:
             raise ValueError("filter `answer_parses` needs `answer` (the extraction whose result it tests)")
+        if self.eval_holdout >= 1 and not float(self.eval_holdout).is_integer():
+            raise ValueError(f"eval_holdout {self.eval_holdout} is neither a fraction below 1 nor a number of rows")
         if self.eval_split and self.eval_holdout:
             raise ValueError("give `eval_split` or `eval_holdout`, not both")
         return self
