@@ -219,3 +219,15 @@ def test_an_absolute_holdout_count_holds_out_that_many_rows(tmp_path: Path) -> N
     assert too_many.exit_code == 2 and "data.eval_holdout" in too_many.output
     fraction = run_cli("validate", DEMO, "data.eval_split=null", "data.eval_holdout=2.5")
     assert fraction.exit_code == 2 and "neither a fraction" in fraction.output
+
+
+def test_cosine_counts_characters_as_open_r1_does() -> None:
+    from grpo_cli.rewards.builtins import BUILTINS
+
+    cosine = BUILTINS["cosine"]
+    completions = ["<answer>4</answer>"]  # 18 characters, but 500 tokens in completion_ids
+    by_tokens = cosine(completions, answer=["4"], completion_ids=[[0] * 500], max_len=1000)
+    by_chars = cosine(completions, answer=["4"], completion_ids=[[0] * 500], max_len=1000, length_unit="characters")
+    assert by_tokens == [0.75] and by_chars[0] > 0.99
+    bad = run_cli("validate", DEMO, "rewards=[{name: cosine, params: {length_unit: words}}]")
+    assert bad.exit_code == 2 and "length_unit" in bad.output

@@ -81,6 +81,8 @@ def _reward_entry(name: str, script_params: dict[str, Any], out: ImportResult, f
         builtin, args = OPENR1_REWARDS[name]
         entry: dict[str, Any] = {"name": builtin}
         params = {param: script_params[arg] for arg, param in args.items() if arg in script_params}
+        if builtin == "cosine" and flavour == "open-r1":
+            params["length_unit"] = "characters"  # open-r1 measures len(content), its cosine_max_len in characters
         if params:
             entry["params"] = params
         if builtin in ("code", "code_format"):
