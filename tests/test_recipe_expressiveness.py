@@ -231,3 +231,15 @@ def test_cosine_counts_characters_as_open_r1_does() -> None:
     assert by_tokens == [0.75] and by_chars[0] > 0.99
     bad = run_cli("validate", DEMO, "rewards=[{name: cosine, params: {length_unit: words}}]")
     assert bad.exit_code == 2 and "length_unit" in bad.output
+
+
+def test_the_code_reward_runs_apps_call_based_tests() -> None:
+    """TACO/APPS call-based rows: {"fn_name", "inputs": [[args]], "outputs": [[result]]}, plain or LeetCode-style."""
+    from grpo_cli.rewards.builtins.code import code
+
+    tests = {"fn_name": "add", "inputs": [[1, 2], [5, 5]], "outputs": [[3], [10]]}
+    plain = "```python\ndef add(a, b):\n    return a + b\n```"
+    leetcode = "```python\nclass Solution:\n    def add(self, a, b):\n        return a + b\n```"
+    wrong = "```python\ndef add(a, b):\n    return a - b\n```"
+    trivial = "```python\nprint(42)\n```"
+    assert code([plain, leetcode, wrong, trivial], tests=[tests] * 4, parallel=1) == [1.0, 1.0, 0.0, 0.0]
