@@ -243,3 +243,24 @@ def test_the_code_reward_runs_apps_call_based_tests() -> None:
     wrong = "```python\ndef add(a, b):\n    return a - b\n```"
     trivial = "```python\nprint(42)\n```"
     assert code([plain, leetcode, wrong, trivial], tests=[tests] * 4, parallel=1) == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_suites_grpo_does_not_ship_come_from_a_local_file_or_say_why(tmp_path: Path) -> None:
+    rows = [{"problem": f"What is {i} + {i}?", "answer": str(2 * i), "id": f"p{i}"} for i in range(3)]
+    (tmp_path / "aime24.jsonl").write_text("\n".join(json.dumps(r) for r in rows), encoding="utf-8")
+    missing = run_cli("validate", DEMO, "eval.suite=aime24")
+    assert missing.exit_code == 2 and "suite_files" in missing.output, missing.output
+    from grpo_cli.errors import GrpoError
+    from grpo_cli.evaluation.suites import get_suite
+
+    try:
+        get_suite("gpqa_diamond")
+        raise AssertionError("accepted")
+    except GrpoError as exc:
+        assert "not shipped" in exc.render() and "lighteval" in exc.render()
+    files = f"eval.suite_files={{aime24: {tmp_path / 'aime24.jsonl'}}}"
+    result = run_cli("eval", DEMO, files, "--suite", "aime24", "-n", "2", "--max-new-tokens", "4",
+                     "-o", tmp_path / "ev")
+    assert result.exit_code == 0, result.output
+    summary = json.loads((tmp_path / "ev" / "eval-aime24.json").read_text())["summary"]
+    assert summary["problems"] == 2 and summary["suite"] == "aime24"

@@ -20,9 +20,10 @@ class SuitesOnSave(TrainerCallback):
 
     def __init__(self, recipe: Any, tokenizer: Any, console: Any = None) -> None:
         from grpo_cli.evaluation.suite_run import suite_settings
-        from grpo_cli.evaluation.suites import get_suite
+        from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
 
-        self.suites = [get_suite(name, where="eval.on_save") for name in recipe.eval.on_save]
+        files = recipe_suite_files(recipe)
+        self.suites = [get_suite(name, where="eval.on_save", files=files) for name in recipe.eval.on_save]
         self.settings = suite_settings(recipe)
         self.tokenizer = tokenizer
         self.console = console
