@@ -159,9 +159,11 @@ def main() -> None:
             model_dir = build_model(size, Path(models))  # here, so the measuring process never held it
             cases = [("full", "0")] + [("lora", d) for d in args.lora_dropout.split(",")]
             for mode, dropout in cases:
-                out = subprocess.run([sys.executable, __file__, "--case", str(model_dir), size, mode, dropout],
-                                     capture_output=True, text=True, env=env, cwd=ROOT, check=True).stdout
-                rows.append(json.loads(out.strip().splitlines()[-1]))
+                done = subprocess.run([sys.executable, __file__, "--case", str(model_dir), size, mode, dropout],
+                                      capture_output=True, text=True, env=env, cwd=ROOT)
+                if done.returncode:
+                    sys.exit(f"case {size} {mode} failed:\n{done.stderr[-3000:]}")
+                rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     mib = 1024**2
     lines = ["| model | tuning | params | predicted (MiB) | measured peak (MiB) | measured / predicted |",
              "|---|---|---|---|---|---|"]

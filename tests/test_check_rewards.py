@@ -64,7 +64,8 @@ def bad_dir(minimal_dir: Path) -> Path:
 
 
 def _write_recipe(directory: Path, function: str) -> Path:
-    """Accuracy plus one reward from bad.py, on the 12-row `What is i+i?` data (row i has answer 2i)."""
+    """Accuracy plus one reward from bad.py (and repetition_penalty), on the 12-row `What is i+i?` data (row i
+    has answer 2i)."""
     recipe = directory / "recipe.yaml"
     recipe.write_text(f"""
 model: {{name_or_path: Qwen/Qwen2.5-0.5B-Instruct}}
@@ -73,6 +74,7 @@ rewards:
   - name: accuracy
   - function: bad.py:{function}
     weight: 0.5
+  - name: repetition_penalty
 training: {{num_generations: 4, per_device_train_batch_size: 8}}
 """, encoding="utf-8")
     return recipe
@@ -95,7 +97,7 @@ def test_gsm8k_local_passes_and_shows_scores_stats_and_verdict() -> None:
     result = run_cli("check-rewards", RECIPES / "gsm8k-local.yaml", "--samples", "3")
     assert result.exit_code == 0, result
     for text in ("reference", "tags_only", "accuracy", "format", "ms/call", "frac_reward_zero_std",
-                 "correlation", "all 2 rewards pass"):
+                 "correlation", "all 3 rewards pass"):
         assert text in result.output, text
 
 
@@ -107,10 +109,13 @@ def test_gsm8k_local_json_has_probes_in_the_chat_tag_format() -> None:
     by_probe = {s["probe"]: s for s in report["samples"] if s["group"] == 0}
     ref = by_probe["reference"]
     assert ref["completion"].startswith("<think>\n") and ref["completion"].endswith("\n</answer>")
-    assert ref["scores"] == {"accuracy": 1.0, "format": 1.0} and ref["total"] == 1.25  # weights 1 and 0.25
+    assert ref["scores"] == {"accuracy": 1.0, "format": 1.0, "repetition_penalty": 0.0}
+    assert ref["total"] == 1.25  # weights 1 and 0.25; no repeated 3-grams in the reference
+    assert by_probe["repeated"]["total"] < ref["total"]
     assert by_probe["wrong"]["scores"]["accuracy"] == 0.0
     assert by_probe["tags_only"]["total"] == 0.0
-    assert {r["name"]: r["weight"] for r in report["rewards"]} == {"accuracy": 1.0, "format": 0.25}
+    assert {r["name"]: r["weight"] for r in report["rewards"]} == {"accuracy": 1.0, "format": 0.25,
+                                                                   "repetition_penalty": 1.0}
     assert report["total"]["frac_reward_zero_std"] == 0.0
 
 
@@ -197,6 +202,7 @@ rewards:
   - name: accuracy
   - name: soft_overlong_punishment
     params: {params}
+  - name: repetition_penalty
 training: {{max_completion_length: 256}}
 """, encoding="utf-8")
     report = check_rewards(load_recipe(recipe), samples=2)
@@ -273,9 +279,12 @@ def test_completions_and_generate_together_is_bad_input() -> None:
     assert result.exit_code == 2 and "--completions and --generate" in result.output
 
 
-def test_a_degenerate_answer_earning_full_marks_gets_a_note() -> None:
-    """`7 7 7 ...` is still the right number for `accuracy`: not a violation, but worth saying."""
-    result = run_cli("check-rewards", RECIPES / "demo.yaml")
-    assert result.exit_code == 0, result.output
+def test_a_degenerate_answer_earning_full_marks_is_a_verdict() -> None:
+    """`7 7 7 ...` is still the right number for `accuracy`: repeating costs the policy nothing, so it fails;
+    with the demo's 4-token budget the repetition is cut before it repeats, and is not judged."""
+    result = run_cli("check-rewards", RECIPES / "demo.yaml", "training.max_completion_length=256")
+    assert result.exit_code == 1, result.output
     text = " ".join(result.output.split())
-    assert "the 'repeated' probe scores as much as the reference answer" in text and "repetition_penalty" in text
+    assert "degenerate" in text and "the 'repeated' probe" in text and "as much as the reference answer" in text
+    assert "repetition_penalty" in text
+    assert run_cli("check-rewards", RECIPES / "demo.yaml").exit_code == 0

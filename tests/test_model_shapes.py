@@ -80,3 +80,16 @@ def test_a_model_shape_block_plans_an_unknown_model(monkeypatch, tmp_path: Path,
     assert plan is not None and plan.params == 494_032_768 and plan.source == "the recipe's model.shape"
     result = run_cli("validate", path, shape)
     assert result.exit_code == 0 and "model.shape" in result.output.replace("\n", ""), result
+
+
+@pytest.mark.parametrize(("ref", "expected"), [
+    ("Qwen/Qwen2.5-Coder-7B-Instruct", "Qwen2.5-Coder-7B-Instruct"),
+    ("Qwen/Qwen2-7B", "Qwen2-7B"),
+    ("unsloth/Qwen2.5-7B-Instruct", "unsloth's mirror of Qwen/Qwen2.5-7B"),
+    ("unsloth/Qwen3-8B-unsloth-bnb-4bit", "unsloth's mirror of Qwen/Qwen3-8B"),
+])
+def test_shapes_for_the_models_public_grpo_configs_name(ref: str, expected: str) -> None:
+    found = shipped_shape(ref)
+    assert found is not None and expected in found[1], found
+    assert found[0]["hidden_size"] > 0
+    assert shipped_shape("unsloth/not-a-model-we-know") is None

@@ -32,6 +32,7 @@ VERBS: list[tuple[str, str, str, str | None]] = [
     ("vllm-serve", "vllm_serve", "vllm_serve", "RECIPE_EPILOG"),
     ("launch", "launch", "launch_app", None),
     ("doctor", "doctor", "doctor", "DOCTOR_EPILOG"),
+    ("import", "import_config", "import_cmd", "IMPORT_EPILOG"),
 ]
 
 

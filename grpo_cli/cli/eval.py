@@ -46,8 +46,9 @@ def eval_cmd(
                                                       "(repeatable).", show_default=False)] = None,
     backend: Annotated[str, typer.Option("--backend", help="auto (vLLM when installed and a GPU is present), "
                                          "transformers or vllm.")] = "auto",
-    suite: Annotated[str | None, typer.Option("--suite", help="Score a bundled benchmark: gsm8k, math500 or svamp "
-                                              "(eval.suite).", show_default=False)] = None,
+    suite: Annotated[str | None, typer.Option("--suite", help="Score a benchmark: gsm8k, math500, svamp, or a "
+                                              "name in the recipe's eval.suite_files (eval.suite).",
+                                              show_default=False)] = None,
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", min=1, help="Longest completion "
                                                        "(eval.max_new_tokens).", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite an earlier evaluation in --out.")] = False,

@@ -7,20 +7,18 @@ how many rows were dropped or cut, so users see what their data became.
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.data.answers import extract_reference_answer
 from grpo_cli.data.images import IMAGES, attach_images, image_sizes, image_token_counts, is_processor
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import go_offline, hub_unreachable
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.schema.data import DataSection
-
-_GSM8K = re.compile(r"####\s*([-+]?[\d,]*\.?\d+)")
 
 
 @dataclass
@@ -40,32 +38,6 @@ class MappedData:
         if self.locate is None or not 0 <= index < len(self.train_sources):
             return f"row {index}"
         return str(self.locate(self.train_sources[index]))
-
-
-def extract_reference_answer(text: Any, kind: str, pattern: str | None = None) -> str | None:
-    """The reference answer inside a solution text (None when it cannot be found)."""
-    if text is None:
-        return None
-    text = str(text)
-    if kind == "none":
-        return text
-    if kind == "gsm8k":
-        found = _GSM8K.findall(text)
-        return found[-1].replace(",", "").lstrip("+") if found else None
-    if kind == "boxed":
-        start = text.rfind("\\boxed{")
-        if start < 0:
-            return None
-        depth, i = 0, start + len("\\boxed{") - 1
-        for j in range(i, len(text)):
-            depth += {"{": 1, "}": -1}.get(text[j], 0)
-            if depth == 0:
-                return text[i + 1:j].strip()
-        return None
-    match = re.search(pattern or "", text)
-    if not match:
-        return None
-    return (match.group(1) if match.groups() else match.group(0)).strip()
 
 
 SOURCE_INDEX = "__grpo_source_row__"
@@ -107,7 +79,9 @@ def _load_split(data: DataSection, recipe: Recipe, split: str, where: str) -> An
         raise GrpoError(f"cannot load split {split!r} of {data.dataset}{network}: {type(exc).__name__}: {first}",
                         where=where, fix="Check the dataset id, config and split names; "
                                          "without network use local `data.files`.") from None
-    return ds.add_column(SOURCE_INDEX, range(len(ds)))
+    from grpo_cli.data.derive import derive_columns
+
+    return derive_columns(ds, data, split).add_column(SOURCE_INDEX, range(len(ds)))
 
 
 @contextmanager
@@ -273,10 +247,14 @@ def map_split(recipe: Recipe, tokenizer: Any, split: str, *, data: DataSection |
     `data` replaces the recipe's data section (e.g. a copy pointing at another file) for evaluation.
     """
     data = data or recipe.data
+    from grpo_cli.data.filters import filter_rows
+
     ds = _load_split(data, recipe, split, where)
     _check_columns(ds, data, where)
+    ds = filter_rows(ds, data, {}, split)
     if data.images is not None:
-        ds = attach_images(ds, recipe, data, split, _row_namer(_locator(recipe, data, split)))
+        ds = filter_rows(attach_images(ds, recipe, data, split, _row_namer(_locator(recipe, data, split))), data, {},
+                         split, images=True)
     return _limit_length(_map(ds, data, _locator(recipe, data, split)), data, tokenizer, {}, split)
 
 
@@ -296,8 +274,17 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
         evaluation = _load_split(data, recipe, data.eval_split, "data.eval_split")
         _check_columns(evaluation, data, "eval")
     stats["train_rows_loaded"] = len(train)
+    from grpo_cli.data.filters import filter_rows
+
+    train = filter_rows(train, data, stats, "train")
+    if evaluation is not None:
+        evaluation = filter_rows(evaluation, data, stats, "eval")
     if data.eval_holdout:
-        parts = train.train_test_split(test_size=data.eval_holdout, seed=data.seed, shuffle=True)
+        size = data.eval_holdout if data.eval_holdout < 1 else int(data.eval_holdout)  # a count of rows
+        if isinstance(size, int) and size >= len(train):
+            raise GrpoError(f"data.eval_holdout holds out {size} rows, but the training data has {len(train)}",
+                            where="data.eval_holdout", fix="Hold out fewer rows, or a fraction (e.g. 0.05).")
+        parts = train.train_test_split(test_size=size, seed=data.seed, shuffle=True)
         train, evaluation = parts["train"], parts["test"]
     if data.shuffle:
         train = train.shuffle(seed=data.seed)
@@ -306,10 +293,14 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
     if evaluation is not None and data.max_eval_samples:
         evaluation = evaluation.select(range(min(data.max_eval_samples, len(evaluation))))
     if data.images is not None:
-        train = attach_images(train, recipe, data, data.split, _row_namer(_locator(recipe, data, data.split)))
+        train = filter_rows(attach_images(train, recipe, data, data.split,
+                                          _row_namer(_locator(recipe, data, data.split))), data, stats, "train",
+                            images=True)
         if evaluation is not None:
             split = data.eval_split or data.split
-            evaluation = attach_images(evaluation, recipe, data, split, _row_namer(_locator(recipe, data, split)))
+            evaluation = filter_rows(attach_images(evaluation, recipe, data, split,
+                                                   _row_namer(_locator(recipe, data, split))), data, stats, "eval",
+                                     images=True)
     locate = _locator(recipe, data, data.split)
     train = _limit_length(_map(train, data, locate, keep_source=True), data, tokenizer, stats, "train")
     sources = list(train[SOURCE_INDEX])  # kept for messages only: TRL would pass it to rewards and reset()

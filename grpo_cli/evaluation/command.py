@@ -101,10 +101,11 @@ def _target(req: EvalRequest) -> tuple[Any, str | None]:
 
 def _suite(req: EvalRequest, name: str, recipe: Any, model: str | None, console: Any) -> EvalOutcome:
     from grpo_cli.evaluation.suite_run import default_result_dir, run_suite, suite_settings, write_suite_result
-    from grpo_cli.evaluation.suites import get_suite
+    from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
     from grpo_cli.models import resolve_model_source, source_reference
 
-    get_suite(name)  # a bad name fails before any model loads
+    files = recipe_suite_files(recipe)
+    get_suite(name, files=files)  # a bad name fails before any model loads
     check_backend(req.backend)
     base_dir = None  # paths from flags are relative to the current directory; the recipe's model to the recipe
     if model is None:
@@ -125,7 +126,7 @@ def _suite(req: EvalRequest, name: str, recipe: Any, model: str | None, console:
                               batch_size=req.batch_size, max_new_tokens=req.max_new_tokens)
     dtype = recipe.model.dtype if recipe is not None else "auto"
     trust = bool(recipe.model.trust_remote_code) if recipe is not None else False
-    results = run_suite(name, sources, settings, backend=req.backend, dtype=dtype, trust_remote_code=trust,
+    results = run_suite(name, sources, settings, backend=req.backend, dtype=dtype, trust_remote_code=trust, files=files,
                         console=console)
     label_models(results)  # the same model twice still gets two rows
     written = [write_suite_result(r, t)[0] for r, t in zip(results, targets, strict=True)]

@@ -176,7 +176,7 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
     import torch
 
     from grpo_cli.evaluation.backend import check_backend
-    from grpo_cli.models.loading import resolve_dtype
+    from grpo_cli.models.loading import apply_overrides, resolve_dtype
     from grpo_cli.models.sources import load_source_model, load_tokenizer_for
     from grpo_cli.rewards import load_reward
     from grpo_cli.tools import load_toolset
@@ -195,6 +195,7 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
     results = []
     for source in sources:
         tokenizer = load_tokenizer_for(source, trust_remote_code=recipe.model.trust_remote_code)
+        apply_overrides(tokenizer, recipe)  # the recipe's chat template / pad token, as training used them
         if rows is None:
             rows = load_eval_rows(recipe, tokenizer, split=split, file=file)
             if settings.max_samples:

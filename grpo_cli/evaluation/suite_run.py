@@ -151,7 +151,8 @@ def evaluate_suite(model: Any, tokenizer: Any, suite: Suite, rows: list[SuiteRow
 
 
 def run_suite(name: str, sources: list[Any], settings: SuiteSettings, *, backend: str = "auto", dtype: str = "auto",
-              trust_remote_code: bool = False, console: Any = None) -> list[SuiteResult]:
+              trust_remote_code: bool = False, console: Any = None,
+              files: dict[str, Any] | None = None) -> list[SuiteResult]:
     """Evaluate each model in turn on the same problems with the same settings; one model in memory at a time."""
     import gc
 
@@ -161,7 +162,7 @@ def run_suite(name: str, sources: list[Any], settings: SuiteSettings, *, backend
     from grpo_cli.evaluation.sampling_vllm import vllm_sampler
     from grpo_cli.models.sources import load_source_model, load_tokenizer_for, saved_dtype
 
-    suite = get_suite(name)
+    suite = get_suite(name, files=files)
     rows = suite.rows(settings.limit)
     from grpo_cli.evaluation.backend import check_backend
 

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import ASSETS_DIR
@@ -127,13 +128,69 @@ SUITES: dict[str, Suite] = {
 }
 
 
-def get_suite(name: str, where: str = "--suite") -> Suite:
-    """The suite called `name`, or a clear error listing the ones there are."""
-    suite = SUITES.get(name.lower().replace("-", ""))
+# Suites the field reports that grpo does not ship, and why; a local file (eval.suite_files) stands in for
+# the boxed-answer ones.
+NOT_SHIPPED = {
+    "aime24": "AIME 2024's problems belong to the MAA and carry no open licence",
+    "aime25": "AIME 2025's problems belong to the MAA and carry no open licence",
+    "gpqadiamond": "GPQA's authors ask that its questions not be redistributed in plain text; it is multiple "
+                   "choice, scored by lighteval (`lighteval ... gpqa:diamond`), not by a boxed answer",
+    "livecodebench": "LiveCodeBench problems are scraped from contest sites; code is scored by running tests "
+                     "(lighteval's lcb tasks), not by a boxed answer",
+}
+
+
+def _file_rows(path: Path) -> list[SuiteRow]:
+    """A local JSONL (optionally .gz) of {problem|question, answer[, id]} rows."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    rows = []
+    with opener(path, "rt", encoding="utf-8") as fh:
+        for i, line in enumerate(fh):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                question, answer = r.get("problem") or r["question"], r["answer"]
+            except (ValueError, KeyError, AttributeError) as exc:
+                raise GrpoError(f"{path}:{i + 1}: each line must be a JSON object with `problem` (or `question`) "
+                                f"and `answer` ({type(exc).__name__})", where="eval.suite_files") from None
+            rows.append(SuiteRow(str(r.get("id", i)), str(question), str(answer).strip()))
+    return rows
+
+
+def file_suite(name: str, path: Path) -> Suite:
+    """A suite read from a local file: zero-shot, the answer in the last \\boxed{} (as math500)."""
+
+    def read(_: Path) -> list[SuiteRow]:
+        return _file_rows(path)
+
+    return Suite(name, f"{name} (local file {path.name})", str(path), str(path), BOXED_PROMPT, read, "boxed")
+
+
+def get_suite(name: str, where: str = "--suite", files: dict[str, Path] | None = None) -> Suite:
+    """The suite called `name` (bundled, or a local file from `files`), or a clear error saying what there is."""
+    key = name.lower().replace("-", "").replace("_", "")
+    if files and name in files:
+        if not files[name].is_file():
+            raise GrpoError(f"suite file {files[name]} not found", where=f"eval.suite_files.{name}",
+                            fix="Paths are relative to the recipe's directory.")
+        return file_suite(name, files[name])
+    suite = SUITES.get(key)
+    if suite is None and key in NOT_SHIPPED:
+        raise GrpoError(f"{name} is not shipped with grpo: {NOT_SHIPPED[key]}", where=where,
+                        fix=f"Give your own copy as a JSONL of problem/answer rows: `eval.suite_files: {{{name}: "
+                            f"FILE}}` (boxed answers), or evaluate it with lighteval.")
     if suite is None:
         raise GrpoError(f"there is no benchmark suite {name!r}", where=where,
-                        fix=f"Use one of {', '.join(SUITES)}.")
+                        fix=f"Use one of {', '.join(SUITES)}, or a local file (eval.suite_files).")
     return suite
+
+
+def recipe_suite_files(recipe: Any) -> dict[str, Path]:
+    """The recipe's eval.suite_files, resolved against the recipe's directory."""
+    if recipe is None:
+        return {}
+    return {name: recipe.resolve_path(p) for name, p in recipe.eval.suite_files.items()}
 
 
 def wilson_interval(successes: float, n: int, z: float = 1.959964) -> tuple[float, float]:

@@ -75,9 +75,31 @@ def load_tokenizer(recipe: Recipe, *, local_only: bool = False) -> Any:
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the tokenizer of {ref}: {str(exc).splitlines()[0]}", where="model.name_or_path",
                         fix=_OFFLINE_FIX) from None
+    apply_overrides(tok, recipe)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return tok
+
+
+def chat_template_text(recipe: Recipe) -> str | None:
+    """The recipe's `model.chat_template`: the text itself, or the contents of the file it names."""
+    value = recipe.model.chat_template
+    if value is None or "{{" in value or "{%" in value:
+        return value
+    from grpo_cli.paths import read_text
+
+    return read_text(recipe.resolve_path(value), what="chat template file", where="model.chat_template")
+
+
+def apply_overrides(processing_class: Any, recipe: Recipe) -> None:
+    """The recipe's chat template and pad token on a tokenizer or processor (and a processor's tokenizer)."""
+    template = chat_template_text(recipe)
+    targets = [processing_class, getattr(processing_class, "tokenizer", None)]
+    for target in [t for t in targets if t is not None]:
+        if template is not None:
+            target.chat_template = template
+        if recipe.model.pad_token is not None and hasattr(target, "pad_token"):
+            target.pad_token = recipe.model.pad_token
 
 
 def lora_config(recipe: Recipe, model: Any = None, *, vision: bool = False) -> Any:
@@ -154,14 +176,14 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     if quant is not None:
         from peft import prepare_model_for_kbit_training
 
-        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=bool(
-            recipe.training.get("gradient_checkpointing")))
+        model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=recipe.training.checkpointing())
     if recipe.model.freeze_vision_tower and vision and recipe.model.lora is None:
         freeze_vision_tower(model)
     processor = None
     if vision and with_tokenizer:
         processor = load_processor(ref, revision=recipe.model.revision,
                                    trust_remote_code=recipe.model.trust_remote_code)
+        apply_overrides(processor, recipe)
         tokenizer = processor.tokenizer
     else:
         tokenizer = load_tokenizer(recipe) if with_tokenizer else None

@@ -64,6 +64,13 @@ MIGRATIONS: dict[str, tuple[str, str]] = {
     "deepspeed": ("launch.profile", "choose `launch.profile: zero2|zero3` (see accelerate_configs/)"),
     "fsdp": ("launch.profile", "choose `launch.profile: fsdp` (see accelerate_configs/)"),
     "num_processes": ("launch.num_processes", "process counts live in the launch section"),
+    "do_eval": ("training.eval_strategy", "transformers' Trainer never reads `do_eval`: evaluation during training "
+                "is `training.eval_strategy` with data.eval_split, or grpo's `eval.every_steps`"),
+    "wandb_project": ("output.wandb.project", "tracker settings live in the output section"),
+    "wandb_entity": ("output.wandb.entity", "tracker settings live in the output section"),
+    "run_name": ("output.run_name", "tracker settings live in the output section"),
+    "chat_template": ("model.chat_template", "the chat template belongs to the model section"),
+    "callbacks": ("callbacks", "callbacks are a top-level list of `module:Class` references"),
 }
 
 
@@ -77,7 +84,7 @@ def unknown_key_hint(name: str, candidates: Iterable[str], here: str) -> str:
     """The fix sentence for an unknown key `name` found at path `here`."""
     if name in MIGRATIONS:
         target, why = MIGRATIONS[name]
-        if target.rsplit(".", 1)[-1] == name and target.startswith(here):
+        if target.rsplit(".", 1)[-1] == name and here and target.rsplit(".", 1)[0] == here:
             return ""
         return f"`{name}` is a name from older guides: use `{target}` instead ({why})."
     guess = did_you_mean(name, candidates)

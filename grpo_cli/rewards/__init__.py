@@ -11,7 +11,6 @@ from grpo_cli.lazy import lazy_exports
 from grpo_cli.rewards.loaders import (
     BoundReward,
     RewardInfo,
-    find_module_file,
     import_file,
     import_module,
     inspect_reward,
@@ -19,6 +18,7 @@ from grpo_cli.rewards.loaders import (
     split_reference,
 )
 from grpo_cli.rewards.registry import builtin_names, describe_builtin, get_builtin
+from grpo_cli.rewards.sources import find_module_file
 
 _LAZY = {"build_reward_funcs": "grpo_cli.rewards.build", "call_reward": "grpo_cli.rewards.calling",
          "run_with_timeout": "grpo_cli.rewards.calling"}

@@ -24,6 +24,7 @@ from grpo_cli.paths import local_dir, read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.recipe.schema.rewards import RewardEntry
 from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
+from grpo_cli.rewards.sources import find_module_file, reexported
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
 TRL_KWARGS = frozenset(
@@ -65,28 +66,6 @@ def _ast_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _Signature:
                       isinstance(node, ast.AsyncFunctionDef))
 
 
-def find_module_file(module: str, search: list[Path]) -> Path | None:
-    """Locate a module's source without importing it (nor its parent packages)."""
-    parts = module.split(".")
-    paths = [str(p) for p in search] + sys.path
-    spec = None
-    for i, part in enumerate(parts):
-        spec = importlib.machinery.PathFinder.find_spec(part, paths)
-        if spec is None:
-            if i == 0:
-                spec = importlib.util.find_spec(part)  # built-in / frozen / meta-path modules
-                if spec is None:
-                    return None
-            else:
-                return None
-        if i < len(parts) - 1:
-            if not spec.submodule_search_locations:
-                return None
-            paths = list(spec.submodule_search_locations)
-    origin = getattr(spec, "origin", None)
-    return Path(origin) if origin and origin.endswith(".py") else None
-
-
 def split_reference(ref: str) -> tuple[str, str]:
     target, func = ref.rsplit(":", 1)
     return target, func
@@ -117,6 +96,12 @@ def _static_function(entry: RewardEntry, base_dir: Path, where: str) -> tuple[st
     defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     if func in defs:
         return str(path), _ast_signature(defs[func])
+    source = reexported(tree, func, path)
+    if source is not None:  # a package face re-exporting it (e.g. trl.rewards, lazily): read where it is defined
+        found_path, name = source
+        inner = ast.parse(read_text(found_path, what="reward file", where=f"{where}.function"))
+        defs_there = {n.name: n for n in inner.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        return str(path), _ast_signature(defs_there[name]) if name in defs_there else None
     assigned = {t.id for n in tree.body if isinstance(n, (ast.Assign, ast.AnnAssign))
                 for t in (n.targets if isinstance(n, ast.Assign) else [n.target]) if isinstance(t, ast.Name)}
     imported = {(a.asname or a.name) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))

@@ -5,6 +5,11 @@ TRL catches a tool's exception and hands `{"error": ...}` to the model (counting
 raises `ToolTimeout` after the recipe's `timeout`, binds the recipe's `params`, and keeps what
 TRL and transformers read from a tool (name, docstring, signature, type hints) so the JSON
 schema the model sees is the function's own, minus the bound params.
+
+On the main thread (where TRL calls sync tools during training) the tool runs right there, so a
+tool that times itself out with SIGALRM (`signal.alarm`, as TRL's own agent example does) works;
+the timeout is then a watchdog thread that interrupts the main thread. Elsewhere (no signals
+there anyway) the tool runs in a daemon thread that is given up on after the timeout.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import signal
 import threading
 import time
 from dataclasses import dataclass, field
@@ -72,8 +78,43 @@ def stats_markdown(tools: Any) -> list[str]:
     return [*lines, ""]
 
 
+# The signal the watchdog interrupts the main thread with: not SIGALRM, which the tool itself may use.
+_WATCHDOG_SIGNAL = getattr(signal, "SIGVTALRM", None) if hasattr(signal, "pthread_kill") else None
+
+
+def _run_on_main_thread(func: Any, args: tuple, kwargs: dict, timeout: float, name: str) -> Any:
+    """Call `func` here, on the main thread; a watchdog raises ToolTimeout in it after `timeout` seconds."""
+    lock, state = threading.Lock(), {"done": False, "fired": False}
+    main = threading.main_thread().ident or 0
+
+    def interrupt() -> None:
+        with lock:
+            if not state["done"]:
+                state["fired"] = True
+                signal.pthread_kill(main, _WATCHDOG_SIGNAL)  # a real signal: it interrupts a blocking call too
+
+    def on_watchdog(signum: int, frame: Any) -> None:
+        if state["fired"] and not state["done"]:
+            raise ToolTimeout(f"{name} did not return within {timeout:g} s")
+
+    previous = signal.signal(_WATCHDOG_SIGNAL, on_watchdog)  # type: ignore[arg-type]
+    timer = threading.Timer(timeout, interrupt)
+    timer.daemon = True
+    timer.start()
+    try:
+        return func(*args, **kwargs)
+    finally:
+        with lock:
+            state["done"] = True
+        timer.cancel()
+        signal.signal(_WATCHDOG_SIGNAL, previous)  # type: ignore[arg-type]
+
+
 def _run_with_timeout(func: Any, args: tuple, kwargs: dict, timeout: float, name: str) -> Any:
-    """Call `func` in a daemon thread; give up after `timeout` seconds (the thread is left to finish on its own)."""
+    """Call `func` with a deadline: on the main thread itself (signals work there), else in a daemon thread
+    that is given up on after `timeout` seconds (left to finish on its own)."""
+    if _WATCHDOG_SIGNAL is not None and threading.current_thread() is threading.main_thread():
+        return _run_on_main_thread(func, args, kwargs, timeout, name)
     box: dict[str, Any] = {}
 
     def target() -> None:

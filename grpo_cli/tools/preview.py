@@ -22,8 +22,12 @@ def _load_tokenizer(recipe: Any) -> Any:
     if local is not None and is_gguf_reference(str(local)):
         local = materialize(local)
     ref = str(local) if local is not None else recipe.model.name_or_path
-    return AutoTokenizer.from_pretrained(ref, revision=recipe.model.revision,
-                                         trust_remote_code=recipe.model.trust_remote_code)
+    from grpo_cli.models.loading import apply_overrides
+
+    tokenizer = AutoTokenizer.from_pretrained(ref, revision=recipe.model.revision,
+                                              trust_remote_code=recipe.model.trust_remote_code)
+    apply_overrides(tokenizer, recipe)  # the recipe's chat template, as training renders prompts
+    return tokenizer
 
 
 def preview(recipe: Any, toolset: Any, tools: list[Any], rows: dict[Any, dict[str, Any]], report: Any) -> None:

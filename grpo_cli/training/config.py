@@ -19,6 +19,10 @@ def grpo_config_kwargs(recipe: Recipe, out: Path, dtype: str, device: str) -> di
     trackers = [t for t in recipe.output.report_to if t != "none"]
     kw["report_to"] = trackers or "none"
     kw["reward_weights"] = [float(e.weight) for e in recipe.rewards]
+    if recipe.output.run_name:
+        kw["run_name"] = recipe.output.run_name
+    if recipe.output.trackio_project:
+        kw["project"] = recipe.output.trackio_project
     kw.setdefault("disable_tqdm", True)  # grpo renders its own progress
     if device == "cpu":
         kw["use_cpu"] = True
@@ -38,3 +42,17 @@ def grpo_config_kwargs(recipe: Recipe, out: Path, dtype: str, device: str) -> di
         if v.max_model_length:
             kw["vllm_max_model_length"] = v.max_model_length
     return kw
+
+
+def tracking_environment(recipe: Recipe) -> dict[str, str]:
+    """The environment variables the trackers read their settings from (W&B, TensorBoard), for this run."""
+    out = recipe.output
+    env: dict[str, str] = {}
+    if out.wandb is not None:
+        for name, value in (("WANDB_ENTITY", out.wandb.entity), ("WANDB_PROJECT", out.wandb.project),
+                            ("WANDB_RUN_GROUP", out.wandb.group), ("WANDB_TAGS", ",".join(out.wandb.tags))):
+            if value:
+                env[name] = value
+    if out.tensorboard_dir:
+        env["TENSORBOARD_LOGGING_DIR"] = str(Path(out.tensorboard_dir).expanduser())
+    return env

@@ -15,7 +15,7 @@ from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.loader import dump_yaml
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.training.config import grpo_config_kwargs
+from grpo_cli.training.config import grpo_config_kwargs, tracking_environment
 
 SUMMARY_KEYS = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length",
                 "completions/clipped_ratio", "kl", "entropy", "loss")
@@ -198,6 +198,7 @@ def _build(run: _Run) -> None:
 
     from trl import GRPOConfig
 
+    os.environ.update(tracking_environment(recipe))  # W&B / TensorBoard read their settings from the environment
     try:
         config = GRPOConfig(**grpo_config_kwargs(recipe, out, run.loaded.dtype, run.loaded.device))
     except (ValueError, TypeError) as exc:
@@ -269,6 +270,9 @@ def _make_trainer(run: _Run, config: Any) -> Any:
 
     extras = run_callbacks(recipe, run.out, run.manifest, run.loaded.processing_class, run.data.eval, run.console)
     run.callbacks += extras
+    from grpo_cli.training.user_callbacks import load_callbacks
+
+    run.callbacks += load_callbacks(recipe)  # the recipe's own, after grpo's (they see the same events)
     data = run.data
     trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
                                      train_dataset=data.train,

@@ -37,9 +37,9 @@ def build_evaluator(recipe: Any, tokenizer: Any, eval_rows: Any) -> Callable[[An
     ev = recipe.eval
     if ev.suite:
         from grpo_cli.evaluation.suite_run import evaluate_suite, suite_settings
-        from grpo_cli.evaluation.suites import get_suite
+        from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
 
-        suite = get_suite(ev.suite, where="eval.suite")
+        suite = get_suite(ev.suite, where="eval.suite", files=recipe_suite_files(recipe))
         settings = suite_settings(recipe)
         rows = suite.rows(settings.limit)
         return lambda model: evaluate_suite(model, tokenizer, suite, rows, settings).accuracy
@@ -171,9 +171,9 @@ def evaluate_once(recipe: Any, model: Any, tokenizer: Any, eval_rows: Any, conso
     """`eval.before_after`: the suite when the recipe names one, else the eval split with its rewards."""
     if recipe.eval.suite:
         from grpo_cli.evaluation.suite_run import evaluate_suite, suite_settings
-        from grpo_cli.evaluation.suites import get_suite
+        from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
 
-        suite = get_suite(recipe.eval.suite, where="eval.suite")
+        suite = get_suite(recipe.eval.suite, where="eval.suite", files=recipe_suite_files(recipe))
         settings = suite_settings(recipe)
         rows = suite.rows(settings.limit)
         if console is not None:
@@ -202,6 +202,10 @@ def run_callbacks(recipe: Any, out: Path, manifest: dict[str, Any], tokenizer: A
         shown = {prompt.column} if prompt.column else {f for _, f, _, _ in template if f}
         extras.append(CompletionsLog(out / COMPLETIONS_FILE, per_step=recipe.output.completions_per_log, seed=seed,
                                      prompt_columns=shown))
+    if recipe.eval.on_save:
+        from grpo_cli.training.suite_on_save import SuitesOnSave
+
+        extras.append(SuitesOnSave(recipe, tokenizer, console))
     if recipe.eval.every_steps:
         evaluate = build_evaluator(recipe, tokenizer, eval_rows)
         extras.append(TaskMetric(recipe, evaluate, out, manifest,

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from grpo_cli.data.peek import FULL_SCAN_BYTES, FileScan, scan_file
 from grpo_cli.errors import GrpoError, Problem, RecipeError
-from grpo_cli.gguf_source import cached_conversion, is_gguf_reference, read_header
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.loaders import RewardInfo, inspect_reward
 from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
+from grpo_cli.validation.model_checks import model_checks
 from grpo_cli.validation.vision import vision_checks
 
 
@@ -40,66 +39,10 @@ class Preflight:
 
 
 def _model_checks(recipe: Recipe, pf: Preflight) -> str:
-    ref = recipe.model.name_or_path
-    local = recipe.local_model_dir(ref)
-    if local is not None and is_gguf_reference(str(local)):
-        return _gguf_checks(recipe, local, pf)
-    if local is not None:
-        if not (local / "config.json").exists():
-            pf.problems.append(Problem("model.name_or_path", f"{local} is not a model directory (no config.json)",
-                                       "Give a directory saved with save_pretrained, or a hub id like "
-                                       "Qwen/Qwen2.5-0.5B-Instruct."))
-        elif recipe.data.prompt.chat and not _has_chat_template(local):
-            pf.problems.append(Problem("data.prompt.chat", f"the prompts are chat messages but the tokenizer in "
-                                       f"{local} has no chat template",
-                                       "Use an instruct/chat model, or set `chat: false` with a `template` for "
-                                       "plain-text prompts."))
-        return f"local directory {local}"
-    return f"hub model {ref}" + (f" @ {recipe.model.revision}" if recipe.model.revision else "")
-
-
-def _gguf_checks(recipe: Recipe, path: Path, pf: Preflight) -> str:
-    """A GGUF model: the file exists, transformers can convert its architecture and tensor types, and the
-    converter is installed; all read from the header, nothing dequantised."""
-    import importlib.util
-
-    if not path.is_file():
-        pf.problems.append(Problem("model.name_or_path", f"GGUF file {path} not found",
-                                   "Check the path (relative to the recipe), or `package:NAME/FILE.gguf` for a "
-                                   "file inside an installed Python package."))
-        return f"GGUF file {path}"
-    try:
-        info = read_header(path)
-    except GrpoError as exc:
-        pf.problems.append(Problem("model.name_or_path", exc.problems[0].what, exc.problems[0].fix))
-        return f"GGUF file {path}"
-    for why in info.unsupported():
-        pf.problems.append(Problem("model.name_or_path", f"{path.name}: {why}",
-                                   "Use a GGUF of a supported architecture and tensor type, or the model's "
-                                   "safetensors checkpoint."))
-    if recipe.data.prompt.chat and info.chat_template is None:
-        pf.problems.append(Problem("data.prompt.chat", f"the prompts are chat messages but {path.name} carries no "
-                                   "chat template (tokenizer.chat_template)",
-                                   "Use an instruct GGUF, or set `chat: false` with a `template`."))
-    if importlib.util.find_spec("gguf") is None and cached_conversion(path) is None:
-        pf.warnings.append(f"model.name_or_path: converting {path.name} needs the `gguf` package, which is not "
-                           "installed here: pip install gguf")
-    return info.describe()
-
-
-def _has_chat_template(model_dir: Path) -> bool:
-    """Whether a saved tokenizer carries a chat template (a .jinja file or tokenizer_config.json's key)."""
-    import json
-
-    if (model_dir / "chat_template.jinja").exists() or (model_dir / "chat_template.json").exists():
-        return True
-    config = model_dir / "tokenizer_config.json"
-    if not config.exists():
-        return True  # a tokenizer we cannot read here; training checks it when it loads
-    try:
-        return bool(json.loads(config.read_text(encoding="utf-8")).get("chat_template"))
-    except ValueError:
-        return True
+    found = model_checks(recipe)
+    pf.problems += found.problems
+    pf.warnings += found.warnings
+    return found.description
 
 
 def _data_checks(recipe: Recipe, pf: Preflight) -> str:
@@ -122,6 +65,17 @@ def _data_checks(recipe: Recipe, pf: Preflight) -> str:
     columns = _file_columns(recipe, pf)
     if columns is None:
         return "local files"
+    from grpo_cli.data.derive import derived_roots
+
+    for name, root in derived_roots(data).items():
+        if root not in columns:
+            pf.problems.append(Problem(f"data.columns.{name}", f"reads column {root!r}, which the data does not have",
+                                       f"Columns in the {data.split!r} files: {', '.join(columns)}."))
+    columns = [*columns, *(c for c in data.columns if c not in columns)]
+    for i, test in enumerate(data.filter):
+        if test.column is not None and test.column not in columns:
+            pf.problems.append(Problem(f"data.filter[{i}].column", f"{test.column!r} is not a column of the data",
+                                       f"Columns: {', '.join(columns)}."))
     missing = [c for c in data.prompt.columns if c not in columns]
     if missing:
         key = "data.prompt.column" if data.prompt.column else "data.prompt.template"
@@ -181,7 +135,11 @@ def _count_rows(recipe: Recipe, pf: Preflight) -> None:
     if data.eval_split:
         pf.eval_rows = rows(data.eval_split)
     elif data.eval_holdout:
-        pf.eval_rows = max(1, int(pf.train_rows * data.eval_holdout))
+        pf.eval_rows = int(data.eval_holdout) if data.eval_holdout >= 1 else max(1, int(pf.train_rows *
+                                                                                         data.eval_holdout))
+        if pf.eval_rows >= pf.train_rows:
+            pf.problems.append(Problem("data.eval_holdout", f"holds out {pf.eval_rows} rows of {pf.train_rows}",
+                                       "Hold out fewer rows, or a fraction (e.g. 0.05)."))
         pf.train_rows -= pf.eval_rows
     if data.max_samples:
         pf.train_rows = min(pf.train_rows, data.max_samples)
@@ -268,6 +226,12 @@ def _push_check(recipe: Recipe, pf: Preflight) -> None:
 def _eval_checks(recipe: Recipe, pf: Preflight) -> None:
     """eval.every_steps must name a metric the evaluation can produce."""
     ev = recipe.eval
+    if ev.on_save and recipe.launch.profile in ("fsdp", "zero3") and (recipe.launch.num_processes or 2) > 1:
+        pf.problems.append(Problem("eval.on_save", f"evaluates on the main process alone, but launch.profile="
+                                   f"{recipe.launch.profile} shards the weights, so generating would wait forever",
+                                   "Use `grpo eval --suite` on the saved checkpoints instead, or launch.profile ddp."))
+    if ev.on_save and str(recipe.training.get("save_strategy")) in ("no", "SaveStrategy.NO"):
+        pf.warnings.append("eval.on_save evaluates saved checkpoints, but training.save_strategy is 'no'")
     if not ev.every_steps:
         return
     profile = recipe.launch.profile
@@ -306,6 +270,11 @@ def preflight(recipe: Recipe) -> Preflight:
     _training_checks(recipe, pf)
     _trl_and_environment_checks(recipe, pf)
     pf.plan = _plan(recipe, pf, model_desc, data_desc)
+    from grpo_cli.validation.template_override import template_checks
+
+    problems, warnings = template_checks(recipe, pf.plan)
+    pf.problems.extend(problems)
+    pf.warnings.extend(warnings)
     _eval_checks(recipe, pf)
     _push_check(recipe, pf)
     vision_checks(recipe, pf)
@@ -331,6 +300,16 @@ def _trl_and_environment_checks(recipe: Recipe, pf: Preflight) -> None:
     problems, warnings = recipe_problems(recipe)
     pf.problems.extend(problems)
     pf.warnings.extend(warnings)
+    from grpo_cli.validation.training_keys import eval_flag_problems, hub_problems, scheduler_problems
+
+    for problems, warnings in (scheduler_problems(recipe.training), hub_problems(recipe)):
+        pf.problems.extend(problems)
+        pf.warnings.extend(warnings)
+    pf.problems.extend(eval_flag_problems(recipe))
+    if recipe.callbacks:
+        from grpo_cli.validation.callbacks import callback_problems
+
+        pf.problems.extend(callback_problems(recipe))
 
 
 def _memory(recipe: Recipe, pf: Preflight) -> None:

@@ -270,7 +270,7 @@ def _training_items(recipe: Any, shape: ModelShape, dtype: str,
     scores = 2 * shape.heads * seq * seq * ab * per_device if eager else 0.0
     full = (per_layer + scores) * shape.layers
     ckpt = shape.hidden * ab * tokens * shape.layers + per_layer + scores
-    use_ckpt = bool(recipe.training.get("gradient_checkpointing"))
+    use_ckpt = recipe.training.checkpointing()
     chosen, other = (ckpt, full) if use_ckpt else (full, ckpt)
     items = [MemoryItem(
         "activations", chosen,
@@ -302,8 +302,11 @@ def _generation_items(recipe: Any, shape: ModelShape, world: int, dtype: str, gp
     if vllm.mode == "colocate":
         util = vllm.gpu_memory_utilization
         if gpu_gb is not None:
+            # TRL puts the engine to sleep (level 2: weights and KV cache released) for the training pass.
+            asleep = bool(vllm.enable_sleep_mode)
             return [MemoryItem("vLLM (colocate)", util * gpu_gb * GIB, f"gpu_memory_utilization {util:g} x "
-                               f"{gpu_gb:.1f} GiB")]
+                               f"{gpu_gb:.1f} GiB" + (", released while training (enable_sleep_mode)" if asleep
+                                                      else ""), "generation" if asleep else "static")]
         notes.append(f"vLLM colocate reserves {util:g} x the GPU's memory: not counted (GPU memory unknown; "
                      "pass --gpu-memory-gb)")
         return []

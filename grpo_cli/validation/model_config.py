@@ -36,6 +36,15 @@ def shipped_shape(ref: str) -> tuple[dict[str, Any], str] | None:
         if any(_normalise(i) == want for i in entry["ids"]):
             config = {k: v for k, v in entry.items() if k not in _META}
             return config, f"grpo's shipped shape table ({entry['source']})"
+    owner, _, name = want.partition("/")
+    if owner == "unsloth" and name:  # unsloth re-publishes models under their own names (4-bit copies too)
+        for suffix in ("-unsloth-bnb-4bit", "-bnb-4bit"):
+            name = name.removesuffix(suffix)
+        for entry in _entries():
+            match = next((i for i in entry["ids"] if _normalise(i).partition("/")[2] == name), None)
+            if match is not None:
+                config = {k: v for k, v in entry.items() if k not in _META}
+                return config, f"grpo's shipped shape table ({entry['source']}; unsloth's mirror of {match})"
     return None
 
 

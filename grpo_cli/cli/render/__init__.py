@@ -12,6 +12,7 @@ _WHERE = {
     "render_eval": "grpo_cli.cli.render.evaluation",
     "render_eval_outcome": "grpo_cli.cli.render.evaluation",
     "render_eval_pair": "grpo_cli.cli.render.runs",
+    "render_import": "grpo_cli.cli.render.importing",
     "render_launch_file": "grpo_cli.cli.render.runs",
     "render_memory_plan": "grpo_cli.cli.render.runs",
     "render_merge": "grpo_cli.cli.render.runs",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from pydantic import Field, PrivateAttr, model_validator
 
+from grpo_cli.recipe.schema.callbacks import CallbackEntry
 from grpo_cli.recipe.schema.common import Section
 from grpo_cli.recipe.schema.data import AnswerSection, DataSection, ImagesSection, PromptSection
 from grpo_cli.recipe.schema.evaluation import EvalSection
@@ -22,6 +23,7 @@ from grpo_cli.recipe.schema.training import TrainingSection
 
 __all__ = [
     "AnswerSection",
+    "CallbackEntry",
     "DataSection",
     "EnvironmentSection",
     "EvalSection",
@@ -65,6 +67,9 @@ class Recipe(Section):
     """Held-out evaluation by sampling."""
     health: HealthSection = Field(default_factory=HealthSection)
     """Training health guards."""
+    callbacks: list[CallbackEntry] = Field(default_factory=list)
+    """Your own transformers `TrainerCallback`s (`module:Class` or `file.py:Class`, or `{callback: ..., params:
+    {...}}`), added to GRPOTrainer after grpo's own; `grpo validate` finds each class without importing it."""
 
     _base_dir: Path = PrivateAttr(default_factory=Path.cwd)
     _source: str = PrivateAttr(default="")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -95,6 +95,56 @@ class ImagesSection(Section):
     decoded into gigabytes (PIL's own decompression-bomb guard). null: no limit."""
 
 
+class RowFilter(Section):
+    """One condition a row must meet to be kept; give a `column` with one test, or a row-level test."""
+
+    column: str | None = None
+    """The column the test reads (after `data.columns`)."""
+    equals: Any = None
+    """Keep rows whose value equals this."""
+    one_of: list[Any] | None = None
+    """Keep rows whose value is one of these."""
+    min: float | None = None
+    """Keep rows whose (numeric) value is at least this."""
+    max: float | None = None
+    """Keep rows whose (numeric) value is at most this."""
+    max_length: int | None = Field(None, ge=0)
+    """Keep rows whose value (text or list) has at most this many characters / items."""
+    not_empty: bool = False
+    """Keep rows whose value is present and not empty."""
+    answer_parses: bool = False
+    """Row-level: keep rows whose `data.answer` extraction finds an answer."""
+    max_image_pixels: int | None = Field(None, gt=0)
+    """Row-level: keep rows whose every image has at most this many pixels (width x height; needs `data.images`)."""
+
+    @model_validator(mode="after")
+    def _one_test(self) -> RowFilter:
+        column_tests = [k for k in ("equals", "one_of", "min", "max", "max_length") if getattr(self, k) is not None]
+        column_tests += ["not_empty"] if self.not_empty else []
+        row_tests = [k for k in ("answer_parses", "max_image_pixels") if getattr(self, k)]
+        if len(column_tests) + len(row_tests) != 1:
+            raise ValueError("give exactly one test per filter (equals, one_of, min, max, max_length, not_empty, "
+                             "answer_parses or max_image_pixels); list several filters to combine them")
+        if column_tests and self.column is None:
+            raise ValueError(f"`{column_tests[0]}` tests a column: add `column:`")
+        if row_tests and self.column is not None:
+            raise ValueError(f"`{row_tests[0]}` tests the whole row: drop `column:`")
+        return self
+
+    def describe(self) -> str:
+        for key in ("equals", "one_of", "min", "max", "max_length", "max_image_pixels"):
+            if getattr(self, key) is not None:
+                return f"{self.column or 'images'} {key} {getattr(self, key)!r}"
+        return f"{self.column} not_empty" if self.not_empty else "answer_parses"
+
+
+class ColumnValue(Section):
+    """A constant column: every row gets `value`."""
+
+    value: Any
+    """The value (text, number, list or mapping)."""
+
+
 class DataSection(Section):
     """Training (and eval) data: a hub dataset or local files, mapped to prompts plus reward columns."""
 
@@ -109,8 +159,17 @@ class DataSection(Section):
     mapping split -> path(s). `bundled:tiny-arith-data/train.jsonl` names data shipped with grpo."""
     eval_split: str | None = None
     """Split used for evaluation during and after training."""
-    eval_holdout: float = Field(0.0, ge=0.0, lt=1.0)
-    """Fraction of the training rows held out for evaluation when there is no eval split."""
+    eval_holdout: float = Field(0.0, ge=0.0)
+    """Training rows held out for evaluation when there is no eval split: a fraction below 1 (0.05), or a whole
+    number of rows (500), as open-r1 and Axolotl configs give it."""
+    columns: dict[str, str | ColumnValue] = Field(default_factory=dict)
+    """Columns derived on load, before anything reads them: `new: old` renames (copies) a column, `new: a.b.c`
+    takes a field of a dict column (a number picks a list item), `new: {value: X}` is a constant. E.g.
+    `{tests: verification_info.test_cases, language: {value: python}}`, so the code reward reads `tests`
+    without a shim file."""
+    filter: list[RowFilter] = Field(default_factory=list)
+    """Conditions a row must meet to be trained (or evaluated) on, all of them; applied after `columns`,
+    before `max_samples` counts rows. How many rows each dropped is printed."""
     prompt: PromptSection
     """How each row becomes a prompt."""
     answer: AnswerSection | None = None
@@ -159,6 +218,15 @@ class DataSection(Section):
                              "placeholders into the user message and applies the processor's chat template")
         if self.images is not None and self.prompt_overflow == "truncate":
             raise ValueError(VLM_TRUNCATION_REASON)
+        for name, spec in self.columns.items():
+            if not name or (isinstance(spec, str) and not all(spec.split("."))):
+                raise ValueError(f"columns.{name}: {spec!r} is not a column or a dotted path like `info.tests`")
+        if any(f.max_image_pixels for f in self.filter) and self.images is None:
+            raise ValueError("filter `max_image_pixels` needs `images` (the column of the row's images)")
+        if any(f.answer_parses for f in self.filter) and self.answer is None:
+            raise ValueError("filter `answer_parses` needs `answer` (the extraction whose result it tests)")
+        if self.eval_holdout >= 1 and not float(self.eval_holdout).is_integer():
+            raise ValueError(f"eval_holdout {self.eval_holdout} is neither a fraction below 1 nor a number of rows")
         if self.eval_split and self.eval_holdout:
             raise ValueError("give `eval_split` or `eval_holdout`, not both")
         return self

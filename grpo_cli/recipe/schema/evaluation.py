@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from grpo_cli.recipe.schema.common import Section
 from grpo_cli.recipe.schema.rewards import RewardEntry
@@ -31,9 +29,17 @@ class EvalSection(Section):
     """Sampling seed (the same for every model compared)."""
     rewards: list[RewardEntry] | None = None
     """Eval-only rewards; the training rewards when absent."""
-    suite: Literal["gsm8k", "math500", "svamp"] | None = None
-    """A bundled benchmark to evaluate instead of the eval split (`grpo eval`, before_after, every_steps): its own
-    zero-shot prompt and answer extraction, greedy unless `temperature` is set. max_samples limits its problems."""
+    suite: str | None = None
+    """A benchmark to evaluate instead of the eval split (`grpo eval`, before_after, every_steps): gsm8k, math500,
+    svamp (bundled) or a name in `suite_files`; its own zero-shot prompt and answer extraction, greedy unless
+    `temperature` is set. max_samples limits its problems."""
+    suite_files: dict[str, str] = Field(default_factory=dict)
+    """Benchmarks grpo does not ship (AIME 2024/2025 ...) from your own copy: name -> a JSONL of {problem (or
+    question), answer} rows, relative to the recipe; scored by the last \\boxed{} answer, like math500."""
+    on_save: list[str] = Field(default_factory=list)
+    """`grpo train`: evaluate every saved checkpoint on these suites (bundled, or named in `suite_files`), greedy
+    unless `temperature` is set, `max_samples` problems each; log `suite/<name>/accuracy` and write
+    CHECKPOINT/suites.json beside it."""
     every_steps: int | None = Field(None, gt=0)
     """`grpo train`: evaluate the task metric every N steps (and before step 1), log it as `task/<metric>`, and
     keep the best checkpoint in OUTPUT_DIR/best."""
@@ -44,3 +50,14 @@ class EvalSection(Section):
     """Whether a higher task metric is better (false for e.g. a length penalty)."""
     early_stopping_patience: int | None = Field(None, ge=1)
     """`grpo train`: stop when the task metric has not improved for this many evaluations in a row."""
+
+    @model_validator(mode="after")
+    def _known_suites(self) -> EvalSection:
+        known = {"gsm8k", "math500", "svamp", *self.suite_files}
+        for key, names in (("suite", [self.suite] if self.suite else []), ("on_save", self.on_save)):
+            for name in names:
+                if name not in known and name.lower().replace("-", "") not in known:
+                    raise ValueError(f"{key}: {name!r} is not a bundled suite (gsm8k, math500, svamp) nor a name "
+                                     "in suite_files; AIME, GPQA and LiveCodeBench are not shipped: give your own "
+                                     "copy in suite_files")
+        return self

@@ -85,6 +85,12 @@ class ModelSection(Section):
     """LoRA settings; full fine-tuning when absent."""
     quantization: Literal["4bit", "8bit"] | None = None
     """Load the base model quantized with bitsandbytes (QLoRA); needs CUDA and `model.lora`."""
+    chat_template: str | None = None
+    """A Jinja chat template replacing the tokenizer's own: the template text, or a path to a `.jinja` file
+    (relative to the recipe). Used by training, eval, check-rewards and check-tools, and saved with the model;
+    `grpo validate` renders the first prompt with it."""
+    pad_token: str | None = None
+    """The padding token, when the tokenizer's own (or the EOS it falls back to) is not wanted."""
     shape: ShapeSection | None = None
     """Architecture numbers for the memory plan of a model that is neither local, cached, nor in grpo's
     shipped table (see `grpo validate`'s "memory per GPU" line); ignored when a config.json is found."""

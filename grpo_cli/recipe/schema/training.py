@@ -21,6 +21,8 @@ from grpo_cli.recipe.trl_fields import accepted_values, grpo_config_fields, json
 OWNED_ELSEWHERE = {
     "output_dir": "output.dir",
     "report_to": "output.report_to",
+    "run_name": "output.run_name",
+    "project": "output.trackio_project",
     "overwrite_output_dir": "output.overwrite",
     "use_vllm": "launch.vllm.mode",
     "vllm_mode": "launch.vllm.mode",
@@ -219,3 +221,10 @@ class TrainingSection(Section):
             return extra[key]
         field = grpo_config_fields().get(key)
         return field.default if field is not None else default
+
+    def checkpointing(self) -> bool:
+        """Whether activations are checkpointed, as transformers 5 decides: `activation_checkpointing` when set,
+        else its alias `gradient_checkpointing` (TRL's default: true). So `activation_checkpointing: false`
+        really turns it off."""
+        explicit = (self.model_extra or {}).get("activation_checkpointing")
+        return bool(explicit) if explicit is not None else bool(self.get("gradient_checkpointing"))

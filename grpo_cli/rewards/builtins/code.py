@@ -36,8 +36,10 @@ def parse_tests(tests: Any) -> list[CodeTest] | None:
     """Normalise a `tests` cell; None when the row has no usable tests.
 
     Accepts a list of assert strings, one string of test code, a list of {"input", "output"}
-    dicts, APPS-style {"inputs": [...], "outputs": [...]}, open-r1's {"test_cases": [...]},
-    or any of these JSON-encoded in a string.
+    dicts, APPS-style {"inputs": [...], "outputs": [...]} (with "fn_name": calls of that function or
+    `Solution` method), open-r1's {"test_cases": [...]},
+    or any of these JSON-encoded (or written as a Python literal) in a string. A string that is
+    a list or dict literal is data, never run as a script.
     """
     if tests is None:
         return None
@@ -46,14 +48,15 @@ def parse_tests(tests: Any) -> list[CodeTest] | None:
         if not text:
             return None
         if text[0] in "[{":
-            try:
-                return parse_tests(json.loads(text))
-            except (ValueError, RecursionError):
-                pass
+            structure = _literal(text)
+            if structure is not None:  # a literal is data, never a test script (it would pass any program)
+                return parse_tests(structure)
         return [CodeTest(script=text)]
     if isinstance(tests, Mapping):
         if "test_cases" in tests:
             return parse_tests(tests["test_cases"])
+        if tests.get("fn_name") and isinstance(tests.get("inputs"), list) and isinstance(tests.get("outputs"), list):
+            return _call_tests(str(tests["fn_name"]), tests["inputs"], tests["outputs"]) or None
         if isinstance(tests.get("inputs"), list) and isinstance(tests.get("outputs"), list):
             pairs = zip(tests["inputs"], tests["outputs"], strict=False)
             return parse_tests([{"input": i, "output": o} for i, o in pairs])
@@ -68,6 +71,42 @@ def parse_tests(tests: Any) -> list[CodeTest] | None:
             elif isinstance(item, Mapping) and "input" in item and "output" in item:
                 parsed.append(CodeTest(stdin=_as_text(item["input"]), expected=_as_text(item["output"])))
         return parsed or None
+    return None
+
+
+# APPS/TACO call-based tests: call the named function (or a LeetCode-style `Solution` method) with each input's
+# arguments; an expected value may come wrapped in a one-item list, as those datasets write it.
+_CALL = """
+_fn = globals().get({name!r})
+if _fn is None and "Solution" in globals():
+    _fn = getattr(Solution(), {name!r})
+_got = _fn(*{args!r})
+_want = {want!r}
+if isinstance(_got, tuple):
+    _got = list(_got)
+assert _got == _want or (isinstance(_want, list) and len(_want) == 1 and _got == _want[0]), (_got, _want)
+"""
+
+
+def _call_tests(name: str, inputs: list[Any], outputs: list[Any]) -> list[CodeTest]:
+    tests = []
+    for args, want in zip(inputs, outputs, strict=False):
+        args = list(args) if isinstance(args, list | tuple) else [args]
+        tests.append(CodeTest(script=_CALL.format(name=name, args=args, want=want)))
+    return tests
+
+
+def _literal(text: str) -> Any:
+    """A JSON (or Python-literal, e.g. a structure written out with str()) list or dict; None when it is not one."""
+    import ast
+
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            value = parse(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            continue
+        if isinstance(value, list | dict):
+            return value
     return None
 
 
@@ -212,7 +251,9 @@ def code(
     Runs the completion's last fenced ```` ```python ```` (or ```` ```py ````) block against the row's tests. The
     `tests` column may hold a list of assert statements (`["assert add(1, 2) == 3", ...]`, one test each), one
     string of test code (e.g. a `check(candidate)` harness), or stdin/stdout pairs (`[{"input": "1 2\n",
-    "output": "3\n"}]`, APPS-style `{"inputs": [...], "outputs": [...]}`, open-r1's `{"test_cases": [...]}`, or
+    "output": "3\n"}]`, APPS-style `{"inputs": [...], "outputs": [...]}` (with `"fn_name"`: each input is the
+    arguments of a call of that function, or of a LeetCode-style `Solution` method, whose result must equal the
+    output), open-r1's `{"test_cases": [...]}`, or
     any of these as a JSON string; stdout must match up to trailing whitespace). All the tests of a completion
     run in ONE sandboxed process, in sequence, each in a fresh `__main__` with its own deadline; a test that
     hangs or crashes the process fails alone and a fresh process goes on with the next. An assert test passes

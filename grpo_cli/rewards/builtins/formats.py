@@ -119,7 +119,7 @@ def reasoning_steps(completions: Sequence[Any], *, min_steps: int = 3, **kwargs:
 def code_format(
     completions: Sequence[Any],
     *,
-    language: str = "python",
+    language: str | Sequence[str | None] = "python",
     think_tag: str = "think",
     answer_tag: str = "answer",
     **kwargs: Any,
@@ -127,11 +127,13 @@ def code_format(
     r"""Think tags followed by an answer holding a fenced code block.
 
     open-r1's `get_code_format_reward`: the completion must match
-    `^<think>\n.*?\n</think>\n<answer>\n.*?```python.*?```.*?\n</answer>$` (`.` matches newlines).
+    `^<think>\n.*?\n</think>\n<answer>\n.*?```python.*?```.*?\n</answer>$` (`.` matches newlines). When the data
+    has a `language` column (multi-language code sets), TRL passes it as `language` and each row's fence must
+    carry its own language; an empty cell means `python`.
 
     Args:
         completions: the sampled completions.
-        language: the fence's language tag.
+        language: the fence's language tag, or (a `language` column) one per completion.
         think_tag: the reasoning tag.
         answer_tag: the answer tag.
 
@@ -143,6 +145,12 @@ def code_format(
         [1.0, 0.0]
     """
     t, a = _tags(think_tag, answer_tag)
-    lang = re.escape(language)
-    pattern = re.compile(rf"^<{t}>\n.*?\n</{t}>\n<{a}>\n.*?```{lang}.*?```.*?\n</{a}>$", re.DOTALL)
-    return [1.0 if pattern.match(completion_text(c)) else 0.0 for c in completions]
+    languages = [language] * len(completions) if isinstance(language, str) else list(language)
+    if len(languages) != len(completions):
+        raise ValueError(f"code_format: {len(languages)} languages for {len(completions)} completions")
+    out = []
+    for completion, lang in zip(completions, languages, strict=True):
+        fence = re.escape(str(lang or "python").strip().lower())
+        pattern = re.compile(rf"^<{t}>\n.*?\n</{t}>\n<{a}>\n.*?```{fence}.*?```.*?\n</{a}>$", re.DOTALL)
+        out.append(1.0 if pattern.match(completion_text(completion)) else 0.0)
+    return out

@@ -88,6 +88,7 @@ def cosine(
     min_value_correct: float = 0.5,
     max_value_correct: float = 1.0,
     max_len: int = 1000,
+    length_unit: Literal["tokens", "characters"] = "tokens",
     answer_format: AnswerFormat = "auto",
     answer_tag: str = "answer",
     use_math_verify: bool = True,
@@ -101,6 +102,8 @@ def cosine(
     `(max_value_wrong, min_value_wrong)` (swapped) for a wrong one, so long wrong answers are punished less,
     keeping exploration. Lengths past `max_len` are clamped (as in TRL; open-r1 lets the cosine climb back).
     Lengths are tokens (characters without `completion_ids`): set `max_len` to `max_completion_length`.
+    `length_unit: characters` counts characters of the completion text, as open-r1 does (its `max_len` is
+    in characters).
 
     Args:
         completions: the sampled completions.
@@ -112,6 +115,7 @@ def cosine(
         min_value_correct: reward of a correct answer at `max_len`.
         max_value_correct: reward of a correct answer of length 0.
         max_len: the length where the cosine ends (> 0).
+        length_unit: `tokens` (TRL's completion_ids) or `characters` (open-r1's `len(content)`).
         answer_format: as `accuracy`.
         answer_tag: as `accuracy`.
         use_math_verify: as `accuracy`.
@@ -125,10 +129,13 @@ def cosine(
     """
     if max_len <= 0:
         raise ValueError(f"max_len must be positive, got {max_len}")
+    if length_unit not in ("tokens", "characters"):
+        raise ValueError(f"length_unit must be tokens or characters, got {length_unit!r}")
     verdicts = correctness(completions, answer, solution, answer_format=answer_format,
                            answer_tag=answer_tag, use_math_verify=use_math_verify)
+    lengths = completion_lengths(completions, completion_ids if length_unit == "tokens" else None)
     rewards: list[float | None] = []
-    for n, correct in zip(completion_lengths(completions, completion_ids), verdicts, strict=True):
+    for n, correct in zip(lengths, verdicts, strict=True):
         if correct is None:
             rewards.append(None)
             continue

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,38 +38,103 @@ class ProbeStyle:
     think_tag: str = "think"
     answer_tag: str = "answer"
     answer_format: str = "auto"
+    code: bool = False
+    """A `code` reward is in the recipe: rows are programming problems, probes are programs."""
+    separators: tuple[str, str, str, str] = ("\n", "\n", "\n", "")
+    """Whitespace after <think>, between </think> and <answer>, around the answer, after </answer>."""
+    declared_by: str = ""
+    """Where the format came from (a reward's parameters, the system prompt); empty when nothing declares one."""
 
     def describe(self) -> str:
         if self.tags:
-            return f"<{self.think_tag}>…</{self.think_tag}>\\n<{self.answer_tag}>…</{self.answer_tag}>"
+            a, gap, inner, end = self.separators
+            text = f"<{self.think_tag}>{a}…{a}</{self.think_tag}>{gap}<{self.answer_tag}>{inner}…{inner}" \
+                   f"</{self.answer_tag}>{end}"
+            return text.replace("\n", "\\n") + (f" (from {self.declared_by})" if self.declared_by else "")
         return {"boxed": "\\boxed{answer}", "gsm8k": "#### answer"}.get(self.answer_format, "the bare answer")
 
 
+_TAG = re.compile(r"<([A-Za-z_][\w-]*)>")
+
+
+def _declared_layout(text: str, answer: str) -> tuple[str, tuple[str, str, str, str]] | None:
+    """(think tag, separators) of a `<x>…</x>…<answer>…</answer>` skeleton written out in a prompt."""
+    for think in dict.fromkeys(_TAG.findall(text)):
+        if think == answer:
+            continue
+        found = re.search(rf"<{re.escape(think)}>([ \t]*\n?)[^<]*?\s*</{re.escape(think)}>(\s*)"
+                          rf"<{re.escape(answer)}>([ \t]*\n?)[^<]*?\s*</{re.escape(answer)}>(\n?)", text)
+        if found:
+            after, gap, inner, end = found.groups()
+            return think, (after, gap, inner, end)
+    return None
+
+
 def probe_style(recipe: Recipe) -> ProbeStyle:
-    """Tags when a reward checks them (or the prompt asks for them); else the bare answer format."""
-    think, answer, fmt, tags = "think", "answer", "auto", False
+    """Tags when a reward checks them (or the prompt asks for them); else the bare answer format.
+
+    The tags and the layout follow what the recipe declares: a reward's `think_tag` / `answer_tag`, or a
+    `<reasoning>…</reasoning><answer>…</answer>` skeleton written out in the system prompt or template.
+    """
+    think, answer, fmt, tags, code, declared = "think", "answer", "auto", False, False, ""
     for entry in recipe.rewards:
         if entry.kind != "builtin":
             continue
+        if "think_tag" in entry.params or "answer_tag" in entry.params:
+            declared = f"the parameters of reward {entry.label!r}"
         think = str(entry.params.get("think_tag", think))
         answer = str(entry.params.get("answer_tag", answer))
+        code = code or entry.name == "code"
         if entry.name in TAG_REWARDS:
             tags = True
+            declared = declared or f"reward {entry.label!r}"
         if entry.name in ANSWER_REWARDS:
             fmt = str(entry.params.get("answer_format", fmt)) if fmt == "auto" else fmt
             tags = tags or entry.params.get("answer_format") == "answer_tag"
     prompt = recipe.data.prompt
-    if f"<{answer}>" in f"{prompt.system_prompt or ''} {prompt.template or ''}":
-        tags = True
-    return ProbeStyle(tags, think, answer, fmt)
+    text = f"{prompt.system_prompt or ''}\n{prompt.template or ''}"
+    separators = ("\n", "\n", "\n", "")
+    by_reward = tags  # a built-in tag reward fixes the layout (newlines); the prompt may only name the tags
+    where = "the system prompt" if prompt.system_prompt and "<" in prompt.system_prompt else "the prompt template"
+    candidates = [answer] if f"<{answer}>" in text or by_reward or answer != "answer" else [
+        t for t in dict.fromkeys(_TAG.findall(text)) if f"</{t}>" in text]
+    for candidate in candidates:
+        layout = _declared_layout(text, candidate)
+        if layout is None:
+            continue
+        answer, tags = candidate, True
+        if not by_reward:  # the rewards check their own tags (`think` unless a parameter says otherwise)
+            think, separators = layout
+        declared = declared or where
+        break
+    if f"<{answer}>" in text and not tags:
+        tags, declared = True, declared or where
+    return ProbeStyle(tags, think, answer, fmt, code, separators, declared)
 
 
 def row_reference(columns: dict[str, Any], recipe: Recipe) -> str | None:
     """The row's normalised reference answer (the recipe's answer column, else answer / solution)."""
     names = [recipe.data.answer.into] if recipe.data.answer else []
     for name in (*names, "answer", "solution"):
-        if columns.get(name) is not None:
-            return reference_answer(columns[name])
+        value = columns.get(name)
+        if value is not None and not isinstance(value, dict | list):
+            return reference_answer(value)
+    return None
+
+
+# Columns that hold a known-good program for a code row, in the names public code datasets use.
+SOLUTION_COLUMNS = ("reference_code", "gold_standard_solution", "solution", "code", "canonical_code")
+TRIVIAL_PROGRAM = "```python\nprint(42)\n```"
+
+
+def code_solution(columns: dict[str, Any]) -> str | None:
+    """A row's reference program (a fenced block is unwrapped), or None when the data has none."""
+    from grpo_cli.rewards.builtins.code import extract_code
+
+    for name in SOLUTION_COLUMNS:
+        value = columns.get(name)
+        if isinstance(value, str) and value.strip():
+            return (extract_code(value) or value).strip()
     return None
 
 
@@ -81,30 +147,43 @@ def wrong_answer(ref: str) -> str:
     return str(int(value)) if value == int(value) else f"{value:g}"
 
 
+def is_code_row(columns: dict[str, Any], style: ProbeStyle, ref: str | None) -> bool:
+    """Rows the probes answer with programs: a `code` reward's rows, or rows with tests and no answer."""
+    return columns.get("tests") is not None and (style.code or ref is None)
+
+
 def make_probes(columns: dict[str, Any], style: ProbeStyle, ref: str | None,
                 budget_chars: int) -> list[tuple[str, str]]:
-    """(probe name, completion text) for one row; the first is always the reference."""
+    """(probe name, completion text) for one row; the first is always the reference.
+
+    Code rows also get `trivial`: a program that ignores its input. Scoring it above the reference
+    program means the tests are not read as tests.
+    """
     t, a = style.think_tag, style.answer_tag
-    is_code = ref is None and columns.get("tests") is not None
-    solution = columns.get("reference_code")  # a known-good program, for code rows that ship one
-    right = (f"```python\n{solution.strip()}\n```" if solution else NO_SOLUTION) if is_code else (
+    is_code = is_code_row(columns, style, ref)
+    solution = code_solution(columns) if is_code else None
+    right = (f"```python\n{solution}\n```" if solution else NO_SOLUTION) if is_code else (
         ref if ref is not None else "unknown")
     wrong = "```python\nraise NotImplementedError\n```" if is_code else wrong_answer(right)
-    tags_only = f"<{t}>\n</{t}>\n<{a}>\n</{a}>"
+    after, gap, inner, end = style.separators
+    tags_only = f"<{t}>{after}</{t}>{gap}<{a}>{inner}</{a}>{end}"
     padding = (PADDING * (budget_chars // len(PADDING) + 2)).strip()
+    extra = [("trivial", TRIVIAL_PROGRAM)] if is_code else []
     if style.tags:
         def full(answer: str, reasoning: str = REASONING) -> str:
-            return f"<{t}>\n{reasoning}\n</{t}>\n<{a}>\n{answer}\n</{a}>"
+            return f"<{t}>{after}{reasoning}{after}</{t}>{gap}<{a}>{inner}{answer}{inner}</{a}>{end}"
 
+        extra = [(name, full(text)) for name, text in extra]
         return [("reference", full(right)), ("wrong", full(wrong)), ("empty", ""), ("tags_only", tags_only),
-                ("no_reasoning", f"<{a}>\n{right}\n</{a}>"), ("overlong", full(right, f"{REASONING}\n{padding}")),
-                ("repeated", full(right, (REPEAT * 20).strip()))]
+                ("no_reasoning", f"<{a}>{inner}{right}{inner}</{a}>{end}"),
+                ("overlong", full(right, f"{REASONING}\n{padding}")),
+                ("repeated", full(right, (REPEAT * 20).strip())), *extra]
 
     def bare(answer: str) -> str:
         return {"boxed": f"\\boxed{{{answer}}}", "gsm8k": f"#### {answer}"}.get(style.answer_format, answer)
 
     return [("reference", bare(right)), ("wrong", bare(wrong)), ("empty", ""), ("tags_only", tags_only),
-            ("overlong", f"{padding} {bare(right)}"), ("repeated", " ".join([bare(right)] * 20))]
+            ("overlong", f"{padding} {bare(right)}"), ("repeated", " ".join([bare(right)] * 20)), *extra]
 
 
 class Tokens:

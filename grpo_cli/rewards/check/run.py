@@ -41,6 +41,8 @@ class Sample:
     text: str
     ids: list[int]
     has_reference: bool = False
+    cut: bool = False
+    """The probe ran past max_completion_length and was cut there, as generation would cut it."""
 
 
 @dataclass
@@ -115,7 +117,7 @@ def _wrap(text: str, chat: bool) -> Any:
 
 
 def _probe_samples(recipe: Recipe, rows: Any, indices: list[int], tokens: Any, budget: int) -> list[Sample]:
-    from grpo_cli.rewards.check.probes import make_probes, probe_style, row_reference
+    from grpo_cli.rewards.check.probes import code_solution, is_code_row, make_probes, probe_style, row_reference
 
     style = probe_style(recipe)
     chat = recipe.data.prompt.chat
@@ -124,11 +126,34 @@ def _probe_samples(recipe: Recipe, rows: Any, indices: list[int], tokens: Any, b
         row = rows[index]
         cols = _columns(row)
         ref = row_reference(cols, recipe)
+        known = bool(code_solution(cols)) if is_code_row(cols, style, ref) else ref is not None
         for name, text in make_probes(cols, style, ref, budget * tokens.CHARS_PER_TOKEN * 2):
             clipped, ids = tokens.clip(text, budget)
             out.append(Sample(group, index, name, row["prompt"], cols, _wrap(clipped, chat), clipped, ids,
-                              has_reference=ref is not None or bool(cols.get("reference_code"))))
+                              has_reference=known, cut=clipped != text))
     return out
+
+
+def _describe_probes(recipe: Recipe, report: CheckReport) -> None:
+    from grpo_cli.rewards.check.probes import probe_style
+
+    report.probe_format = probe_style(recipe).describe()
+    note = _format_note(recipe)
+    if note:
+        report.notes.append(note)
+
+
+def _format_note(recipe: Recipe) -> str | None:
+    """Say so when user rewards may expect a format the recipe never declares (the probes cannot follow it)."""
+    from grpo_cli.rewards.check.probes import probe_style
+
+    style = probe_style(recipe)
+    if style.declared_by or all(e.kind == "builtin" for e in recipe.rewards):
+        return None
+    return (f"the recipe declares no answer format (no tags in its system prompt or template, no think_tag/"
+            f"answer_tag on a reward), so the probes are written as {style.describe()}; if your own rewards "
+            "expect another format, their verdicts below are about the probes, not your rewards: score "
+            "completions in your format with --completions, or write the format into data.prompt.system_prompt")
 
 
 def _file_samples(recipe: Recipe, rows: Any, path: Path, tokens: Any) -> list[Sample]:
@@ -275,11 +300,13 @@ def _tokenizer(recipe: Recipe, notes: list[str]) -> Any:
         from grpo_cli.models.vision import recipe_is_vision_language
 
         if recipe_is_vision_language(recipe):  # the processor counts image tokens when prompts are length-filtered
-            from grpo_cli.models.loading import model_reference
+            from grpo_cli.models.loading import apply_overrides, model_reference
             from grpo_cli.models.vision import load_processor
 
-            return load_processor(model_reference(recipe), revision=recipe.model.revision,
-                                  trust_remote_code=recipe.model.trust_remote_code)
+            processor = load_processor(model_reference(recipe), revision=recipe.model.revision,
+                                       trust_remote_code=recipe.model.trust_remote_code)
+            apply_overrides(processor, recipe)
+            return processor
         return load_tokenizer(recipe, local_only=True)
     except GrpoError as exc:
         notes.append(f"tokenizer of {recipe.model.name_or_path} not available ({exc.problems[0].what}); prompts "
@@ -357,8 +384,6 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
                          metrics={k: sum(v) / len(v) for k, v in logs.metrics.items()},
                          row_lines={s.row: locate(s.row) for s in found if s.row is not None} if locate else {})
     if source == "probes":
-        from grpo_cli.rewards.check.probes import probe_style
-
-        report.probe_format = probe_style(recipe).describe()
+        _describe_probes(recipe, report)
     assess(report, groups)
     return report

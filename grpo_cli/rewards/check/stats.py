@@ -18,7 +18,7 @@ class Violation:
 
     reward: str
     kind: str
-    """length | not_list | type | nan | inf | exception | constant | hackable"""
+    """length | not_list | type | nan | inf | exception | constant | hackable | degenerate | all_none"""
     message: str
     rows: list[int | None] = field(default_factory=list)
     probes: list[str] = field(default_factory=list)
@@ -165,6 +165,8 @@ def assess(report: Any, groups: list[int]) -> None:
                 "needs; if the sampled rows are simply not its kind (multi-task data), sample more with --samples"))
         if report.source == "probes":
             _hackable(report, res)
+    if report.source == "probes":
+        degenerate_totals(report)
     dead = [s.row for i, s in enumerate(samples) if all(r.values[i] is None for r in report.rewards)]
     if dead and not any(v.kind in ("exception", "timeout") for v in report.violations):
         report.notes.append(f"every reward returned None{_rows_text(dead, report.row_lines)}: TRL warns and gives "
@@ -183,26 +185,51 @@ def _hackable(report: Any, res: RewardResult) -> None:
     for probe, hits in found.items():
         row, value, ref = hits[0]
         rows = [h[0] for h in hits]
-        report.violations.append(Violation(
-            res.name, "hackable", f"{res.name}{_rows_text(rows, report.row_lines)}: the '{probe}' probe scores "
-            f"{value:g}, above the "
-            f"reference answer's {ref:g}; the policy can learn to game it", rows, [probe]))
+        why = (f"a program that ignores its input scores {value:g}, above the reference solution's {ref:g}: the "
+               "tests are not run as tests (is the tests column a structure passed on as text?)"
+               if probe == "trivial" else f"the '{probe}' probe scores {value:g}, above the reference answer's "
+               f"{ref:g}; the policy can learn to game it")
+        where = _rows_text(rows, report.row_lines)
+        report.violations.append(Violation(res.name, "hackable", f"{res.name}{where}: {why}", rows, [probe]))
+    _trivial_without_reference(report, res)
     _degenerate_ties(report, res, refs)
 
 
-# Probes that are a degenerate form of the right answer: scoring as much as the reference is worth a note.
-DEGENERATE = ("repeated", "overlong")
+def _trivial_without_reference(report: Any, res: RewardResult) -> None:
+    """Code rows with no reference program: a program that ignores its input must still score 0."""
+    rows = [s.row for i, s in enumerate(report.samples)
+            if s.probe == "trivial" and not s.has_reference and (res.values[i] or 0.0) > 0]
+    if rows:
+        report.violations.append(Violation(
+            res.name, "hackable", f"{res.name}{_rows_text(rows)}: a program that ignores its input "
+            "(`print(42)`) passes tests; the tests are not run as tests (is the tests column a structure passed on "
+            "as text?), or they check nothing", rows, ["trivial"]))
+
+
+def degenerate_totals(report: Any) -> None:
+    """A verdict when the `repeated` probe's weighted total is as high as the reference's: the policy can
+    learn to repeat itself at no cost. A repetition cut by the length budget is not judged (it never reaches
+    its answer); `overlong` earning as much is a note per reward."""
+    samples, totals = report.samples, report.totals
+    refs = {s.group: totals[i] for i, s in enumerate(samples) if s.probe == "reference" and s.has_reference}
+    rows = [s.row for i, s in enumerate(samples)
+            if s.probe == "repeated" and not s.cut and refs.get(s.group) is not None and totals[i] is not None
+            and (refs[s.group] or 0) > 0 and totals[i] >= refs[s.group] - 1e-9]
+    if rows:
+        report.violations.append(Violation(
+            "total", "degenerate", f"the weighted total{_rows_text(rows)}: the 'repeated' probe (the right answer "
+            "after degenerate repetition) scores as much as the reference answer, so repeating costs the policy "
+            "nothing; add a reward that penalises it (repetition_penalty) or one that prefers the clean answer",
+            rows, ["repeated"]))
 
 
 def _degenerate_ties(report: Any, res: RewardResult, refs: dict[int, float | None]) -> None:
-    """A note (not a violation) when a padded or repeated answer earns the reference's full score."""
-    for probe in DEGENERATE:
-        rows = [s.row for i, s in enumerate(report.samples)
-                if s.probe == probe and refs.get(s.group) is not None and res.values[i] is not None
-                and abs(res.values[i] - refs[s.group]) <= 1e-9 and (refs[s.group] or 0) > 0]
-        if rows:
-            report.notes.append(f"{res.name}{_rows_text(rows, report.row_lines)}: the '{probe}' probe scores as much "
-                                "as the reference "
-                                "answer; if that is not what you want, add a reward that penalises it "
-                                f"({'repetition_penalty' if probe == 'repeated' else 'soft_overlong_punishment'})")
-
+    """A note (not a violation) when an overlong answer earns the reference's full score."""
+    probe = "overlong"
+    rows = [s.row for i, s in enumerate(report.samples)
+            if s.probe == probe and refs.get(s.group) is not None and res.values[i] is not None
+            and abs(res.values[i] - refs[s.group]) <= 1e-9 and (refs[s.group] or 0) > 0]
+    if rows:
+        report.notes.append(f"{res.name}{_rows_text(rows, report.row_lines)}: the '{probe}' probe scores as much "
+                            "as the reference answer; if that is not what you want, add a reward that penalises it "
+                            "(soft_overlong_punishment)")

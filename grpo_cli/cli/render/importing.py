@@ -1,0 +1,29 @@
+"""What `grpo import` prints: the recipe (unless written to a file), what was left out, and validate's word."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+
+def render_import(console: Console, result: Any, text: str, out: Path | None, problems: list[str],
+                  warnings: list[str]) -> None:
+    """The recipe (stdout when no -o), then the account of the translation and the validation result."""
+    if out is None or problems:
+        console.print(text, markup=False, soft_wrap=True)
+    state = "fully" if result.complete else f"with {len(result.unmapped)} key(s) left out"
+    console.print(f"converted {result.source} ({result.kind}) {state}", markup=False)
+    for item in result.unmapped:
+        console.print(f"  not carried over: {item.key} = {item.value!r}: {item.why}", markup=False, soft_wrap=True)
+    for note in result.notes:
+        console.print(f"  note: {note}", markup=False, soft_wrap=True)
+    for warning in warnings:
+        console.print(f"  validate warns: {warning}", markup=False, soft_wrap=True)
+    if problems:
+        console.print("the converted recipe does not validate (nothing written):", markup=False)
+        for problem in problems:
+            console.print(f"  {problem}", markup=False, soft_wrap=True)
+    elif out is not None:
+        console.print(f"wrote {out}; it validates (`grpo validate {out}`)", markup=False)

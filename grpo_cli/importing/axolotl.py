@@ -1,0 +1,160 @@
+"""Axolotl GRPO configs (`rl: grpo`): top-level model/training keys in Axolotl's names, TRL's under `trl:`,
+vLLM under `vllm:`, and data as `datasets:` whose `type` is a Python transform (`module.func`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.importing.common import ImportResult, map_training, map_vllm
+
+# Axolotl's names -> TRL/transformers names (then mapped as any GRPOConfig key).
+RENAMES = {"micro_batch_size": "per_device_train_batch_size", "num_epochs": "num_train_epochs",
+           "lr_scheduler": "lr_scheduler_type", "optimizer": "optim", "eval_steps": "eval_steps",
+           "wandb_name": "run_name", "weight_decay": "weight_decay", "max_grad_norm": "max_grad_norm"}
+# Keys that describe Axolotl's own machinery, with why nothing here needs them.
+AXOLOTL_ONLY = {
+    "model_type": "the model class follows the model's config", "tokenizer_type": "the tokenizer follows the model",
+    "strict": "Axolotl's config checking", "skip_prepare_dataset": "Axolotl's dataset pre-tokenisation",
+    "dataset_prepared_path": "Axolotl's dataset cache", "sequence_len": "Axolotl's packing length: grpo bounds "
+    "prompts with data.max_prompt_tokens and completions with training.max_completion_length",
+    "sample_packing": "GRPO does not pack", "pad_to_sequence_len": "GRPO does not pack",
+    "flash_attention": "set model.attn_implementation", "sdp_attention": "set model.attn_implementation",
+    "tf32": "a CUDA math setting transformers reads as training.tf32", "plugins": "Axolotl plugins are its own code",
+    "lora_model_dir": "load the adapter as the model instead", "special_tokens": None,
+    "deepspeed": "pick launch.profile zero2/zero3", "fsdp": "pick launch.profile fsdp",
+    "fsdp_config": "pick launch.profile fsdp", "val_set_size": None, "wandb_watch": "W&B gradient watching",
+    "wandb_log_model": "W&B model upload",
+}
+
+
+def _model(cfg: dict[str, Any], out: ImportResult) -> None:
+    if "base_model" in cfg:
+        out.put("model.name_or_path", str(cfg.pop("base_model")))
+    if cfg.get("trust_remote_code"):
+        out.put("model.trust_remote_code", True)
+    cfg.pop("trust_remote_code", None)
+    if cfg.get("flash_attention"):
+        out.put("model.attn_implementation", "flash_attention_2")
+    if cfg.get("attn_implementation"):
+        out.put("model.attn_implementation", cfg.pop("attn_implementation"))
+    template = cfg.pop("chat_template", None)
+    if template not in (None, "tokenizer_default"):
+        jinja = cfg.pop("chat_template_jinja", None)
+        if jinja:
+            out.put("model.chat_template", jinja)
+        else:
+            out.drop("chat_template", template, "Axolotl's named templates are its own: give the Jinja text in "
+                     "model.chat_template")
+    adapter = cfg.pop("adapter", None)
+    if adapter in ("lora", "qlora"):
+        lora: dict[str, Any] = {"r": cfg.pop("lora_r", 16), "alpha": cfg.pop("lora_alpha", 32)}
+        if "lora_dropout" in cfg:
+            lora["dropout"] = cfg.pop("lora_dropout")
+        if cfg.pop("lora_target_linear", False):
+            lora["target_modules"] = "all-linear"
+        elif cfg.get("lora_target_modules"):
+            lora["target_modules"] = cfg["lora_target_modules"]
+        cfg.pop("lora_target_modules", None)
+        out.put("model.lora", lora)
+    for bits in ("4", "8"):
+        if cfg.pop(f"load_in_{bits}bit", False):
+            out.put("model.quantization", f"{bits}bit")
+    for key in ("bf16", "fp16"):
+        if cfg.get(key) is True:
+            out.put("model.dtype", "bfloat16" if key == "bf16" else "float16")
+    pad = (cfg.pop("special_tokens", None) or {}).get("pad_token")
+    if pad:
+        out.put("model.pad_token", pad)
+
+
+def _data(cfg: dict[str, Any], out: ImportResult) -> None:
+    datasets = cfg.pop("datasets", None) or []
+    if not datasets:
+        out.drop("datasets", None, "no dataset: an environment supplies the prompts (write data for grpo)")
+        out.put("data", {"files": "REPLACE_ME.jsonl", "prompt": {"column": "prompt", "chat": True}})
+        return
+    first = datasets[0]
+    out.put("data.dataset", first.get("path"))
+    if first.get("name"):
+        out.put("data.config", first["name"])
+    if first.get("split") not in (None, "train"):
+        out.put("data.split", first["split"])
+    out.put("data.prompt", {"column": "prompt", "chat": True})
+    if first.get("type") and "." not in str(first["type"]):
+        out.drop("datasets[0].type", first["type"], "an Axolotl prompt format: grpo reads a chat `prompt` column "
+                 "(data.prompt.column) as it is")
+    elif first.get("type"):
+        out.drop("datasets[0].type", first["type"], "a Python transform of each row: grpo assumes it yields a chat "
+                 "`prompt` column (and keeps the others for rewards); write its work as data.prompt / data.columns "
+                 "/ data.answer")
+    for i, extra in enumerate(datasets[1:], start=1):
+        out.drop(f"datasets[{i}]", extra.get("path"), "several datasets are not mixed: prepare one dataset")
+    size = cfg.pop("val_set_size", 0) or 0
+    if float(size) > 0:  # a fraction, or (>= 1) a number of rows
+        out.put("data.eval_holdout", float(size) if float(size) < 1 else int(size))
+
+
+def _reference(name: str, base: Path) -> dict[str, Any]:
+    """Axolotl's `module.func` (a module beside the config, or installed) as a grpo reward entry."""
+    module, _, func = name.rpartition(".")
+    if not module:
+        return {"name": func}
+    beside = base / f"{module.replace('.', '/')}.py"
+    return {"function": f"{beside}:{func}" if beside.is_file() else f"{module}:{func}"}
+
+
+def _rewards(trl: dict[str, Any], out: ImportResult, base: Path) -> None:
+    names = trl.pop("reward_funcs", None) or []
+    weights = list(trl.pop("reward_weights", None) or [1.0] * len(names))
+    entries = []
+    for name, weight in zip(names, weights, strict=False):
+        entry = _reference(str(name), base)
+        if float(weight) != 1.0:
+            entry["weight"] = float(weight)
+        entries.append(entry)
+    for key in ("rollout_func", "environment_factory"):
+        if key in trl:
+            out.drop(f"trl.{key}", trl.pop(key), "a custom rollout is code: express its tools as `tools:` or an "
+                     "`environment:` class")
+    if not entries:
+        out.notes.append("the config names no reward (an environment or plugin scores): rewards has a placeholder")
+        entries = [{"name": "accuracy"}]
+    out.put("rewards", entries)
+
+
+def import_axolotl(cfg: dict[str, Any], source: str) -> ImportResult:
+    """Translate an Axolotl `rl: grpo` config."""
+    out = ImportResult(source, "axolotl")
+    cfg = dict(cfg)
+    if cfg.pop("rl", "grpo") != "grpo":
+        out.notes.append("the config's `rl:` is not grpo: only its GRPO-relevant keys are carried over")
+    _model(cfg, out)
+    _data(cfg, out)
+    trl = dict(cfg.pop("trl", None) or {})
+    _rewards(trl, out, Path(source).resolve().parent)
+    vllm = cfg.pop("vllm", None) or {}
+    for key, value in vllm.items():
+        if key in ("host", "port", "gpu_memory_utilization", "tensor_parallel_size") and f"vllm_{key}" not in trl:
+            trl[f"vllm_server_{key}" if key in ("host", "port") else f"vllm_{key}"] = value
+        elif key == "max_model_len":
+            trl["vllm_max_model_length"] = value
+    map_vllm(trl, out, default_mode="server")
+    for key in ("use_data_producer", "vllm_lora_sync", "async_prefetch"):
+        if key in trl:
+            out.drop(f"trl.{key}", trl.pop(key), "an Axolotl extension of TRL's trainer")
+    project, entity = cfg.pop("wandb_project", None), cfg.pop("wandb_entity", None)
+    if project or entity:
+        out.put("output.wandb", {k: v for k, v in (("project", project), ("entity", entity)) if v})
+        out.put("output.report_to", ["wandb"])
+    if "output_dir" in cfg:
+        out.put("output.dir", str(cfg.pop("output_dir")))
+    for key in [k for k in list(cfg) if k in AXOLOTL_ONLY]:
+        value, why = cfg.pop(key), AXOLOTL_ONLY[key]
+        if why and value not in (False, None):
+            out.drop(key, value, why)
+    merged = {RENAMES.get(k, k): v for k, v in cfg.items()}
+    map_training({**merged, **trl}, out)
+    if out.get("launch.vllm.mode") and not out.get("launch.profile"):
+        out.put("launch.profile", "single")
+    return out

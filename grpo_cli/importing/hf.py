@@ -1,0 +1,156 @@
+"""open-r1 recipes and TRL's `trl grpo --config` files: one flat YAML of ScriptArguments, ModelConfig and
+GRPOConfig keys. open-r1 adds its reward registry, `system_prompt`, `chat_template` and its own callbacks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_cli.importing.common import ImportResult, map_model, map_output, map_training, map_vllm
+
+# open-r1's reward registry (src/open_r1/rewards.py get_reward_funcs) -> grpo built-in, and the script
+# arguments that parameterise it -> the built-in's params.
+OPENR1_REWARDS: dict[str, tuple[str, dict[str, str]]] = {
+    "accuracy": ("accuracy", {}),
+    "format": ("format", {}),
+    "tag_count": ("tag_count", {}),
+    "reasoning_steps": ("reasoning_steps", {}),
+    "length": ("length", {}),
+    "cosine": ("cosine", {"cosine_min_value_wrong": "min_value_wrong", "cosine_max_value_wrong": "max_value_wrong",
+                          "cosine_min_value_correct": "min_value_correct",
+                          "cosine_max_value_correct": "max_value_correct", "cosine_max_len": "max_len"}),
+    "repetition_penalty": ("repetition_penalty", {"repetition_n_grams": "ngram_size",
+                                                  "repetition_max_penalty": "max_penalty"}),
+    "code": ("code", {}),
+    "code_format": ("code_format", {"code_language": "language"}),
+    "soft_overlong_punishment": ("soft_overlong_punishment", {"max_completion_len": "max_completion_len",
+                                                              "soft_punish_cache": "soft_punish_cache"}),
+}
+OPENR1_GRADERS = {"ioi_code": "IOI problems graded by open-r1's piston/morph subtask grader",
+                  "cf_code": "Codeforces problems graded by open-r1's checker-aware grader",
+                  "binary_code": "open-r1's pass/fail variant of its remote code reward"}
+# TRL's `trl grpo` registry (trl/scripts/grpo.py): the functions of trl.rewards, by name.
+TRL_REWARDS = {"accuracy_reward": "trl.rewards:accuracy_reward",
+               "reasoning_accuracy_reward": "trl.rewards:reasoning_accuracy_reward",
+               "think_format_reward": "trl.rewards:think_format_reward"}
+OPENR1_ONLY = {
+    "callbacks": "open-r1's callbacks (push_to_hub_revision) are its own code: name a TrainerCallback in "
+                 "`callbacks:` (module:Class) for the same hook",
+    "benchmarks": "open-r1 runs these lighteval suites on each pushed revision; grpo's suites are gsm8k, math500 "
+                  "and svamp (eval.suite)",
+    "code_eval_test_batch_size": "open-r1's IOI/Codeforces graders batch tests; grpo's code reward runs every test",
+    "code_eval_scoring_mode": "open-r1's Codeforces grader's scoring; grpo's code reward scores the fraction passed",
+    "code_provider": "open-r1 runs code on E2B/Morph/local; grpo's code reward runs locally, on Piston or "
+                     "SandboxFusion (params.backend)",
+    "parallel_code_exec_per_proc": "grpo's code reward parallelism is the reward entry's `parallel:`",
+    "e2b_router_url": "E2B routers are not a grpo code backend", "morph_router_url": "Morph is not a grpo code backend",
+    "ioi_provider": "IOI grading is open-r1's own", "enforce_same_language": "open-r1 code-reward option",
+    "dataset_mixture": "mixtures of several datasets are not expressible: prepare one dataset (or files)",
+    "overwrite_hub_revision": "open-r1's revision pushing", "push_to_hub_revision": "open-r1's revision pushing",
+}
+
+
+def _rewards(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
+    names = cfg.pop("reward_funcs", None) or []
+    weights = list(cfg.pop("reward_weights", None) or [1.0] * len(names))
+    params_by_arg = {arg: (name, param) for name, (_, args) in OPENR1_REWARDS.items() for arg, param in args.items()}
+    script_params = {k: cfg.pop(k) for k in list(cfg) if k in params_by_arg}
+    entries: list[dict[str, Any]] = []
+    model = cfg.pop("reward_model_name_or_path", None)
+    if model:  # TRL puts the reward model first; reward_weights then has one more value, or none
+        entries.append({"model": model} if len(weights) <= len(names) or weights[0] == 1.0
+                       else {"model": model, "weight": float(weights[0])})
+        weights = weights[1:] if len(weights) > len(names) else weights
+    for name, weight in zip(names, weights, strict=False):
+        entry = _reward_entry(str(name), script_params, out, flavour)
+        if entry is not None:
+            if float(weight) != 1.0:
+                entry["weight"] = float(weight)
+            entries.append(entry)
+    if entries:
+        out.put("rewards", entries)
+
+
+def _reward_entry(name: str, script_params: dict[str, Any], out: ImportResult, flavour: str) -> dict[str, Any] | None:
+    if flavour == "trl" and name in TRL_REWARDS:
+        return {"function": TRL_REWARDS[name]}
+    if ".py:" in name:  # a function defined in the script itself
+        return {"function": name}
+    if flavour == "trl" and name == "get_soft_overlong_punishment":
+        return {"name": "soft_overlong_punishment", "params": {"max_completion_len": 1280, "soft_punish_cache": 256}}
+    if name in OPENR1_REWARDS:
+        builtin, args = OPENR1_REWARDS[name]
+        entry: dict[str, Any] = {"name": builtin}
+        params = {param: script_params[arg] for arg, param in args.items() if arg in script_params}
+        if builtin == "cosine" and flavour == "open-r1":
+            params["length_unit"] = "characters"  # open-r1 measures len(content), its cosine_max_len in characters
+        if params:
+            entry["params"] = params
+        if builtin in ("code", "code_format"):
+            _code_columns(out)
+        return entry
+    if name in OPENR1_GRADERS:
+        out.drop(f"reward_funcs[{name}]", name, f"{OPENR1_GRADERS[name]}: not a grpo reward; the `code` built-in "
+                 "runs stdin/stdout and assert tests of Python programs")
+        return None
+    if "." in name:  # an import path, as `trl grpo` accepts: package.module.func
+        module, _, func = name.rpartition(".")
+        return {"function": f"{module}:{func}"}
+    out.drop(f"reward_funcs[{name}]", name, "not a reward of the source tool's registry that grpo knows")
+    return None
+
+
+def _code_columns(out: ImportResult) -> None:
+    """open-r1's code rewards read `verification_info` {language, test_cases}; grpo's read `tests`, `language`."""
+    if out.get("data.columns") is None:
+        out.put("data.columns", {"tests": "verification_info.test_cases", "language": "verification_info.language"})
+        out.notes.append("open-r1 code data: data.columns takes tests and language out of verification_info; "
+                         "grpo's code reward runs Python (rows in another language score 0)")
+
+
+def _data(cfg: dict[str, Any], out: ImportResult) -> None:
+    if "dataset_name" in cfg:
+        out.put("data.dataset", cfg.pop("dataset_name"))
+    if cfg.get("dataset_config"):
+        out.put("data.config", cfg["dataset_config"])
+    cfg.pop("dataset_config", None)
+    split = cfg.pop("dataset_train_split", "train")
+    if split != "train":
+        out.put("data.split", split)
+    evaluates = str(cfg.get("eval_strategy", "no")) != "no"
+    test = cfg.pop("dataset_test_split", "test" if evaluates else None)  # TRL's ScriptArguments default: test
+    if test and evaluates:
+        out.put("data.eval_split", test)
+    elif test:
+        out.notes.append(f"dataset_test_split {test!r} is left out: the config never evaluates (eval_strategy no)")
+    column = cfg.pop("dataset_prompt_column", "prompt")
+    prompt: dict[str, Any] = {"column": column, "chat": True}
+    if cfg.get("system_prompt"):
+        prompt["system_prompt"] = cfg["system_prompt"]
+    cfg.pop("system_prompt", None)
+    out.put("data.prompt", prompt)
+    for key in ("dataset_streaming", "dataset_num_proc"):
+        if key in cfg:
+            out.drop(key, cfg.pop(key), "grpo loads the dataset itself (not streamed)")
+
+
+def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str) -> ImportResult:
+    """Translate an open-r1 (`flavour` open-r1) or `trl grpo` (trl) YAML config."""
+    out = ImportResult(source, flavour)
+    cfg = dict(cfg)
+    map_model(cfg, out)
+    _data(cfg, out)
+    _rewards(cfg, out, flavour)
+    map_vllm(cfg, out, default_mode="server" if flavour == "open-r1" else "colocate")
+    map_output(cfg, out)
+    if cfg.get("num_processes"):  # `trl grpo` launches accelerate with this many processes (DDP)
+        out.put("launch.profile", "ddp")
+        out.put("launch.num_processes", int(cfg.pop("num_processes")))
+    for key in [k for k in list(cfg) if k in OPENR1_ONLY]:
+        out.drop(key, cfg.pop(key), OPENR1_ONLY[key])
+    map_training(cfg, out)
+    if "rewards" not in out.recipe:
+        out.notes.append("the config names no reward: rewards has a placeholder `accuracy` entry")
+        out.put("rewards", [{"name": "accuracy"}])
+    if out.get("launch.vllm.mode") and not out.get("launch.profile"):
+        out.put("launch.profile", "single")
+    return out

@@ -1,0 +1,114 @@
+"""A TRL training script read without running it: the literal keywords of its `GRPOConfig(...)`, the model,
+rewards and dataset of its `GRPOTrainer(...)` / `load_dataset(...)` calls, as a `trl grpo` config would say."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.importing.common import ImportResult
+
+
+def _name(node: ast.AST) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return ""
+
+
+def _imported_from(tree: ast.Module) -> dict[str, str]:
+    """local name -> the module it was imported from."""
+    return {(a.asname or a.name): node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+            for a in node.names}
+
+
+def _literal(node: ast.AST) -> tuple[bool, Any]:
+    try:
+        return True, ast.literal_eval(node)
+    except (ValueError, SyntaxError, TypeError):
+        return False, None
+
+
+def _reward_names(node: ast.AST, imports: dict[str, str], defs: set[str], script: str) -> tuple[list[str], list[str]]:
+    """(reward_funcs entries a `trl grpo` config would hold, expressions that could not be read)."""
+    items = node.elts if isinstance(node, ast.List | ast.Tuple) else [node]
+    names, unread = [], []
+    for item in items:
+        name = _name(item)
+        if isinstance(item, ast.Constant) and isinstance(item.value, str):
+            names.append(f"model={item.value}")  # a reward model id
+        elif name and imports.get(name, "").startswith("trl.rewards"):
+            names.append(name)
+        elif name in defs:
+            names.append(f"{script}:{name}")
+        elif name and name in imports:
+            names.append(f"{imports[name]}.{name}")
+        else:
+            unread.append(ast.unparse(item))
+    return names, unread
+
+
+def read_script(path: Path) -> tuple[dict[str, Any], ImportResult]:
+    """(config keys in `trl grpo` form, a result holding what could not be read statically)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    imports = _imported_from(tree)
+    defs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)}
+    cfg: dict[str, Any] = {}
+    skipped = ImportResult(str(path), "trl")
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        func = _name(node.func)
+        if func == "GRPOConfig":
+            for kw in node.keywords:
+                ok, value = _literal(kw.value)
+                if kw.arg is None:
+                    skipped.drop("GRPOConfig(**...)", ast.unparse(kw.value), "keywords built at run time")
+                elif ok:
+                    cfg[kw.arg] = value
+                else:
+                    skipped.drop(f"GRPOConfig({kw.arg}=...)", ast.unparse(kw.value), "not a literal: computed when "
+                                 "the script runs")
+        elif func == "GRPOTrainer":
+            _trainer(node, cfg, imports, defs, str(path.resolve()), skipped)
+        elif func == "load_dataset" and node.args and "dataset_name" not in cfg:
+            ok, value = _literal(node.args[0])
+            if ok and isinstance(value, str):
+                cfg["dataset_name"] = value
+                for kw in node.keywords:
+                    ok, split = _literal(kw.value)
+                    if kw.arg == "split" and ok and isinstance(split, str):
+                        cfg["dataset_train_split"] = split
+                if len(node.args) > 1 and _literal(node.args[1])[0]:
+                    cfg["dataset_config"] = _literal(node.args[1])[1]
+    return cfg, skipped
+
+
+def _trainer(node: ast.Call, cfg: dict[str, Any], imports: dict[str, str], defs: set[str], script: str,
+             skipped: ImportResult) -> None:
+    for kw in node.keywords:
+        if kw.arg == "model":
+            ok, value = _literal(kw.value)
+            if ok and isinstance(value, str):
+                cfg["model_name_or_path"] = value
+            else:
+                skipped.drop("GRPOTrainer(model=...)", ast.unparse(kw.value), "a model object built in the script")
+        elif kw.arg == "reward_funcs":
+            names, unread = _reward_names(kw.value, imports, defs, script)
+            models = [n.removeprefix("model=") for n in names if n.startswith("model=")]
+            cfg["reward_funcs"] = [n for n in names if not n.startswith("model=")]
+            if models:
+                cfg["reward_model_name_or_path"] = models[0]
+            for extra in models[1:]:
+                skipped.drop("GRPOTrainer(reward_funcs=...)", extra, "a second reward model: add it as a `model:` "
+                             "reward by hand")
+            for text in unread:
+                skipped.drop("GRPOTrainer(reward_funcs=...)", text, "not a name the script imports or defines")
+        elif kw.arg in ("environment_factory", "rollout_func"):
+            skipped.drop(f"GRPOTrainer({kw.arg}=...)", ast.unparse(kw.value), "an environment or rollout defined "
+                         "in code: name its class in `environment:` (tools as methods)")
+        elif kw.arg in ("peft_config", "callbacks", "tools"):
+            skipped.drop(f"GRPOTrainer({kw.arg}=...)", ast.unparse(kw.value), "an object built in the script: "
+                         "write it as model.lora / callbacks / tools")

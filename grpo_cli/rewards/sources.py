@@ -1,0 +1,56 @@
+"""Finding a reward's (or tool's) source file without importing it, nor its parent packages.
+
+`grpo validate` checks a `package.module:func` reference by reading the module with `ast`:
+importing user code (or torch-heavy packages) would make validate slow and could run anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
+
+
+def find_module_file(module: str, search: list[Path]) -> Path | None:
+    """Locate a module's source without importing it (nor its parent packages)."""
+    parts = module.split(".")
+    paths = [str(p) for p in search] + sys.path
+    spec = None
+    for i, part in enumerate(parts):
+        spec = importlib.machinery.PathFinder.find_spec(part, paths)
+        if spec is None:
+            if i == 0:
+                spec = importlib.util.find_spec(part)  # built-in / frozen / meta-path modules
+                if spec is None:
+                    return None
+            else:
+                return None
+        if i < len(parts) - 1:
+            if not spec.submodule_search_locations:
+                return None
+            paths = list(spec.submodule_search_locations)
+    origin = getattr(spec, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None
+
+
+def reexported(tree: ast.Module, func: str, path: Path) -> tuple[Path, str] | None:
+    """(module file, name there) when `func` is imported by a `from X import func` anywhere in the module
+    (including under `if TYPE_CHECKING:`, as lazy package faces do); None when it is not."""
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        alias = next((a for a in node.names if (a.asname or a.name) == func), None)
+        if alias is None:
+            continue
+        if node.level:
+            base = path.parent
+            for _ in range(node.level - 1):
+                base = base.parent
+            target = base.joinpath(*(node.module or "").split(".")) if node.module else base
+            found = next((c for c in (target.with_suffix(".py"), target / "__init__.py") if c.is_file()), None)
+        else:
+            found = find_module_file(node.module or "", [])
+        return (found, alias.name) if found is not None else None
+    return None

@@ -1,0 +1,57 @@
+"""`eval.on_save`: each saved checkpoint evaluated on named benchmark suites, as open-r1 does after each push.
+
+The live model at `on_save` is the checkpoint just written, so nothing is loaded again. Results go to the
+logs (`suite/<name>/accuracy`) and to CHECKPOINT/suites.json, so every checkpoint carries its own scores.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from transformers import TrainerCallback
+
+SUITES_FILE = "suites.json"
+
+
+class SuitesOnSave(TrainerCallback):
+    """Evaluate the model on the recipe's `eval.on_save` suites at every save (main process)."""
+
+    def __init__(self, recipe: Any, tokenizer: Any, console: Any = None) -> None:
+        from grpo_cli.evaluation.suite_run import suite_settings
+        from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
+
+        files = recipe_suite_files(recipe)
+        self.suites = [get_suite(name, where="eval.on_save", files=files) for name in recipe.eval.on_save]
+        self.settings = suite_settings(recipe)
+        self.tokenizer = tokenizer
+        self.console = console
+        self.trainer: Any = None  # set by training.run, to log through it
+
+    def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+        if not state.is_world_process_zero or model is None:
+            return
+        from grpo_cli.evaluation.suite_run import evaluate_suite
+
+        scores: dict[str, Any] = {}
+        was_training = model.training
+        model.eval()
+        for suite in self.suites:
+            result = evaluate_suite(model, self.tokenizer, suite, suite.rows(self.settings.limit), self.settings,
+                                    label=f"step {state.global_step}")
+            scores[suite.name] = result.summary()
+        if was_training:
+            model.train()
+        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        if checkpoint.is_dir():
+            (checkpoint / SUITES_FILE).write_text(json.dumps({"step": state.global_step, "suites": scores},
+                                                             indent=2), encoding="utf-8")
+        metrics = {f"suite/{name}/accuracy": s["accuracy"] for name, s in scores.items()}
+        if self.console is not None:
+            shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
+            self.console.print(f"checkpoint-{state.global_step}: {shown}", markup=False)
+        if self.trainer is not None:
+            self.trainer.log(metrics)  # metrics.jsonl and the trackers, at this step
+        else:
+            state.log_history.append({**metrics, "step": state.global_step})

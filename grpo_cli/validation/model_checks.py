@@ -1,0 +1,89 @@
+"""What `grpo validate` checks about the model reference, without loading it: a directory's config.json and chat
+template, a GGUF file's header (architecture, tensor types, chat template, the converter installed)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.gguf_source import cached_conversion, is_gguf_reference, read_header
+from grpo_cli.recipe.schema import Recipe
+
+
+@dataclass
+class ModelCheck:
+    """Problems and warnings about the model, and the plan's one-line description of it."""
+
+    description: str = ""
+    problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def model_checks(recipe: Recipe) -> ModelCheck:
+    """The model reference: a local directory with config.json (and a chat template for chat prompts), a GGUF
+    file, or a hub id (checked when it loads)."""
+    pf = ModelCheck()
+    ref = recipe.model.name_or_path
+    local = recipe.local_model_dir(ref)
+    if local is not None and is_gguf_reference(str(local)):
+        pf.description = _gguf_checks(recipe, local, pf)
+        return pf
+    if local is not None:
+        if not (local / "config.json").exists():
+            pf.problems.append(Problem("model.name_or_path", f"{local} is not a model directory (no config.json)",
+                                       "Give a directory saved with save_pretrained, or a hub id like "
+                                       "Qwen/Qwen2.5-0.5B-Instruct."))
+        elif recipe.data.prompt.chat and not _has_chat_template(local):
+            pf.problems.append(Problem("data.prompt.chat", f"the prompts are chat messages but the tokenizer in "
+                                       f"{local} has no chat template",
+                                       "Use an instruct/chat model, or set `chat: false` with a `template` for "
+                                       "plain-text prompts."))
+        pf.description = f"local directory {local}"
+        return pf
+    pf.description = f"hub model {ref}" + (f" @ {recipe.model.revision}" if recipe.model.revision else "")
+    return pf
+
+
+def _gguf_checks(recipe: Recipe, path: Path, pf: ModelCheck) -> str:
+    """A GGUF model: the file exists, transformers can convert its architecture and tensor types, and the
+    converter is installed; all read from the header, nothing dequantised."""
+    import importlib.util
+
+    if not path.is_file():
+        pf.problems.append(Problem("model.name_or_path", f"GGUF file {path} not found",
+                                   "Check the path (relative to the recipe), or `package:NAME/FILE.gguf` for a "
+                                   "file inside an installed Python package."))
+        return f"GGUF file {path}"
+    try:
+        info = read_header(path)
+    except GrpoError as exc:
+        pf.problems.append(Problem("model.name_or_path", exc.problems[0].what, exc.problems[0].fix))
+        return f"GGUF file {path}"
+    for why in info.unsupported():
+        pf.problems.append(Problem("model.name_or_path", f"{path.name}: {why}",
+                                   "Use a GGUF of a supported architecture and tensor type, or the model's "
+                                   "safetensors checkpoint."))
+    if recipe.data.prompt.chat and info.chat_template is None:
+        pf.problems.append(Problem("data.prompt.chat", f"the prompts are chat messages but {path.name} carries no "
+                                   "chat template (tokenizer.chat_template)",
+                                   "Use an instruct GGUF, or set `chat: false` with a `template`."))
+    if importlib.util.find_spec("gguf") is None and cached_conversion(path) is None:
+        pf.warnings.append(f"model.name_or_path: converting {path.name} needs the `gguf` package, which is not "
+                           "installed here: pip install gguf")
+    return info.describe()
+
+
+def _has_chat_template(model_dir: Path) -> bool:
+    """Whether a saved tokenizer carries a chat template (a .jinja file or tokenizer_config.json's key)."""
+    import json
+
+    if (model_dir / "chat_template.jinja").exists() or (model_dir / "chat_template.json").exists():
+        return True
+    config = model_dir / "tokenizer_config.json"
+    if not config.exists():
+        return True  # a tokenizer we cannot read here; training checks it when it loads
+    try:
+        return bool(json.loads(config.read_text(encoding="utf-8")).get("chat_template"))
+    except ValueError:
+        return True

@@ -1,0 +1,154 @@
+"""Training keys that pass the field check but go wrong later: scheduler kwargs, hub uploads, `do_eval`.
+
+Each is accepted by GRPOConfig as a value of the right type; the mistake shows only when
+transformers builds the scheduler (after the model has loaded), when the first upload runs,
+or never (an evaluation that silently does not happen). The scheduler's parameters are read
+from the installed transformers' source, so the check follows its releases without importing torch.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.errors import Problem
+from grpo_cli.recipe.schema import Recipe
+
+# Passed by transformers' get_scheduler itself: the same key in lr_scheduler_kwargs is a TypeError.
+_PASSED_BY_TRAINER = ("optimizer", "num_warmup_steps", "num_training_steps")
+# Schedulers whose function get_scheduler calls without lr_scheduler_kwargs (they are dropped silently).
+_KWARGS_IGNORED = ("constant", "constant_with_warmup")
+# get_reduce_on_plateau_schedule forwards **kwargs to torch's ReduceLROnPlateau.
+_PLATEAU = ("mode", "factor", "patience", "threshold", "threshold_mode", "cooldown", "min_lr", "eps")
+
+
+def _transformers_file(name: str) -> Path | None:
+    spec = importlib.util.find_spec("transformers")  # a top-level find_spec imports nothing
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / name
+    return path if path.is_file() else None
+
+
+@cache
+def scheduler_signatures() -> dict[str, tuple[dict[str, bool], bool]]:
+    """lr_scheduler_type -> ({parameter: has a default}, takes **kwargs), from transformers' source."""
+    opt, utils = _transformers_file("optimization.py"), _transformers_file("trainer_utils.py")
+    if opt is None or utils is None:
+        return {}
+    names: dict[str, str] = {}
+    for node in ast.walk(ast.parse(utils.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ClassDef) and node.name == "SchedulerType":
+            for item in node.body:
+                if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant):
+                    names[item.targets[0].id] = item.value.value  # type: ignore[attr-defined]
+    tree = ast.parse(opt.read_text(encoding="utf-8"))
+    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+    out: dict[str, tuple[dict[str, bool], bool]] = {}
+    for node in tree.body:
+        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                and getattr(node.targets[0], "id", "") == "TYPE_TO_SCHEDULER_FUNCTION"):
+            continue
+        for key, value in zip(node.value.keys, node.value.values, strict=True):
+            func = funcs.get(getattr(value, "id", ""))
+            if isinstance(key, ast.Attribute) and key.attr in names and func is not None:
+                a = func.args
+                positional = [*a.posonlyargs, *a.args]
+                params = {arg.arg: i >= len(positional) - len(a.defaults) for i, arg in enumerate(positional)}
+                params.update({arg.arg: d is not None for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)})
+                out[names[key.attr]] = (params, a.kwarg is not None)
+    return out
+
+
+def scheduler_problems(training: Any) -> tuple[list[Problem], list[str]]:
+    """lr_scheduler_kwargs keys against the parameters of the scheduler lr_scheduler_type names."""
+    kwargs = training.get("lr_scheduler_kwargs") or {}
+    kind = str(training.get("lr_scheduler_type") or "linear")
+    kind = getattr(kind, "value", kind)
+    signatures = scheduler_signatures()
+    if not isinstance(kwargs, dict) or kind not in signatures:
+        return [], []
+    where = "training.lr_scheduler_kwargs"
+    if kwargs and kind in _KWARGS_IGNORED:
+        return [], [f"{where}: lr_scheduler_type {kind!r} takes no arguments, so transformers ignores "
+                    f"{', '.join(map(str, kwargs))}; use e.g. cosine_with_min_lr for a floor"]
+    params, var_kwargs = signatures[kind]
+    accepted = [p for p in params if p not in _PASSED_BY_TRAINER]
+    if var_kwargs and kind == "reduce_lr_on_plateau":
+        accepted, var_kwargs = list(_PLATEAU), False
+    problems = []
+    for key in kwargs:
+        if key in _PASSED_BY_TRAINER:
+            problems.append(Problem(f"{where}.{key}", "is passed by the trainer itself (from warmup and the step "
+                                    "count), so setting it here is a TypeError when the scheduler is built",
+                                    "Use training.warmup_steps / max_steps instead."))
+        elif not var_kwargs and key not in accepted:
+            from grpo_cli.recipe.hints import did_you_mean
+
+            guess = did_you_mean(str(key), accepted)
+            problems.append(Problem(f"{where}.{key}", f"is not a parameter of the {kind!r} scheduler; transformers "
+                                    "would raise a TypeError when training starts, after the model has loaded",
+                                    (f"Did you mean {guess!r}? " if guess else "")
+                                    + f"It takes: {', '.join(accepted) or 'nothing'}."))
+    missing = [p for p, has_default in params.items() if not has_default and p not in _PASSED_BY_TRAINER
+               and p not in kwargs]
+    if missing:
+        problems.append(Problem(where, f"the {kind!r} scheduler needs {', '.join(missing)}",
+                                f"Add {', '.join(f'{m}: ...' for m in missing)} to lr_scheduler_kwargs."))
+    if kind in ("cosine_with_min_lr", "cosine_warmup_with_min_lr") and not {"min_lr", "min_lr_rate"} & set(kwargs):
+        problems.append(Problem(where, f"the {kind!r} scheduler needs one of min_lr or min_lr_rate",
+                                "Add e.g. `lr_scheduler_kwargs: {min_lr_rate: 0.1}` (open-r1's setting)."))
+    return problems, []
+
+
+def _hub_token() -> str | None:
+    """The token an upload would use (HF_TOKEN or the saved login), without a network call."""
+    if os.environ.get("HF_TOKEN") or os.environ.get("HUGGING_FACE_HUB_TOKEN"):
+        return "env"
+    try:
+        from huggingface_hub import get_token
+    except ImportError:
+        return None
+    return get_token()
+
+
+def hub_problems(recipe: Recipe) -> tuple[list[Problem], list[str]]:
+    """training.push_to_hub / hub_*: a token to upload with, and one upload rather than two."""
+    t = recipe.training
+    values = t.values()
+    problems: list[Problem] = []
+    warnings: list[str] = []
+    if t.get("push_to_hub") or values.get("hub_model_id"):
+        if t.get("push_to_hub") and _hub_token() is None:
+            problems.append(Problem("training.push_to_hub", "uploads every save to the Hub, but there is no Hub "
+                                    "token here (HF_TOKEN unset, no saved login): transformers would fail creating "
+                                    "the repository when training starts, after the model has loaded",
+                                    "Run `huggingface-cli login` or set HF_TOKEN, or drop push_to_hub."))
+        if not t.get("push_to_hub"):
+            warnings.append("training.hub_model_id is set but training.push_to_hub is false: nothing is uploaded "
+                            "during training (use output.push_to_hub to upload the final model)")
+        elif recipe.output.push_to_hub:
+            warnings.append(f"training.push_to_hub uploads each checkpoint (to "
+                            f"{values.get('hub_model_id') or 'a repo named after output.dir'}) and "
+                            f"output.push_to_hub uploads the final model to {recipe.output.push_to_hub} again "
+                            "when training ends; keep one of them unless you want both")
+    if recipe.output.push_to_hub and _hub_token() is None:
+        warnings.append(f"output.push_to_hub={recipe.output.push_to_hub}: there is no Hub token here (HF_TOKEN "
+                        "unset, no saved login), so the final upload will fail; the trained model stays in "
+                        "output.dir and `grpo push` uploads it later")
+    return problems, warnings
+
+
+def eval_flag_problems(recipe: Recipe) -> list[Problem]:
+    """`do_eval: true` alone evaluates nothing: transformers' Trainer reads eval_strategy, not do_eval."""
+    t = recipe.training
+    if t.values().get("do_eval") and str(t.get("eval_strategy") or "no") in ("no", "IntervalStrategy.NO"):
+        return [Problem("training.do_eval", "is true, but transformers' Trainer never reads do_eval: with "
+                        "eval_strategy 'no' nothing would be evaluated",
+                        "Set training.eval_strategy: steps (and eval_steps) with data.eval_split or "
+                        "data.eval_holdout, or use eval.before_after / eval.every_steps; drop do_eval.")]
+    return []
