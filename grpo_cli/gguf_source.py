@@ -125,51 +125,101 @@ def is_gguf_reference(reference: str) -> bool:
     return reference.strip().lower().endswith(GGUF_SUFFIX)
 
 
-def _read_string(f: BinaryIO) -> str:
-    (n,) = struct.unpack("<Q", f.read(8))
-    return f.read(n).decode("utf-8", errors="replace")
+class _Reader:
+    """Reads GGUF header fields from an in-memory prefix of the file (one read, no per-field system calls)."""
 
+    def __init__(self, f: BinaryIO) -> None:
+        self.f = f
+        self.buf = f.read(1 << 22)
+        self.pos = 0
 
-def _skip_or_read(f: BinaryIO, vtype: int) -> Any:
-    if vtype in _SCALARS:
-        fmt = _SCALARS[vtype]
-        (value,) = struct.unpack(fmt, f.read(struct.calcsize(fmt)))
-        return value
-    if vtype == _STRING:
-        return _read_string(f)
-    if vtype == _ARRAY:
-        etype, count = struct.unpack("<IQ", f.read(12))
-        if etype in _SCALARS:
-            f.seek(count * struct.calcsize(_SCALARS[etype]), os.SEEK_CUR)
-        else:
-            for _ in range(count):
-                _skip_or_read(f, etype)
-        return _ArrayLen(count)
-    raise ValueError(f"unknown metadata value type {vtype}")
+    def need(self, n: int) -> None:
+        if self.pos + n > len(self.buf):
+            more = self.f.read(max(n, 1 << 22))
+            if not more:
+                raise ValueError("the file ends inside its header (truncated)")
+            self.buf = self.buf[self.pos:] + more
+            self.pos = 0
+            self.need(n)
+
+    def unpack(self, fmt: str) -> tuple[Any, ...]:
+        size = struct.calcsize(fmt)
+        self.need(size)
+        values = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += size
+        return values
+
+    def string(self) -> str:
+        (n,) = self.unpack("<Q")
+        self.need(n)
+        raw = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return raw.decode("utf-8", errors="replace")
+
+    def skip_strings(self, count: int) -> None:
+        """Skip `count` length-prefixed strings (a tokenizer's vocabulary: tens of thousands), in a tight loop
+        over the buffer, refilling it only when a string crosses its end."""
+        unpack_from, done = struct.unpack_from, 0
+        while done < count:
+            buf, pos, end = self.buf, self.pos, len(self.buf) - 8
+            while done < count and pos <= end:
+                nxt = pos + 8 + unpack_from("<Q", buf, pos)[0]
+                if nxt > len(buf):
+                    break
+                pos, done = nxt, done + 1
+            self.pos = pos
+            if done < count:
+                self.need(8)
+                (n,) = struct.unpack_from("<Q", self.buf, self.pos)
+                self.need(8 + n)
+                self.pos += 8 + n
+                done += 1
+
+    def value(self, vtype: int) -> Any:
+        if vtype in _SCALARS:
+            return self.unpack(_SCALARS[vtype])[0]
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            etype, count = self.unpack("<IQ")
+            if etype in _SCALARS:
+                size = count * struct.calcsize(_SCALARS[etype])
+                self.need(size)
+                self.pos += size
+            elif etype == _STRING:
+                self.skip_strings(count)
+            else:
+                for _ in range(count):
+                    self.value(etype)
+            return _ArrayLen(count)
+        raise ValueError(f"unknown metadata value type {vtype}")
 
 
 def read_header(path: Path) -> GgufInfo:
     """Parse a GGUF file's metadata and tensor table (milliseconds: token arrays are skipped, not decoded)."""
     try:
         with open(path, "rb") as f:
-            if f.read(4) != b"GGUF":
+            r = _Reader(f)
+            r.need(4)
+            if r.buf[:4] != b"GGUF":
                 raise ValueError("it does not start with the GGUF magic bytes")
-            (version,) = struct.unpack("<I", f.read(4))
+            r.pos = 4
+            (version,) = r.unpack("<I")
             if version < 2:
                 raise ValueError(f"GGUF version {version} is too old (transformers reads version 2 and 3)")
-            n_tensors, n_kv = struct.unpack("<QQ", f.read(16))
+            n_tensors, n_kv = r.unpack("<QQ")
             metadata: dict[str, Any] = {}
             for _ in range(n_kv):
-                key = _read_string(f)
-                (vtype,) = struct.unpack("<I", f.read(4))
-                metadata[key] = _skip_or_read(f, vtype)
+                key = r.string()
+                (vtype,) = r.unpack("<I")
+                metadata[key] = r.value(vtype)
             types: dict[str, int] = {}
             params, has_output = 0, False
             for _ in range(n_tensors):
-                name = _read_string(f)
-                (n_dims,) = struct.unpack("<I", f.read(4))
-                dims = struct.unpack(f"<{n_dims}Q", f.read(8 * n_dims))
-                ttype, _offset = struct.unpack("<IQ", f.read(12))
+                name = r.string()
+                (n_dims,) = r.unpack("<I")
+                dims = r.unpack(f"<{n_dims}Q")
+                ttype, _offset = r.unpack("<IQ")
                 tname = GGML_TYPES.get(ttype, f"type {ttype}")
                 types[tname] = types.get(tname, 0) + 1
                 count = 1
