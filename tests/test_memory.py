@@ -181,3 +181,36 @@ def test_weight_bytes_follow_dtype_and_quantization(write_recipe, minimal_dir, d
         assert _b(plan, "weights") == P * expected
     else:  # projections at 0.5625 bytes (nf4 + fp32 scale per 64), embeddings and norms in bf16
         assert _b(plan, "weights") == shape.linear_params * 0.5625 + (P - shape.linear_params) * 2
+
+
+def test_lora_dropout_copies_in_the_plan_match_what_autograd_keeps() -> None:
+    """LoRA with dropout keeps a dropped-out copy of each adapted projection's input and a byte mask: the plan's
+    term for it is held against the bytes a real peft model saves for backward (saved-tensor hooks)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(hidden_size=128, num_hidden_layers=2, intermediate_size=384, num_attention_heads=4,
+                         num_key_value_heads=2, vocab_size=500, tie_word_embeddings=True)
+    ids = torch.randint(0, 500, (4, 64))
+
+    def saved_bytes(dropout: float) -> int:
+        torch.manual_seed(0)
+        model = get_peft_model(Qwen2ForCausalLM(config), LoraConfig(r=8, lora_dropout=dropout,
+                                                                    target_modules="all-linear"))
+        model.train()
+        storages: dict[tuple[int, str], int] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storages[(t.untyped_storage().data_ptr(), str(t.dtype))] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            model.base_model.model.model(input_ids=ids)
+        return sum(storages.values())
+
+    measured = (saved_bytes(0.05) - saved_bytes(0.0)) / (ids.numel() * config.num_hidden_layers)
+    shape = ModelShape.from_config(config.to_dict())
+    planned = shape.lora_dropout_bytes_per_token_layer("all-linear", 4.0)
+    assert measured > 0, "dropout > 0 must keep more for backward than dropout 0"
+    assert 0.8 < planned / measured < 1.2, (planned, measured)

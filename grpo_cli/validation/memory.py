@@ -11,7 +11,8 @@ single/ddp keep gradients and AdamW moments in the weights' dtype, zero2/zero3/f
 master copy and fp32 moments (16 bytes per bf16 param); LoRA adapters are fp32, r x (in + out)
 per adapted projection; ZeRO-3/FSDP shard weights, gradients and optimizer state, ZeRO-2 only the
 last two; a decoder layer keeps about 6h + 3 kv_dim + 4 I values per token for backward (only h
-with gradient checkpointing, plus one recomputed layer); TRL's fused LM head keeps about 7 fp32
+with gradient checkpointing, plus one recomputed layer), and LoRA with dropout > 0 adds a dropped-out copy
+of each adapted projection's input plus its one-byte mask; TRL's fused LM head keeps about 7 fp32
 tiles of at most 4096 tokens x 32768 vocabulary columns (measured on CPU); the generation KV
 cache and the training pass are never alive together, so total = static + max(generation,
 training); 1 GiB of CUDA context.
@@ -268,14 +269,18 @@ def _training_items(recipe: Any, shape: ModelShape, dtype: str,
     per_layer = shape.activation_values_per_token_layer() * ab * tokens
     eager = recipe.model.attn_implementation == "eager"
     scores = 2 * shape.heads * seq * seq * ab * per_device if eager else 0.0
-    full = (per_layer + scores) * shape.layers
-    ckpt = shape.hidden * ab * tokens * shape.layers + per_layer + scores
+    lora = recipe.model.lora
+    dropout = (shape.lora_dropout_bytes_per_token_layer(lora.target_modules, ab) * tokens
+               if lora is not None and lora.dropout > 0 else 0.0)
+    full = (per_layer + scores + dropout) * shape.layers
+    ckpt = shape.hidden * ab * tokens * shape.layers + per_layer + scores + dropout
     use_ckpt = recipe.training.checkpointing()
     chosen, other = (ckpt, full) if use_ckpt else (full, ckpt)
     items = [MemoryItem(
         "activations", chosen,
         f"{tokens:,} tokens/micro-batch, gradient checkpointing {'on' if use_ckpt else 'off'} "
-        f"({'off' if use_ckpt else 'on'}: {other / GIB:.2f} GiB)" + (", eager attention" if eager else ""),
+        f"({'off' if use_ckpt else 'on'}: {other / GIB:.2f} GiB)" + (", eager attention" if eager else "")
+        + (f", LoRA dropout copies {dropout * (1 if use_ckpt else shape.layers) / GIB:.2f} GiB" if dropout else ""),
         "training")]
     # TRL 1.16 scores tokens through a fused LM head in tiles, never the full logits: on CUDA (Triton) only the
     # completion positions, elsewhere every position of the micro-batch.
