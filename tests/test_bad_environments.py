@@ -32,7 +32,7 @@ class Vault:
         if self.mode == "reset":
             raise ValueError("reset broke")
         if self.mode == "reset_hang":
-            time.sleep(60)
+            time.sleep(600)
         if self.mode == "reset_exit":
             sys.exit(4)
         return " go"
@@ -51,7 +51,7 @@ class Vault:
         if self.mode == "reward":
             raise KeyError("score")
         if self.mode == "reward_hang":
-            time.sleep(60)
+            time.sleep(600)
         return 0.5
 '''
 
@@ -97,7 +97,7 @@ def test_check_tools_names_a_broken_reset_or_get_reward(tmp_path: Path, mode: st
     for needle in needles:
         assert needle in flat, f"{needle!r} not in:\n{result.output}"
     assert "reset -> ''" not in flat  # a failed reset is not also shown as an empty observation
-    assert time.perf_counter() - started < 40  # the 60 s sleeps were cut at the 1 s timeout
+    assert time.perf_counter() - started < 120  # a hang guard: the 600 s sleeps were cut at the 1 s timeout
 
 
 def test_check_tools_survives_a_tool_that_calls_sys_exit(tmp_path: Path) -> None:

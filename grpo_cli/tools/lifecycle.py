@@ -49,7 +49,7 @@ def _failure(label: str, exc: BaseException, timeout: float | None, row: str, wh
              fix: str = _FIX) -> GrpoError:
     if isinstance(exc, EnvironmentCallError):
         return exc
-    if isinstance(exc, RewardTimeoutError | TimeoutError) and timeout is not None:
+    if isinstance(exc, RewardTimeoutError) and timeout is not None:  # not a TimeoutError the user's code raised
         return EnvironmentCallError(f"environment {label} did not return within environment.timeout "
                                     f"({timeout:g} s){row}", where="environment.timeout",
                                     fix="Make it faster or raise `environment.timeout` (seconds; null: no limit). "
@@ -80,7 +80,14 @@ def lifecycle_guard(func: Any, cls_name: str, method: str, timeout: float | None
             row = row_of(self, kwargs)
             try:
                 call = func(self, *args, **kwargs)
-                return await (asyncio.wait_for(call, timeout) if timeout else call)
+                if not timeout:
+                    return await call
+                task = asyncio.ensure_future(call)
+                done, _ = await asyncio.wait({task}, timeout=timeout)
+                if not done:
+                    task.cancel()
+                    raise RewardTimeoutError(f"{label} timed out")  # ours, not one the user's code raised
+                return task.result()
             except (Exception, SystemExit) as exc:
                 raise _failure(label, exc, timeout, row, where) from None
 
