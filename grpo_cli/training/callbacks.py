@@ -64,6 +64,7 @@ class RichConsole(TrainerCallback):
         self.progress: Any = None
         self.task: Any = None
         self._last_refresh = 0.0
+        self._drawn = False
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if not state.is_world_process_zero or self.console is None:
@@ -75,9 +76,12 @@ class RichConsole(TrainerCallback):
                                  TimeRemainingColumn(), console=self.console, transient=True, auto_refresh=False)
         self.progress.start()
         self.task = self.progress.add_task("train", total=state.max_steps, completed=state.global_step)
+        # A transient bar is drawn only on a terminal (or in a notebook); redirected to a file or a pipe,
+        # a redraw would build the bar's table and print nothing.
+        self._drawn = bool(self.console.is_terminal or self.console.is_jupyter)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        if self.progress is None:
+        if self.progress is None or not self._drawn:
             return
         now = time.monotonic()
         if now - self._last_refresh > 0.5:  # at most two updates and redraws a second: a step may take 0.1 s
