@@ -51,7 +51,7 @@ def main() -> None:
         "grpo validate recipes/gsm8k.yaml": [*grpo, "validate", "recipes/gsm8k.yaml"],
         "grpo validate recipes/demo.yaml": [*grpo, "validate", "recipes/demo.yaml"],
     }
-    time_command(commands["grpo validate recipes/gsm8k.yaml"], 1)  # warm the TRL-fields cache and .pyc files
+    time_command(commands["grpo validate recipes/gsm8k.yaml"], 1)  # warm the TRL-fields cache and the page cache
     rows = []
     for name, cmd in commands.items():
         t = time_command(cmd, args.runs)
