@@ -1,7 +1,9 @@
 """How long `grpo --help` and `grpo validate` take (target: under 0.3 s each).
 
 Runs each command N times in fresh processes, prints a table of min/median, and appends
-the figures to docs/performance.md.
+the figures to docs/performance.md. grpo's modules are byte-compiled first, as `pip install` leaves
+them: where PYTHONDONTWRITEBYTECODE is set, every run would otherwise compile them from source (about
+a fifth of `grpo validate`). `benchmarks/grpo_vs_trl.py` compares validate with `trl grpo --help`.
 
     python benchmarks/startup.py [--runs 7] [--no-append]
 """
@@ -9,6 +11,7 @@ the figures to docs/performance.md.
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime as dt
 import os
 import platform
@@ -42,12 +45,13 @@ def main() -> None:
     parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
     args = parser.parse_args()
     grpo = _grpo()
+    compileall.compile_dir(str(ROOT / "grpo_cli"), quiet=1)
     commands = {
         "grpo --help": [*grpo, "--help"],
         "grpo validate recipes/gsm8k.yaml": [*grpo, "validate", "recipes/gsm8k.yaml"],
         "grpo validate recipes/demo.yaml": [*grpo, "validate", "recipes/demo.yaml"],
     }
-    time_command(commands["grpo validate recipes/gsm8k.yaml"], 1)  # warm the TRL-fields cache and .pyc files
+    time_command(commands["grpo validate recipes/gsm8k.yaml"], 1)  # warm the TRL-fields cache and the page cache
     rows = []
     for name, cmd in commands.items():
         t = time_command(cmd, args.runs)

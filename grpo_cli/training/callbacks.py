@@ -83,6 +83,7 @@ class RichConsole(TrainerCallback):
         self._last_refresh = 0.0
         self._first_step = 1
         self._began = 0.0
+        self._drawn = False
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if not state.is_world_process_zero or self.console is None:
@@ -99,6 +100,9 @@ class RichConsole(TrainerCallback):
         self._began = time.monotonic()
         start = f" from step {state.global_step}" if state.global_step else ""
         self.console.print(f"training: {state.max_steps} steps{start}", markup=False, soft_wrap=True)
+        # A transient bar is drawn only on a terminal (or in a notebook); redirected to a file or a pipe,
+        # a redraw would build the bar's table and print nothing.
+        self._drawn = bool(self.console.is_terminal or self.console.is_jupyter)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if self.progress is None:
@@ -108,6 +112,8 @@ class RichConsole(TrainerCallback):
             left = state.max_steps - state.global_step
             self.progress.console.print(f"step {state.global_step} took {took:.1f} s; {left} to go "
                                         f"(~{_duration(took * left)} at this pace)", markup=False, soft_wrap=True)
+        if not self._drawn:
+            return
         now = time.monotonic()
         if now - self._last_refresh > 0.5:  # at most two updates and redraws a second: a step may take 0.1 s
             self._last_refresh = now
