@@ -35,7 +35,7 @@ def test_two_lora_steps_on_the_real_model_then_merge_and_reload(tmp_path: Path) 
     # Two rewards so that a group's completions differ in reward (a flat group has no gradient in GRPO).
     recipe = tmp_path / "smoke.yaml"
     recipe.write_text(f"extends: {RECIPE}\n"
-                      "rewards:\n  - {name: accuracy, params: {answer_format: answer_tag}}\n"
+                      "rewards:\n  - {name: accuracy, params: {answer_format: last_number}}\n"
                       "  - {name: length, weight: 0.1, params: {target: 8}}\n", encoding="utf-8")
     out = tmp_path / "run"
     result = run_cli("train", recipe, "-o", out, "--force", "training.max_steps=2", "training.logging_steps=1",

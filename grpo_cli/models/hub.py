@@ -51,8 +51,13 @@ HUB_NAME_LIMIT = 96
 _HUB_PART = re.compile(r"^[\w.-]+$")
 
 
-def check_repo_id(repo_id: str, where: str = "REPO_ID") -> None:
-    """A clear error for an id the Hub would refuse, before anything is written or uploaded."""
+def check_repo_id(repo_id: str, where: str = "REPO_ID", *, bare_ok: bool = False) -> None:
+    """A clear error for an id the Hub would refuse, before anything is written or uploaded.
+
+    `bare_ok`: a name without owner is taken as the logged-in user's (output.push_to_hub; see `full_repo_id`).
+    """
+    if bare_ok and "/" not in repo_id:
+        repo_id = f"user/{repo_id}"
     owner, _, name = repo_id.partition("/")
     if not owner or not name or "/" in name:
         raise GrpoError(f"{repo_id!r} is not a Hub repository id", where=where, fix="Use `user/name` or `org/name`.")
@@ -151,12 +156,14 @@ def _recipe_base(folder: Path) -> str | None:
 def push_run(run_dir: str | Path, repo_id: str, *, private: bool = True, dry_run: bool = False,
              base_model: str | None = None) -> StagedPush:
     """Stage, then create the repo (if needed) and upload the staged files in one commit."""
-    staged = stage_run(run_dir, repo_id, base_model)
-    if dry_run:
-        return staged
     from huggingface_hub import CommitOperationAdd, HfApi
 
     api = HfApi()
+    if "/" not in repo_id and not dry_run:
+        repo_id = full_repo_id(api, repo_id)
+    staged = stage_run(run_dir, repo_id if "/" in repo_id else f"user/{repo_id}", base_model)
+    if dry_run:
+        return staged
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=staged.replaced.get(name)
                                      or str(staged.folder / name)) for name in staged.files]
     try:
@@ -170,6 +177,17 @@ def push_run(run_dir: str | Path, repo_id: str, *, private: bool = True, dry_run
                             "HF_HUB_OFFLINE is not set; `grpo push --dry-run` shows what would be sent.") from None
     staged.url = str(url)
     return staged
+
+
+def full_repo_id(api: Any, name: str) -> str:
+    """`name` in the namespace of the logged-in user (a recipe may name the repo alone, as TRL's hub_model_id)."""
+    try:
+        user = api.whoami()["name"]
+    except Exception as exc:  # noqa: BLE001 - no token, offline: the same to the user
+        raise GrpoError(f"output.push_to_hub names {name!r} without an owner, and the logged-in user cannot be "
+                        f"found: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}", where="push",
+                        fix="Log in with `huggingface-cli login` (or set HF_TOKEN), or write `user/name`.") from None
+    return f"{user}/{name}"
 
 
 def finish_run_card(recipe: Any, out: Path, console: Any = None) -> Path | None:

@@ -218,7 +218,7 @@ def _push_check(recipe: Recipe, pf: Preflight) -> None:
         from grpo_cli.models.hub import check_repo_id
 
         try:
-            check_repo_id(recipe.output.push_to_hub, where="output.push_to_hub")
+            check_repo_id(recipe.output.push_to_hub, where="output.push_to_hub", bare_ok=True)
         except GrpoError as exc:
             pf.problems.extend(exc.problems)
 
