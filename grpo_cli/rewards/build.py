@@ -16,8 +16,9 @@ def build_reward_funcs(recipe: Any, *, training: bool = True) -> list[Any]:
     """
     funcs: list[Any] = []
     for i, entry in enumerate(recipe.rewards):
-        if entry.parallel > 1 and entry.kind != "model" and not pools_itself(entry):
-            func: Any = ParallelReward(entry, recipe.base_dir, entry.parallel, index=i)
+        workers = entry.workers
+        if workers > 1 and entry.kind != "model" and not pools_itself(entry):
+            func: Any = ParallelReward(entry, recipe.base_dir, workers, index=i)
         else:
             func = load_reward(entry, recipe.base_dir, i)
         if training and isinstance(func, BoundReward | ParallelReward):
