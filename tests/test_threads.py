@@ -94,7 +94,7 @@ def test_a_reward_pool_can_take_the_free_cores(write_recipe, no_user_threads: No
 
     loaded = load_recipe(recipe)
     free = free_cores(own=1.0)
-    assert loaded.rewards[0].workers == free
+    assert loaded.rewards[0].parallel == "auto"
     plan = run_cli("validate", recipe, "--json")
     assert plan.exit_code == 0, plan.output
     assert json.loads(plan.output)["plan"]["reward pools"].startswith(f"accuracy: {free} process")

@@ -40,15 +40,6 @@ class RewardEntry(Section):
         if isinstance(value, str) and value.isdigit():
             return int(value)
         raise ValueError(f"must be a number of processes (0: no pool) or `auto` (one per free core), got {value!r}")
-
-    @property
-    def workers(self) -> int:
-        """The processes `parallel` asks for now (`auto` resolved from the free cores)."""
-        if self.parallel == "auto":
-            from grpo_cli.threads import free_cores
-
-            return free_cores(own=1.0)  # the training process waits while its reward pool scores
-        return int(self.parallel)
     timeout: float | None = Field(DEFAULT_TIMEOUT_S, gt=0)
     """Seconds one call of a code reward may take (a call scores a whole generation batch). A call that runs
     longer stops `grpo train` with an error naming the reward, and is a violation in `grpo check-rewards`.
