@@ -130,3 +130,9 @@ def launch_env_threads(plan: ThreadPlan, env: dict[str, str]) -> None:
     if plan.reason.startswith(THREADS_ENV):
         return
     env[THREADS_ENV] = env[CHOSEN_ENV] = str(plan.torch_threads)
+
+
+def pool_workers(parallel: int | str) -> int:
+    """Processes for a reward's `parallel`: `auto` is the cores other work leaves free (this process waits
+    while its pool scores, so its own core counts as free)."""
+    return free_cores(own=1.0) if parallel == "auto" else int(parallel)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import RECIPES, run_cli
 
 
 def _paragraph(result, *needles: str) -> str:
@@ -181,3 +181,10 @@ def test_print_of_a_huge_string_value_does_not_hang(demo_copy: Path) -> None:
                           cwd=demo_copy.parent, capture_output=True, timeout=120, env={**os.environ, "COLUMNS": "100"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert b"x" * 20_000_000 in proc.stdout  # printed whole, not wrapped into 200,000 lines
+
+
+def test_a_list_index_written_with_a_dot_gets_the_bracket_form() -> None:
+    out = _paragraph(run_cli("validate", RECIPES / "demo.yaml", "rewards.0.weight=2"), "rewards.0.weight=2",
+                     "`rewards[0].weight=2`")
+    assert "TypeError" not in out
+    assert run_cli("validate", RECIPES / "demo.yaml", "rewards[0].weight=2").exit_code == 0

@@ -78,3 +78,27 @@ def test_train_uses_the_threads_it_announces(tmp_path: Path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["hardware"]["torch_threads"] == 2
     assert manifest["threads"].startswith("2 torch threads")
+
+
+def test_a_reward_pool_can_take_the_free_cores(write_recipe, no_user_threads: None) -> None:
+    recipe = write_recipe(f"""
+        extends: {RECIPES / "demo.yaml"}
+        rewards:
+          - name: accuracy
+            params: {{answer_format: first_number}}
+            parallel: auto
+    """)
+    from grpo_cli import load_recipe
+    from grpo_cli.rewards import build_reward_funcs
+    from grpo_cli.rewards.parallel import ParallelReward
+
+    loaded = load_recipe(recipe)
+    free = free_cores(own=1.0)
+    assert loaded.rewards[0].parallel == "auto"
+    plan = run_cli("validate", recipe, "--json")
+    assert plan.exit_code == 0, plan.output
+    assert json.loads(plan.output)["plan"]["reward pools"].startswith(f"accuracy: {free} process")
+    funcs = build_reward_funcs(loaded)
+    assert isinstance(funcs[0], ParallelReward) == (free > 1)  # one free core: scored in-process, no pool
+    bad = run_cli("validate", write_recipe(recipe.read_text().replace("auto", "many"), "bad.yaml"))
+    assert bad.exit_code == 2 and "rewards[0].parallel: must be a number of processes" in bad.output

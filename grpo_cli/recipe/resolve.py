@@ -163,6 +163,14 @@ def parse_overrides(overrides: list[str]) -> DictConfig:
 
 def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
     """`cfg` with the overrides applied in order; list elements are addressed as `rewards[0].weight`."""
+    for item in overrides:  # `rewards.0.weight`: a list index written as a key, which merging cannot place
+        key = item.split("=", 1)[0]
+        parts = key.split(".")
+        for i, part in enumerate(parts[1:], start=1):
+            if part.isdigit():
+                fixed = ".".join(parts[:i]) + f"[{part}]" + "".join(f".{p}" for p in parts[i + 1:])
+                raise GrpoError(f"override {item!r} addresses a list entry with a dot", where="command line",
+                                fix=f"Write list indices in brackets: `{fixed}={item.split('=', 1)[1]}`.")
     plain = parse_overrides(overrides)
     cfg = OmegaConf.merge(cfg, plain)
     for item in overrides:

@@ -6,6 +6,7 @@ from typing import Any
 
 from grpo_cli.rewards.loaders import BoundReward, load_reward, pools_itself
 from grpo_cli.rewards.parallel import ParallelReward
+from grpo_cli.threads import pool_workers
 
 
 def build_reward_funcs(recipe: Any, *, training: bool = True) -> list[Any]:
@@ -16,8 +17,9 @@ def build_reward_funcs(recipe: Any, *, training: bool = True) -> list[Any]:
     """
     funcs: list[Any] = []
     for i, entry in enumerate(recipe.rewards):
-        if entry.parallel > 1 and entry.kind != "model" and not pools_itself(entry):
-            func: Any = ParallelReward(entry, recipe.base_dir, entry.parallel, index=i)
+        workers = pool_workers(entry.parallel)
+        if workers > 1 and entry.kind != "model" and not pools_itself(entry):
+            func: Any = ParallelReward(entry, recipe.base_dir, workers, index=i)
         else:
             func = load_reward(entry, recipe.base_dir, i)
         if training and isinstance(func, BoundReward | ParallelReward):

@@ -368,8 +368,8 @@ def load_reward(entry: RewardEntry, base_dir: Path, index: int | None = None) ->
     func = get_builtin(entry.name or "") if entry.kind == "builtin" else _import_function(entry, base_dir, index)
     wrapper = AsyncBoundReward if is_async_reward(func) else BoundReward
     params = dict(entry.params)
-    if pools_itself(entry) and entry.parallel > 0:
-        params.setdefault("parallel", entry.parallel)
+    if pools_itself(entry) and entry.parallel != "auto" and entry.parallel > 0:
+        params.setdefault("parallel", entry.parallel)  # `auto` and 0: the sandboxes get the free cores
     return wrapper(func, params, entry.label, entry.timeout)
 
 

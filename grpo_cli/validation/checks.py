@@ -319,6 +319,13 @@ def _memory(recipe: Recipe, pf: Preflight) -> None:
 
     pf.plan["launch"] = world_size_explanation(recipe) + f", vLLM {recipe.launch.vllm.mode}"
     pf.plan["threads"] = thread_plan(recipe).describe(sandboxes=any(e.name == "code" for e in recipe.rewards))
+    from grpo_cli.threads import pool_workers
+
+    pools = [f"{e.label}: {pool_workers(e.parallel)} process{'es' if pool_workers(e.parallel) != 1 else ''}"
+             + (" (auto: the free cores; 1 means no pool)" if e.parallel == "auto" else "")
+             for e in recipe.rewards if e.name != "code" and (e.parallel == "auto" or e.parallel > 1)]
+    if pools:
+        pf.plan["reward pools"] = "; ".join(pools)
     if recipe.launch.profile == "cpu":
         return
     plan, why = memory_plan(recipe)

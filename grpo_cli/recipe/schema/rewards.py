@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from grpo_cli.recipe.schema.common import Section
 
@@ -26,9 +26,20 @@ class RewardEntry(Section):
     """Weight of this reward in the total (TRL's reward_weights)."""
     params: dict[str, Any] = Field(default_factory=dict)
     """Keyword arguments bound to the reward function."""
-    parallel: int = Field(0, ge=0)
-    """Score rows in a pool of this many processes (for slow rewards like math-verify). The `code` built-in
-    runs its sandboxes in parallel already (one per CPU when 0); for it this sets how many."""
+    parallel: Annotated[int, Field(ge=0)] | Literal["auto"] = 0
+    """Score rows in a pool of this many processes (for slow rewards like math-verify); `auto`: one per core
+    that other work leaves free when training starts (no pool when only one is). The `code` built-in runs its
+    sandboxes in parallel already (one per free core when 0 or `auto`); for it this sets how many."""
+
+    @field_validator("parallel", mode="before")
+    @classmethod
+    def _parallel(cls, value: Any) -> Any:
+        """One clear problem for a bad value, not one per member of the union."""
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return value
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+        raise ValueError(f"must be a number of processes (0: no pool) or `auto` (one per free core), got {value!r}")
     timeout: float | None = Field(DEFAULT_TIMEOUT_S, gt=0)
     """Seconds one call of a code reward may take (a call scores a whole generation batch). A call that runs
     longer stops `grpo train` with an error naming the reward, and is a violation in `grpo check-rewards`.

@@ -268,7 +268,7 @@ def code(
         memory_mb: address-space limit per sandboxed process, in MiB.
         backend: `local` (the warm sandbox), or `piston` / `sandbox-fusion`: each test sent to that server.
         backend_url: its base address (default `http://localhost:2000` Piston, `http://localhost:8080` Fusion).
-        parallel: completions scored at once; 0 means one per CPU. Set it with the entry's `parallel:`.
+        parallel: completions scored at once; 0 means one per free core. Set it with the entry's `parallel:`.
 
     Returns:
         0 ... 1; None for a row without tests.
