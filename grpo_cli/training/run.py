@@ -251,12 +251,15 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     extras = run_callbacks(recipe, run.out, run.manifest, run.loaded.processing_class, run.data.eval, run.console)
     run.callbacks += extras
     data = run.data
-    trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
-                                     train_dataset=data.train,
-                                     eval_dataset=data.eval if config.eval_strategy != "no" else None,
-                                     processing_class=run.loaded.processing_class, peft_config=run.loaded.peft_config,
-                                     callbacks=run.callbacks,
-                                     **(run.toolset.trainer_kwargs() if run.toolset else {}))
+    from grpo_cli.training.vllm_cpu import vllm_on_cpu
+
+    with vllm_on_cpu(recipe.launch.vllm.mode, run.loaded.device):  # vLLM's CPU build: environment and weight sync
+        trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
+                                         train_dataset=data.train,
+                                         eval_dataset=data.eval if config.eval_strategy != "no" else None,
+                                         processing_class=run.loaded.processing_class,
+                                         peft_config=run.loaded.peft_config, callbacks=run.callbacks,
+                                         **(run.toolset.trainer_kwargs() if run.toolset else {}))
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
