@@ -8,7 +8,8 @@ CHUNK_BYTES, base64 in JSON, then one reload. On a CUDA device the subclass is T
 
 Colocate mode on CPU needs a fix too: TRL writes each tensor into the vLLM model's parameters, but
 vLLM's CPU linear layers run on weights repacked for oneDNN at load time, so the written values would
-never be used. grpo routes the colocate sync through vLLM's `reload_weights`, which repacks.
+never be used. grpo routes the colocate sync through vLLM's `reload_weights`, which repacks
+(vllm_receiver.reload_into, shared with the server side).
 """
 
 from __future__ import annotations
@@ -99,10 +100,15 @@ def client_class() -> type:
 
 
 def _colocate_sync_on_cpu(self: Any) -> None:
-    """TRL's VLLMGeneration.sync_weights for colocate mode on CPU: one reload (which repacks) instead of writes."""
+    """TRL's VLLMGeneration.sync_weights for colocate mode on CPU: one reload (which repacks) instead of writes.
+
+    TRL's `load_weights` per tensor fails on CPU (`'Parameter' object has no attribute 'weight_loader'` once
+    vLLM has repacked the layers) or, where it passes, writes where the kernels no longer read.
+    """
+    from grpo_cli.training.vllm_receiver import reload_into
+
     runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
-    runner.reload_weights(weights_iterator=((n, p.detach()) for n, p in self._iter_named_params()),
-                          is_checkpoint_format=True)
+    reload_into(runner, ((n, p.detach()) for n, p in self._iter_named_params()))
     self.llm.reset_prefix_cache()
 
 

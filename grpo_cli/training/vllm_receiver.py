@@ -15,14 +15,26 @@ from typing import Any
 PROTOCOL = "grpo-cpu-weight-sync/1"
 
 
-class WeightReceiver:
-    """Receives the trainer's weights in chunks, then loads them all at once.
+def reload_into(runner: Any, named: Any) -> None:
+    """Load checkpoint-format (name, tensor) pairs into a vLLM model runner so that its kernels use them.
 
-    Loading goes through the model runner's `reload_weights`: on CPU, vLLM repacks each linear layer's
-    weight for oneDNN after loading (and drops the original), so writing into the parameters, as TRL's
-    colocate path does, would not reach the kernels. reload_weights restores the layers, loads and
-    repacks them.
+    On CPU vLLM repacks each linear layer's weight for oneDNN after loading and drops the original, so
+    writing into the parameters (TRL's colocate `load_weights`) would not reach the kernels: the runner's
+    `reload_weights` restores the layers, loads and repacks. Its layerwise reload processes a tied weight
+    once, in `embed_tokens`, which leaves the LM head's packed copy of the old embedding behind (measured:
+    log-probs 2 nats off after one sync); those heads are repacked from the reloaded weight here.
     """
+    runner.reload_weights(weights_iterator=named, is_checkpoint_format=True)
+    from vllm.model_executor.layers.utils import dispatch_cpu_unquantized_gemm
+    from vllm.model_executor.layers.vocab_parallel_embedding import VocabParallelEmbedding
+
+    for module in runner.get_model().modules():
+        if isinstance(module, VocabParallelEmbedding) and hasattr(module, "cpu_linear") and module.weight.numel():
+            dispatch_cpu_unquantized_gemm(module, remove_weight=False)
+
+
+class WeightReceiver:
+    """Receives the trainer's weights in chunks, then loads them all at once (`reload_into`)."""
 
     model_runner: Any  # vLLM's worker attribute
 
@@ -42,7 +54,7 @@ class WeightReceiver:
         """Load every staged tensor into the model (one reload, so each layer is repacked once)."""
         staged: dict[str, Any] = self.__dict__.pop("_grpo_staged", {})
         if staged:
-            self.model_runner.reload_weights(weights_iterator=iter(staged.items()), is_checkpoint_format=True)
+            reload_into(self.model_runner, iter(staged.items()))
         return len(staged)
 
     def grpo_weight_digest(self, names: str) -> dict[str, list[float]]:
