@@ -107,10 +107,12 @@ def test_colocate_trains_the_demo_and_vllm_samples_with_the_trainers_weights_aft
     assert {r["dtype"] for r in records} == {"torch.bfloat16"}  # vLLM downcasts the float32 demo model
     for step, r in enumerate(records):
         assert r["exact"] > 0 and not r["mismatched"], (step, r["mismatched"])
-        assert r["gap"] < 0.05, (step, r["gap"])  # bf16 kernels vs bf16 torch: same weights, same numbers
+        # vLLM's bf16 kernels vs torch in bf16 on the same weights: 0.03-0.08 nats measured. Stale weights show
+        # more: vLLM's own reload left the tied LM head stale, 0.2 nats off within 20 steps (grpo repacks it).
+        assert r["gap"] < 0.15, (step, r["gap"])
     first, last = records[0]["fp32"], records[-1]["fp32"]
     drift = max(abs(a - b) for s0, s1 in zip(first, last, strict=True) for a, b in zip(s0, s1, strict=True))
-    assert drift > 0.5, drift  # the trainer moved far beyond the gap: stale vLLM weights would have shown
+    assert drift > 1.0, drift  # the trainer moved far beyond the gap: stale vLLM weights would have shown
     logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train_logs = [r for r in logs if "sampling/importance_sampling_ratio/mean" in r]
     assert train_logs and all(0.5 < r["sampling/importance_sampling_ratio/mean"] < 2 for r in train_logs)
