@@ -89,6 +89,7 @@ def test_server_command_on_cpu_loads_grpos_weight_receiver() -> None:
     cmd = vllm_serve_command(recipe)
     assert cmd[cmd.index("--worker-extension-cls") + 1] == RECEIVER
     assert cmd[cmd.index("--dtype") + 1] == "float32"
+    assert "--enforce-eager" in cmd  # no torch.compile at start-up on CPU (minutes on 2 cores)
     env = server_env(recipe)
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_TARGET_DEVICE"] == "cpu"
     printed = run_cli("vllm-serve", DEMO, "launch.vllm.mode=server", "--print-only")

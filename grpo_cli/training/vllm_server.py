@@ -73,6 +73,8 @@ def vllm_serve_command(recipe: Any) -> list[str]:
         args["gpu_memory_utilization"] = v.gpu_memory_utilization
     if m.dtype != "auto":
         args["dtype"] = m.dtype
+    if vllm_runs_on_cpu(recipe):  # torch.compile at start-up: 147 s vs 39 s eager for the demo (performance.md)
+        args["enforce_eager"] = True
     full = build_command(ScriptArguments(**args))  # [python, -m, vllm.entrypoints.cli.main, serve, ...]
     cmd = ["vllm", *full[full.index("serve"):]]
     if vllm_runs_on_cpu(recipe):  # no NCCL: the trainer sends weights to grpo's receiver (training/vllm_cpu.py)
