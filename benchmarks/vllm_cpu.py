@@ -137,6 +137,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--skip-steps", action="store_true")
     parser.add_argument("--skip-large", action="store_true")
+    parser.add_argument("--skip-generation", action="store_true")
     parser.add_argument("--no-append", action="store_true")
     args = parser.parse_args()
     import torch
@@ -147,9 +148,9 @@ def main() -> None:
             "| vLLM engine start (s) |", "|---|---:|---:|---:|---:|---:|"]
     with tempfile.TemporaryDirectory() as tmp:
         models = [("tiny-arith (115k, demo)", ASSETS_DIR / "tiny-arith")]
-        if not args.skip_large:
+        if not args.skip_large and not args.skip_generation:
             models.append(("SmolLM2-135M shape, random init", _large_model(Path(tmp) / "smol")))
-        for label, path in models:
+        for label, path in [] if args.skip_generation else models:
             for tokens in map(int, args.tokens.split(",")):
                 hf = _transformers_rate(path, prompts, args.k, tokens)
                 bf16, start = _vllm_rate(path, prompts, args.k, tokens, "bfloat16")
