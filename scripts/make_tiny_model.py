@@ -57,8 +57,8 @@ NOISE_OFFSETS = (-2, -1, 1, 2)  # otherwise the label is the answer plus one of 
 # ---- the model -----------------------------------------------------------------------------------
 HIDDEN = 64
 LAYERS = 2
-HEADS = 4
-KV_HEADS = 2
+HEADS = 2  # head size 32: the smallest vLLM's CPU attention takes (32..512)
+KV_HEADS = 1
 INTERMEDIATE = 192
 
 # ---- pre-training --------------------------------------------------------------------------------

@@ -186,8 +186,8 @@ def make_model(processor: LlavaProcessor) -> LlavaForConditionalGeneration:
         hidden_size=TEXT_HIDDEN,
         intermediate_size=3 * TEXT_HIDDEN,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=2,  # head size 32: the smallest vLLM's CPU attention takes (32..512)
+        num_key_value_heads=1,
         max_position_embeddings=256,
         tie_word_embeddings=True,
         bos_token_id=tok.bos_token_id,

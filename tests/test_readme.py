@@ -24,8 +24,10 @@ def test_readme_has_exactly_two_setup_commands() -> None:
 def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     commands = [line for line in ci.splitlines() if line.strip() and not line.startswith(("#", "set ", "cd "))]
-    # Only system packages for the Slurm test may come first (scripts/install_slurm.sh never fails the run).
-    assert commands == ["scripts/install_slurm.sh", _bash_blocks()[1]]
+    # Only system packages for the Slurm test may come first (scripts/install_slurm.sh never fails the run);
+    # after it, only the separate vLLM step: its own environment and the tests marked vllm.
+    assert commands[:2] == ["scripts/install_slurm.sh", _bash_blocks()[1]]
+    assert all("install_vllm_cpu.sh" in c or "-m vllm" in c for c in commands[2:]), commands[2:]
 
 
 def test_readme_links_exist() -> None:

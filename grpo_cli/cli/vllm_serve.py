@@ -24,9 +24,9 @@ def vllm_serve(
         loaded = load(recipe, overrides)
         cmd = vllm_serve_command(loaded)
         env = server_gpu_env(loaded)
-        prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in {**env, **server_env()}.items())
+        prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in {**env, **server_env(loaded)}.items())
         console.print(prefix + shlex.join(cmd), markup=False, soft_wrap=True)
         if not print_only:
-            exec_server(cmd, env)
+            exec_server(cmd, env, loaded)
 
     run_guarded(body)

@@ -9,7 +9,7 @@ BACKENDS = ("auto", "transformers", "vllm")
 
 def check_backend(backend: str, *, images: bool = False, tools: bool = False, profile: str = "single") -> bool:
     """Validate --backend before any model loads; True when vLLM will be used."""
-    from grpo_cli.evaluation.sampling_vllm import vllm_available
+    from grpo_cli.evaluation.sampling_vllm import vllm_available, vllm_usable
 
     if backend not in BACKENDS:
         raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
@@ -19,7 +19,8 @@ def check_backend(backend: str, *, images: bool = False, tools: bool = False, pr
     if images and backend == "vllm":
         raise GrpoError("grpo eval's vLLM backend does not pass images yet", where="--backend",
                         fix="Use --backend transformers (the default picks it for image rows).")
-    if backend == "vllm" and not vllm_available():
-        raise GrpoError("--backend vllm needs vLLM installed and a CUDA GPU", where="--backend",
-                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or use --backend transformers.")
+    if backend == "vllm" and not vllm_usable():
+        raise GrpoError("--backend vllm needs vLLM with a CUDA GPU, or vLLM's CPU build", where="--backend",
+                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or build the CPU environment with "
+                            "scripts/install_vllm_cpu.sh (see docs/distributed.md), or use --backend transformers.")
     return not images and not tools and (backend == "vllm" or (backend == "auto" and vllm_available(profile)))

@@ -4,7 +4,8 @@
 - config.py: recipe -> GRPOConfig keyword arguments.
 - callbacks.py / health.py: console, metrics.jsonl, graceful stop, health guards.
 - launch.py: re-launch `grpo train` under accelerate (ddp, zero2/3, fsdp, multi-node).
-- vllm_server.py: the `grpo vllm-serve` command and the wait for a server.
+- vllm_server.py: the `grpo vllm-serve` command, the wait for a server and stopping one.
+- vllm_cpu.py / vllm_receiver.py: vLLM on CPU (environment, grpo's CPU weight sync: client and server side).
 - task_metric.py: eval.every_steps (task metric, best/, early stop); completions.py: completions.jsonl.
 - report.py: `grpo report` (curves PNG + Markdown summary), also written after every run.
 Importing this package stays light; transformers and TRL load when a run starts.

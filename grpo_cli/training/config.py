@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.schema import Recipe
 
 
@@ -33,6 +34,9 @@ def grpo_config_kwargs(recipe: Recipe, out: Path, dtype: str, device: str) -> di
     v = recipe.launch.vllm
     if v.mode != "off":
         kw.update(use_vllm=True, vllm_mode=v.mode, vllm_tensor_parallel_size=v.tensor_parallel_size)
+        if v.mode == "colocate" and v.enable_sleep_mode and device == "cpu":
+            raise GrpoError("vLLM's sleep mode needs a GPU, and this run is on the CPU",
+                            where="launch.vllm.enable_sleep_mode", fix="Set `launch.vllm.enable_sleep_mode: false`.")
         if v.mode == "colocate":
             kw.update(vllm_gpu_memory_utilization=v.gpu_memory_utilization, vllm_enable_sleep_mode=v.enable_sleep_mode)
         else:

@@ -274,12 +274,15 @@ def _make_trainer(run: _Run, config: Any) -> Any:
 
     run.callbacks += load_callbacks(recipe)  # the recipe's own, after grpo's (they see the same events)
     data = run.data
-    trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
-                                     train_dataset=data.train,
-                                     eval_dataset=data.eval if config.eval_strategy != "no" else None,
-                                     processing_class=run.loaded.processing_class, peft_config=run.loaded.peft_config,
-                                     callbacks=run.callbacks,
-                                     **(run.toolset.trainer_kwargs() if run.toolset else {}))
+    from grpo_cli.training.vllm_cpu import vllm_on_cpu
+
+    with vllm_on_cpu(recipe.launch.vllm.mode, run.loaded.device):  # vLLM's CPU build: environment and weight sync
+        trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
+                                         train_dataset=data.train,
+                                         eval_dataset=data.eval if config.eval_strategy != "no" else None,
+                                         processing_class=run.loaded.processing_class,
+                                         peft_config=run.loaded.peft_config, callbacks=run.callbacks,
+                                         **(run.toolset.trainer_kwargs() if run.toolset else {}))
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     timer.attach(trainer)
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it

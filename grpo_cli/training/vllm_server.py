@@ -9,13 +9,17 @@ in seconds with the command to start it, not after minutes of model loading.
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.validation.vllm_support import cpu_env, vllm_runs_on_cpu
 
 # The path TRL 1.16's VLLMClient polls (vLLM's own server answers it; `/health/` redirects there).
 HEALTH_PATH = "/health"
@@ -69,13 +73,24 @@ def vllm_serve_command(recipe: Any) -> list[str]:
         args["gpu_memory_utilization"] = v.gpu_memory_utilization
     if m.dtype != "auto":
         args["dtype"] = m.dtype
+    if vllm_runs_on_cpu(recipe):  # torch.compile at start-up: 147 s vs 39 s eager for the demo (performance.md)
+        args["enforce_eager"] = True
     full = build_command(ScriptArguments(**args))  # [python, -m, vllm.entrypoints.cli.main, serve, ...]
-    return ["vllm", *full[full.index("serve"):]]
+    cmd = ["vllm", *full[full.index("serve"):]]
+    if vllm_runs_on_cpu(recipe):  # no NCCL: the trainer sends weights to grpo's receiver (training/vllm_cpu.py)
+        from grpo_cli.training.vllm_cpu import RECEIVER
+
+        cmd += ["--worker-extension-cls", RECEIVER]
+    return cmd
 
 
-def server_env() -> dict[str, str]:
-    """The environment TRL 1.16 documents for the server: its weight-sync endpoints need vLLM's dev mode."""
-    return {"VLLM_SERVER_DEV_MODE": "1"}
+def server_env(recipe: Any = None) -> dict[str, str]:
+    """The environment TRL 1.16 documents for the server (its weight-sync endpoints need vLLM's dev mode),
+    plus what vLLM's CPU build needs when it runs on the CPU."""
+    env = {"VLLM_SERVER_DEV_MODE": "1"}
+    if recipe is not None and vllm_runs_on_cpu(recipe):
+        env.update(cpu_env())
+    return env
 
 
 def server_gpu_env(recipe: Any, gpus: int | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -97,7 +112,7 @@ def server_gpu_env(recipe: Any, gpus: int | None = None, environ: dict[str, str]
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus - k, gpus))}
 
 
-def exec_server(cmd: list[str], extra_env: dict[str, str]) -> None:
+def exec_server(cmd: list[str], extra_env: dict[str, str], recipe: Any = None) -> None:
     """Replace this process with the server (signals and exit code then belong to vLLM)."""
     from grpo_cli.validation.topology import installed
 
@@ -107,18 +122,24 @@ def exec_server(cmd: list[str], extra_env: dict[str, str]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     argv = [sys.executable, "-m", "vllm.entrypoints.cli.main", *cmd[1:]]  # `vllm` of this environment
-    os.execve(sys.executable, argv, {**os.environ, **server_env(), **extra_env})
+    os.execve(sys.executable, argv, {**os.environ, **server_env(recipe), **extra_env})
 
 
-def wait_for_server(base_url: str, timeout: float, *, interval: float = 1.0, recipe_source: str = "") -> None:
-    """Poll GET {base_url}/health until it answers 200; GrpoError after `timeout` seconds."""
+def wait_for_server(base_url: str, timeout: float, *, interval: float = 1.0, recipe_source: str = "",
+                    alive: Callable[[], bool] | None = None) -> None:
+    """Poll GET {base_url}/health until it answers 200; GrpoError after `timeout` seconds.
+
+    Each poll waits at most 10 s for an answer, so a server busy loading on a loaded machine is asked
+    again rather than given up on. `alive` (for a server this process started) ends the wait as soon as
+    the server has exited instead of polling a dead port until the timeout.
+    """
     url = base_url.rstrip("/") + HEALTH_PATH
     deadline = time.monotonic() + timeout
     last = "no answer"
     while True:
         remaining = deadline - time.monotonic()
         try:
-            with urllib.request.urlopen(url, timeout=max(0.1, min(5.0, remaining))) as response:
+            with urllib.request.urlopen(url, timeout=max(0.1, min(10.0, remaining))) as response:
                 if response.status == 200:
                     return
                 last = f"HTTP {response.status}"
@@ -127,6 +148,9 @@ def wait_for_server(base_url: str, timeout: float, *, interval: float = 1.0, rec
         except (urllib.error.URLError, OSError) as exc:
             reason = getattr(exc, "reason", exc)
             last = str(reason) or type(exc).__name__
+        if alive is not None and not alive():
+            raise GrpoError(f"the vLLM server for {url} exited while starting ({last})", where="launch.vllm",
+                            fix="Read its log above; `grpo doctor RECIPE` checks the vLLM environment.")
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             break
@@ -134,4 +158,31 @@ def wait_for_server(base_url: str, timeout: float, *, interval: float = 1.0, rec
     recipe = recipe_source or "RECIPE"
     raise GrpoError(f"no vLLM server answered at {url} within {timeout:g}s ({last})", where="launch.vllm",
                     fix=f"Start it first, on the GPU(s) training leaves free: `grpo vllm-serve {recipe}` (same recipe, "
-                        "so host and port match), or raise `launch.vllm.server_timeout` if it is still loading.")
+                        "so host and port match), or raise `launch.vllm.server_timeout` if it is still loading "
+                        "(on CPU vLLM took 64-204 s to start on a loaded 2-core machine).")
+
+
+def stop_server(proc: subprocess.Popen, grace: float = 30.0) -> int | None:
+    """Stop a server started in its own session (`start_new_session=True`): SIGTERM to its process group
+    (the API server and its engine core), SIGKILL to what is left after `grace` seconds. Its exit code."""
+    try:
+        pgid = os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return proc.poll()
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        try:
+            os.killpg(pgid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        try:  # the API server is gone; its engine core may still be shutting down
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline:
+                os.killpg(pgid, 0)
+                time.sleep(0.2)
+        except ProcessLookupError:
+            break
+    return proc.poll()

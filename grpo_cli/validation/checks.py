@@ -280,8 +280,26 @@ def preflight(recipe: Recipe) -> Preflight:
     vision_checks(recipe, pf)
     if tools:
         pf.plan["tools"] = tools
+    _vllm_checks(recipe, pf)
     _memory(recipe, pf)
     return pf
+
+
+def _vllm_checks(recipe: Recipe, pf: Preflight) -> None:
+    """A model vLLM cannot serve is refused here, not at its first generate; the plan says vLLM's dtype."""
+    if recipe.launch.vllm.mode == "off":
+        return
+    from grpo_cli.validation.model_config import find_model_config
+    from grpo_cli.validation.vllm_support import sampling_dtype, vllm_model_problems, vllm_runs_on_cpu
+
+    config, _ = find_model_config(recipe)
+    problems, warnings = vllm_model_problems(recipe, config)
+    pf.problems.extend(problems)
+    pf.warnings.extend(warnings)
+    dtype = sampling_dtype(recipe, config)
+    pf.plan["vLLM"] = (f"{recipe.launch.vllm.mode} on {'CPU' if vllm_runs_on_cpu(recipe) else 'GPU'}, samples in "
+                       + (f"{dtype} (training in {recipe.model.dtype}; TRL's importance-sampling correction "
+                          "absorbs the difference)" if dtype else "the checkpoint's dtype (float32 -> bfloat16)"))
 
 
 def _trl_and_environment_checks(recipe: Recipe, pf: Preflight) -> None:

