@@ -36,7 +36,7 @@ def test_two_lora_steps_on_the_real_model_then_merge_and_reload(tmp_path: Path) 
     recipe = tmp_path / "smoke.yaml"
     recipe.write_text(f"extends: {RECIPE}\n"
                       "rewards:\n  - {name: accuracy, params: {answer_format: last_number}}\n"
-                      "  - {name: length, weight: 0.1, params: {target: 8}}\n", encoding="utf-8")
+                      "  - {name: length, weight: 0.1}\n", encoding="utf-8")
     out = tmp_path / "run"
     result = run_cli("train", recipe, "-o", out, "--force", "training.max_steps=2", "training.logging_steps=1",
                      "training.num_generations=4", "training.per_device_train_batch_size=8",

@@ -95,7 +95,7 @@ CASES: list[tuple[str, str, list[str], tuple[str, ...]]] = [
     ("missing-extends", "extends: base.yaml\n" + MINIMAL, [], ("base.yaml",)),
     ("missing-env-var", MINIMAL.replace("Qwen/Qwen2.5-0.5B-Instruct", "${oc.env:GRPO_TEST_UNSET_VAR}"), [],
      ("GRPO_TEST_UNSET_VAR",)),
-    ("unknown-suite", MINIMAL + "eval: {suite: gsm9k}\n", [], ("eval.suite", "'gsm8k'")),
+    ("unknown-suite", MINIMAL + "eval: {suite: gsm9k}\n", [], ("eval: suite 'gsm9k'", "'gsm8k'")),
     ("task-metric-not-a-reward", MINIMAL.replace("  files: data.jsonl", "  files: data.jsonl\n  eval_holdout: 0.25")
      + "eval: {every_steps: 10, metric: format}\n", [], ("eval.metric", "'format'", "one of: accuracy")),
     ("task-metric-without-eval-split", MINIMAL + "eval: {every_steps: 10}\n", [],

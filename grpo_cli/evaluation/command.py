@@ -65,10 +65,10 @@ def label_models(results: list[Any]) -> None:
 
 def evaluate(req: EvalRequest, console: Any = None) -> EvalOutcome:
     """Run `grpo eval`: the benchmark named by --suite or the recipe's eval.suite, else the recipe's eval."""
-    if req.suite is not None:
+    if req.suite is not None and not req.suite.strip():
         from grpo_cli.evaluation.suites import get_suite
 
-        get_suite(req.suite)  # `--suite ''` is a bad name, not "no suite"
+        get_suite(req.suite)  # `--suite ''` is a bad name, not "no suite" (others are checked with suite_files)
     from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()  # grpo says what matters (a context too short for the prompts) in its own words

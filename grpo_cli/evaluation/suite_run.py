@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli import runs
+from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.suites import Suite, SuiteRow, get_suite, pass_at_k, wilson_interval
 from grpo_cli.progress import reporting
 
@@ -95,9 +96,13 @@ class SuiteResult:
 
 
 @cache
-def suite_size(name: str) -> int:
-    """How many problems the whole suite has (a `--limit` run covers fewer: a smoke test, not a result)."""
-    return len(get_suite(name).rows())
+def suite_size(name: str) -> int | None:
+    """How many problems the whole bundled suite has (a `--limit` run covers fewer: a smoke test, not a result);
+    None for a suite read from the user's own file (`eval.suite_files`), which is never a Hub result."""
+    try:
+        return len(get_suite(name).rows())
+    except GrpoError:
+        return None
 
 
 def suite_prompts(suite: Suite, rows: list[SuiteRow], tokenizer: Any) -> list[Any]:

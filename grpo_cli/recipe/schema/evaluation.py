@@ -57,7 +57,7 @@ class EvalSection(Section):
         for key, names in (("suite", [self.suite] if self.suite else []), ("on_save", self.on_save)):
             for name in names:
                 if name not in known and name.lower().replace("-", "") not in known:
-                    raise ValueError(f"{key}: {name!r} is not a bundled suite (gsm8k, math500, svamp) nor a name "
-                                     "in suite_files; AIME, GPQA and LiveCodeBench are not shipped: give your own "
-                                     "copy in suite_files")
+                    raise ValueError(f"{key} {name!r} is not a bundled suite ('gsm8k', 'math500', 'svamp') nor a "
+                                     "name in suite_files; AIME, GPQA and LiveCodeBench are not shipped: give your "
+                                     "own copy in suite_files")
         return self
