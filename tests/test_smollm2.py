@@ -34,7 +34,9 @@ def test_two_lora_steps_on_the_real_model_then_merge_and_reload(tmp_path: Path) 
     assert conversion_record(base_dir)["quantization"] == "Q4_1"
     # Two rewards so that a group's completions differ in reward (a flat group has no gradient in GRPO).
     recipe = tmp_path / "smoke.yaml"
+    data = RECIPES / "data" / "word-arith"
     recipe.write_text(f"extends: {RECIPE}\n"
+                      f"data: {{files: {{train: {data / 'train.jsonl'}, test: {data / 'test.jsonl'}}}}}\n"
                       "rewards:\n  - {name: accuracy, params: {answer_format: last_number}}\n"
                       "  - {name: length, weight: 0.1}\n", encoding="utf-8")
     out = tmp_path / "run"
