@@ -15,6 +15,7 @@ import os
 import struct
 import sys
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -196,6 +197,21 @@ class _Reader:
 
 
 def read_header(path: Path) -> GgufInfo:
+    """The header of `path`, parsed once per process while the file is unchanged (validate's model checks and its
+    memory plan both ask for it)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return _parse_header(path)  # the clear error for a missing or unreadable file
+    return _cached_header(str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+@cache
+def _cached_header(path: str, size: int, mtime_ns: int) -> GgufInfo:
+    return _parse_header(Path(path))
+
+
+def _parse_header(path: Path) -> GgufInfo:
     """Parse a GGUF file's metadata and tensor table (milliseconds: token arrays are skipped, not decoded)."""
     try:
         with open(path, "rb") as f:

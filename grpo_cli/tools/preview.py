@@ -16,15 +16,9 @@ PREVIEW_CHARS = 1500
 def _load_tokenizer(recipe: Any) -> Any:
     from transformers import AutoTokenizer
 
-    from grpo_cli.gguf_source import is_gguf_reference, materialize
+    from grpo_cli.models.loading import apply_overrides, model_reference
 
-    local = recipe.local_model_dir(recipe.model.name_or_path)
-    if local is not None and is_gguf_reference(str(local)):
-        local = materialize(local)
-    ref = str(local) if local is not None else recipe.model.name_or_path
-    from grpo_cli.models.loading import apply_overrides
-
-    tokenizer = AutoTokenizer.from_pretrained(ref, revision=recipe.model.revision,
+    tokenizer = AutoTokenizer.from_pretrained(model_reference(recipe), revision=recipe.model.revision,
                                               trust_remote_code=recipe.model.trust_remote_code)
     apply_overrides(tokenizer, recipe)  # the recipe's chat template, as training renders prompts
     return tokenizer
