@@ -156,14 +156,16 @@ def _recipe_base(folder: Path) -> str | None:
 def push_run(run_dir: str | Path, repo_id: str, *, private: bool = True, dry_run: bool = False,
              base_model: str | None = None) -> StagedPush:
     """Stage, then create the repo (if needed) and upload the staged files in one commit."""
-    from huggingface_hub import CommitOperationAdd, HfApi
-
-    api = HfApi()
     if "/" not in repo_id and not dry_run:
-        repo_id = full_repo_id(api, repo_id)
+        from huggingface_hub import HfApi
+
+        repo_id = full_repo_id(HfApi(), repo_id)
     staged = stage_run(run_dir, repo_id if "/" in repo_id else f"user/{repo_id}", base_model)
     if dry_run:
         return staged
+    from huggingface_hub import CommitOperationAdd, HfApi
+
+    api = HfApi()
     operations = [CommitOperationAdd(path_in_repo=name, path_or_fileobj=staged.replaced.get(name)
                                      or str(staged.folder / name)) for name in staged.files]
     try:
