@@ -110,12 +110,16 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
         try:
             _build(run)
             _fit(run)
-            return _finish(run)
+            result = _finish(run)
         except BaseException as exc:
             _mark_failed(run, exc)  # e.g. the trainer could not be built: the manifest must not say `running`
             if run.aside is not None:
                 run.aside.restore()  # the new run failed before its first step: the previous one comes back
             raise
+        from grpo_cli.training.sharding import leave_together
+
+        leave_together()
+        return result
     finally:
         if lock is not None:
             lock.release()

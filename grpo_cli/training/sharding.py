@@ -175,3 +175,23 @@ def gather_layout(probe: ShardingProbe) -> dict[str, Any]:
     return {"type": layout["type"], "world_size": layout["world_size"], "parameters_total": layout["total"],
             "parameters_per_rank": counts, "sharded": max(counts) < layout["total"],
             "requested": want or layout["type"], "peak_rss_mib_per_rank": [int(rss) for _, rss in per_rank]}
+
+
+def leave_together() -> None:
+    """Hold every rank until rank 0 has finished its post-training work, then close the process group.
+
+    Rank 0 alone evaluates and writes the report after training; a rank that exited meanwhile tore its
+    communicator down under a live peer and was aborted (`terminate called without an active exception`),
+    which failed the whole launch. The wait runs on a gloo group with a long timeout, so an evaluation
+    longer than the main group's collective timeout does not trip it; if rank 0 fails instead, the
+    launcher stops the waiting ranks.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        return
+    from datetime import timedelta
+
+    group = dist.new_group(backend="gloo", timeout=timedelta(days=7))
+    dist.barrier(group=group)
+    dist.destroy_process_group()
