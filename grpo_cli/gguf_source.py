@@ -14,8 +14,9 @@ import json
 import os
 import struct
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache
+from functools import cache, partial
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -299,6 +300,18 @@ def cached_conversion(path: Path) -> Path | None:
     return target if (target / MARKER).is_file() else None
 
 
+def _quiet_conversion_bar() -> Callable[[], None]:
+    """Silence transformers' own per-tensor conversion bar when stderr is not a terminal (it ignores the hf
+    progress-bar switch, and piped it is one long line of carriage returns); returns the undo."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    if sys.stderr.isatty() or not hasattr(gguf_utils, "tqdm"):
+        return lambda: None
+    original = gguf_utils.tqdm
+    gguf_utils.tqdm = partial(original, disable=True)
+    return lambda: setattr(gguf_utils, "tqdm", original)
+
+
 def materialize(path: Path, *, where: str = "model.name_or_path") -> Path:
     """The safetensors model directory for GGUF file `path`, converting it once (locked against a parallel run)."""
     import fcntl
@@ -343,6 +356,7 @@ def _convert(path: Path, info: GgufInfo, target: Path, where: str) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     was = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
+    quiet_bar = _quiet_conversion_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
@@ -361,6 +375,7 @@ def _convert(path: Path, info: GgufInfo, target: Path, where: str) -> None:
                         fix="Check that transformers and gguf are current (`pip install -U transformers gguf`), "
                             "or use the model's safetensors checkpoint.") from None
     finally:
+        quiet_bar()
         if was:
             hf_logging.enable_progress_bar()
     record = {"source": str(path), "sha256": file_sha256(path), "architecture": info.architecture,

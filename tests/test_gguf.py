@@ -132,3 +132,17 @@ def test_validate_describes_the_real_gguf(write_recipe) -> None:
 def test_gguf_reference_errors_do_not_raise_past_the_cli(tmp_path: Path) -> None:
     with pytest.raises(GrpoError):
         read_header(tmp_path / "absent.gguf")
+
+
+def test_conversion_bar_is_silent_when_piped_and_restored_after(capsys: pytest.CaptureFixture[str]) -> None:
+    """transformers draws its GGUF conversion bar with tqdm directly; piped, that is one long line of `\\r`."""
+    import transformers.modeling_gguf_pytorch_utils as gguf_utils
+
+    from grpo_cli.gguf_source import _quiet_conversion_bar
+
+    undo = _quiet_conversion_bar()  # capsys: stderr is not a terminal, as when piped
+    list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+    assert "Converting" not in capsys.readouterr().err
+    undo()
+    list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
+    assert "Converting" in capsys.readouterr().err
