@@ -149,6 +149,8 @@ def test_model_sources_are_classified_without_loading(tmp_path: Path, run) -> No
     assert full.describe() == "bundled:tiny-arith (bundled with grpo)"  # what eval's console line says
     lora = resolve_model_source(str(run.output_dir))
     assert lora.kind == "run" and lora.adapter == run.output_dir and Path(lora.weights) == Path(full.weights)
+    # The console names the base as the run did (a reference), not the directory it resolved to.
+    assert lora.describe().endswith("adapter over base bundled:tiny-arith)"), lora.describe()
     # An adapter whose saved base path no longer exists: the run's recipe still names it.
     moved = tmp_path / "moved"
     shutil.copytree(run.output_dir, moved)

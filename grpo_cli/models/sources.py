@@ -40,6 +40,8 @@ class ModelSource:
     """The grpo output dir this came from (holds recipe.yaml), if any."""
     step: int | None = None
     """Training step of a checkpoint dir."""
+    base_reference: str = ""
+    """The adapter's base as the user or its adapter_config.json names it (`weights` may be a cache dir)."""
 
     @property
     def label(self) -> str:
@@ -56,7 +58,7 @@ class ModelSource:
         if self.kind == "model" and self.reference.startswith(BUNDLED_PREFIX):
             what = "bundled with grpo"
         if self.adapter is not None:
-            return f"{self.reference} ({what}, adapter over base {self.weights})"
+            return f"{self.reference} ({what}, adapter over base {self.base_reference or self.weights})"
         return f"{self.reference} ({what})"
 
     def run_recipe(self) -> dict[str, Any] | None:
@@ -86,14 +88,15 @@ def read_json(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _find_base(adapter_dir: Path, run_dir: Path | None, override: str | None, where: str) -> str:
-    """The base model of an adapter: --base, else adapter_config.json, else the run's recipe."""
+def _find_base(adapter_dir: Path, run_dir: Path | None, override: str | None, where: str) -> tuple[str, str]:
+    """The base model of an adapter (what to load, and its name as given): --base, else adapter_config.json,
+    else the run's recipe."""
     if override:
         found = local_path(override)
         if found is not None and not found.exists():
             raise GrpoError(f"base model {override} not found", where="--model" if where == "--adapter" else "--base",
                             fix="Give the model directory or hub id the adapter was trained on.")
-        return str(found) if found is not None else override
+        return (str(found) if found is not None else override), override
     saved = str(read_json(adapter_dir / "adapter_config.json").get("base_model_name_or_path") or "")
     candidates: list[str] = []
     if saved:
@@ -108,9 +111,10 @@ def _find_base(adapter_dir: Path, run_dir: Path | None, override: str | None, wh
     for cand in candidates:
         found = local_path(cand, run_dir)
         if found is not None and found.exists():
-            return str(found)
+            in_assets = found.parent == ASSETS_DIR.resolve()
+            return str(found), f"{BUNDLED_PREFIX}{found.name}" if in_assets else cand
         if found is None and is_hub_id(cand):
-            return cand
+            return cand, cand
     named = saved or "nothing (adapter_config.json has no base_model_name_or_path)"
     raise GrpoError(f"the base model of the adapter in {adapter_dir} cannot be found: it names {named}",
                     where=where, fix="Pass the base explicitly with `--base ID|DIR` (for `grpo eval`: "
@@ -167,9 +171,9 @@ def resolve_model_source(ref: str, *, base: str | None = None, adapter: str | No
     kind = "checkpoint" if step is not None else "run" if run_dir is not None else "model"
     tokenizer_dir = next((d for d in (path, run_dir) if d is not None and _has_tokenizer(d)), None)
     if (path / "adapter_config.json").exists():
-        base_ref = _find_base(path, run_dir, base, where)
+        base_ref, base_name = _find_base(path, run_dir, base, where)
         kind = kind if kind != "model" else "adapter"
-        return ModelSource(ref, kind, base_ref, path, str(tokenizer_dir or base_ref), run_dir, step)
+        return ModelSource(ref, kind, base_ref, path, str(tokenizer_dir or base_ref), run_dir, step, base_name)
     if (path / "config.json").exists():
         return ModelSource(ref, kind, str(path), None, str(tokenizer_dir or path), run_dir, step)
     hint = "Give a directory holding config.json (a model) or adapter_config.json (a LoRA adapter)."
