@@ -104,6 +104,19 @@ def test_lora_trains_fp32_adapters_and_needs_no_reference_copy(write_recipe, min
     assert _b(full, "reference model") == P * 2
 
 
+def test_cpu_lora_plan_counts_the_activations_malloc_keeps(write_recipe, minimal_dir) -> None:
+    # Measured on SmolLM2 (benchmarks/memory_plan.py): a LoRA step on CPU peaks one activation set above its live
+    # tensors, because glibc keeps freed heap resident; a full fine-tune reuses those pages for its gradients.
+    cpu = _plan(write_recipe, ["launch.profile=cpu", "model.dtype=float32", "model.lora.r=16",
+                               "model.lora.dropout=0"])
+    assert _b(cpu, "freed activations kept by malloc") == _b(cpu, "activations")
+    dropout = _plan(write_recipe, ["launch.profile=cpu", "model.dtype=float32", "model.lora.r=16",
+                                   "model.lora.dropout=0.05"])
+    assert _b(dropout, "freed activations kept by malloc") == _b(cpu, "activations")  # not the dropout copies
+    for others in (["launch.profile=cpu", "model.dtype=float32"], ["model.lora.r=16"]):  # full FT; LoRA on a GPU
+        assert _plan(write_recipe, others).item("freed activations kept by malloc") is None
+
+
 def test_activations_logits_and_kv_cache_by_hand(write_recipe, minimal_dir) -> None:
     plan = _plan(write_recipe, ["training.per_device_train_batch_size=4", "training.gradient_accumulation_steps=2",
                                 "training.gradient_checkpointing=true"])

@@ -289,6 +289,14 @@ def _training_items(recipe: Any, shape: ModelShape, dtype: str,
     items.append(MemoryItem("log-prob tiles", LOGPROB_TILES_ALIVE * tile_rows * tile_cols * 4.0,
                             f"{LOGPROB_TILES_ALIVE} x {tile_rows:,} tokens x {tile_cols:,} vocab x 4 bytes "
                             "(TRL's fused LM head)", "training"))
+    if lora is not None and recipe.launch.profile == "cpu":
+        # glibc malloc raises its mmap threshold as large blocks are freed, so a step's activations end up on the
+        # heap, and the heap keeps them resident after backward. A full fine-tune's gradients reuse those pages; a
+        # LoRA run has nothing that does, and its next peak lands beside them (benchmarks/memory_plan.py:
+        # SmolLM2 LoRA measured 1.34x this plan without this line, 1.06x with a fixed MALLOC_MMAP_THRESHOLD_).
+        kept = chosen - dropout * (1 if use_ckpt else shape.layers)
+        items.append(MemoryItem("freed activations kept by malloc", kept,
+                                "host RAM only: glibc keeps a LoRA step's freed activations resident", "training"))
     return items, full, ckpt
 
 
