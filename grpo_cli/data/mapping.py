@@ -266,6 +266,11 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
                         f"{recipe.model.name_or_path} has no chat template", where="data.prompt.chat",
                         fix="Use an instruct/chat model, or set `chat: false` with a `template` "
                             "for plain-text prompts.")
+    if data.from_environment:
+        from grpo_cli.data.environment_rows import environment_rows
+
+        train, stats = environment_rows(recipe)
+        return MappedData(train, None, stats)
     stats: dict[str, Any] = {}
     train = _load_split(data, recipe, data.split, "data")
     _check_columns(train, data, "training")
