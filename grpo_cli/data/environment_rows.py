@@ -1,4 +1,4 @@
-"""Rows for environment-only training: empty chat prompts that the environment's `reset()` fills.
+"""Rows for environment-only training: chat prompts (empty, or the recipe's constant text) that `reset()` fills.
 
 TRL 1.16's GRPOTrainer builds exactly these placeholder rows itself when `train_dataset` is None and an
 `environment_factory` is given. grpo builds them here instead, so that `check-tools`, `check-rewards` and the
@@ -22,10 +22,14 @@ def _rows_needed(recipe: Recipe) -> int:
     return max(1, int(generation) if generation else per_device * steps_per_generation * recipe.launch.world_size)
 
 
-def environment_rows(recipe: Recipe) -> tuple[Any, dict[str, Any]]:
-    """TRL's placeholder rows (one empty user message each), at least one generation batch of them; the stats."""
+def environment_rows(recipe: Recipe) -> tuple[Any, None, dict[str, Any]]:
+    """TRL's placeholder rows (one empty user message each), at least one generation batch of them: train, eval
+    (none) and the data stats."""
     import datasets
 
     count = _rows_needed(recipe)
-    train = datasets.Dataset.from_dict({"prompt": [[{"role": "user", "content": ""}]] * count})
-    return train, {"environment_rows": count}
+    prompt = recipe.data.prompt
+    messages = [{"role": "system", "content": prompt.system_prompt}] if prompt.system_prompt else []
+    messages.append({"role": "user", "content": (prompt.template or "").format()})  # constant text: {{ }} -> { }
+    train = datasets.Dataset.from_dict({"prompt": [messages] * count})
+    return train, None, {"environment_rows": count}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from grpo_cli.recipe.schema.callbacks import CallbackEntry
 from grpo_cli.recipe.schema.common import Section
@@ -43,8 +43,15 @@ __all__ = [
 ]
 
 
+def _data_may_be_absent(schema: dict[str, Any]) -> None:
+    """`data` is required unless the recipe has an `environment` (filled in by `_environment_rows`)."""
+    schema["required"] = [k for k in schema.get("required", []) if k != "data"]
+
+
 class Recipe(Section):
     """A GRPO training recipe."""
+
+    model_config = ConfigDict(**{**Section.model_config, "json_schema_extra": _data_may_be_absent})
 
     description: str | None = None
     """Free text shown by `grpo validate`."""

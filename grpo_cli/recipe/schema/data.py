@@ -154,8 +154,9 @@ class DataSection(Section):
 
     from_environment: bool = False
     """No rows: the `environment` serves every prompt from its `reset()` (TRL's environment-only training; each
-    prompt starts as an empty user message, as TRL's own placeholder rows do). Set for you when a recipe has
-    `environment:` and no `data:`; it needs `training.max_steps`, as TRL does."""
+    prompt starts as an empty user message, as TRL's own placeholder rows do, or as `prompt.template`'s constant
+    text). Set for you when a recipe has `environment:` and no `data:`; it needs `training.max_steps`, as TRL
+    does."""
     dataset: str | None = None
     """Hub dataset id, e.g. openai/gsm8k."""
     config: str | None = None
@@ -257,9 +258,11 @@ class DataSection(Section):
             raise ValueError(f"`from_environment: true` has no rows, so `{used[0]}` has nothing to read: the "
                              "environment's reset() gives each prompt. Drop it, or give rows (`files`/`dataset`) "
                              "and drop `from_environment`")
-        if self.prompt.model_dump() != {**PromptSection(**ENVIRONMENT_PROMPT).model_dump()}:
-            raise ValueError("`from_environment: true` prompts are empty user messages that the environment's "
-                             "reset() fills (TRL's placeholder rows); drop `prompt`, or give rows to template")
+        if self.prompt.column is not None or self.prompt.columns or not self.prompt.chat:
+            raise ValueError("`from_environment: true` has no columns to read: its prompt is a chat user message "
+                             "(empty unless `prompt.template` gives constant text, optionally after a "
+                             "`system_prompt`) that the environment's reset() appends to; drop `prompt.column` and "
+                             "`{fields}`, keep `chat: true`")
         return self
 
     @property
@@ -276,7 +279,9 @@ class DataSection(Section):
     def describe_prompt(self) -> str:
         """Where each prompt comes from, for validate's plan."""
         if self.from_environment:
-            return "each rollout's environment reset() (appended to an empty user message)"
+            text = (self.prompt.template or "").format()
+            return ("each rollout's environment reset(), appended to " + (f"{text!r}" if text else "an empty user "
+                    "message") + (" after the system prompt" if self.prompt.system_prompt else ""))
         source = f"column {self.prompt.column!r}" if self.prompt.column else f"template {self.prompt.template!r}"
         return source + (" as chat messages" if self.prompt.chat else " as plain text")
 
