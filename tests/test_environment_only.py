@@ -144,4 +144,4 @@ def test_environment_rows_can_start_from_constant_text_and_a_system_prompt() -> 
                                  {"role": "user", "content": "Add {exactly}:"}]
     shown = _flat(run_cli("validate", DEMO, "data.from_environment=true", "data.prompt.template='Add {{exactly}}:'",
                 "data.prompt.chat=true", "data.prompt.system_prompt=Use the tool."))
-    assert "'Add {exactly}:'" in shown and "system prompt" in shown
+    assert "'Add {exactly}:' after the system" in shown
