@@ -11,10 +11,11 @@ import random
 class SumDesk:
     """A desk that hands out sums and checks the adding done at it."""
 
+    _built = 0  # instances so far: each draws its own sequence, so every rollout gets its own sums
+
     def __init__(self, seed: int = 0) -> None:
-        # Every instance draws the same seeded sequence and all are reset once per batch, so the rollouts of
-        # one step share a sum: a GRPO group compares attempts at the same task.
-        self._rng = random.Random(seed)
+        SumDesk._built += 1
+        self._rng = random.Random(seed * 100_003 + SumDesk._built)
         self._operands = (0, 0)
         self._calls: list[tuple[int, int]] = []
 
