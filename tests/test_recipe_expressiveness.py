@@ -283,3 +283,16 @@ def test_offloading_only_the_reference_model_says_what_does_the_job(tmp_path: Pa
     assert imported.exit_code == 0, imported.output
     header = out.read_text(encoding="utf-8").split("\nmodel:", 1)[0]
     assert "offload_ref_model: TRL 1.16's GRPOConfig has no option to offload only the reference model" in header
+
+
+def test_lighteval_suites_say_why_they_cannot_run_and_point_at_suite_files() -> None:
+    """lighteval 0.13.0 installs from PyPI but needs the network when it loads its tasks (docs/migration.md)."""
+    evaluated = run_cli("eval", DEMO, "--suite", "lighteval:gsm8k")
+    assert evaluated.exit_code == 2, evaluated.output
+    flat = " ".join(evaluated.output.split())
+    assert "grpo does not run lighteval suites" in flat and "tinyBenchmarks.pkl" in flat
+    assert "`eval.suite_files: {gsm8k: FILE}`" in flat and "Traceback" not in flat
+    for key in ("eval.suite=lighteval:aime24", "eval.on_save=[lighteval:aime24]"):
+        validated = run_cli("validate", DEMO, key)
+        assert validated.exit_code == 2, validated.output
+        assert "grpo does not run lighteval suites" in " ".join(validated.output.split())
