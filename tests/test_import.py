@@ -49,8 +49,13 @@ CASES = [
       "rewards": [{"function": "trl.rewards:accuracy_reward"}]}),
     ("trl", "trl/train_grpo_72b.py", ["--profile", "zero3", "--num-processes", "32"], True,
      ["GRPOConfig(vllm_server_host=...)"], {"launch.vllm.mode": "server", "training.per_device_train_batch_size": 4}),
-    ("trl", "trl/grpo_2048.py", [], False, ["environment_factory", "peft_config"],
-     {"training.chat_template_kwargs": {"enable_thinking": False}, "output.report_to": ["trackio"]}),
+    # TRL's environment example: the class it passes as environment_factory, and its 1000 copies of one prompt as
+    # environment-only rows; max_steps is given (the script counts epochs over its copies of that prompt).
+    ("trl", "trl/grpo_2048.py", ["training.max_steps=3000"], True, ["peft_config"],
+     {"training.chat_template_kwargs": {"enable_thinking": False}, "output.report_to": ["trackio"],
+      "environment": f"{FIXTURES / 'trl' / 'grpo_2048.py'}:Game2048Env", "data.from_environment": True,
+      "data.prompt.template": "Play 2048 on a 4x4 board. Use the tool `move` with one of: up, down, left, right. "
+                              "Maximize the score."}),
     ("axolotl", "axolotl/grpo_qmd/config.yaml", [], True,
      ["datasets[0].type", "use_data_producer", "vllm_lora_sync", "skip_prepare_dataset", "sequence_len"],
      {"model.lora": {"r": 32, "alpha": 64, "target_modules": "all-linear"}, "model.pad_token": "<|endoftext|>",

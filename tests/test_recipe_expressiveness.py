@@ -264,3 +264,35 @@ def test_suites_grpo_does_not_ship_come_from_a_local_file_or_say_why(tmp_path: P
     assert result.exit_code == 0, result.output
     summary = json.loads((tmp_path / "ev" / "eval-aime24.json").read_text())["summary"]
     assert summary["problems"] == 2 and summary["suite"] == "aime24"
+
+
+def test_offloading_only_the_reference_model_says_what_does_the_job(tmp_path: Path) -> None:
+    """TRL 1.16 has no such option (GRPOConfig has none): a recipe or an imported config asking for it is told the
+    alternatives (beta 0, LoRA, ZeRO-3 with parameter offload), not just "unknown key"."""
+    for key in ("training.offload_ref_model=true", "training.ref_model_offload=true"):
+        result = run_cli("validate", DEMO, key)
+        assert result.exit_code == 2, result.output
+        flat = " ".join(result.output.split())
+        assert "no option to offload only the reference model" in flat and "`training.beta: 0`" in flat
+        assert "`model.lora`" in flat and "offload_param_device" in flat
+    config = tmp_path / "grpo.yaml"
+    config.write_text("model_name_or_path: Qwen/Qwen2.5-0.5B\ndataset_name: trl-lib/DeepMath-103K\n"
+                      "reward_funcs: [accuracy_reward]\noffload_ref_model: true\n", encoding="utf-8")
+    out = tmp_path / "recipe.yaml"
+    imported = run_cli("import", "trl", config, "-o", out)
+    assert imported.exit_code == 0, imported.output
+    header = out.read_text(encoding="utf-8").split("\nmodel:", 1)[0]
+    assert "offload_ref_model: TRL 1.16's GRPOConfig has no option to offload only the reference model" in header
+
+
+def test_lighteval_suites_say_why_they_cannot_run_and_point_at_suite_files() -> None:
+    """lighteval 0.13.0 installs from PyPI but needs the network when it loads its tasks (docs/migration.md)."""
+    evaluated = run_cli("eval", DEMO, "--suite", "lighteval:gsm8k")
+    assert evaluated.exit_code == 2, evaluated.output
+    flat = " ".join(evaluated.output.split())
+    assert "grpo does not run lighteval suites" in flat and "tinyBenchmarks.pkl" in flat
+    assert "`eval.suite_files: {gsm8k: FILE}`" in flat and "Traceback" not in flat
+    for key in ("eval.suite=lighteval:aime24", "eval.on_save=[lighteval:aime24]"):
+        validated = run_cli("validate", DEMO, key)
+        assert validated.exit_code == 2, validated.output
+        assert "grpo does not run lighteval suites" in " ".join(validated.output.split())

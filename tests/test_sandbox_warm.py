@@ -178,8 +178,8 @@ def test_external_backend_that_cannot_be_reached_stops_with_a_clear_error() -> N
     for backend in ("piston", "sandbox-fusion"):
         with pytest.raises(GrpoError, match="cannot reach the code sandbox at http://127.0.0.1:9"):
             code([completion(ADD)], tests=[TESTS], backend=backend, backend_url="http://127.0.0.1:9")
-    with pytest.raises(ValueError, match="unknown code backend 'e2b'"):
-        code([completion(ADD)], tests=[TESTS], backend="e2b")
+    with pytest.raises(ValueError, match="unknown code backend 'modal'"):
+        code([completion(ADD)], tests=[TESTS], backend="modal")
 
 
 def test_a_call_cut_off_by_the_reward_timeout_leaves_nothing_for_the_next() -> None:

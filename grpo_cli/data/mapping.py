@@ -258,14 +258,22 @@ def map_split(recipe: Recipe, tokenizer: Any, split: str, *, data: DataSection |
     return _limit_length(_map(ds, data, _locator(recipe, data, split)), data, tokenizer, {}, split)
 
 
-def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
-    """Load, map, shuffle, limit and length-filter the recipe's train (and eval) data."""
-    data = recipe.data
-    if data.prompt.chat and tokenizer is not None and not getattr(tokenizer, "chat_template", None):
+def _check_chat_template(recipe: Recipe, tokenizer: Any) -> None:
+    if recipe.data.prompt.chat and tokenizer is not None and not getattr(tokenizer, "chat_template", None):
         raise GrpoError("the prompts are chat messages (`data.prompt.chat: true`) but the tokenizer of "
                         f"{recipe.model.name_or_path} has no chat template", where="data.prompt.chat",
                         fix="Use an instruct/chat model, or set `chat: false` with a `template` "
                             "for plain-text prompts.")
+
+
+def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
+    """Load, map, shuffle, limit and length-filter the recipe's train (and eval) data."""
+    data = recipe.data
+    _check_chat_template(recipe, tokenizer)
+    if data.from_environment:
+        from grpo_cli.data.environment_rows import environment_rows
+
+        return MappedData(*environment_rows(recipe))
     stats: dict[str, Any] = {}
     train = _load_split(data, recipe, data.split, "data")
     _check_columns(train, data, "training")

@@ -142,6 +142,12 @@ def load_eval_rows(recipe: Recipe, tokenizer: Any, *, split: str | None = None, 
     if split and file:
         raise GrpoError("give --split or --file, not both", where="command line")
     data = recipe.data
+    if data.from_environment:
+        raise GrpoError("the recipe has no rows to hold out: its environment serves every prompt from reset() "
+                        "(environment-only training), and grpo's held-out sampling reads rows", where="data",
+                        fix="Judge the run by its reward curve (rewards/<environment class>/mean in metrics.jsonl and "
+                            "report.md), or give `data:` rows (with `eval_split`) that the environment's reset() "
+                            "receives.")
     if not split and not file:
         if not data.has_eval:
             raise GrpoError("the recipe has no eval split (data.eval_split / data.eval_holdout)", where="data",

@@ -140,6 +140,14 @@ NOT_SHIPPED = {
 }
 
 
+LIGHTEVAL_OFFLINE = (
+    "lighteval 0.13.0 (the current release) cannot evaluate offline, not even a local task file: building its "
+    "task registry imports every built-in task, and at import tiny_benchmarks downloads tinyBenchmarks.pkl from "
+    "raw.githubusercontent.com and mt_bench queries the Hub (HfApi.list_models(model_name=...), a keyword "
+    "huggingface_hub 2.x no longer takes); it also pins latex2sympy2_extended==1.0.6, which breaks math-verify")
+"""Why `lighteval:` suites are refused (measured in docs/migration.md)."""
+
+
 def _file_rows(path: Path) -> list[SuiteRow]:
     """A local JSONL (optionally .gz) of {problem|question, answer[, id]} rows."""
     opener = gzip.open if path.suffix == ".gz" else open
@@ -175,11 +183,17 @@ def get_suite(name: str, where: str = "--suite", files: dict[str, Path] | None =
             raise GrpoError(f"suite file {files[name]} not found", where=f"eval.suite_files.{name}",
                             fix="Paths are relative to the recipe's directory.")
         return file_suite(name, files[name])
+    if name.lower().startswith("lighteval:"):
+        raise GrpoError(f"{name}: grpo does not run lighteval suites. {LIGHTEVAL_OFFLINE}", where=where,
+                        fix=f"Give the suite as a local JSONL of problem/answer rows (`eval.suite_files: "
+                            f"{{{name.split(':', 1)[1] or 'NAME'}: FILE}}`, boxed answers), or run lighteval "
+                            "yourself on the saved model directory where it has network.")
     suite = SUITES.get(key)
     if suite is None and key in NOT_SHIPPED:
         raise GrpoError(f"{name} is not shipped with grpo: {NOT_SHIPPED[key]}", where=where,
                         fix=f"Give your own copy as a JSONL of problem/answer rows: `eval.suite_files: {{{name}: "
-                            f"FILE}}` (boxed answers), or evaluate it with lighteval.")
+                            f"FILE}}` (boxed answers), or evaluate the saved model with lighteval where it has "
+                            "network.")
     if suite is None:
         raise GrpoError(f"there is no benchmark suite {name!r}", where=where,
                         fix=f"Use one of {', '.join(SUITES)}, or a local file (eval.suite_files).")

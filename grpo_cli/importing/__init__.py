@@ -57,10 +57,12 @@ def import_config(kind: str, path: str | Path) -> ImportResult:
     if kind not in KINDS:
         raise GrpoError(f"unknown config kind {kind!r}", where="KIND", fix=f"Use one of {', '.join(KINDS)}.")
     if kind == "trl" and path.suffix == ".py":
-        from grpo_cli.importing.trl_script import read_script
+        from grpo_cli.importing.trl_script import CONSTANT_PROMPT, ENVIRONMENT, apply_environment, read_script
 
         cfg, skipped = read_script(path)
+        environment, prompt = cfg.pop(ENVIRONMENT, None), cfg.pop(CONSTANT_PROMPT, None)
         out = import_hf_yaml(cfg, str(path), "trl")
+        apply_environment(out, environment, prompt)
         out.unmapped[:0] = skipped.unmapped
         if any(":" in str(name) for name in cfg.get("reward_funcs", [])):
             out.notes.append(f"rewards defined in {path.name} are referenced there: importing it runs its top-level "

@@ -71,7 +71,9 @@ def _model(cfg: dict[str, Any], out: ImportResult) -> None:
 def _data(cfg: dict[str, Any], out: ImportResult) -> None:
     datasets = cfg.pop("datasets", None) or []
     if not datasets:
-        out.drop("datasets", None, "no dataset: an environment supplies the prompts (write data for grpo)")
+        out.drop("datasets", None, "no dataset: a plugin's environment serves the prompts; grpo trains that way "
+                 "from an `environment:` class with no `data:` (environment-only rows), which the config does not "
+                 "name")
         out.put("data", {"files": "REPLACE_ME.jsonl", "prompt": {"column": "prompt", "chat": True}})
         return
     first = datasets[0]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from grpo_cli.recipe.hints import NOT_IN_TRL
 from grpo_cli.recipe.schema.training import OWNED_ELSEWHERE, check_training_fields
 from grpo_cli.recipe.trl_fields import grpo_config_fields
 
@@ -193,7 +194,7 @@ def map_training(cfg: dict[str, Any], out: ImportResult) -> None:
             out.drop(key, value, f"set by grpo from `{OWNED_ELSEWHERE[key]}`")
             continue
         if key not in fields:
-            out.drop(key, value, "not a setting grpo or the installed TRL's GRPOConfig knows")
+            out.drop(key, value, NOT_IN_TRL.get(key, "not a setting grpo or the installed TRL's GRPOConfig knows"))
             continue
         values, problems = check_training_fields({key: value})
         if problems:

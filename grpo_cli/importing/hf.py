@@ -39,10 +39,10 @@ OPENR1_ONLY = {
                   "and svamp (eval.suite)",
     "code_eval_test_batch_size": "open-r1's IOI/Codeforces graders batch tests; grpo's code reward runs every test",
     "code_eval_scoring_mode": "open-r1's Codeforces grader's scoring; grpo's code reward scores the fraction passed",
-    "code_provider": "open-r1 runs code on E2B/Morph/local; grpo's code reward runs locally, on Piston or "
-                     "SandboxFusion (params.backend)",
     "parallel_code_exec_per_proc": "grpo's code reward parallelism is the reward entry's `parallel:`",
-    "e2b_router_url": "E2B routers are not a grpo code backend", "morph_router_url": "Morph is not a grpo code backend",
+    "e2b_router_url": "open-r1's E2B router is its own batching server; the code reward's `backend: e2b` talks to "
+                      "E2B directly", "morph_router_url": "open-r1's Morph router is its own batching server; the "
+                      "code reward's `backend: morph` talks to Morph directly",
     "ioi_provider": "IOI grading is open-r1's own", "enforce_same_language": "open-r1 code-reward option",
     "dataset_mixture": "mixtures of several datasets are not expressible: prepare one dataset (or files)",
     "overwrite_hub_revision": "open-r1's revision pushing", "push_to_hub_revision": "open-r1's revision pushing",
@@ -66,8 +66,27 @@ def _rewards(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
             if float(weight) != 1.0:
                 entry["weight"] = float(weight)
             entries.append(entry)
+    _code_provider(cfg.pop("code_provider", None), entries, out)
     if entries:
         out.put("rewards", entries)
+
+
+def _code_provider(provider: Any, entries: list[dict[str, Any]], out: ImportResult) -> None:
+    """open-r1's `code_provider` (e2b, morph, local) -> the code reward's `params.backend`."""
+    code = [e for e in entries if e.get("name") == "code"]
+    if provider is None or not code:
+        if any(e.get("name") == "code" for e in entries):
+            out.notes.append("open-r1 runs code on E2B by default; grpo's code reward runs it locally unless "
+                             "`params.backend: e2b` (with $E2B_API_KEY) is set")
+        return
+    if provider in ("e2b", "morph"):
+        for entry in code:
+            entry.setdefault("params", {})["backend"] = provider
+        if provider == "morph":
+            out.notes.append("code_provider morph: give the snapshot to start as the code reward's "
+                             "`params.backend_image`")
+    elif provider != "local":
+        out.drop("code_provider", provider, "not a code backend grpo knows (local, e2b, morph)")
 
 
 def _reward_entry(name: str, script_params: dict[str, Any], out: ImportResult, flavour: str) -> dict[str, Any] | None:

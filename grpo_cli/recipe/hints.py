@@ -74,6 +74,19 @@ MIGRATIONS: dict[str, tuple[str, str]] = {
 }
 
 
+_REF_OFFLOAD = (
+    "TRL 1.16's GRPOConfig has no option to offload only the reference model (it builds the reference as a full "
+    "copy of the policy, placed like it). What does the job: `training.beta: 0` (TRL's default) loads no reference "
+    "model at all; `model.lora` makes the reference the base model with the adapter switched off (no copy); "
+    "`launch.profile: zero3` shards policy and reference alike across GPUs, and a `launch.accelerate_config` with "
+    "DeepSpeed's `offload_param_device: cpu` offloads both")
+
+# Names other tools use for something TRL 1.16 cannot do -> what to do instead (no recipe key to point at).
+NOT_IN_TRL: dict[str, str] = {name: _REF_OFFLOAD for name in (
+    "offload_ref_model", "ref_model_offload", "offload_reference_model", "reference_model_offload", "ref_offload",
+    "ref_param_offload", "ref_model_cpu_offload", "offload_ref", "ref_model_offload_to_cpu")}
+
+
 def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
     """The closest valid name to a typo, or None when nothing is close."""
     matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.72)
@@ -82,6 +95,8 @@ def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
 
 def unknown_key_hint(name: str, candidates: Iterable[str], here: str) -> str:
     """The fix sentence for an unknown key `name` found at path `here`."""
+    if name in NOT_IN_TRL:
+        return NOT_IN_TRL[name] + "."
     if name in MIGRATIONS:
         target, why = MIGRATIONS[name]
         if target.rsplit(".", 1)[-1] == name and here and target.rsplit(".", 1)[0] == here:

@@ -156,6 +156,8 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
                                 fix=(f"Did you mean `{guess}`? " if guess else "")
                                 + f"Its parameters: {', '.join(sorted(tunable)) or 'none'}.")
         _check_builtin_values(entry, func, where)
+        if entry.name == "code":
+            _check_code_backend(entry, where)
         return RewardInfo(entry.label, "builtin", entry.name, list(_builtin_columns(entry)),
                           inspect.iscoroutinefunction(func))
     if entry.kind == "model":
@@ -192,6 +194,18 @@ def _check_builtin_values(entry: RewardEntry, func: Any, where: str) -> None:
             raise GrpoError(f"{value!r} is not a valid {key} for the built-in reward {entry.name!r}: it takes {want}",
                             where=f"{where}.params.{key}",
                             fix="See docs/rewards.md for what each value means.") from None
+
+
+def _check_code_backend(entry: RewardEntry, where: str) -> None:
+    """A hosted code sandbox (E2B, Morph) without its API key or snapshot fails on the first reward call: say so now."""
+    from grpo_cli.rewards.builtins.code_cloud import CLOUD, config_problem
+
+    backend = str(entry.params.get("backend", "local"))
+    problem = config_problem(backend, entry.params.get("backend_image"))
+    if problem:
+        raise GrpoError(problem, where=f"{where}.params.backend",
+                        fix=f"Export {CLOUD[backend][0]} before `grpo validate` and `grpo train` (keys stay out of the "
+                            "recipe), give what is missing, or use `backend: local`.")
 
 
 def _builtin_columns(entry: RewardEntry) -> list[tuple[str, ...]]:

@@ -36,6 +36,8 @@ class ToolCheck:
     plan: list[str] = field(default_factory=list)
     tool_names: dict[str, str] = field(default_factory=dict)
     """Name the model calls -> the recipe key that defines it (TRL keeps only the last of two same names)."""
+    rewarding: dict[str, bool | None] = field(default_factory=dict)
+    """Environment class -> whether it defines get_reward (None: it inherits, so that is known only at load)."""
 
     def claim(self, name: str, where: str, others: dict[str, str] | None = None) -> None:
         """Record a tool name; a second tool of the same name is a problem."""
@@ -199,6 +201,7 @@ def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck
         out.warnings.append(f"{where}: {name} inherits from another class; inherited methods are checked when "
                             "training loads it (`grpo check-tools` shows them)")
     reward = ", owns a reward (get_reward)" if "get_reward" in methods else ""
+    out.rewarding[name] = True if "get_reward" in methods else None if inherits else False
     out.plan.append(f"{name}: tools {', '.join(public) or '(inherited)'}{reward}")
 
 
@@ -223,6 +226,8 @@ def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
                                         f"(columns: {', '.join(columns)})",
                                         f"Add an `environment` column naming one of {', '.join(env.factory)} per "
                                         "row (and keep it in data.keep_columns), or give a single class."))
+    if env is not None:
+        environment_only_checks(recipe, out)
     if not recipe.data.prompt.chat:
         what = ("tools need chat prompts: TRL only parses tool calls out of conversational completions")
         if recipe.data.prompt.template is not None:
@@ -241,6 +246,29 @@ def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
 
         check_template(local, out)
     return out
+
+
+def environment_only_checks(recipe: Any, out: ToolCheck) -> None:
+    """What TRL needs when the environment serves the prompts or owns the only reward (GRPOTrainer.__init__)."""
+    env = recipe.environment
+    if not recipe.rewards and False in out.rewarding.values():
+        names = ", ".join(n for n, r in out.rewarding.items() if r is False)
+        out.problems.append(Problem("rewards", f"the recipe has no `rewards` and environment {names} defines no "
+                                    "get_reward, so no rollout would be scored (TRL refuses: 'No reward source "
+                                    "provided')", "Add `def get_reward(self) -> float:` to the environment (it is "
+                                    "called once per finished rollout), or list `rewards:`."))
+    if not recipe.data.from_environment:
+        return
+    if env.routed:
+        out.problems.append(Problem("data", "several environments are routed by each row's `environment` column, "
+                                    "but the recipe has no data rows (TRL needs a dataset to route them)",
+                                    "Give `data:` rows with an `environment` column, or a single environment "
+                                    "class whose reset() serves the prompts."))
+    steps = recipe.training.get("max_steps")
+    if not isinstance(steps, int) or steps <= 0:
+        out.problems.append(Problem("training.max_steps", "the recipe has no data rows (the environment serves the "
+                                    "prompts), so there is no epoch to count: training needs a number of steps",
+                                    "Set `training.max_steps` (e.g. 50), as TRL requires without a train dataset."))
 
 
 def version_checks(recipe: Any, out: ToolCheck, installed: str | None = None) -> None:

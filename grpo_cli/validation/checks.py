@@ -47,6 +47,9 @@ def _model_checks(recipe: Recipe, pf: Preflight) -> str:
 
 def _data_checks(recipe: Recipe, pf: Preflight) -> str:
     data = recipe.data
+    if data.from_environment:
+        pf.columns = []  # rewards get no row columns: only what TRL passes (prompts, completions, environments)
+        return "no rows: the environment's reset() serves every prompt"
     if data.dataset:
         desc = f"hub dataset {data.dataset}" + (f" ({data.config})" if data.config else "") + f", split {data.split}"
         pf.columns = list(data.keep_columns) if data.keep_columns is not None else None
@@ -364,10 +367,9 @@ def _plan(recipe: Recipe, pf: Preflight, model_desc: str, data_desc: str) -> dic
     plan: dict[str, Any] = {
         "model": f"{model_desc} (dtype {m.dtype}, {tuning})",
         "data": data_desc,
-        "prompt": (f"column {recipe.data.prompt.column!r}" if recipe.data.prompt.column
-                   else f"template {recipe.data.prompt.template!r}") + (" as chat messages" if recipe.data.prompt.chat
-                                                                       else " as plain text"),
-        "rewards": ", ".join(f"{r.label} x{e.weight:g}" for r, e in zip(pf.rewards, recipe.rewards, strict=False)),
+        "prompt": recipe.data.describe_prompt(),
+        "rewards": ", ".join(f"{r.label} x{e.weight:g}" for r, e in zip(pf.rewards, recipe.rewards, strict=False))
+                   or "the environment's get_reward x1",
         "launch": f"profile {recipe.launch.profile}, {recipe.launch.world_size} training process(es), "
                   f"vLLM {recipe.launch.vllm.mode}",
         "output": recipe.output.dir,

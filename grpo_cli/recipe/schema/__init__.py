@@ -6,8 +6,9 @@ One module per section; `Recipe` ties them together.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, Field, PrivateAttr, model_validator
 
 from grpo_cli.recipe.schema.callbacks import CallbackEntry
 from grpo_cli.recipe.schema.common import Section
@@ -42,17 +43,26 @@ __all__ = [
 ]
 
 
+def _data_may_be_absent(schema: dict[str, Any]) -> None:
+    """`data` is required unless the recipe has an `environment` (filled in by `_environment_rows`)."""
+    schema["required"] = [k for k in schema.get("required", []) if k != "data"]
+
+
 class Recipe(Section):
     """A GRPO training recipe."""
+
+    model_config = ConfigDict(**{**Section.model_config, "json_schema_extra": _data_may_be_absent})
 
     description: str | None = None
     """Free text shown by `grpo validate`."""
     model: ModelSection
     """The policy model."""
     data: DataSection
-    """Training data and prompt mapping."""
-    rewards: list[RewardEntry] = Field(min_length=1)
-    """Weighted rewards; the total is their weighted sum."""
+    """Training data and prompt mapping. A recipe with `environment:` may leave it out: the environment's
+    `reset()` then serves every prompt (`from_environment: true`)."""
+    rewards: list[RewardEntry] = Field(default_factory=list)
+    """Weighted rewards; the total is their weighted sum. At least one, unless the `environment` owns the reward
+    (its class defines `get_reward`, which TRL adds as a reward of weight 1)."""
     tools: list[ToolEntry] = Field(default_factory=list)
     """Functions the model may call during a rollout (TRL's `tools`); see docs/tools.md."""
     environment: EnvironmentSection | None = None
@@ -96,8 +106,19 @@ class Recipe(Section):
 
         return local_dir(ref, self._base_dir)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_rows(cls, value: Any) -> Any:
+        """No `data:` beside an `environment:` is TRL's environment-only training: the environment serves prompts."""
+        if isinstance(value, dict) and "data" not in value and value.get("environment") is not None:
+            return {**value, "data": {"from_environment": True}}
+        return value
+
     @model_validator(mode="after")
     def _unique_reward_labels(self) -> Recipe:
+        if not self.rewards and self.environment is None:
+            raise ValueError("`rewards` is empty: give at least one reward (a built-in `name`, a `function` or a "
+                             "`model`); only an `environment` whose class defines get_reward may train without one")
         seen: set[str] = set()
         for entry in self.rewards:
             if entry.label in seen:

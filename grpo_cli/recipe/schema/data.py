@@ -17,6 +17,10 @@ VLM_TRUNCATION_REASON = (
     "use `prompt_overflow: filter` (the default) so over-long rows are dropped, never truncated")
 
 
+ENVIRONMENT_PROMPT: dict[str, Any] = {"template": "", "chat": True}
+"""The prompt of environment-only rows: an empty user message, as TRL's placeholder dataset has."""
+
+
 class PromptSection(Section):
     """How a row becomes the prompt the model sees."""
 
@@ -148,6 +152,11 @@ class ColumnValue(Section):
 class DataSection(Section):
     """Training (and eval) data: a hub dataset or local files, mapped to prompts plus reward columns."""
 
+    from_environment: bool = False
+    """No rows: the `environment` serves every prompt from its `reset()` (TRL's environment-only training; each
+    prompt starts as an empty user message, as TRL's own placeholder rows do, or as `prompt.template`'s constant
+    text). Set for you when a recipe has `environment:` and no `data:`; it needs `training.max_steps`, as TRL
+    does."""
     dataset: str | None = None
     """Hub dataset id, e.g. openai/gsm8k."""
     config: str | None = None
@@ -207,8 +216,17 @@ class DataSection(Section):
                 raise ValueError(f"{p!r} is not a supported data file: use one of {', '.join(LOCAL_SUFFIXES)}")
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _environment_prompt(cls, value: Any) -> Any:
+        if isinstance(value, dict) and value.get("from_environment") is True and "prompt" not in value:
+            return {**value, "prompt": dict(ENVIRONMENT_PROMPT)}
+        return value
+
     @model_validator(mode="after")
     def _source(self) -> DataSection:
+        if self.from_environment:
+            return self._environment_only()
         if self.files is not None and (not self.files or any(not v for v in self.file_map.values())):
             raise ValueError("`files` is empty: give at least one .jsonl/.json/.csv/.parquet file per split")
         if (self.dataset is None) == (self.files is None):
@@ -231,6 +249,22 @@ class DataSection(Section):
             raise ValueError("give `eval_split` or `eval_holdout`, not both")
         return self
 
+    def _environment_only(self) -> DataSection:
+        """`from_environment` rows carry nothing: every key that reads or shapes rows is a mistake here."""
+        used = [k for k in ("dataset", "files", "eval_split", "answer", "images", "keep_columns", "max_samples",
+                            "max_eval_samples", "max_prompt_tokens") if getattr(self, k) is not None]
+        used += [k for k in ("columns", "filter") if getattr(self, k)] + (["eval_holdout"] if self.eval_holdout else [])
+        if used:
+            raise ValueError(f"`from_environment: true` has no rows, so `{used[0]}` has nothing to read: the "
+                             "environment's reset() gives each prompt. Drop it, or give rows (`files`/`dataset`) "
+                             "and drop `from_environment`")
+        if self.prompt.column is not None or self.prompt.columns or not self.prompt.chat:
+            raise ValueError("`from_environment: true` has no columns to read: its prompt is a chat user message "
+                             "(empty unless `prompt.template` gives constant text, optionally after a "
+                             "`system_prompt`) that the environment's reset() appends to; drop `prompt.column` and "
+                             "`{fields}`, keep `chat: true`")
+        return self
+
     @property
     def file_map(self) -> dict[str, list[str]]:
         """Local files by split name (empty for hub datasets)."""
@@ -241,6 +275,15 @@ class DataSection(Section):
         if isinstance(self.files, list):
             return {self.split: list(self.files)}
         return {k: [v] if isinstance(v, str) else list(v) for k, v in self.files.items()}
+
+    def describe_prompt(self) -> str:
+        """Where each prompt comes from, for validate's plan."""
+        if self.from_environment:
+            text = (self.prompt.template or "").format()
+            return ("each rollout's environment reset(), appended to " + (f"{text!r}" if text else "an empty user "
+                    "message") + (" after the system prompt" if self.prompt.system_prompt else ""))
+        source = f"column {self.prompt.column!r}" if self.prompt.column else f"template {self.prompt.template!r}"
+        return source + (" as chat messages" if self.prompt.chat else " as plain text")
 
     @property
     def has_eval(self) -> bool:

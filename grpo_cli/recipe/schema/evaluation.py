@@ -56,6 +56,10 @@ class EvalSection(Section):
         known = {"gsm8k", "math500", "svamp", *self.suite_files}
         for key, names in (("suite", [self.suite] if self.suite else []), ("on_save", self.on_save)):
             for name in names:
+                if name.lower().startswith("lighteval:"):
+                    raise ValueError(f"{key} {name!r}: grpo does not run lighteval suites (lighteval 0.13 needs the "
+                                     "network when it loads its tasks; see docs/migration.md): give the suite as a "
+                                     "local JSONL of problem/answer rows in suite_files")
                 if name not in known and name.lower().replace("-", "") not in known:
                     raise ValueError(f"{key} {name!r} is not a bundled suite ('gsm8k', 'math500', 'svamp') nor a "
                                      "name in suite_files; AIME, GPQA and LiveCodeBench are not shipped: give your "

@@ -9,7 +9,7 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from grpo_cli.rewards.builtins.answers import completion_text
 
@@ -173,8 +173,8 @@ def score_program(program: str, tests: list[CodeTest], *, timeout: float, memory
 
 
 def _score_remote(program: str, tests: list[CodeTest], backend: str, url: str, *, timeout: float,
-                  memory_mb: int) -> tuple[float, str]:
-    """The per-test path on a Piston / SandboxFusion server (see code_remote)."""
+                  memory_mb: int, image: str | None = None) -> tuple[float, str]:
+    """The per-test path on a Piston / SandboxFusion server or an E2B / Morph sandbox (code_remote, code_cloud)."""
     from grpo_cli.rewards.builtins.code_remote import run_remote
 
     passed = 0
@@ -182,10 +182,10 @@ def _score_remote(program: str, tests: list[CodeTest], backend: str, url: str, *
         if test.script is not None:
             sentinel = f"grpo-tests-passed-{secrets.token_hex(8)}"
             run = run_remote(backend, url, f"{program}\n\n{test.script}\n\nprint({sentinel!r})\n", "",
-                             timeout=timeout, memory_mb=memory_mb)
+                             timeout=timeout, memory_mb=memory_mb, image=image)
             passed += run.ok and run.stdout.rstrip().endswith(sentinel)
         else:
-            run = run_remote(backend, url, program, test.stdin, timeout=timeout, memory_mb=memory_mb)
+            run = run_remote(backend, url, program, test.stdin, timeout=timeout, memory_mb=memory_mb, image=image)
             passed += run.ok and _same_output(run.stdout, test.expected or "")
     return passed / len(tests), f"{passed}/{len(tests)} tests passed on {backend}"
 
@@ -217,11 +217,12 @@ def _jobs(completions: Sequence[Any], tests: Any) -> tuple[list[float | None], l
     return rewards, notes, jobs
 
 
-def _score_job(job: _Job, *, backend: str, url: str, timeout: float, memory_mb: int) -> tuple[float, str]:
+def _score_job(job: _Job, *, backend: str, url: str, timeout: float, memory_mb: int,
+               image: str | None = None) -> tuple[float, str]:
     _, program, parsed = job
     if backend == "local":
         return score_program(program, parsed, timeout=timeout, memory_mb=memory_mb)
-    return _score_remote(program, parsed, backend, url, timeout=timeout, memory_mb=memory_mb)
+    return _score_remote(program, parsed, backend, url, timeout=timeout, memory_mb=memory_mb, image=image)
 
 
 def _map(score: Any, jobs: list[_Job], workers: int) -> list[tuple[float, str]]:
@@ -240,8 +241,9 @@ def code(
     tests: Any = None,
     timeout: float = 5.0,
     memory_mb: int = 512,
-    backend: str = "local",
+    backend: Literal["local", "piston", "sandbox-fusion", "e2b", "morph"] = "local",
     backend_url: str | None = None,
+    backend_image: str | None = None,
     parallel: int = 0,
     log_extra: Any = None,
     **kwargs: Any,
@@ -266,8 +268,12 @@ def code(
         tests: the row's tests (a dataset column).
         timeout: wall-clock seconds per test.
         memory_mb: address-space limit per sandboxed process, in MiB.
-        backend: `local` (the warm sandbox), or `piston` / `sandbox-fusion`: each test sent to that server.
-        backend_url: its base address (default `http://localhost:2000` Piston, `http://localhost:8080` Fusion).
+        backend: `local` (the warm sandbox), or `piston` / `sandbox-fusion`: each test sent to that server, or
+            `e2b` / `morph`: each test run in one hosted sandbox per process (API key in `$E2B_API_KEY` /
+            `$MORPH_API_KEY`; plain HTTP, no SDK; not verified against the live services).
+        backend_url: its base address (default `http://localhost:2000` Piston, `http://localhost:8080` Fusion,
+            the service's own API for e2b and morph).
+        backend_image: the E2B template (default `code-interpreter-v1`) or the Morph snapshot id (required).
         parallel: completions scored at once; 0 means one per free core. Set it with the entry's `parallel:`.
 
     Returns:
@@ -285,7 +291,8 @@ def code(
     rewards, notes, jobs = _jobs(completions, tests)
 
     url = backend_url or DEFAULT_URLS.get(backend, "")
-    score = functools.partial(_score_job, backend=backend, url=url, timeout=timeout, memory_mb=memory_mb)
+    score = functools.partial(_score_job, backend=backend, url=url, timeout=timeout, memory_mb=memory_mb,
+                              image=backend_image)
     workers = max(1, min(parallel if parallel > 0 else default_workers(), len(jobs)))
     if backend == "local":
         shared_pool().ensure(workers)

@@ -1,4 +1,5 @@
-"""External sandbox backends for the `code` reward: Piston and SandboxFusion, over their HTTP APIs.
+"""External sandbox backends for the `code` reward: Piston and SandboxFusion, over their HTTP APIs (E2B and
+Morph Cloud, which need a sandbox made first, are in code_cloud.py).
 
 For users who outgrow one machine: the reward sends each test (program + test code, or program +
 stdin) as one execution request. UNTESTED against real servers here (neither can be started on
@@ -26,7 +27,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 
-BACKENDS = ("local", "piston", "sandbox-fusion")
+BACKENDS = ("local", "piston", "sandbox-fusion", "e2b", "morph")
 DEFAULT_URLS = {"piston": "http://localhost:2000", "sandbox-fusion": "http://localhost:8080"}
 
 
@@ -60,8 +61,13 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
         return {"_error": f"the server's answer is not JSON: {exc}"}
 
 
-def run_remote(backend: str, url: str, source: str, stdin: str, *, timeout: float, memory_mb: int) -> RemoteRun:
+def run_remote(backend: str, url: str, source: str, stdin: str, *, timeout: float, memory_mb: int,
+               image: str | None = None) -> RemoteRun:
     """Run one program on a remote backend; network failures raise GrpoError, program failures do not."""
+    if backend in ("e2b", "morph"):
+        from grpo_cli.rewards.builtins.code_cloud import run_cloud
+
+        return RemoteRun(*run_cloud(backend, url or None, image, source, stdin, timeout=timeout, memory_mb=memory_mb))
     base = url.rstrip("/")
     if backend == "piston":
         answer = _post(f"{base}/api/v2/execute", {

@@ -344,6 +344,11 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
     if completions is not None and generate:
         raise GrpoError("--completions and --generate both choose where completions come from",
                         where="command line", fix="Give one of them.")
+    if not recipe.rewards:
+        raise GrpoError("the recipe has no `rewards` to check: its reward is the environment's get_reward, which "
+                        "scores the environment's state after a rollout, not a completion's text", where="rewards",
+                        fix="Run `grpo check-tools RECIPE`: it resets the environment, calls each method and "
+                            "get_reward, and names what fails.")
     notes: list[str] = []
     locate = None  # training row -> its file and line, for messages
     funcs = _reward_funcs(recipe)
