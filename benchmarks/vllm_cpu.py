@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from perf_doc import append, load, stamp
+from perf_doc import add_no_append, append, load, stamp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -139,7 +139,7 @@ def main() -> None:
     parser.add_argument("--skip-steps", action="store_true")
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-generation", action="store_true")
-    parser.add_argument("--no-append", action="store_true")
+    add_no_append(parser)
     args = parser.parse_args()
     import torch
 

@@ -61,3 +61,5 @@ def test_het_job_trains_on_two_nodes_through_the_vllm_server_on_a_third(tmp_path
     assert '"POST /collective_rpc HTTP/1.1" 200' in log
     assert all(r["sampling/sampling_logp_difference/max"] < 1e-3 for r in steps), steps
     assert log.count("completed at step 2") == 1 and (out / "model.safetensors").exists()
+    # Stopped with SIGTERM to its step, the server shuts down cleanly (a SIGKILL leaves its shared memory behind).
+    assert "Application shutdown complete." in log and "task 0: Killed" not in log, log[-2000:]
