@@ -10,7 +10,6 @@ to docs/performance.md.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
@@ -22,6 +21,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from perf_doc import add_no_append, append, load, stamp  # noqa: E402
 
 from grpo_cli.paths import ASSETS_DIR  # noqa: E402
 
@@ -49,7 +50,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="Prompts per generate call when batched.")
     parser.add_argument("--max-new-tokens", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
+    add_no_append(parser)
     args = parser.parse_args()
 
     import torch
@@ -80,18 +81,13 @@ def main() -> None:
     print(table)
     print(verdict)
     if not args.no_append:
-        stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-        header = (f"\n### `grpo eval` sampling, batched vs per-prompt ({stamp}, {platform.machine()}, "
+        header = (f"### `grpo eval` sampling, batched vs per-prompt ({stamp()}, {platform.machine()}, "
                   f"{os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__})\n\n"
                   f"Bundled tiny-arith model, {len(prompts)} test prompts x k={args.k} samples = {samples} "
                   f"completions of at most {args.max_new_tokens} tokens, float32 on CPU, median of {args.repeats} "
-                  f"runs, load average {os.getloadavg()[0]:.1f} at the end "
+                  f"runs, load average {load()} at the end "
                   "(`python benchmarks/eval_generation.py`).\n\n")
-        perf = ROOT / "docs" / "performance.md"
-        if not perf.exists():
-            perf.write_text("# Performance\n", encoding="utf-8")
-        with perf.open("a", encoding="utf-8") as fh:
-            fh.write(header + table + f"\n\n{verdict}\n")
+        append(header + table + f"\n\n{verdict}\n")
 
 
 if __name__ == "__main__":

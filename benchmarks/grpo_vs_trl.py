@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import datetime as dt
 import os
 import platform
 import resource
@@ -33,6 +32,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import wrapper_overhead  # noqa: E402
+from perf_doc import add_no_append, append, load, stamp  # noqa: E402
 
 ROOT = wrapper_overhead.ROOT
 
@@ -93,22 +93,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=7, help="Interleaved startup pairs.")
     wrapper_overhead.add_arguments(parser, repeats=3, max_steps=150)
-    parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
+    add_no_append(parser)
     args = parser.parse_args()
-    load = os.getloadavg()[0]
+    load_before = load()
     runs = startup(args.pairs)
     with tempfile.TemporaryDirectory() as tmp:
         plain, wrapped = wrapper_overhead.compare(args, Path(tmp))
     text = "\n".join([*startup_table(runs), "", wrapper_overhead.table(plain, wrapped)])
     print(text)
     if not args.no_append:
-        header = (f"\n### grpo vs TRL: startup and per-step ratios ({dt.datetime.now():%Y-%m-%d %H:%M}, "
+        header = (f"### grpo vs TRL: startup and per-step ratios ({stamp()}, "
                   f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load "
-                  f"{load:.1f} before / {os.getloadavg()[0]:.1f} after; {args.pairs} startup pairs; "
+                  f"{load_before} before / {load()} after; {args.pairs} startup pairs; "
                   f"{args.repeats} training pairs of {args.max_steps} steps, {args.prompts_per_step} prompts x "
                   f"{args.num_generations} generations, one torch thread; `python benchmarks/grpo_vs_trl.py`)\n\n")
-        with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write(header + text + "\n")
+        append(header + text + "\n")
 
 
 if __name__ == "__main__":

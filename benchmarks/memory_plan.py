@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import os
 import platform
@@ -30,6 +29,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from perf_doc import add_no_append, append, load, stamp
 
 ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / "grpo_cli" / "assets" / "tiny-arith"
@@ -145,7 +146,7 @@ def _label(size: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(SIZES))
-    parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
+    add_no_append(parser)
     parser.add_argument("--lora-dropout", default="0.05", help="LoRA dropout(s), comma-separated, e.g. 0.05,0")
     parser.add_argument("--case", nargs=4, metavar=("DIR", "SIZE", "MODE", "DROPOUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -175,12 +176,9 @@ def main() -> None:
     for r in rows:
         print(r["size"], r["mode"], r["items"])
     if not args.no_append:
-        load = "/".join(f"{x:.2f}" for x in os.getloadavg())
-        stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-        header = (f"\n### Memory plan vs measured CPU peak ({stamp}, {platform.machine()}, {os.cpu_count()} cores, "
-                  f"load {load})\n\n")
-        with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write(header + table + "\n")
+        header = (f"### Memory plan vs measured CPU peak ({stamp()}, {platform.machine()}, {os.cpu_count()} cores, "
+                  f"load {load(all_three=True)})\n\n")
+        append(header + table + "\n")
 
 
 if __name__ == "__main__":

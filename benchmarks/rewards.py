@@ -14,13 +14,14 @@ The machine load is printed and saved with the figures, because a shared machine
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import platform
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from perf_doc import add_no_append, append, stamp
 
 ROOT = Path(__file__).resolve().parent.parent
 THINK = "<think>\nStep 1: expand.\nStep 2: simplify.\nStep 3: check.\n</think>\n"
@@ -268,7 +269,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rows", type=int, default=64, help="Completions per call.")
-    parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
+    add_no_append(parser)
     args = parser.parse_args()
 
     load_before = os.getloadavg()
@@ -298,8 +299,7 @@ def main() -> None:
     print(table)
     print(f"\n{load}")
     if not args.no_append:
-        stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-        header = (f"\n### Rewards ({stamp}, {platform.machine()}, {os.cpu_count()} cores, "
+        header = (f"### Rewards ({stamp()}, {platform.machine()}, {os.cpu_count()} cores, "
                   f"Python {platform.python_version()}, `python benchmarks/rewards.py --workers {args.workers} "
                   f"--rows {args.rows}`)\n\n")
         note = (f"\n\n{load[0].upper()}{load[1:]}. Serial and pooled times are the fastest of 3 calls each "
@@ -311,11 +311,7 @@ def main() -> None:
                 "against. The ceiling "
                 "row is what the machine offered at the time: two plain processes spinning in pure Python, against "
                 "one doing both shares; a busy machine lowers it, and no pool can beat it.\n")
-        path = ROOT / "docs" / "performance.md"
-        if not path.exists():
-            path.write_text("# Performance\n", encoding="utf-8")
-        with path.open("a", encoding="utf-8") as fh:
-            fh.write(header + table + note)
+        path = append(header + table + note)
         print(f"appended to {path.relative_to(ROOT)}")
 
 

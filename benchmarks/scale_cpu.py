@@ -11,7 +11,6 @@ peak resident memory of each process. Prints a table and appends it to docs/perf
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import subprocess
@@ -19,6 +18,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from perf_doc import add_no_append, append, load, stamp
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ("ddp", "fsdp", "zero3")
@@ -47,8 +48,7 @@ def run_profile(profile: str, steps: int, out: Path) -> dict:
 def table(rows: list[dict], steps: int) -> str:
     base = next(r["steps_per_s"] for r in rows if r["profile"] == "ddp")
     lines = [f"Demo, {steps} steps, 2 CPU processes, `OMP_NUM_THREADS=1`, evaluation off "
-             f"({dt.date.today().isoformat()}, {os.cpu_count()} cores; load average before: "
-             f"{os.getloadavg()[0]:.1f}):", "",
+             f"({stamp()}, {os.cpu_count()} cores; load average before: {load()}):", "",
              "| profile | in effect | steps/s (steady) | vs ddp | wall s | params held per process | "
              "peak RSS per process (MiB) |", "|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -61,15 +61,14 @@ def table(rows: list[dict], steps: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--no-append", action="store_true")
+    add_no_append(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows = [run_profile(p, args.steps, Path(tmp) / p) for p in PROFILES]
     text = table(rows, args.steps)
     print(text)
     if not args.no_append:
-        with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write("\n" + text)
+        append(text)
 
 
 if __name__ == "__main__":

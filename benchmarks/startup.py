@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import compileall
-import datetime as dt
 import os
 import platform
 import shutil
@@ -21,6 +20,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from perf_doc import add_no_append, append, stamp
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -42,7 +43,7 @@ def time_command(cmd: list[str], runs: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
-    parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
+    add_no_append(parser)
     args = parser.parse_args()
     grpo = _grpo()
     compileall.compile_dir(str(ROOT / "grpo_cli"), quiet=1)
@@ -61,11 +62,9 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if not args.no_append:
-        stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-        header = (f"\n### Startup ({stamp}, {platform.machine()}, {os.cpu_count()} cores, "
+        header = (f"### Startup ({stamp()}, {platform.machine()}, {os.cpu_count()} cores, "
                   f"Python {platform.python_version()}, {args.runs} runs each)\n\n")
-        with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write(header + table + "\n")
+        append(header + table + "\n")
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ Prints a table and appends it to docs/performance.md with the load average and t
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
@@ -19,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from perf_doc import add_no_append, append, load, stamp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -37,7 +38,7 @@ def main() -> None:
     parser.add_argument("--recipe", default="recipes/smollm2-word-arith.yaml")
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--run", help="Read the split of this finished run instead of training.")
-    parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
+    add_no_append(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="grpo-split-") as tmp:
         run = Path(args.run) if args.run else Path(tmp) / "run"
@@ -54,13 +55,11 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     if not args.no_append:
-        load = "/".join(f"{x:.2f}" for x in os.getloadavg())
         threads = os.environ.get("OMP_NUM_THREADS", "torch default")
         what = args.run or f"{args.recipe}, {args.steps} steps"
-        header = (f"\n### Where a step's time goes: {what} ({dt.datetime.now():%Y-%m-%d %H:%M}, "
-                  f"{platform.machine()}, {os.cpu_count()} cores, threads {threads}, load {load})\n\n")
-        with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write(header + table + "\n")
+        header = (f"### Where a step's time goes: {what} ({stamp()}, {platform.machine()}, {os.cpu_count()} "
+                  f"cores, threads {threads}, load {load(all_three=True)})\n\n")
+        append(header + table + "\n")
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
+
+from perf_doc import add_no_append, append, load, stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -51,14 +52,14 @@ def main() -> None:
     parser.add_argument("--recipe", default="recipes/demo.yaml")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="Fixed OMP_NUM_THREADS settings.")
-    parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
+    add_no_append(parser)
     args = parser.parse_args()
 
     settings: list[int | None] = [None, *args.threads]
     walls: dict[int | None, list[float]] = {s: [] for s in settings}
     trains: dict[int | None, list[float]] = {s: [] for s in settings}
     plans: list[str] = []
-    load_before = os.getloadavg()
+    load_before = load()
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             order = settings[r % len(settings):] + settings[:r % len(settings)]
@@ -69,23 +70,22 @@ def main() -> None:
                 if s is None:
                     plans.append(plan)
                 print(f"round {r + 1} {_name(s)}: wall {wall:.1f} s, training {train_s:.1f} s "
-                      f"(load {os.getloadavg()[0]:.1f})", flush=True)
-    load_after = os.getloadavg()
+                      f"(load {load()})", flush=True)
+    load_after = load()
     best = min(statistics.median(trains[s]) for s in settings)
     rows = [f"| {_name(s)} | {statistics.median(walls[s]):.1f} | {statistics.median(trains[s]):.1f} | "
             f"{statistics.median(trains[s]) / best - 1:+.0%} | {', '.join(f'{t:.1f}' for t in trains[s])} |"
             for s in settings]
-    title = (f"### Thread choice, {args.recipe} {' '.join(args.overrides)} ({datetime.now():%Y-%m-%d %H:%M}, "
-             f"{platform.machine()}, {os.cpu_count()} cores, load average {load_before[0]:.1f} before / "
-             f"{load_after[0]:.1f} after, {args.rounds} interleaved rounds)")
+    title = (f"### Thread choice, {args.recipe} {' '.join(args.overrides)} ({stamp()}, "
+             f"{platform.machine()}, {os.cpu_count()} cores, load average {load_before} before / "
+             f"{load_after} after, {args.rounds} interleaved rounds)")
     text = "\n".join([title, "", "`python benchmarks/threads.py " + " ".join(sys.argv[1:]) + "`", "",
                       "| setting | wall (s, median) | training (s, median) | vs best | training, all rounds |",
                       "|---|---:|---:|---:|---|", *rows, "",
                       "auto chose: " + "; ".join(sorted(set(plans))) if plans else "", ""])
     print(text)
     if not args.no_append:
-        with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write("\n" + text)
+        append(text)
 
 
 def _name(s: int | None) -> str:

@@ -16,8 +16,9 @@ import os
 import platform
 import tempfile
 import time
-from datetime import datetime
 from pathlib import Path
+
+from perf_doc import add_no_append, append, load, stamp
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="Recipe overrides, e.g. training.max_steps=40.")
-    parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
+    add_no_append(parser)
     args = parser.parse_args()
 
     from grpo_cli import load_recipe, train
@@ -48,16 +49,14 @@ def main() -> None:
              f"{after['tools/calls_per_episode']:.2f}"),
             ("tool failure rate", f"{before['tools/failure_rate']:.3f}", f"{after['tools/failure_rate']:.3f}"),
             ("last logged tools/call_frequency", "", f"{last['tools/call_frequency']:.2f}")]
-    load = os.getloadavg()[0]
-    title = (f"### Tool demo (`recipes/tools-demo.yaml`) ({datetime.now():%Y-%m-%d %H:%M}, {platform.machine()}, "
-             f"{os.cpu_count()} cores, load {load:.1f}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')})")
+    title = (f"### Tool demo (`recipes/tools-demo.yaml`) ({stamp()}, {platform.machine()}, "
+             f"{os.cpu_count()} cores, load {load()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', '-')})")
     table = ["| figure | before | after |", "|---|---:|---:|", *[f"| {a} | {b} | {c} |" for a, b, c in rows]]
     gain = after["accuracy/mean"] - before["accuracy/mean"]
     text = "\n".join([title, "", *table, "", f"held-out gain: {gain:+.3f} (target >= +0.15 in < 180 s)", ""])
     print(text)
     if not args.no_append:
-        with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write("\n" + text)
+        append(text)
 
 
 if __name__ == "__main__":

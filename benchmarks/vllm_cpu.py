@@ -15,7 +15,6 @@ docs/performance.md.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
@@ -25,6 +24,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from perf_doc import add_no_append, append, load, stamp
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -138,7 +139,7 @@ def main() -> None:
     parser.add_argument("--skip-steps", action="store_true")
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-generation", action="store_true")
-    parser.add_argument("--no-append", action="store_true")
+    add_no_append(parser)
     args = parser.parse_args()
     import torch
 
@@ -163,15 +164,13 @@ def main() -> None:
                 step, startup = _step_time(mode, args.steps, Path(tmp))
                 rows.append(f"| vLLM {mode} | {step:.2f} | {'' if startup is None else f'{startup:.0f}'} |")
                 print(rows[-1], flush=True)
-    load = os.getloadavg()
-    head = (f"### vLLM on CPU (issue 21, {dt.datetime.now():%Y-%m-%d %H:%M}, {platform.machine()}, "
-            f"{os.cpu_count()} cores, load {load[0]:.1f}, {args.prompts} prompts x {args.k} samples, "
+    head = (f"### vLLM on CPU (issue 21, {stamp()}, {platform.machine()}, "
+            f"{os.cpu_count()} cores, load {load()}, {args.prompts} prompts x {args.k} samples, "
             f"`.venv-vllm/bin/python benchmarks/vllm_cpu.py`)")
     text = "\n".join([head, "", *rows, ""])
     print(text)
     if not args.no_append:
-        with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as f:
-            f.write("\n" + text)
+        append(text)
 
 
 if __name__ == "__main__":

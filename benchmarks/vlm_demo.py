@@ -10,7 +10,6 @@ process; the load average before each run is printed because a shared machine mo
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
@@ -20,6 +19,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from perf_doc import add_no_append, append, stamp
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,22 +41,21 @@ def one_run(out: Path) -> tuple[float, float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1)
-    parser.add_argument("--no-append", action="store_true")
+    add_no_append(parser)
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.runs):
             rows.append(one_run(Path(tmp) / f"run{i}"))
-    stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M")
-    title = f"### VLM demo (`grpo train recipes/vlm-demo.yaml`) ({stamp}, {platform.machine()}, {os.cpu_count()} cores)"
+    title = (f"### VLM demo (`grpo train recipes/vlm-demo.yaml`) ({stamp()}, {platform.machine()}, "
+             f"{os.cpu_count()} cores)")
     lines = [title, "", "| run | load avg before | wall s | held-out accuracy before | after | gain |",
              "|---|---|---|---|---|---|"]
     lines += [f"| {i + 1} | {load:.1f} | {wall:.0f} | {a:.3f} | {b:.3f} | {b - a:+.3f} |"
               for i, (load, wall, a, b) in enumerate(rows)]
     print("\n".join(lines))
     if not args.no_append:
-        with open(ROOT / "docs" / "performance.md", "a", encoding="utf-8") as f:
-            f.write("\n" + "\n".join(lines) + "\n")
+        append("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,6 @@ docs/performance.md. `--prompts-per-step 16 --num-generations 16` gives a larger
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import platform
@@ -23,6 +22,8 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from perf_doc import add_no_append, append, load, stamp
 
 ROOT = Path(__file__).resolve().parent.parent
 # One torch thread on both sides (the plain script's default): with two threads on a busy
@@ -119,9 +120,9 @@ def table(plain: list[Run], wrapped: list[Run]) -> str:
     return "\n".join(rows)
 
 
-def header(args: argparse.Namespace, load_before: float) -> str:
-    return (f"\n### Wrapper overhead ({dt.datetime.now():%Y-%m-%d %H:%M}, {platform.machine()}, {os.cpu_count()} "
-            f"cores, load {load_before:.1f} before / {os.getloadavg()[0]:.1f} after, {args.max_steps} steps x "
+def header(args: argparse.Namespace, load_before: str) -> str:
+    return (f"### Wrapper overhead ({stamp()}, {platform.machine()}, {os.cpu_count()} "
+            f"cores, load {load_before} before / {load()} after, {args.max_steps} steps x "
             f"{args.repeats} interleaved pairs, {args.prompts_per_step} prompts x {args.num_generations} "
             "generations per step, one torch thread)\n\n")
 
@@ -129,16 +130,15 @@ def header(args: argparse.Namespace, load_before: float) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
-    parser.add_argument("--no-append", action="store_true")
+    add_no_append(parser)
     args = parser.parse_args()
-    load = os.getloadavg()[0]
+    load_before = load()
     with tempfile.TemporaryDirectory() as tmp:
         plain, wrapped = compare(args, Path(tmp))
     text = table(plain, wrapped)
     print(text)
     if not args.no_append:
-        with (ROOT / "docs" / "performance.md").open("a", encoding="utf-8") as fh:
-            fh.write(header(args, load) + text + "\n")
+        append(header(args, load_before) + text + "\n")
 
 
 if __name__ == "__main__":

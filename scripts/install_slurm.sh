@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# System packages for tests/test_slurm.py: Slurm and MUNGE from Debian's packages (about 30 s), so the
-# test can start a one-node cluster on localhost. CI (root, fresh machine) runs this before the tests.
+# System packages for tests/test_slurm.py and tests/test_slurm_vllm.py: Slurm and MUNGE from Debian's packages
+# (about 30 s), so the tests can start a private cluster on localhost: one node, or several node entries on this
+# host with one slurmd each (`slurmd -N`, which Debian's build supports). CI (root, fresh machine) runs this
+# before the tests.
 # Does nothing when they are installed; without root or apt-get it only says so and the test is skipped.
 set -uo pipefail
 if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v munged >/dev/null; then

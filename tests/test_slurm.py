@@ -4,6 +4,8 @@ The fixture starts MUNGE, slurmctld and slurmd with private sockets, ports and s
 in /etc is touched) and stops them afterwards. The script asks for 2 nodes x 1 task; on this one node the
 job is submitted as 2 tasks, which the script runs as 2 machines (machine rank = SLURM_PROCID), exactly as
 it would on two nodes. Needs root and Slurm/MUNGE (`scripts/install_slurm.sh`, which .ci/run calls).
+`_cluster(..., nodes=[...])` gives several node entries on this host instead, one slurmd each
+(tests/test_slurm_vllm.py runs a heterogeneous job on three).
 """
 
 from __future__ import annotations
@@ -35,7 +37,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _conf(d: Path, host: str) -> str:
+def _conf(d: Path, nodes: list[str]) -> str:
+    """One node: this host under its own name. Several: one slurmd each on this host, on ports of their own."""
+    host = socket.gethostname()
+    if nodes == [host]:
+        entries = f"NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=2000 State=UNKNOWN\n"
+    else:
+        entries = "".join(f"NodeName={n} NodeHostname={host} NodeAddr={n} Port={_free_port()} CPUs=2 RealMemory=2000 "
+                          "State=UNKNOWN\n" for n in nodes)
     return f"""ClusterName=grpotest
 SlurmctldHost={host}(127.0.0.1)
 SlurmctldPort={_free_port()}
@@ -46,23 +55,23 @@ CredType=cred/munge
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
+SlurmdSpoolDir={d}/spool/%n
 SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
+SlurmdPidFile={d}/slurmd-%n.pid
 SlurmctldLogFile={d}/slurmctld.log
-SlurmdLogFile={d}/slurmd.log
+SlurmdLogFile={d}/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
+SchedulerParameters=bf_interval=1
 ReturnToService=2
 MpiDefault=none
 SwitchType=switch/none
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
-NodeName={host} NodeAddr=127.0.0.1 CPUs=2 RealMemory=2000 State=UNKNOWN
-PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+{entries}PartitionName=debug Nodes={",".join(nodes)} Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 """
 
 
@@ -74,35 +83,42 @@ def slurm_cluster(tmp_path: Path, monkeypatch) -> Iterator[Path]:
 
 
 @contextlib.contextmanager
-def _cluster(tmp_path: Path, monkeypatch) -> Iterator[Path]:
+def _cluster(tmp_path: Path, monkeypatch, nodes: list[str] | None = None) -> Iterator[Path]:
+    """Start the private cluster; `nodes` names several nodes on this host (one slurmd each, `slurmd -N`)."""
     missing = [d for d in DAEMONS if shutil.which(d) is None]
     if os.geteuid() != 0:
         pytest.skip("starts slurmctld/slurmd/munged, which needs root; run the tests as root")
     if missing:
         pytest.skip(f"Slurm/MUNGE not installed (missing: {', '.join(missing)}); run scripts/install_slurm.sh")
+    nodes = nodes or [socket.gethostname()]
     d = tmp_path / "slurm"
     (d / "state").mkdir(parents=True)
-    (d / "spool").mkdir()
+    for node in nodes:
+        (d / "spool" / node).mkdir(parents=True)
     key = d / "munge.key"
     key.write_bytes(os.urandom(1024))
     key.chmod(0o400)
     conf = d / "slurm.conf"
-    conf.write_text(_conf(d, socket.gethostname()))
+    conf.write_text(_conf(d, nodes))
     monkeypatch.setenv("SLURM_CONF", str(conf))
     try:
         subprocess.run(["munged", "-f", f"--socket={d}/munge.sock", f"--key-file={key}", f"--log-file={d}/munged.log",
                         f"--pid-file={d}/munged.pid", f"--seed-file={d}/munged.seed"], check=True, timeout=30)
         subprocess.run(["slurmctld", "-f", str(conf)], check=True, timeout=30)
-        subprocess.run(["slurmd", "-f", str(conf)], check=True, timeout=30)
+        for node in nodes:
+            subprocess.run(["slurmd", "-f", str(conf), "-N", node], check=True, timeout=30)
         deadline = time.monotonic() + 60
-        while "idle" not in subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True).stdout:
+        while subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True).stdout.split() != \
+                ["idle"]:
             assert time.monotonic() < deadline, (d / "slurmctld.log").read_text()[-2000:]
             time.sleep(1)
         yield conf
     finally:
         _drain_queue()
-        for name in DAEMONS:  # slurmctld/slurmd before munged, which they authenticate with
-            _stop(d / f"{name}.pid")
+        for node in nodes:  # slurmd and slurmctld before munged, which they authenticate with
+            _stop(d / f"slurmd-{node}.pid")
+        _stop(d / "slurmctld.pid")
+        _stop(d / "munged.pid")
 
 
 def _drain_queue(timeout: float = 60) -> None:
@@ -143,7 +159,9 @@ def _stop(pid_file: Path, timeout: float = 30) -> None:
 
 def test_the_private_cluster_leaves_no_daemon_behind(tmp_path: Path, monkeypatch) -> None:
     with _cluster(tmp_path, monkeypatch):
-        pids = {name: int((tmp_path / "slurm" / f"{name}.pid").read_text().split()[0]) for name in DAEMONS}
+        files = {"slurmctld": "slurmctld", "slurmd": f"slurmd-{socket.gethostname()}", "munged": "munged"}
+        pids = {name: int((tmp_path / "slurm" / f"{file}.pid").read_text().split()[0])
+                for name, file in files.items()}
         assert all(_alive(pid) for pid in pids.values())
     assert not [name for name, pid in pids.items() if _alive(pid)]  # gone when the fixture returns
 
@@ -152,9 +170,12 @@ def _wait(job: str, timeout: float) -> str:
     deadline = time.monotonic() + timeout
     while True:
         info = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True).stdout
-        state = next((w.split("=", 1)[1] for w in info.split() if w.startswith("JobState=")), "")
-        if state not in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", ""):
+        # A heterogeneous job shows one JobState per component: done when every component is.
+        states = [w.split("=", 1)[1] for w in info.split() if w.startswith("JobState=")]
+        active = [s for s in states if s in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING")]
+        if states and not active:
             return info
+        state = "/".join(active) or "unknown"
         if time.monotonic() > deadline:
             subprocess.run(["scancel", job])
             pytest.fail(f"job {job} still {state} after {timeout}s")

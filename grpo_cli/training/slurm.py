@@ -80,7 +80,9 @@ def slurm_script(plan: ClusterPlan, *, workdir: Path, setup: str, log_dir: Path)
     elif plan.server_here:  # on the node this script runs on, on the GPUs training leaves free
         lines += [*_split_gpus(plan), f"env ${{SERVER_GPUS:+CUDA_VISIBLE_DEVICES=$SERVER_GPUS}} "
                   f"{grpo_command('vllm-serve', plan)} &"]
-    if plan.vllm_node or plan.server_here:  # stop the server however training ends (set -e exits early)
+    if plan.vllm_node:  # stop the server however training ends (set -e exits early), see _stop_server_step
+        lines += ["VLLM_PID=$!", *_stop_server_step(), "trap stop_server EXIT"]
+    elif plan.server_here:
         lines += ["VLLM_PID=$!", "trap 'kill $VLLM_PID 2>/dev/null' EXIT"]
     # Each task expands its own SLURM_PROCID (machine rank); single quotes keep the batch shell from doing it.
     inner = shlex.join(["grpo", "train", str(plan.recipe_path), *plan.overrides])
@@ -89,6 +91,17 @@ def slurm_script(plan: ClusterPlan, *, workdir: Path, setup: str, log_dir: Path)
         inner = '[ -z "${TRAIN_GPUS:-}" ] || export CUDA_VISIBLE_DEVICES="$TRAIN_GPUS"; ' + inner
     lines.append(f'srun{het} --ntasks="$TRAIN_TASKS" --kill-on-bad-exit=1 bash -c {shlex.quote(inner)}')
     return "\n".join(lines) + "\n"
+
+
+def _stop_server_step() -> list[str]:
+    """Shell lines: SIGTERM to the server's step (het component 1), up to 60 s to shut down, then kill it.
+
+    Killing its srun instead makes Slurm SIGKILL the server: vLLM then leaves its shared-memory segments
+    (about 400 MB for the demo) in the server node's /dev/shm, and the log ends in "task 0: Killed".
+    """
+    return ["stop_server() {", '  scancel --signal=TERM "$SLURM_JOB_ID+1" 2>/dev/null || true',
+            '  for _ in $(seq 60); do kill -0 "$VLLM_PID" 2>/dev/null || return 0; sleep 1; done',
+            '  kill "$VLLM_PID" 2>/dev/null || true', "}"]
 
 
 def _split_gpus(plan: ClusterPlan) -> list[str]:
