@@ -134,7 +134,7 @@ def _suite(req: EvalRequest, name: str, recipe: Any, model: str | None, console:
 
 
 def _recipe(req: EvalRequest, recipe: Any, console: Any) -> EvalOutcome:
-    from grpo_cli.evaluation.run import EvalSettings, check_eval_out, run_eval, write_eval_outputs
+    from grpo_cli.evaluation.held_out import EvalSettings, check_eval_out, run_eval, write_eval_outputs
     from grpo_cli.models import resolve_model_source, source_reference
 
     settings = EvalSettings.from_recipe(recipe, samples=req.samples, k=req.k, temperature=req.temperature,

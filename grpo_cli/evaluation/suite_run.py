@@ -163,7 +163,7 @@ def run_suite(name: str, sources: list[Any], settings: SuiteSettings, *, backend
 
     import torch
 
-    from grpo_cli.evaluation.run import EvalSettings
+    from grpo_cli.evaluation.held_out import EvalSettings
     from grpo_cli.evaluation.sampling_vllm import vllm_sampler
     from grpo_cli.models.sources import load_source_model, load_tokenizer_for, saved_dtype
 

@@ -4,7 +4,7 @@
 - sources.py: a reference from the command line or a run (hub id, model dir, LoRA adapter, run dir,
   checkpoint-N) -> what to load, without loading it; then loading it.
 - merge.py: fold a LoRA adapter into its base, verified by logits.
-- card.py: the Hub model card (README.md) of a run or merged model; hub.py: `grpo push`.
+The model card and `grpo push` are post-run artefacts (grpo_cli.artefacts).
 """
 
 from __future__ import annotations
@@ -12,9 +12,6 @@ from __future__ import annotations
 from grpo_cli.lazy import lazy_exports
 
 _LAZY = {
-    "write_card": "grpo_cli.models.card",
-    "push_run": "grpo_cli.models.hub",
-    "stage_run": "grpo_cli.models.hub",
     "LoadedModel": "grpo_cli.models.loading",
     "load_model": "grpo_cli.models.loading",
     "load_tokenizer": "grpo_cli.models.loading",

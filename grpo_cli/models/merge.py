@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli import runs
+from grpo_cli.artefacts.card import write_card
 from grpo_cli.errors import GrpoError
-from grpo_cli.models.card import write_card
 from grpo_cli.models.sources import (
     ModelSource,
     attach_adapter,

@@ -39,8 +39,8 @@ def split_resume_path(overrides: list[str], resume: bool) -> tuple[list[str], st
 
 def run_train_command(req: TrainRequest, console: Any = None) -> tuple[int | None, Any]:
     """(exit code of a re-launch, None) when accelerate ran the workers; else (None, TrainResult)."""
+    from grpo_cli.launching.relaunch import maybe_relaunch, resume_command, train_passthrough
     from grpo_cli.recipe import load_recipe
-    from grpo_cli.training.launch import maybe_relaunch, resume_command, train_passthrough
     from grpo_cli.training.run import train
 
     extra = launch_overrides(req.launch)

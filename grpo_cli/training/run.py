@@ -157,7 +157,7 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
         runs.check_resume_compatible(recipe, out)
         _say(console, f"resuming from {plan.checkpoint.name} (step {runs.saved_step(plan.checkpoint)})")
     if recipe.launch.vllm.mode == "server" and is_main_process():
-        from grpo_cli.training.vllm_server import server_base_url, wait_for_server
+        from grpo_cli.launching.vllm_server import server_base_url, wait_for_server
 
         wait_for_server(server_base_url(recipe), recipe.launch.vllm.server_timeout, recipe_source=recipe.source)
     return _Run(recipe, out, console, plan.checkpoint, plan.replace)
@@ -307,7 +307,7 @@ def _fit(run: _Run) -> None:
     except BaseException as exc:
         _mark_failed(run, exc)
         if is_main_process() and (run.out / runs.METRICS).is_file():  # a step-0 failure has no curves
-            from grpo_cli.training.report import report_after_training
+            from grpo_cli.artefacts.report import report_after_training
 
             report_after_training(run.out, run.console)
         raise
@@ -378,11 +378,11 @@ def _finish(run: _Run) -> TrainResult:
                         eval_after=result.eval_after.summary() if result.eval_after else None)
     if is_main_process():
         runs.write_manifest(out / runs.MANIFEST, run.manifest)
-        from grpo_cli.training.report import report_after_training
+        from grpo_cli.artefacts.report import report_after_training
 
         report_after_training(out, run.console)
         if result.status == "completed":
-            from grpo_cli.models.hub import finish_run_card
+            from grpo_cli.artefacts.hub import finish_run_card
 
             finish_run_card(recipe, out, run.console)
     return result

@@ -215,7 +215,7 @@ def _training_checks(recipe: Recipe, pf: Preflight) -> None:
 def _push_check(recipe: Recipe, pf: Preflight) -> None:
     """output.push_to_hub is used after training: a repo id the Hub refuses must fail now, not hours later."""
     if recipe.output.push_to_hub:
-        from grpo_cli.models.hub import check_repo_id
+        from grpo_cli.artefacts.hub import check_repo_id
 
         try:
             check_repo_id(recipe.output.push_to_hub, where="output.push_to_hub", bare_ok=True)

@@ -113,7 +113,7 @@ def render_memory_plan(console: Console, loaded: Any, plan: Any, why: str | None
 
 def render_report_written(console: Console, run: Any, paths: Any) -> None:
     """One line on the run `grpo report` plotted, its health events, and where the files went."""
-    from grpo_cli.training.report import summarize_run
+    from grpo_cli.artefacts.report import summarize_run
 
     summary = summarize_run(run)
     final, best = summary.final.means.get("reward"), summary.best
@@ -150,7 +150,7 @@ def render_samples(console: Console, rows: list[dict[str, Any]], title: str, wid
         text = str(text or "")
         return text if len(text) <= width else text[:width] + " …"
 
-    from grpo_cli.training.samples import reference_text
+    from grpo_cli.artefacts.samples import reference_text
 
     for r in rows:
         scores = r.get("rewards") or {}

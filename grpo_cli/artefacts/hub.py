@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli import runs
+from grpo_cli.artefacts.card import CARD_FILE, suite_results, write_card
 from grpo_cli.errors import GrpoError
-from grpo_cli.models.card import CARD_FILE, suite_results, write_card
 from grpo_cli.models.publish import is_full_suite, is_local_path
 from grpo_cli.paths import is_hub_id
 

@@ -134,7 +134,7 @@ def accelerate_command(recipe: Any, recipe_path: Path | str, overrides: Sequence
     child_launch = list(launch_overrides)
     if launch.num_processes is None:
         child_launch.append(f"launch.num_processes={n}")
-    cmd = [sys.executable, "-m", "grpo_cli.training.accelerate_launch",  # accelerate launch, quiet on Ctrl-C
+    cmd = [sys.executable, "-m", "grpo_cli.launching.accelerate_launch",  # accelerate launch, quiet on Ctrl-C
            "--config_file", str(accelerate_config_path(recipe)),
            "--num_processes", str(n),
            "--num_machines", str(launch.num_machines),

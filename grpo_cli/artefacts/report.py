@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli import runs
+from grpo_cli.artefacts.report_data import RunData, load_run, num, reward_keys, series, task_keys
+from grpo_cli.artefacts.time_split import time_split_markdown
 from grpo_cli.tools import stats_markdown
-from grpo_cli.training.report_data import RunData, load_run, num, reward_keys, series, task_keys
-from grpo_cli.training.step_timing import time_split_markdown
 
 __all__ = ["RunData", "load_run", "num", "reward_keys", "series", "summarize_run", "task_keys", "write_report"]
 
@@ -126,7 +126,7 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines += time_split_markdown(logs)
     lines += _eval_lines(run) + stats_markdown(run.manifest.get("tools"))  # per-tool table of a run with tools
     lines += _task_lines(run)
-    from grpo_cli.training.samples import markdown_samples
+    from grpo_cli.artefacts.samples import markdown_samples
 
     lines += markdown_samples(run.output_dir)
     lines += ["## Health guards", ""]
@@ -197,7 +197,7 @@ def report_paths(output_dir: str | Path, out: str | Path | None = None) -> Repor
 
 def write_report(output_dir: str | Path, out: str | Path | None = None) -> ReportPaths:
     """Write the PNG and the Markdown summary of a run; GrpoError when it has no metrics."""
-    from grpo_cli.training.report_plot import plot
+    from grpo_cli.artefacts.report_plot import plot
 
     run = load_run(output_dir)
     paths = report_paths(output_dir, out)

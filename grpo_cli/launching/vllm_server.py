@@ -78,7 +78,7 @@ def vllm_serve_command(recipe: Any) -> list[str]:
     full = build_command(ScriptArguments(**args))  # [python, -m, vllm.entrypoints.cli.main, serve, ...]
     cmd = ["vllm", *full[full.index("serve"):]]
     if vllm_runs_on_cpu(recipe):  # no NCCL: the trainer sends weights to grpo's receiver (training/vllm_cpu.py)
-        from grpo_cli.training.vllm_cpu import RECEIVER
+        from grpo_cli.launching.vllm_receiver import RECEIVER
 
         cmd += ["--worker-extension-cls", RECEIVER]
     return cmd
@@ -104,7 +104,7 @@ def server_gpu_env(recipe: Any, gpus: int | None = None, environ: dict[str, str]
     if "CUDA_VISIBLE_DEVICES" in environ or k < 1:
         return {}
     if gpus is None:
-        from grpo_cli.training.launch import visible_gpu_count
+        from grpo_cli.launching.relaunch import visible_gpu_count
 
         gpus = visible_gpu_count()
     if gpus <= k:

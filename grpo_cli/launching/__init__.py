@@ -1,0 +1,28 @@
+"""Launching: how `grpo train` and its vLLM server are started, on this machine or on a cluster.
+
+- relaunch.py: re-launch `grpo train` under accelerate (ddp, zero2/3, fsdp, multi-node); accelerate_launch.py:
+  `accelerate launch`, quiet on Ctrl-C.
+- cluster.py: `grpo launch slurm|skypilot` (the layout and its problems, the SkyPilot task); slurm.py: the sbatch
+  script, a het job with a vLLM node.
+- vllm_server.py: the `grpo vllm-serve` command, the wait for a server and stopping one; vllm_receiver.py: the
+  server-side worker extension of grpo's CPU weight sync (imports nothing from grpo_cli).
+Importing this package stays light; nothing here imports torch, transformers or TRL.
+"""
+
+from __future__ import annotations
+
+from grpo_cli.lazy import lazy_exports
+
+_LAZY = {
+    "maybe_relaunch": "grpo_cli.launching.relaunch",
+    "prepare_cluster": "grpo_cli.launching.cluster",
+    "write_skypilot": "grpo_cli.launching.cluster",
+    "write_slurm": "grpo_cli.launching.slurm",
+    "submit_sbatch": "grpo_cli.launching.slurm",
+    "wait_for_server": "grpo_cli.launching.vllm_server",
+    "stop_server": "grpo_cli.launching.vllm_server",
+}
+
+__all__ = sorted(_LAZY)
+
+__getattr__ = lazy_exports(__name__, _LAZY)
