@@ -377,8 +377,8 @@ class SetAside:
         self.done = True
 
 
-def check_resume_compatible(recipe: Any, out: Path) -> None:
-    """Refuse to resume a run with a recipe that cannot load its checkpoint (model or LoRA changed)."""
+def check_resume_compatible(out: Path, *, name_or_path: str, lora: bool) -> None:
+    """Refuse to resume a run whose recipe cannot load its checkpoint (`model.name_or_path` or LoRA changed)."""
     import yaml
 
     saved_path = out / RECIPE
@@ -389,12 +389,12 @@ def check_resume_compatible(recipe: Any, out: Path) -> None:
     except yaml.YAMLError:
         return
     model = saved.get("model") or {}
-    if model.get("name_or_path") != recipe.model.name_or_path:
+    if model.get("name_or_path") != name_or_path:
         raise GrpoError(f"the run in {out} trained {model.get('name_or_path')!r}, but this recipe names "
-                        f"{recipe.model.name_or_path!r}", where="model.name_or_path",
+                        f"{name_or_path!r}", where="model.name_or_path",
                         fix="Resume with the recipe saved in the run (its recipe.yaml), or start a new run.")
-    if (model.get("lora") is None) != (recipe.model.lora is None):
+    if (model.get("lora") is not None) != lora:
         had = "with LoRA" if model.get("lora") is not None else "without LoRA (full fine-tune)"
         raise GrpoError(f"the run in {out} was trained {had}; its checkpoint cannot be resumed with "
-                        f"model.lora={'set' if recipe.model.lora else 'unset'}", where="model.lora",
+                        f"model.lora={'set' if lora else 'unset'}", where="model.lora",
                         fix="Resume with the recipe saved in the run (its recipe.yaml), or start a new run.")

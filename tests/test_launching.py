@@ -33,11 +33,12 @@ from grpo_cli.launching.vllm_server import (
     wait_for_server,
 )
 from grpo_cli.recipe.loader import load_recipe
+from grpo_cli.recipe.profiles import multi_process_names
 from grpo_cli.validation import world_size_explanation
 from tests.conftest import MINIMAL, ROOT, run_cli
 
 CONFIGS = ROOT / "accelerate_configs"
-PROFILES = ("ddp", "zero2", "zero3", "fsdp")
+PROFILES = multi_process_names()
 PY = sys.executable
 ACC = [PY, "-m", "grpo_cli.launching.accelerate_launch"]
 

@@ -11,12 +11,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.artefacts.report_data import RunData, load_run, num, reward_keys, series, task_keys
+from grpo_cli.artefacts.summary import summary_window, window_mean
 from grpo_cli.artefacts.time_split import time_split_markdown
 from grpo_cli.tools import stats_markdown
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["RunData", "load_run", "num", "reward_keys", "series", "summarize_run", "task_keys", "write_report"]
 
@@ -55,17 +59,14 @@ class Summary:
 
 
 def _window(records: list[dict[str, Any]], keys: list[str]) -> Window:
-    means: dict[str, float | None] = {}
-    for key in keys:
-        vals = [v for r in records if (v := num(r.get(key))) is not None]
-        means[key] = sum(vals) / len(vals) if vals else None
+    means = {key: window_mean(records, key) for key in keys}
     return Window(int(records[0].get("step", 0)), int(records[-1].get("step", 0)), means)
 
 
 def summarize_run(run: RunData) -> Summary:
     """First, best (highest mean reward) and final windows of max(1, n // 5) logging steps."""
     logs = run.train
-    size = max(1, len(logs) // 5)
+    size = summary_window(len(logs))
     keys = ["reward", *reward_keys(logs), *SUMMARY_KEYS]
     keys = [k for k in keys if any(num(r.get(k)) is not None for r in logs)]
     # Sliding means of the reward from prefix sums: linear in the number of logs, even for long runs.
@@ -206,7 +207,7 @@ def write_report(output_dir: str | Path, out: str | Path | None = None) -> Repor
     return paths
 
 
-def report_after_training(output_dir: str | Path, console: Any = None) -> ReportPaths | None:
+def report_after_training(output_dir: str | Path, console: Console | None = None) -> ReportPaths | None:
     """For `grpo train`: write the report, but never let a report problem fail a finished run."""
     try:
         paths = write_report(output_dir)

@@ -12,12 +12,17 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.suites import Suite, SuiteRow, get_suite, pass_at_k, wilson_interval
 from grpo_cli.progress import reporting
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from grpo_cli.recipe.schema import Recipe
 
 SuiteSampler = Any  # callable(prompts) -> (texts, ids, truncated), as evaluation.Sampler
 
@@ -156,7 +161,7 @@ def evaluate_suite(model: Any, tokenizer: Any, suite: Suite, rows: list[SuiteRow
 
 
 def run_suite(name: str, sources: list[Any], settings: SuiteSettings, *, backend: str = "auto", dtype: str = "auto",
-              trust_remote_code: bool = False, console: Any = None,
+              trust_remote_code: bool = False, console: Console | None = None,
               files: dict[str, Any] | None = None) -> list[SuiteResult]:
     """Evaluate each model in turn on the same problems with the same settings; one model in memory at a time."""
     import gc
@@ -235,7 +240,7 @@ def write_suite_result(result: SuiteResult, directory: Path) -> tuple[Path, Path
     return summary, completions
 
 
-def suite_settings(recipe: Any = None, *, k: int | None = None, temperature: float | None = None,
+def suite_settings(recipe: Recipe = None, *, k: int | None = None, temperature: float | None = None,
                    limit: int | None = None, batch_size: int | None = None,
                    max_new_tokens: int | None = None) -> SuiteSettings:
     """Flags over the recipe's `eval` section over the suite defaults (greedy, one sample, 512 new tokens).
@@ -250,7 +255,7 @@ def suite_settings(recipe: Any = None, *, k: int | None = None, temperature: flo
             ev.max_samples
         if "temperature" in ev.model_fields_set:
             s.temperature = ev.temperature
-        s.max_new_tokens = ev.max_new_tokens or int(recipe.training.get("max_completion_length") or s.max_new_tokens)
+        s.max_new_tokens = ev.max_new_tokens or recipe.training.max_completion_length
     s.k = k or s.k
     s.limit = limit or s.limit
     s.batch_size = batch_size or s.batch_size

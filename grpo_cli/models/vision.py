@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 LANGUAGE_PARTS = ("language_model", "text_model")
 VISION_ENCODERS = ("vision_tower", "visual", "vision_model", "vision_encoder", "image_encoder")
@@ -69,7 +72,7 @@ def source_is_vision_language(*refs: str | None) -> bool:
     return bool(weights) and is_vision_language("auto", str(weights))
 
 
-def recipe_is_vision_language(recipe: Any) -> bool | None:
+def recipe_is_vision_language(recipe: Recipe) -> bool | None:
     """True/False when known without loading anything (model.kind, or a config.json on disk); None for unknown."""
     from grpo_cli.paths import hub_cache_file
 

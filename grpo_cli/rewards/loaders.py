@@ -23,7 +23,7 @@ from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.paths import local_dir, read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.recipe.schema.rewards import RewardEntry
-from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
+from grpo_cli.rewards.registry import builtin_names, get_builtin, required_columns
 from grpo_cli.rewards.sources import find_module_file, reexported
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
@@ -149,7 +149,7 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
         for key in entry.params:
             if key not in accepted or key in TRL_KWARGS:
                 tunable = [p for p in accepted if p not in TRL_KWARGS and p != "kwargs"
-                           and p not in REQUIRED_COLUMNS.get(entry.name, ())]
+                           and p not in required_columns(entry.name)]
                 guess = did_you_mean(key, tunable)
                 raise GrpoError(f"{key!r} is not a parameter of the built-in reward {entry.name!r}",
                                 where=f"{where}.params.{key}",
@@ -195,7 +195,7 @@ def _check_builtin_values(entry: RewardEntry, func: Any, where: str) -> None:
 
 
 def _builtin_columns(entry: RewardEntry) -> list[tuple[str, ...]]:
-    cols = REQUIRED_COLUMNS.get(entry.name or "", ())
+    cols = required_columns(entry.name)
     return [cols] if cols else []
 
 

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.rewards import import_file, import_module, split_reference
 from grpo_cli.tools.guard import ToolStats, guard, guarded_class
 from grpo_cli.tools.lifecycle import guarded_factory
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 
 def import_reference(ref: str, base_dir: Any, where: str, kind: str = "function") -> Any:
@@ -75,7 +78,7 @@ class Toolset:
         return {name: s.summary() for name, s in self.stats.items() if s.calls}
 
 
-def load_toolset(recipe: Any) -> Toolset | None:
+def load_toolset(recipe: Recipe) -> Toolset | None:
     """Import every tool and environment of the recipe (None when it has neither)."""
     if not recipe.tools and recipe.environment is None:
         return None

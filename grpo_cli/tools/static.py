@@ -13,12 +13,15 @@ import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.paths import read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.rewards import find_module_file, split_reference
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 TRANSFORMERS_FLOOR_TOOLS = "5.0.0"
 TRANSFORMERS_FLOOR_ENVIRONMENTS = "5.2.0"
@@ -202,11 +205,11 @@ def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck
     out.plan.append(f"{name}: tools {', '.join(public) or '(inherited)'}{reward}")
 
 
-def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
+def check_tools(recipe: Recipe, columns: list[str] | None) -> ToolCheck:
     """Every static tool/environment check of the preflight."""
     out = ToolCheck()
     if not recipe.tools and recipe.environment is None:
-        if recipe.training.get("max_tool_calling_iterations") is not None:
+        if recipe.training.max_tool_calling_iterations is not None:
             out.warnings.append("training.max_tool_calling_iterations is set but the recipe has no `tools` or "
                                 "`environment`: it has no effect")
         return out
@@ -243,7 +246,7 @@ def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
     return out
 
 
-def version_checks(recipe: Any, out: ToolCheck, installed: str | None = None) -> None:
+def version_checks(recipe: Recipe, out: ToolCheck, installed: str | None = None) -> None:
     """TRL's transformers floors for tools and environments (`installed`: the version to judge; default: real)."""
     from importlib.metadata import PackageNotFoundError, version
 

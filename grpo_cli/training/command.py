@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Exit codes of `grpo train` besides 0 (completed) and 2 (bad input): Ctrl-C/SIGTERM, a health guard's stop.
 EXIT_CODES = {"interrupted": 130, "stopped": 3}
@@ -37,7 +40,7 @@ def split_resume_path(overrides: list[str], resume: bool) -> tuple[list[str], st
     return [o for o in overrides if o != path], path
 
 
-def run_train_command(req: TrainRequest, console: Any = None) -> tuple[int | None, Any]:
+def run_train_command(req: TrainRequest, console: Console | None = None) -> tuple[int | None, Any]:
     """(exit code of a re-launch, None) when accelerate ran the workers; else (None, TrainResult)."""
     from grpo_cli.launching.relaunch import maybe_relaunch, resume_command, train_passthrough
     from grpo_cli.recipe import load_recipe

@@ -26,6 +26,8 @@ from transformers import TrainerCallback
 from grpo_cli import runs
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from grpo_cli.recipe.schema import Recipe
 
 HEALTH_FILE = runs.HEALTH
@@ -70,7 +72,7 @@ def _json_value(value: float | None) -> float | str | None:
 class HealthEvents:
     """Where guard events go: OUTPUT_DIR/health.jsonl and the console (main process only)."""
 
-    def __init__(self, output_dir: Path, console: Any = None) -> None:
+    def __init__(self, output_dir: Path, console: Console | None = None) -> None:
         self.path = Path(output_dir) / HEALTH_FILE
         self.console = console
         self.start = time.time()
@@ -334,7 +336,7 @@ GUARDS: tuple[type[HealthGuard], ...] = (NonFiniteGuard, ZeroStdGuard, UnscoredR
                                          ClippedGuard, FlatRewardGuard, ToolFailureGuard, NoToolCallsGuard)
 
 
-def health_callbacks(recipe: Recipe, output_dir: str | Path, console: Any = None) -> list[TrainerCallback]:
+def health_callbacks(recipe: Recipe, output_dir: str | Path, console: Console | None = None) -> list[TrainerCallback]:
     """The enabled guards of `recipe.health`, sharing one event log in `output_dir`."""
     health = recipe.health
     if not health.enabled:

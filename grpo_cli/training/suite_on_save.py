@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from grpo_cli.recipe.schema import Recipe
 
 SUITES_FILE = "suites.json"
 
@@ -18,7 +23,7 @@ SUITES_FILE = "suites.json"
 class SuitesOnSave(TrainerCallback):
     """Evaluate the model on the recipe's `eval.on_save` suites at every save (main process)."""
 
-    def __init__(self, recipe: Any, tokenizer: Any, console: Any = None) -> None:
+    def __init__(self, recipe: Recipe, tokenizer: Any, console: Console | None = None) -> None:
         from grpo_cli.evaluation.suite_run import suite_settings
         from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
 

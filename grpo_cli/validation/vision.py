@@ -25,7 +25,7 @@ def vision_checks(recipe: Recipe, pf: Any) -> None:
         if data.prompt_overflow == "truncate":
             pf.problems.append(Problem("data.prompt_overflow", VLM_TRUNCATION_REASON.replace(
                 "with images", "for a vision-language model")))
-    if recipe.training.get("use_transformers_continuous_batching"):
+    if recipe.training.use_transformers_continuous_batching:
         pf.problems.append(Problem(
             "training.use_transformers_continuous_batching",
             "TRL does not support transformers' continuous batching with a processor (vision-language models)",

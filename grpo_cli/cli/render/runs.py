@@ -68,7 +68,7 @@ def render_train_result(console: Console, result: Any) -> None:
         if parts:
             console.print("data: " + ", ".join(parts))
     if result.summary:
-        from grpo_cli.training.run import summary_window
+        from grpo_cli.artefacts.summary import summary_window
 
         window = summary_window(sum(1 for r in result.metrics if "reward" in r))
         table = Table(title=f"training: first vs last logging window (mean of {window} logging step"

@@ -3,12 +3,15 @@ width, which is often narrower than the title; the title goes on a line of its o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def print_table(console: Any, table: Any) -> None:
+
+def print_table(console: Console | None, table: Any) -> None:
     """The table's title as one unwrapped line, the table, then its caption the same way."""
     title, caption = table.title, table.caption
     table.title = table.caption = None

@@ -222,6 +222,92 @@ class TrainingSection(Section):
         field = grpo_config_fields().get(key)
         return field.default if field is not None else default
 
+    # Typed accessors: the values grpo itself reads, each the recipe's or else the installed GRPOConfig's
+    # default (read once, by `get`), so a typo fails type checking instead of returning None.
+    @property
+    def max_steps(self) -> int:
+        """Optimizer steps to run (-1: run `num_train_epochs`)."""
+        return int(self.get("max_steps", -1))
+
+    @property
+    def num_train_epochs(self) -> float:
+        return float(self.get("num_train_epochs") or 1)
+
+    @property
+    def max_completion_length(self) -> int:
+        """Tokens per completion; 256 where the recipe sets it to null (sampling outside TRL needs a bound)."""
+        return int(self.get("max_completion_length") or 256)
+
+    @property
+    def max_tool_calling_iterations(self) -> int | None:
+        value = self.get("max_tool_calling_iterations")
+        return None if value is None else int(value)
+
+    @property
+    def num_generations(self) -> int:
+        """Completions per prompt (TRL's group size)."""
+        return int(self.get("num_generations") or 8)
+
+    @property
+    def temperature(self) -> float:
+        return float(self.get("temperature") or 1.0)
+
+    @property
+    def top_p(self) -> float:
+        return float(self.get("top_p") or 1.0)
+
+    @property
+    def beta(self) -> float:
+        """The KL coefficient (0: no reference model, no KL term)."""
+        return float(self.get("beta") or 0.0)
+
+    @property
+    def seed(self) -> int:
+        return int(self.get("seed") or 0)
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.get("learning_rate"))
+
+    @property
+    def save_strategy(self) -> str:
+        """`no`, `steps`, `epoch` or `best` (an enum member's value when TRL's default is an enum)."""
+        value = self.get("save_strategy")
+        return str(getattr(value, "value", value))
+
+    @property
+    def lr_scheduler_type(self) -> str:
+        value = self.get("lr_scheduler_type") or "linear"
+        return str(getattr(value, "value", value))
+
+    @property
+    def lr_scheduler_kwargs(self) -> dict[str, Any] | str:
+        """A mapping, or the JSON string TRL also accepts (checked where it is used)."""
+        value = self.get("lr_scheduler_kwargs")
+        return value if isinstance(value, dict | str) else {}
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        value = self.get("chat_template_kwargs")
+        return dict(value) if isinstance(value, dict) else {}
+
+    @property
+    def router_aux_loss_coef(self) -> float | None:
+        value = self.get("router_aux_loss_coef")
+        return None if value is None else float(value)
+
+    @property
+    def use_liger_kernel(self) -> bool:
+        return bool(self.get("use_liger_kernel"))
+
+    @property
+    def use_transformers_continuous_batching(self) -> bool:
+        return bool(self.get("use_transformers_continuous_batching"))
+
+    @property
+    def use_transformers_paged(self) -> bool:
+        return bool(self.get("use_transformers_paged"))
+
     def checkpointing(self) -> bool:
         """Whether activations are checkpointed, as transformers 5 decides: `activation_checkpointing` when set,
         else its alias `gradient_checkpointing` (TRL's default: true). So `activation_checkpointing: false`
