@@ -22,7 +22,7 @@ _current: ContextVar[_Reporter | None] = ContextVar("grpo_progress", default=Non
 
 
 class _Reporter:
-    def __init__(self, console: Console | None, label: str, total: int, unit: str) -> None:
+    def __init__(self, console: Console, label: str, total: int, unit: str) -> None:
         self.console, self.label, self.total, self.unit = console, label, total, unit
         self.done = 0
         self.started = self._last = time.monotonic()

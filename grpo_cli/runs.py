@@ -59,7 +59,7 @@ WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safeten
 STEP_LOGS = (METRICS, HEALTH, COMPLETIONS)
 # Entries that do not make a directory "a previous run" (grpo's own bookkeeping).
 BOOKKEEPING = frozenset({LOCK})
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_CHECKPOINT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
 PACKAGES = ("grpo-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers",
             "vllm", "deepspeed", "bitsandbytes", "math-verify")
@@ -303,16 +303,16 @@ def _resume_plan(out: Path, resume: bool | str | None, non_empty: bool) -> Outpu
                             fix="Give a complete checkpoint-N directory, or `--resume` alone for the newest "
                                 "complete one in the output dir.")
         return OutputPlan(ckpt)
-    ckpt, skipped = resumable_checkpoints(out)
-    if ckpt is None and resume:
+    newest, skipped = resumable_checkpoints(out)
+    if newest is None and resume:
         why = "; ".join(f"{p.name}: {reason}" for p, reason in skipped)
         raise GrpoError(f"there is no complete checkpoint-N directory in {out} to resume from"
                         + (f" ({why})" if why else ""), where="--resume",
                         fix="Drop --resume to start a new run, or point --output-dir at the run to continue.")
-    if ckpt is None and non_empty:
+    if newest is None and non_empty:
         raise GrpoError(f"output directory {out} is not empty and holds no checkpoint", where="output.dir",
                         fix="Use --force to replace it, or choose another --output-dir.")
-    return OutputPlan(ckpt, skipped=skipped)
+    return OutputPlan(newest, skipped=skipped)
 
 
 def plan_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy: str) -> OutputPlan:

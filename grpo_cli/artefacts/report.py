@@ -114,8 +114,8 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines.append(f"- {len(logs)} training log{plural}, steps {logs[0].get('step')}–{last.get('step')}"
                  + (f", {last['time']:.0f} s" if num(last.get("time")) is not None else ""))
     lines += ["", f"## Training (windows of {summary.size} logging step{'s' if summary.size > 1 else ''})", ""]
-    cols = [("first", summary.first), ("best", summary.best), ("final", summary.final)]
-    cols = [(name, w) for name, w in cols if w is not None]
+    cols = [(name, w) for name, w in (("first", summary.first), ("best", summary.best), ("final", summary.final))
+            if w is not None]
     lines.append("| metric | " + " | ".join(f"{n} ({_steps(w)})" for n, w in cols) + " |")
     lines.append("|---|" + "---:|" * len(cols))
     for key in summary.keys:

@@ -50,7 +50,8 @@ def tool_call_text(call: Any) -> str:
     """One tool call as `name(arg=value, ...)` (TRL's `{"function": {"name", "arguments"}}` or flat)."""
     if not isinstance(call, dict):
         return str(call)
-    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    inner = call.get("function")
+    fn: dict[str, Any] = inner if isinstance(inner, dict) else call
     args = fn.get("arguments")
     if isinstance(args, str):
         import json

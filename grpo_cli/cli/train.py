@@ -43,7 +43,8 @@ def train(
 
         launch = {"profile": profile, "num_processes": num_processes, "num_machines": num_machines,
                   "machine_rank": machine_rank, "main_process_ip": main_process_ip, "threads": threads}
-        request = TrainRequest(recipe, list(overrides or []), output_dir, resume, force, launch)
+        request = TrainRequest(recipe=recipe, overrides=list(overrides or []), output_dir=output_dir, resume=resume,
+                               force=force, launch=launch)
         code, result = run_train_command(request, console=console)
         if code is not None:  # accelerate ran the workers; they printed the summary
             raise typer.Exit(code)

@@ -20,9 +20,9 @@ if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EvalRequest:
-    """The eval command's arguments (flags override the recipe's `eval` section)."""
+    """The eval command's arguments (flags override the recipe's `eval` section); keyword-only, as the flags are."""
 
     recipe: Path | None = None
     overrides: list[str] = field(default_factory=list)

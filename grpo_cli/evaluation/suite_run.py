@@ -240,7 +240,7 @@ def write_suite_result(result: SuiteResult, directory: Path) -> tuple[Path, Path
     return summary, completions
 
 
-def suite_settings(recipe: Recipe = None, *, k: int | None = None, temperature: float | None = None,
+def suite_settings(recipe: Recipe | None = None, *, k: int | None = None, temperature: float | None = None,
                    limit: int | None = None, batch_size: int | None = None,
                    max_new_tokens: int | None = None) -> SuiteSettings:
     """Flags over the recipe's `eval` section over the suite defaults (greedy, one sample, 512 new tokens).

@@ -87,7 +87,7 @@ def vllm_serve_command(recipe: Recipe) -> list[str]:
     return cmd
 
 
-def server_env(recipe: Recipe = None) -> dict[str, str]:
+def server_env(recipe: Recipe | None = None) -> dict[str, str]:
     """The environment TRL 1.16 documents for the server (its weight-sync endpoints need vLLM's dev mode),
     plus what vLLM's CPU build needs when it runs on the CPU."""
     env = {"VLLM_SERVER_DEV_MODE": "1"}
@@ -115,7 +115,7 @@ def server_gpu_env(recipe: Recipe, gpus: int | None = None, environ: dict[str, s
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus - k, gpus))}
 
 
-def exec_server(cmd: list[str], extra_env: dict[str, str], recipe: Recipe = None) -> None:
+def exec_server(cmd: list[str], extra_env: dict[str, str], recipe: Recipe | None = None) -> None:
     """Replace this process with the server (signals and exit code then belong to vLLM)."""
     from grpo_cli.validation.topology import installed
 

@@ -166,10 +166,10 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
                             fix="Point to a directory saved with save_pretrained, or to a hub id.")
         return RewardInfo(entry.label, "model", str(local or entry.model),
                           note="" if local else "hub id, resolved when training starts")
-    target, sig = _static_function(entry, base_dir, where)
-    if sig is None:
+    target, static = _static_function(entry, base_dir, where)
+    if static is None:
         return RewardInfo(entry.label, "function", target, note="signature checked when loaded")
-    return RewardInfo(entry.label, "function", target, _check_signature(entry, sig, where), sig.is_async)
+    return RewardInfo(entry.label, "function", target, _check_signature(entry, static, where), static.is_async)
 
 
 def _check_builtin_values(entry: RewardEntry, func: Any, where: str) -> None:
@@ -250,6 +250,7 @@ class BoundReward:
         if isinstance(exc, RewardTimeoutError):
             error = explain_in_training(self.__name__, self.where, f"did not return within its timeout of "
                                         f"{exc.seconds:g} s", kwargs, RewardTimeoutError)
+            assert isinstance(error, RewardTimeoutError)
             error.label, error.seconds = exc.label, exc.seconds
             return error
         if isinstance(exc, GrpoError):

@@ -91,7 +91,7 @@ def _run_on_main_thread(func: Any, args: tuple, kwargs: dict, timeout: float, na
         with lock:
             if not state["done"]:
                 state["fired"] = True
-                signal.pthread_kill(main, _WATCHDOG_SIGNAL)  # a real signal: it interrupts a blocking call too
+                signal.pthread_kill(main, _WATCHDOG_SIGNAL)  # type: ignore[arg-type]  # a real signal: it interrupts a blocking call too
 
     def on_watchdog(signum: int, frame: Any) -> None:
         if state["fired"] and not state["done"]:
@@ -176,8 +176,8 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
                 stats.record(started, err)
                 raise err from None
             except SystemExit as exc:
-                stats.record(started, err := _exited(name, exc))
-                raise err from None
+                stats.record(started, exited := _exited(name, exc))
+                raise exited from None
             except Exception as exc:
                 stats.record(started, exc)
                 raise

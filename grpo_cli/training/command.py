@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 EXIT_CODES = {"interrupted": 130, "stopped": 3}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainRequest:
     """`grpo train`'s arguments. `overrides` may hold one bare path: the checkpoint of `--resume PATH`."""
 

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from transformers import TrainerCallback
 
@@ -49,7 +49,7 @@ def is_train_log(logs: dict[str, Any] | None) -> bool:
     return "loss" in logs or "reward" in logs
 
 
-def finite(value: Any) -> bool:
+def finite(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -151,8 +151,9 @@ class HealthGuard(TrainerCallback):
         if action != "stop":
             return None
         out = Path(args.output_dir)
+        saved = out / f"{runs.CHECKPOINT_PREFIX}{step}"
         self.reason = (f"Health guard `{self.name}` stopped the run at step {step}: {message} Saved "
-                       f"{out / f'checkpoint-{step}'}; continue it with `grpo train {self.recipe.source or 'RECIPE'} "
+                       f"{saved}; continue it with `grpo train {self.recipe.source or 'RECIPE'} "
                        f"-o {out} --resume` after changing the recipe, or set health.{self.name}.action=warn.")
         control.should_save = True
         control.should_training_stop = True

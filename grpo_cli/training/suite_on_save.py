@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
+from grpo_cli import runs
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -48,14 +50,14 @@ class SuitesOnSave(TrainerCallback):
             scores[suite.name] = result.summary()
         if was_training:
             model.train()
-        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        checkpoint = Path(args.output_dir) / f"{runs.CHECKPOINT_PREFIX}{state.global_step}"
         if checkpoint.is_dir():
             (checkpoint / SUITES_FILE).write_text(json.dumps({"step": state.global_step, "suites": scores},
                                                              indent=2), encoding="utf-8")
         metrics = {f"suite/{name}/accuracy": s["accuracy"] for name, s in scores.items()}
         if self.console is not None:
             shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-            self.console.print(f"checkpoint-{state.global_step}: {shown}", markup=False)
+            self.console.print(f"{checkpoint.name}: {shown}", markup=False)
         if self.trainer is not None:
             self.trainer.log(metrics)  # metrics.jsonl and the trackers, at this step
         else:

@@ -84,7 +84,7 @@ class TaskMetric(TrainerCallback):
                  manifest: dict[str, Any], write_manifest: Callable[[], None], console: Console | None = None) -> None:
         ev = recipe.eval
         self.name = metric_name(recipe)
-        self.every = int(ev.every_steps)
+        self.every = int(ev.every_steps or 0)  # only built when eval.every_steps is set
         self.patience = ev.early_stopping_patience
         self.sign = 1.0 if ev.greater_is_better else -1.0
         self.evaluate = evaluate

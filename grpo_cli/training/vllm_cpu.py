@@ -128,7 +128,7 @@ def vllm_on_cpu(mode: str, device: str) -> Iterator[None]:
 
     if mode == "server":
         if getattr(vllm_generation.VLLMClient, "cpu_sync", None) is None:  # TRL's own class: swap once
-            vllm_generation.VLLMClient = client_class()
+            vllm_generation.VLLMClient = client_class()  # type: ignore[misc, assignment]
     elif not getattr(vllm_generation.VLLMGeneration.sync_weights, "grpo_cpu", False):
         original = vllm_generation.VLLMGeneration.sync_weights
 
@@ -138,5 +138,5 @@ def vllm_on_cpu(mode: str, device: str) -> Iterator[None]:
             return original(self)
 
         sync_weights.grpo_cpu = True  # type: ignore[attr-defined]
-        vllm_generation.VLLMGeneration.sync_weights = sync_weights
+        vllm_generation.VLLMGeneration.sync_weights = sync_weights  # type: ignore[method-assign]
     yield

@@ -306,7 +306,7 @@ def probe_torch() -> tuple[TorchBuild, list[Device]]:
     return TorchBuild(torch.__version__, torch.version.cuda, getattr(torch.version, "hip", None), nccl), devices
 
 
-def doctor(recipe: Recipe = None) -> Report:
+def doctor(recipe: Recipe | None = None) -> Report:
     """Probe this machine and check it against TRL 1.16 (and the recipe's needs, when given)."""
     versions = installed_versions()
     torch, devices = probe_torch()

@@ -45,7 +45,7 @@ def scheduler_signatures() -> dict[str, tuple[dict[str, bool], bool]]:
         if isinstance(node, ast.ClassDef) and node.name == "SchedulerType":
             for item in node.body:
                 if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant):
-                    names[item.targets[0].id] = item.value.value  # type: ignore[attr-defined]
+                    names[item.targets[0].id] = item.value.value  # type: ignore[attr-defined, assignment]
     tree = ast.parse(opt.read_text(encoding="utf-8"))
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     out: dict[str, tuple[dict[str, bool], bool]] = {}

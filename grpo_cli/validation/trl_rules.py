@@ -120,7 +120,8 @@ def _router_aux(r: RuleInput) -> str | None:
     cfg = r.model_config
     if not coef or cfg is None:
         return None
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    inner = cfg.get("text_config")
+    text = inner if isinstance(inner, dict) else cfg
     if "output_router_logits" not in text:
         return f"is {coef} but the model is not a mixture-of-experts model that returns router logits"
     return None

@@ -114,8 +114,10 @@ def supported_architectures() -> frozenset[str] | None:
         return None
     names: set[str] = set()
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(target, ast.Name) and target.id in _GENERATIVE_TABLES and isinstance(node.value, ast.Dict):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Dict)):
+            continue
+        target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id in _GENERATIVE_TABLES:
             names.update(k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
     return frozenset(names) or None
 

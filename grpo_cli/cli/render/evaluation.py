@@ -70,8 +70,9 @@ def render_suite_results(console: Console, results: list[Any]) -> None:
     title = f"{first.suite}: {len(first.rows)} problems, " + (
         "greedy pass@1" if temperature == 0 else f"{k} samples at T={temperature}")
     table = Table(title=title, title_justify="left")
-    for name, justify in (("model", "left"), ("accuracy", "right"), ("95% CI", "right")):
-        table.add_column(name, justify=justify, overflow="fold")
+    table.add_column("model", justify="left", overflow="fold")
+    table.add_column("accuracy", justify="right", overflow="fold")
+    table.add_column("95% CI", justify="right", overflow="fold")
     if k > 1:
         table.add_column(f"pass@{k}", justify="right")
     table.add_column("no answer", justify="right")

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-def print_table(console: Console | None, table: Any) -> None:
+def print_table(console: Console, table: Any) -> None:
     """The table's title as one unwrapped line, the table, then its caption the same way."""
     title, caption = table.title, table.caption
     table.title = table.caption = None
