@@ -1,7 +1,8 @@
 """The package's shape, held by tests: no import circles, layers only point down, small files and functions.
 
 The import graph is read from the source with `ast` (module-level and function-level imports alike), so a
-lazy import that closes a circle is caught too. docs/architecture.md explains the layers.
+lazy import that closes a circle is caught too; a package face's `if TYPE_CHECKING:` block (its lazy names, for
+type checkers) never runs and is no edge. docs/architecture.md explains the layers and the face rule.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ def _graph() -> dict[str, set[str]]:
 
     edges: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        type_only = {id(n) for block in _type_checking_blocks(tree) for n in ast.walk(block)} \
+            if path.name == "__init__.py" else set()
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -55,6 +61,11 @@ def _graph() -> dict[str, set[str]]:
                     if found != mod and not mod.startswith(found + "."):  # a package's own parents are not edges
                         edges[mod].add(found)
     return edges
+
+
+def _type_checking_blocks(tree: ast.Module) -> list[ast.If]:
+    return [n for n in tree.body if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
+            and n.test.id == "TYPE_CHECKING"]
 
 
 def _package(module: str) -> str:
@@ -140,3 +151,41 @@ def test_files_and_functions_stay_small() -> None:
                 if length > 60:
                     long_funcs.append(f"{path.relative_to(ROOT)}:{node.name} ({length} lines)")
     assert not long_funcs, f"functions over 60 lines of code: {long_funcs}"
+
+
+# Faces whose `__getattr__` computes a value instead of re-exporting a name (the Typer app, the dict of every
+# built-in reward): they follow the rule for everything else they export.
+COMPUTED_FACES = {"grpo_cli.cli": {"app"}, "grpo_cli.rewards.builtins": {"BUILTINS", "completion_text"}}
+
+
+def test_every_face_follows_the_one_pattern() -> None:
+    """A package's `__init__` lists its exports in `__all__`; names whose modules load on first use are in
+    `_LAZY` (name -> module) behind `lazy_exports`, and re-imported under `if TYPE_CHECKING:` from that very
+    module so type checkers and IDEs see them; nothing else defines a module `__getattr__`."""
+    for mod, path in _modules().items():
+        if path.name != "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        assigned = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign)
+                    for t in n.targets if isinstance(t, ast.Name)}
+        getattr_def = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
+        if "__getattr__" not in assigned and not getattr_def:
+            continue  # an eager face (or none): every name is imported where it is exported
+        if getattr_def:
+            assert mod in COMPUTED_FACES, f"{mod}: a face's lazy names go through `lazy_exports(__name__, _LAZY)`"
+            continue
+        assert "_LAZY" in assigned and "__all__" in assigned, f"{mod}: lazy faces declare `_LAZY` and `__all__`"
+        lazy = _lazy_table(path, assigned["_LAZY"])
+        typed = {(f"{n.module}", a.name) for block in _type_checking_blocks(tree) for n in block.body
+                 if isinstance(n, ast.ImportFrom) for a in n.names if a.asname == a.name}
+        assert typed == {(module, name) for name, module in lazy.items()}, (
+            f"{mod}: `if TYPE_CHECKING:` must import each `_LAZY` name from its module as `name as name`")
+
+
+def _lazy_table(path: Path, node: ast.expr) -> dict[str, str]:
+    """`_LAZY` as the face builds it: a dict literal, or `dict.fromkeys((names...), module)`."""
+    if isinstance(node, ast.Dict):
+        return ast.literal_eval(node)
+    assert isinstance(node, ast.Call) and ast.unparse(node.func) == "dict.fromkeys", f"{path}: unexpected _LAZY"
+    names, module = (ast.literal_eval(a) for a in node.args)
+    return dict.fromkeys(names, module)

@@ -9,7 +9,27 @@ The model card and `grpo push` are post-run artefacts (grpo_cli.artefacts).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpo_cli.lazy import lazy_exports
+
+if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
+    from grpo_cli.models.loading import (
+        LoadedModel as LoadedModel,
+        load_model as load_model,
+        load_tokenizer as load_tokenizer,
+        model_reference as model_reference,
+        record_base_reference as record_base_reference,
+        resolve_dtype as resolve_dtype,
+        source_reference as source_reference,
+    )
+    from grpo_cli.models.merge import MergeResult as MergeResult, merge_adapter as merge_adapter
+    from grpo_cli.models.sources import (
+        ModelSource as ModelSource,
+        load_source_model as load_source_model,
+        load_tokenizer_for as load_tokenizer_for,
+        resolve_model_source as resolve_model_source,
+    )
 
 _LAZY = {
     "LoadedModel": "grpo_cli.models.loading",

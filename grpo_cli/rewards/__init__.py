@@ -7,6 +7,8 @@ import) for `grpo validate`. Process pools and asyncio load only when those func
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpo_cli.lazy import lazy_exports
 from grpo_cli.rewards.loaders import (
     BoundReward,
@@ -19,6 +21,10 @@ from grpo_cli.rewards.loaders import (
 )
 from grpo_cli.rewards.registry import builtin_names, describe_builtin, get_builtin
 from grpo_cli.rewards.sources import find_module_file
+
+if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
+    from grpo_cli.rewards.build import build_reward_funcs as build_reward_funcs
+    from grpo_cli.rewards.calling import call_reward as call_reward, run_with_timeout as run_with_timeout
 
 _LAZY = {"build_reward_funcs": "grpo_cli.rewards.build", "call_reward": "grpo_cli.rewards.calling",
          "run_with_timeout": "grpo_cli.rewards.calling"}
