@@ -26,15 +26,6 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
     from grpo_cli.training.run import train as train
     from grpo_cli.validation.checks import preflight as preflight
 
-_LAZY = {
-    "GrpoError": "grpo_cli.errors",
-    "RecipeError": "grpo_cli.errors",
-    "Recipe": "grpo_cli.recipe.schema",
-    "load_recipe": "grpo_cli.recipe.loader",
-    "preflight": "grpo_cli.validation.checks",
-    "train": "grpo_cli.training.run",
-}
+__all__ = ["GrpoError", "Recipe", "RecipeError", "load_recipe", "preflight", "train", "__version__"]
 
-__all__ = [*_LAZY, "__version__"]
-
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

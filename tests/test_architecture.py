@@ -159,33 +159,29 @@ COMPUTED_FACES = {"grpo_cli.cli": {"app"}, "grpo_cli.rewards.builtins": {"BUILTI
 
 
 def test_every_face_follows_the_one_pattern() -> None:
-    """A package's `__init__` lists its exports in `__all__`; names whose modules load on first use are in
-    `_LAZY` (name -> module) behind `lazy_exports`, and re-imported under `if TYPE_CHECKING:` from that very
-    module so type checkers and IDEs see them; nothing else defines a module `__getattr__`."""
+    """A package's `__init__` lists its exports in `__all__`; names whose modules load on first use are imported
+    as `name as name` under `if TYPE_CHECKING:` (so type checkers and IDEs see them) and served by
+    `__getattr__ = lazy_exports(__name__)`, which reads that block; nothing else defines a module `__getattr__`."""
+    import importlib
+
+    from grpo_cli.lazy import type_checking_imports
+
     for mod, path in _modules().items():
         if path.name != "__init__.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
         assigned = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign)
                     for t in n.targets if isinstance(t, ast.Name)}
-        getattr_def = any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body)
-        if "__getattr__" not in assigned and not getattr_def:
-            continue  # an eager face (or none): every name is imported where it is exported
-        if getattr_def:
-            assert mod in COMPUTED_FACES, f"{mod}: a face's lazy names go through `lazy_exports(__name__, _LAZY)`"
+        if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body):
+            assert mod in COMPUTED_FACES, f"{mod}: a face's lazy names go through `lazy_exports(__name__)`"
             continue
-        assert "_LAZY" in assigned and "__all__" in assigned, f"{mod}: lazy faces declare `_LAZY` and `__all__`"
-        lazy = _lazy_table(path, assigned["_LAZY"])
-        typed = {(f"{n.module}", a.name) for block in _type_checking_blocks(tree) for n in block.body
-                 if isinstance(n, ast.ImportFrom) for a in n.names if a.asname == a.name}
-        assert typed == {(module, name) for name, module in lazy.items()}, (
-            f"{mod}: `if TYPE_CHECKING:` must import each `_LAZY` name from its module as `name as name`")
-
-
-def _lazy_table(path: Path, node: ast.expr) -> dict[str, str]:
-    """`_LAZY` as the face builds it: a dict literal, or `dict.fromkeys((names...), module)`."""
-    if isinstance(node, ast.Dict):
-        return ast.literal_eval(node)
-    assert isinstance(node, ast.Call) and ast.unparse(node.func) == "dict.fromkeys", f"{path}: unexpected _LAZY"
-    names, module = (ast.literal_eval(a) for a in node.args)
-    return dict.fromkeys(names, module)
+        if "__getattr__" not in assigned:
+            continue  # an eager face (or none): every name is imported where it is exported
+        assert ast.unparse(assigned["__getattr__"]) == "lazy_exports(__name__)", mod
+        lazy = type_checking_imports(path)
+        assert lazy, f"{mod}: a lazy face imports its lazy names under `if TYPE_CHECKING:`"
+        face = importlib.import_module(mod)
+        assert set(lazy) <= set(face.__all__), f"{mod}: every lazy name is in `__all__`"
+        for name, module in lazy.items():
+            assert getattr(face, name) is getattr(importlib.import_module(module), name), (mod, name)
+        assert all(hasattr(face, name) for name in face.__all__), mod

@@ -24,18 +24,9 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
     from grpo_cli.artefacts.report_data import load_run as load_run
     from grpo_cli.artefacts.samples import read_samples as read_samples, select_samples as select_samples
 
-_LAZY = {
-    "write_card": "grpo_cli.artefacts.card",
-    "push_run": "grpo_cli.artefacts.hub",
-    "stage_run": "grpo_cli.artefacts.hub",
-    "load_run": "grpo_cli.artefacts.report_data",
-    "write_report": "grpo_cli.artefacts.report",
-    "report_after_training": "grpo_cli.artefacts.report",
-    "summarize_run": "grpo_cli.artefacts.report",
-    "select_samples": "grpo_cli.artefacts.samples",
-    "read_samples": "grpo_cli.artefacts.samples",
-}
+__all__ = [
+    "load_run", "push_run", "read_samples", "report_after_training", "select_samples", "stage_run", "summarize_run",
+    "write_card", "write_report",
+]
 
-__all__ = sorted(_LAZY)
-
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

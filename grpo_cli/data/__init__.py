@@ -21,9 +21,9 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
         prompt_token_length as prompt_token_length,
     )
 
-_LAZY = dict.fromkeys(("MappedData", "extract_reference_answer", "map_split", "prepare_data", "prompt_token_length"),
-                      "grpo_cli.data.mapping")
+__all__ = [
+    "LOCAL_SUFFIXES", "MappedData", "count_rows", "extract_reference_answer", "map_split", "peek_columns",
+    "prepare_data", "prompt_token_length",
+]
 
-__all__ = ["LOCAL_SUFFIXES", "count_rows", "peek_columns", *_LAZY]
-
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

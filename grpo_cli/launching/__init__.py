@@ -21,16 +21,9 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
     from grpo_cli.launching.slurm import submit_sbatch as submit_sbatch, write_slurm as write_slurm
     from grpo_cli.launching.vllm_server import stop_server as stop_server, wait_for_server as wait_for_server
 
-_LAZY = {
-    "maybe_relaunch": "grpo_cli.launching.relaunch",
-    "prepare_cluster": "grpo_cli.launching.cluster",
-    "write_skypilot": "grpo_cli.launching.cluster",
-    "write_slurm": "grpo_cli.launching.slurm",
-    "submit_sbatch": "grpo_cli.launching.slurm",
-    "wait_for_server": "grpo_cli.launching.vllm_server",
-    "stop_server": "grpo_cli.launching.vllm_server",
-}
+__all__ = [
+    "maybe_relaunch", "prepare_cluster", "stop_server", "submit_sbatch", "wait_for_server", "write_skypilot",
+    "write_slurm",
+]
 
-__all__ = sorted(_LAZY)
-
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

@@ -31,22 +31,10 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
         resolve_model_source as resolve_model_source,
     )
 
-_LAZY = {
-    "LoadedModel": "grpo_cli.models.loading",
-    "load_model": "grpo_cli.models.loading",
-    "load_tokenizer": "grpo_cli.models.loading",
-    "model_reference": "grpo_cli.models.loading",
-    "record_base_reference": "grpo_cli.models.loading",
-    "resolve_dtype": "grpo_cli.models.loading",
-    "source_reference": "grpo_cli.models.loading",
-    "MergeResult": "grpo_cli.models.merge",
-    "merge_adapter": "grpo_cli.models.merge",
-    "ModelSource": "grpo_cli.models.sources",
-    "load_source_model": "grpo_cli.models.sources",
-    "load_tokenizer_for": "grpo_cli.models.sources",
-    "resolve_model_source": "grpo_cli.models.sources",
-}
+__all__ = [
+    "LoadedModel", "MergeResult", "ModelSource", "load_model", "load_source_model", "load_tokenizer",
+    "load_tokenizer_for", "merge_adapter", "model_reference", "record_base_reference", "resolve_dtype",
+    "resolve_model_source", "source_reference",
+]
 
-__all__ = sorted(_LAZY)
-
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

@@ -26,24 +26,10 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
     from grpo_cli.rewards.build import build_reward_funcs as build_reward_funcs
     from grpo_cli.rewards.calling import call_reward as call_reward, run_with_timeout as run_with_timeout
 
-_LAZY = {"build_reward_funcs": "grpo_cli.rewards.build", "call_reward": "grpo_cli.rewards.calling",
-         "run_with_timeout": "grpo_cli.rewards.calling"}
-
 __all__ = [
-    "BoundReward",
-    "RewardInfo",
-    "build_reward_funcs",
-    "builtin_names",
-    "call_reward",
-    "describe_builtin",
-    "find_module_file",
-    "get_builtin",
-    "import_file",
-    "import_module",
-    "inspect_reward",
-    "load_reward",
-    "run_with_timeout",
-    "split_reference",
+    "BoundReward", "RewardInfo", "build_reward_funcs", "builtin_names", "call_reward", "describe_builtin",
+    "find_module_file", "get_builtin", "import_file", "import_module", "inspect_reward", "load_reward",
+    "run_with_timeout", "split_reference",
 ]
 
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

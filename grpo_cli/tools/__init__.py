@@ -23,7 +23,6 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
     from grpo_cli.tools.guard import (
         ToolStats as ToolStats,
         ToolTimeout as ToolTimeout,
-        guard as guard,
         stats_markdown as stats_markdown,
     )
     from grpo_cli.tools.loading import (
@@ -33,13 +32,9 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
         make_environment as make_environment,
     )
 
-_LAZY = {"ToolStats": "grpo_cli.tools.guard", "ToolTimeout": "grpo_cli.tools.guard", "guard": "grpo_cli.tools.guard",
-         "stats_markdown": "grpo_cli.tools.guard",
-         "Toolset": "grpo_cli.tools.loading", "environment_methods": "grpo_cli.tools.loading",
-         "load_toolset": "grpo_cli.tools.loading", "make_environment": "grpo_cli.tools.loading",
-         "Episode": "grpo_cli.tools.episodes", "run_episodes": "grpo_cli.tools.episodes",
-         "start_episodes": "grpo_cli.tools.episodes", "dry_run": "grpo_cli.tools.dryrun"}
+__all__ = [
+    "Episode", "ToolCheck", "ToolStats", "ToolTimeout", "Toolset", "check_tools", "dry_run", "environment_methods",
+    "load_toolset", "make_environment", "run_episodes", "start_episodes", "stats_markdown",
+]
 
-__all__ = ["ToolCheck", "check_tools", *_LAZY]
-
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

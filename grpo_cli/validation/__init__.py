@@ -29,21 +29,9 @@ from grpo_cli.validation.topology import (
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
     from grpo_cli.validation.memory import MemoryPlan as MemoryPlan, memory_plan as memory_plan
 
-# The memory plan loads on first use (validate asks for it only when the model's shape is known).
-_LAZY = dict.fromkeys(("MemoryPlan", "memory_plan"), "grpo_cli.validation.memory")
-
 __all__ = [
-    "BATCH_KEYS",
-    "BatchPlan",
-    "MemoryPlan",
-    "Preflight",
-    "memory_plan",
-    "plan_batches",
-    "preflight",
-    "resolve_num_processes",
-    "thread_plan",
-    "visible_gpu_count",
-    "world_size_explanation",
+    "BATCH_KEYS", "BatchPlan", "MemoryPlan", "Preflight", "memory_plan", "plan_batches", "preflight",
+    "resolve_num_processes", "thread_plan", "visible_gpu_count", "world_size_explanation",
 ]
 
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

@@ -32,25 +32,10 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
         render_train_result as render_train_result,
     )
 
-_LAZY = {
-    "render_check_report": "grpo_cli.cli.render.rewards",
-    "render_doctor": "grpo_cli.cli.render.runs",
-    "render_eval": "grpo_cli.cli.render.evaluation",
-    "render_eval_outcome": "grpo_cli.cli.render.evaluation",
-    "render_eval_pair": "grpo_cli.cli.render.runs",
-    "render_import": "grpo_cli.cli.render.importing",
-    "render_launch_file": "grpo_cli.cli.render.runs",
-    "render_memory_plan": "grpo_cli.cli.render.runs",
-    "render_merge": "grpo_cli.cli.render.runs",
-    "render_preflight": "grpo_cli.cli.render.runs",
-    "render_push": "grpo_cli.cli.render.runs",
-    "render_report_written": "grpo_cli.cli.render.runs",
-    "render_samples": "grpo_cli.cli.render.runs",
-    "render_suite_results": "grpo_cli.cli.render.evaluation",
-    "render_tool_dry_run": "grpo_cli.cli.render.rewards",
-    "render_train_result": "grpo_cli.cli.render.runs",
-}
+__all__ = [
+    "render_check_report", "render_doctor", "render_eval", "render_eval_outcome", "render_eval_pair",
+    "render_import", "render_launch_file", "render_memory_plan", "render_merge", "render_preflight", "render_push",
+    "render_report_written", "render_samples", "render_suite_results", "render_tool_dry_run", "render_train_result",
+]
 
-__all__ = sorted(_LAZY)
-
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)
