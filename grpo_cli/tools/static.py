@@ -131,10 +131,7 @@ def check_tool(entry: Any, base_dir: Path, index: int, out: ToolCheck) -> None:
         if name in imported:
             out.warnings.append(f"{where}: {name} is imported into {path}; it is checked when training loads it")
             return
-        guess = did_you_mean(name, list(defs))
-        out.problems.append(Problem(where, f"{path} has no function {name!r}",
-                                    f"Did you mean `{guess}`?" if guess else
-                                    f"Functions defined there: {', '.join(sorted(defs)) or 'none'}."))
+        _not_defined(out, where, path, "function", name, list(defs))
         return
     node = defs[name]
     all_params = {p.arg for p in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
@@ -147,6 +144,14 @@ def check_tool(entry: Any, base_dir: Path, index: int, out: ToolCheck) -> None:
     kind = "async " if isinstance(node, ast.AsyncFunctionDef) else ""
     limit = f", timeout {entry.timeout:g} s" if entry.timeout else ", no timeout"
     out.plan.append(f"{kind}{name}({', '.join(visible)}){limit}")
+
+
+def _not_defined(out: ToolCheck, where: str, path: Path | None, kind: str, name: str, defined: list[str]) -> None:
+    """The problem for a reference naming a function or class its file does not define (with a guess)."""
+    guess = did_you_mean(name, defined)
+    listed = "Classes" if kind == "class" else "Functions"
+    out.problems.append(Problem(where, f"{path} has no {kind} {name!r}", f"Did you mean `{guess}`?" if guess else
+                                f"{listed} defined there: {', '.join(sorted(defined)) or 'none'}."))
 
 
 def _check_params(node: ast.ClassDef, methods: dict[str, Any], inherits: bool, params: dict[str, Any],
@@ -174,10 +179,7 @@ def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck
     _, name = split_reference(ref)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     if name not in classes:
-        guess = did_you_mean(name, list(classes))
-        out.problems.append(Problem(where, f"{path} has no class {name!r}",
-                                    f"Did you mean `{guess}`?" if guess else
-                                    f"Classes defined there: {', '.join(sorted(classes)) or 'none'}."))
+        _not_defined(out, where, path, "class", name, list(classes))
         return
     node = classes[name]
     inherits = any(not (isinstance(b, ast.Name) and b.id == "object") for b in node.bases)
