@@ -15,6 +15,7 @@ from grpo_cli.rewards.loaders import (
     RewardInfo,
     import_file,
     import_module,
+    import_reference,
     inspect_reward,
     load_reward,
     split_reference,
@@ -28,8 +29,8 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
 
 __all__ = [
     "BoundReward", "RewardInfo", "build_reward_funcs", "builtin_names", "call_reward", "describe_builtin",
-    "find_module_file", "get_builtin", "import_file", "import_module", "inspect_reward", "load_reward",
-    "run_with_timeout", "split_reference",
+    "find_module_file", "get_builtin", "import_file", "import_module", "import_reference", "inspect_reward",
+    "load_reward", "run_with_timeout", "split_reference",
 ]
 
 __getattr__ = lazy_exports(__name__)

@@ -15,6 +15,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,20 +337,33 @@ def _runtime_signature(func: Any) -> _Signature | None:
     return _Signature(params, var_kwargs, positional_only, is_async_reward(func))
 
 
-def _import_function(entry: RewardEntry, base_dir: Path, index: int | None = None) -> Any:
-    assert entry.function is not None
-    where = f"rewards[{index}].function" if index is not None else f"rewards ({entry.label}).function"
-    target, func_name = split_reference(entry.function)
+_WANTED: dict[str, Callable[[Any], bool]] = {"function": callable, "callable": callable, "class": inspect.isclass,
+                                             "attribute": lambda obj: obj is not None}
+
+
+def import_reference(ref: str, base_dir: Path, where: str, kind: str = "function") -> Any:
+    """The object a `module:name` / `file.py:name` reference names (a reward, tool, environment or callback;
+    files relative to `base_dir`), or a GrpoError naming `where`; `kind` is what it must be."""
+    target, name = split_reference(ref)
     if target.endswith(".py"):
         module = import_file((base_dir / target).expanduser().resolve(), where)
     else:
         module = import_module(target, base_dir, where)
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        guess = did_you_mean(func_name, names)
-        raise GrpoError(f"{target} has no callable {func_name!r}", where=where,
-                        fix=f"Did you mean `{guess}`?" if guess else "Check the name after the ':'.")
+    obj = getattr(module, name, None)
+    wanted = _WANTED[kind]
+    if obj is None or not wanted(obj):
+        names = [n for n, v in vars(module).items() if wanted(v) and not n.startswith("_")]
+        guess = did_you_mean(name, names)
+        raise GrpoError(f"{target} has no {kind} {name!r}", where=where,
+                        fix=f"Did you mean `{guess}`?" if guess else f"Check the name after the ':' "
+                        f"({kind}s there: {', '.join(sorted(names)) or 'none'}).")
+    return obj
+
+
+def _import_function(entry: RewardEntry, base_dir: Path, index: int | None = None) -> Any:
+    assert entry.function is not None
+    where = f"rewards[{index}].function" if index is not None else f"rewards ({entry.label}).function"
+    func = import_reference(entry.function, base_dir, where, kind="callable")
     sig = _runtime_signature(func)
     if sig is not None:
         _check_signature(entry, sig, where.rsplit(".", 1)[0])

@@ -10,31 +10,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.recipe.hints import did_you_mean
-from grpo_cli.rewards import import_file, import_module, split_reference
+from grpo_cli.rewards import import_reference
 from grpo_cli.tools.guard import ToolStats, guard, guarded_class
 from grpo_cli.tools.lifecycle import guarded_factory
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
-
-
-def import_reference(ref: str, base_dir: Any, where: str, kind: str = "function") -> Any:
-    """The object a `module:name` / `file.py:name` reference names, or a GrpoError naming `where`."""
-    target, name = split_reference(ref)
-    if target.endswith(".py"):
-        module = import_file((base_dir / target).expanduser().resolve(), where)
-    else:
-        module = import_module(target, base_dir, where)
-    obj = getattr(module, name, None)
-    wanted = inspect.isclass if kind == "class" else callable
-    if obj is None or not wanted(obj):
-        names = [n for n, v in vars(module).items() if wanted(v) and not n.startswith("_")]
-        guess = did_you_mean(name, names)
-        raise GrpoError(f"{target} has no {kind} {name!r}", where=where,
-                        fix=f"Did you mean `{guess}`?" if guess else f"Check the name after the ':' "
-                        f"({kind}s there: {', '.join(sorted(names)) or 'none'}).")
-    return obj
 
 
 def environment_methods(cls: type) -> list[str]:
