@@ -17,6 +17,7 @@ from typing import Any
 import yaml
 
 from grpo_cli import runs
+from grpo_cli.artefacts.report_data import number_text
 from grpo_cli.artefacts.summary import first_and_last, summary_window, training_logs
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import is_gguf_reference, read_header
@@ -124,10 +125,7 @@ def _training_logs(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _number(value: Any) -> str:
-    """Counts as integers, scores with 4 decimals, anything else as `-`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "-"
-    return str(value) if isinstance(value, int) else f"{value:.4f}"
+    return number_text(value)
 
 
 def _held_out_how(recipe: dict[str, Any], before: dict[str, Any]) -> str:

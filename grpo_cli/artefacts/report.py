@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
-from grpo_cli.artefacts.report_data import RunData, load_run, num, reward_keys, series, task_keys
+from grpo_cli.artefacts.report_data import RunData, load_run, num, number_text, reward_keys, series, task_keys
 from grpo_cli.artefacts.summary import summary_window, window_mean
 from grpo_cli.artefacts.time_split import time_split_markdown
 from grpo_cli.tools import stats_markdown
@@ -85,13 +85,7 @@ def summarize_run(run: RunData) -> Summary:
 
 
 def _f(value: Any) -> str:
-    """4 decimals; 3 significant digits for small values (learning rates); integers as they are."""
-    v = num(value)
-    if v is None:
-        return "–"
-    if isinstance(value, int):
-        return str(value)
-    return f"{v:.3g}" if v != 0 and abs(v) < 0.01 else f"{v:.4f}"
+    return number_text(value, missing="–", small=True)
 
 
 def _steps(w: Window) -> str:

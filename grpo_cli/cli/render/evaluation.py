@@ -11,11 +11,11 @@ from grpo_cli.cli.render.tables import print_table
 
 
 def _fmt_metric(key: str, value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{100 * value:.1f}%" if key.endswith("/rate") else f"{value:.4f}"
-    return str(value)
+    from grpo_cli.artefacts.report_data import number_text
+
+    if isinstance(value, float) and key.endswith("/rate"):
+        return f"{100 * value:.1f}%"
+    return str(value) if isinstance(value, str) else number_text(value)
 
 
 def render_eval_outcome(console: Console, outcome: Any) -> None:

@@ -29,11 +29,9 @@ def render_preflight(console: Console, pf: Any, *, as_json: bool = False) -> Non
 
 
 def _fmt_value(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return str(value)
+    from grpo_cli.artefacts.report_data import number_text
+
+    return str(value) if isinstance(value, str) else number_text(value)
 
 
 def render_eval_pair(console: Console, before: Any, after: Any) -> None:
