@@ -22,3 +22,10 @@ def print_table(console: Console, table: Any) -> None:
     if caption:
         console.print(caption if isinstance(caption, Text) else Text(str(caption), style=table.caption_style or ""),
                       soft_wrap=True)
+
+
+def cell(value: Any) -> str:
+    """A table cell for a metric or score: text as it is, numbers by the one rule of `number_text`."""
+    from grpo_cli.artefacts.report_data import number_text
+
+    return str(value) if isinstance(value, str) else number_text(value)
