@@ -15,6 +15,7 @@ import importlib.machinery
 import importlib.util
 import inspect
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.paths import local_dir, read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.recipe.schema.rewards import RewardEntry
-from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
+from grpo_cli.rewards.registry import builtin_names, get_builtin, required_columns
 from grpo_cli.rewards.sources import find_module_file, reexported
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
@@ -149,7 +150,7 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
         for key in entry.params:
             if key not in accepted or key in TRL_KWARGS:
                 tunable = [p for p in accepted if p not in TRL_KWARGS and p != "kwargs"
-                           and p not in REQUIRED_COLUMNS.get(entry.name, ())]
+                           and p not in required_columns(entry.name)]
                 guess = did_you_mean(key, tunable)
                 raise GrpoError(f"{key!r} is not a parameter of the built-in reward {entry.name!r}",
                                 where=f"{where}.params.{key}",
@@ -168,10 +169,10 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
                             fix="Point to a directory saved with save_pretrained, or to a hub id.")
         return RewardInfo(entry.label, "model", str(local or entry.model),
                           note="" if local else "hub id, resolved when training starts")
-    target, sig = _static_function(entry, base_dir, where)
-    if sig is None:
+    target, static = _static_function(entry, base_dir, where)
+    if static is None:
         return RewardInfo(entry.label, "function", target, note="signature checked when loaded")
-    return RewardInfo(entry.label, "function", target, _check_signature(entry, sig, where), sig.is_async)
+    return RewardInfo(entry.label, "function", target, _check_signature(entry, static, where), static.is_async)
 
 
 def _check_builtin_values(entry: RewardEntry, func: Any, where: str) -> None:
@@ -209,7 +210,7 @@ def _check_code_backend(entry: RewardEntry, where: str) -> None:
 
 
 def _builtin_columns(entry: RewardEntry) -> list[tuple[str, ...]]:
-    cols = REQUIRED_COLUMNS.get(entry.name or "", ())
+    cols = required_columns(entry.name)
     return [cols] if cols else []
 
 
@@ -264,6 +265,7 @@ class BoundReward:
         if isinstance(exc, RewardTimeoutError):
             error = explain_in_training(self.__name__, self.where, f"did not return within its timeout of "
                                         f"{exc.seconds:g} s", kwargs, RewardTimeoutError)
+            assert isinstance(error, RewardTimeoutError)
             error.label, error.seconds = exc.label, exc.seconds
             return error
         if isinstance(exc, GrpoError):
@@ -349,20 +351,33 @@ def _runtime_signature(func: Any) -> _Signature | None:
     return _Signature(params, var_kwargs, positional_only, is_async_reward(func))
 
 
-def _import_function(entry: RewardEntry, base_dir: Path, index: int | None = None) -> Any:
-    assert entry.function is not None
-    where = f"rewards[{index}].function" if index is not None else f"rewards ({entry.label}).function"
-    target, func_name = split_reference(entry.function)
+_WANTED: dict[str, Callable[[Any], bool]] = {"function": callable, "callable": callable, "class": inspect.isclass,
+                                             "attribute": lambda obj: obj is not None}
+
+
+def import_reference(ref: str, base_dir: Path, where: str, kind: str = "function") -> Any:
+    """The object a `module:name` / `file.py:name` reference names (a reward, tool, environment or callback;
+    files relative to `base_dir`), or a GrpoError naming `where`; `kind` is what it must be."""
+    target, name = split_reference(ref)
     if target.endswith(".py"):
         module = import_file((base_dir / target).expanduser().resolve(), where)
     else:
         module = import_module(target, base_dir, where)
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        guess = did_you_mean(func_name, names)
-        raise GrpoError(f"{target} has no callable {func_name!r}", where=where,
-                        fix=f"Did you mean `{guess}`?" if guess else "Check the name after the ':'.")
+    obj = getattr(module, name, None)
+    wanted = _WANTED[kind]
+    if obj is None or not wanted(obj):
+        names = [n for n, v in vars(module).items() if wanted(v) and not n.startswith("_")]
+        guess = did_you_mean(name, names)
+        raise GrpoError(f"{target} has no {kind} {name!r}", where=where,
+                        fix=f"Did you mean `{guess}`?" if guess else f"Check the name after the ':' "
+                        f"({kind}s there: {', '.join(sorted(names)) or 'none'}).")
+    return obj
+
+
+def _import_function(entry: RewardEntry, base_dir: Path, index: int | None = None) -> Any:
+    assert entry.function is not None
+    where = f"rewards[{index}].function" if index is not None else f"rewards ({entry.label}).function"
+    func = import_reference(entry.function, base_dir, where, kind="callable")
     sig = _runtime_signature(func)
     if sig is not None:
         _check_signature(entry, sig, where.rsplit(".", 1)[0])
