@@ -264,7 +264,7 @@ def environment_only_checks(recipe: Recipe, out: ToolCheck) -> None:
                                     "called once per finished rollout), or list `rewards:`."))
     if not recipe.data.from_environment:
         return
-    if env.routed:
+    if env is not None and env.routed:
         out.problems.append(Problem("data", "several environments are routed by each row's `environment` column, "
                                     "but the recipe has no data rows (TRL needs a dataset to route them)",
                                     "Give `data:` rows with an `environment` column, or a single environment "
