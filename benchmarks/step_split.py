@@ -24,7 +24,7 @@ from perf_doc import add_no_append, append, load, stamp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grpo_cli.training.step_timing import time_split  # noqa: E402
+from grpo_cli.artefacts.time_split import time_split  # noqa: E402
 
 
 def _train(recipe: str, steps: int, out: Path) -> None:

@@ -102,7 +102,7 @@ def _free_port() -> int:
 
 def _step_time(mode: str, steps: int, work: Path) -> tuple[float, float | None]:
     """(median seconds per step, server start-up seconds or None) for `grpo train` of the demo in `mode`."""
-    from grpo_cli.training.vllm_server import stop_server, wait_for_server
+    from grpo_cli.launching.vllm_server import stop_server, wait_for_server
 
     overrides = [f"training.max_steps={steps}", "training.logging_steps=1", "eval.before_after=false"]
     server, startup = None, None

@@ -13,19 +13,19 @@ functions that need them, so importing this package stays instant.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpo_cli.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
-_LAZY = {
-    "GrpoError": "grpo_cli.errors",
-    "RecipeError": "grpo_cli.errors",
-    "Recipe": "grpo_cli.recipe.schema",
-    "load_recipe": "grpo_cli.recipe.loader",
-    "preflight": "grpo_cli.validation.checks",
-    "train": "grpo_cli.training.run",
-}
+if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
+    from grpo_cli.errors import GrpoError as GrpoError, RecipeError as RecipeError
+    from grpo_cli.recipe.loader import load_recipe as load_recipe
+    from grpo_cli.recipe.schema import Recipe as Recipe
+    from grpo_cli.training.run import train as train
+    from grpo_cli.validation.checks import preflight as preflight
 
-__all__ = [*_LAZY, "__version__"]
+__all__ = ["GrpoError", "Recipe", "RecipeError", "load_recipe", "preflight", "train", "__version__"]
 
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

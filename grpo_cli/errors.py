@@ -55,12 +55,6 @@ class RecipeError(GrpoError):
         return "\n".join(lines)
 
 
-class RewardContractError(GrpoError):
-    """A reward function broke TRL's contract (exit code 1 in check-rewards)."""
-
-    exit_code = 1
-
-
 class RewardTimeoutError(GrpoError):
     """A reward call ran past its `timeout`; carries the reward's label and the limit in seconds."""
 

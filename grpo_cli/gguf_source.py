@@ -362,8 +362,8 @@ def _convert(path: Path, info: GgufInfo, target: Path, where: str) -> None:
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
         # transformers marks a GGUF-loaded model as quantised and refuses to save it; its weights are already
         # dequantised float32, so drop the marks and save an ordinary checkpoint.
-        model.hf_quantizer = None
-        model.is_quantized = False
+        model.hf_quantizer = None  # type: ignore[assignment]
+        model.is_quantized = False  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.config.name_or_path = str(path)

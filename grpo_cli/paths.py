@@ -164,9 +164,9 @@ def go_offline() -> None:
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     if "huggingface_hub.constants" in sys.modules:
-        sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True
+        sys.modules["huggingface_hub.constants"].HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
     if "datasets.config" in sys.modules:
-        sys.modules["datasets.config"].HF_HUB_OFFLINE = True
+        sys.modules["datasets.config"].HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------------------- reading a user's text file

@@ -12,14 +12,17 @@ import contextlib
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 PIPED_EVERY_S = 10.0
 _current: ContextVar[_Reporter | None] = ContextVar("grpo_progress", default=None)
 
 
 class _Reporter:
-    def __init__(self, console: Any, label: str, total: int, unit: str) -> None:
+    def __init__(self, console: Console, label: str, total: int, unit: str) -> None:
         self.console, self.label, self.total, self.unit = console, label, total, unit
         self.done = 0
         self.started = self._last = time.monotonic()
@@ -52,7 +55,7 @@ class _Reporter:
 
 
 @contextlib.contextmanager
-def reporting(console: Any, label: str, total: int, unit: str = "") -> Iterator[None]:
+def reporting(console: Console | None, label: str, total: int, unit: str = "") -> Iterator[None]:
     """Show the progress of `total` units of work done by code that calls `advance` inside this block."""
     if console is None or total <= 0:
         yield

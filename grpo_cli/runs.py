@@ -59,7 +59,7 @@ WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safeten
 STEP_LOGS = (METRICS, HEALTH, COMPLETIONS)
 # Entries that do not make a directory "a previous run" (grpo's own bookkeeping).
 BOOKKEEPING = frozenset({LOCK})
-_CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+_CHECKPOINT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
 PACKAGES = ("grpo-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers",
             "vllm", "deepspeed", "bitsandbytes", "math-verify")
@@ -303,16 +303,16 @@ def _resume_plan(out: Path, resume: bool | str | None, non_empty: bool) -> Outpu
                             fix="Give a complete checkpoint-N directory, or `--resume` alone for the newest "
                                 "complete one in the output dir.")
         return OutputPlan(ckpt)
-    ckpt, skipped = resumable_checkpoints(out)
-    if ckpt is None and resume:
+    newest, skipped = resumable_checkpoints(out)
+    if newest is None and resume:
         why = "; ".join(f"{p.name}: {reason}" for p, reason in skipped)
         raise GrpoError(f"there is no complete checkpoint-N directory in {out} to resume from"
                         + (f" ({why})" if why else ""), where="--resume",
                         fix="Drop --resume to start a new run, or point --output-dir at the run to continue.")
-    if ckpt is None and non_empty:
+    if newest is None and non_empty:
         raise GrpoError(f"output directory {out} is not empty and holds no checkpoint", where="output.dir",
                         fix="Use --force to replace it, or choose another --output-dir.")
-    return OutputPlan(ckpt, skipped=skipped)
+    return OutputPlan(newest, skipped=skipped)
 
 
 def plan_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy: str) -> OutputPlan:
@@ -377,8 +377,8 @@ class SetAside:
         self.done = True
 
 
-def check_resume_compatible(recipe: Any, out: Path) -> None:
-    """Refuse to resume a run with a recipe that cannot load its checkpoint (model or LoRA changed)."""
+def check_resume_compatible(out: Path, *, name_or_path: str, lora: bool) -> None:
+    """Refuse to resume a run whose recipe cannot load its checkpoint (`model.name_or_path` or LoRA changed)."""
     import yaml
 
     saved_path = out / RECIPE
@@ -389,12 +389,12 @@ def check_resume_compatible(recipe: Any, out: Path) -> None:
     except yaml.YAMLError:
         return
     model = saved.get("model") or {}
-    if model.get("name_or_path") != recipe.model.name_or_path:
+    if model.get("name_or_path") != name_or_path:
         raise GrpoError(f"the run in {out} trained {model.get('name_or_path')!r}, but this recipe names "
-                        f"{recipe.model.name_or_path!r}", where="model.name_or_path",
+                        f"{name_or_path!r}", where="model.name_or_path",
                         fix="Resume with the recipe saved in the run (its recipe.yaml), or start a new run.")
-    if (model.get("lora") is None) != (recipe.model.lora is None):
+    if (model.get("lora") is not None) != lora:
         had = "with LoRA" if model.get("lora") is not None else "without LoRA (full fine-tune)"
         raise GrpoError(f"the run in {out} was trained {had}; its checkpoint cannot be resumed with "
-                        f"model.lora={'set' if recipe.model.lora else 'unset'}", where="model.lora",
+                        f"model.lora={'set' if lora else 'unset'}", where="model.lora",
                         fix="Resume with the recipe saved in the run (its recipe.yaml), or start a new run.")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 THREADS_ENV = "OMP_NUM_THREADS"
 CHOSEN_ENV = "GRPO_CHOSEN_THREADS"  # set by grpo for processes it starts; not a user's setting
-RELAUNCHED_ENV = "GRPO_RELAUNCHED"  # set in workers `grpo train` started under accelerate (training/launch.py)
+RELAUNCHED_ENV = "GRPO_RELAUNCHED"  # set in workers `grpo train` started under accelerate (launching/relaunch.py)
 SMALL_MODEL_PARAMS = 20_000_000  # below this, one thread per process: its matmuls are too small to split
 
 

@@ -1,7 +1,8 @@
 """The package's shape, held by tests: no import circles, layers only point down, small files and functions.
 
 The import graph is read from the source with `ast` (module-level and function-level imports alike), so a
-lazy import that closes a circle is caught too. docs/architecture.md explains the layers.
+lazy import that closes a circle is caught too; a package face's `if TYPE_CHECKING:` block (its lazy names, for
+type checkers) never runs and is no edge. docs/architecture.md explains the layers and the face rule.
 """
 
 from __future__ import annotations
@@ -14,12 +15,12 @@ from tests.conftest import ROOT
 PACKAGE = ROOT / "grpo_cli"
 # Lower number = lower layer. A module may import its own layer or lower ones.
 LAYERS = {"grpo_cli": 0, "lazy": 0, "threads": 0, "progress": 0, "errors": 0, "paths": 0, "runs": 0, "run_lock": 0,
-          "gguf_source": 0, "assets": 0, "recipe": 1, "data": 2, "rewards": 2, "tools": 3, "models": 3, "validation": 4,
-          "evaluation": 5, "importing": 5, "training": 6, "cli": 7, "__main__": 8}
+          "gguf_source": 0, "assets": 0, "recipe": 1, "data": 2, "rewards": 2, "tools": 3, "models": 3, "artefacts": 3,
+          "validation": 4, "evaluation": 5, "importing": 5, "launching": 5, "training": 6, "cli": 7, "__main__": 8}
 # The upward imports we accept, each for a reason (docs/architecture.md): check-rewards --generate samples
 # completions with the evaluation sampler from the recipe's model.
-ALLOWED_UPWARD = {("grpo_cli.rewards.check.run", "grpo_cli.evaluation"),
-                  ("grpo_cli.rewards.check.run", "grpo_cli.models")}
+ALLOWED_UPWARD = {("grpo_cli.rewards.check.dry_run", "grpo_cli.evaluation"),
+                  ("grpo_cli.rewards.check.dry_run", "grpo_cli.models")}
 
 
 def _modules() -> dict[str, Path]:
@@ -41,7 +42,12 @@ def _graph() -> dict[str, set[str]]:
 
     edges: dict[str, set[str]] = {m: set() for m in mods}
     for mod, path in mods.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        type_only = {id(n) for block in _type_checking_blocks(tree) for n in ast.walk(block)} \
+            if path.name == "__init__.py" else set()
+        for node in ast.walk(tree):
+            if id(node) in type_only:
+                continue
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
@@ -55,6 +61,11 @@ def _graph() -> dict[str, set[str]]:
                     if found != mod and not mod.startswith(found + "."):  # a package's own parents are not edges
                         edges[mod].add(found)
     return edges
+
+
+def _type_checking_blocks(tree: ast.Module) -> list[ast.If]:
+    return [n for n in tree.body if isinstance(n, ast.If) and isinstance(n.test, ast.Name)
+            and n.test.id == "TYPE_CHECKING"]
 
 
 def _package(module: str) -> str:
@@ -140,3 +151,37 @@ def test_files_and_functions_stay_small() -> None:
                 if length > 60:
                     long_funcs.append(f"{path.relative_to(ROOT)}:{node.name} ({length} lines)")
     assert not long_funcs, f"functions over 60 lines of code: {long_funcs}"
+
+
+# Faces whose `__getattr__` computes a value instead of re-exporting a name (the Typer app, the dict of every
+# built-in reward): they follow the rule for everything else they export.
+COMPUTED_FACES = {"grpo_cli.cli": {"app"}, "grpo_cli.rewards.builtins": {"BUILTINS", "completion_text"}}
+
+
+def test_every_face_follows_the_one_pattern() -> None:
+    """A package's `__init__` lists its exports in `__all__`; names whose modules load on first use are imported
+    as `name as name` under `if TYPE_CHECKING:` (so type checkers and IDEs see them) and served by
+    `__getattr__ = lazy_exports(__name__)`, which reads that block; nothing else defines a module `__getattr__`."""
+    import importlib
+
+    from grpo_cli.lazy import type_checking_imports
+
+    for mod, path in _modules().items():
+        if path.name != "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        assigned = {t.id: n.value for n in tree.body if isinstance(n, ast.Assign)
+                    for t in n.targets if isinstance(t, ast.Name)}
+        if any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__" for n in tree.body):
+            assert mod in COMPUTED_FACES, f"{mod}: a face's lazy names go through `lazy_exports(__name__)`"
+            continue
+        if "__getattr__" not in assigned:
+            continue  # an eager face (or none): every name is imported where it is exported
+        assert ast.unparse(assigned["__getattr__"]) == "lazy_exports(__name__)", mod
+        lazy = type_checking_imports(path)
+        assert lazy, f"{mod}: a lazy face imports its lazy names under `if TYPE_CHECKING:`"
+        face = importlib.import_module(mod)
+        assert set(lazy) <= set(face.__all__), f"{mod}: every lazy name is in `__all__`"
+        for name, module in lazy.items():
+            assert getattr(face, name) is getattr(importlib.import_module(module), name), (mod, name)
+        assert all(hasattr(face, name) for name in face.__all__), mod

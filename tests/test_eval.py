@@ -85,7 +85,7 @@ def test_adapter_flag_and_checkpoint_dir_load_the_trained_adapter(run, tmp_path:
 
 
 def test_pass_at_k_matches_a_hand_computation(tmp_path: Path) -> None:
-    from grpo_cli.evaluation.run import EvalResult
+    from grpo_cli.evaluation.held_out import EvalResult
 
     # 3 prompts x 4 samples with 1, 2 and 0 correct answers.
     scores = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
@@ -175,7 +175,7 @@ def test_vllm_engine_is_used_when_installed_with_a_gpu(run, monkeypatch: pytest.
     import torch
 
     from grpo_cli import load_recipe
-    from grpo_cli.evaluation.run import EvalSettings, run_eval
+    from grpo_cli.evaluation.held_out import EvalSettings, run_eval
     from grpo_cli.models.sources import resolve_model_source
 
     calls: dict = {}

@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from grpo_cli.errors import GrpoError, RecipeError
-from grpo_cli.recipe.loader import load_recipe
-from grpo_cli.training import launch as launching
-from grpo_cli.training.launch import (
+from grpo_cli.launching import relaunch as launching
+from grpo_cli.launching.relaunch import (
     accelerate_command,
     maybe_relaunch,
     profile_config_path,
@@ -26,20 +25,22 @@ from grpo_cli.training.launch import (
     run_forwarding_signals,
     train_passthrough,
 )
-from grpo_cli.training.vllm_server import (
+from grpo_cli.launching.vllm_server import (
     server_base_url,
     server_env,
     server_gpu_env,
     vllm_serve_command,
     wait_for_server,
 )
+from grpo_cli.recipe.loader import load_recipe
+from grpo_cli.recipe.profiles import multi_process_names
 from grpo_cli.validation import world_size_explanation
 from tests.conftest import MINIMAL, ROOT, run_cli
 
 CONFIGS = ROOT / "accelerate_configs"
-PROFILES = ("ddp", "zero2", "zero3", "fsdp")
+PROFILES = multi_process_names()
 PY = sys.executable
-ACC = [PY, "-m", "grpo_cli.training.accelerate_launch"]
+ACC = [PY, "-m", "grpo_cli.launching.accelerate_launch"]
 
 
 def _recipe(write_recipe, minimal_dir: Path, launch: str = "", model: str = "", name: str = "recipe.yaml",

@@ -25,9 +25,10 @@ def test_ci_runs_the_readme_test_command() -> None:
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     commands = [line for line in ci.splitlines() if line.strip() and not line.startswith(("#", "set ", "cd "))]
     # Only system packages for the Slurm test may come first (scripts/install_slurm.sh never fails the run);
-    # after it, only the separate vLLM step: its own environment and the tests marked vllm.
-    assert commands[:2] == ["scripts/install_slurm.sh", _bash_blocks()[1]]
-    assert all("install_vllm_cpu.sh" in c or "-m vllm" in c for c in commands[2:]), commands[2:]
+    # after it, the type checker over grpo_cli/ (docs/architecture.md, "Types"), then only the separate vLLM
+    # step: its own environment and the tests marked vllm.
+    assert commands[:3] == ["scripts/install_slurm.sh", _bash_blocks()[1], ".venv/bin/mypy"]
+    assert all("install_vllm_cpu.sh" in c or "-m vllm" in c for c in commands[3:]), commands[3:]
 
 
 def test_readme_links_exist() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from grpo_cli.training.step_timing import PARTS
+from grpo_cli.artefacts.time_split import PARTS
 from tests.conftest import RECIPES, run_cli
 
 DEMO = RECIPES / "demo.yaml"
@@ -57,7 +57,7 @@ def gappy_run(tmp_path: Path) -> Path:
 
 
 def test_report_of_a_metrics_file_with_gaps_has_the_expected_size_and_numbers(gappy_run: Path) -> None:
-    from grpo_cli.training.report import write_report
+    from grpo_cli.artefacts.report import write_report
 
     paths = write_report(gappy_run)
     assert paths.image == gappy_run / "report.png" and paths.summary == gappy_run / "report.md"
@@ -78,7 +78,7 @@ def test_report_of_a_metrics_file_with_gaps_has_the_expected_size_and_numbers(ga
 
 
 def test_report_renders_when_no_reward_has_a_value(tmp_path: Path) -> None:
-    from grpo_cli.training.report import write_report
+    from grpo_cli.artefacts.report import write_report
 
     out = tmp_path / "nan"
     out.mkdir()
@@ -129,8 +129,8 @@ def test_demo_run_writes_its_report_and_grpo_report_rebuilds_it(tmp_path: Path) 
 
 
 def _figure_of(out: Path) -> Any:
-    from grpo_cli.training.report import load_run
-    from grpo_cli.training.report_plot import figure
+    from grpo_cli.artefacts.report import load_run
+    from grpo_cli.artefacts.report_plot import figure
 
     return figure(load_run(out))
 

@@ -56,7 +56,7 @@ def test_best_checkpoint_holds_the_best_logged_task_metric(run: Path) -> None:
 
     # best/ is the model of that step: scoring it again with the same seed gives the logged value
     from grpo_cli import load_recipe
-    from grpo_cli.evaluation.run import evaluate_recipe_model, load_eval_rows
+    from grpo_cli.evaluation.held_out import evaluate_recipe_model, load_eval_rows
     from grpo_cli.models import load_source_model, load_tokenizer_for, resolve_model_source
 
     recipe = load_recipe(DEMO, TRAIN)
@@ -91,7 +91,7 @@ def test_completions_jsonl_and_grpo_samples(run: Path) -> None:
 
     result = run_cli("samples", run, "--worst", "--reward", "accuracy", "-n", "3")
     assert result.exit_code == 0 and "worst by accuracy" in result.output and "3 shown" in result.output
-    from grpo_cli.training.samples import read_samples
+    from grpo_cli.artefacts.samples import read_samples
 
     worst, _ = read_samples(run, order="worst", reward="accuracy", limit=100)
     best, _ = read_samples(run, order="best", limit=100)
@@ -147,7 +147,7 @@ def test_suite_eval_of_the_run_then_card_and_push_staging(run: Path, tmp_path: P
 
 def test_a_lora_run_publishes_no_local_path(tmp_path: Path) -> None:
     from grpo_cli import load_recipe, train
-    from grpo_cli.models.hub import stage_run
+    from grpo_cli.artefacts.hub import stage_run
 
     out = tmp_path / "lora"
     result = train(load_recipe(DEMO, ["training.max_steps=2", "training.per_device_train_batch_size=16",

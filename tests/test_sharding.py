@@ -110,7 +110,7 @@ def test_a_sharding_launch_that_runs_replicated_fails_loudly(monkeypatch) -> Non
 
 
 def test_cpu_launch_environment_per_profile() -> None:
-    from grpo_cli.training.launch import launch_env
+    from grpo_cli.launching.relaunch import launch_env
 
     fsdp = launch_env(0, {})
     assert fsdp["ACCELERATE_USE_CPU"] == "true" and "DS_ACCELERATOR" not in fsdp

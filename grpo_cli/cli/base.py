@@ -107,6 +107,22 @@ def new_app() -> typer.Typer:
     return app
 
 
+def print_check(report: Any, as_json: bool, render: Callable[[Console, Any], None]) -> int:
+    """A dry run's report (check-rewards, check-tools) as one JSON document or rendered; 1 when it flagged
+    something, else 0."""
+    if as_json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        render(console, report)
+    return 0 if report.ok else 1
+
+
+def exit_with(code: int | None) -> None:
+    """End a command with `code` (nothing to do for 0 or None)."""
+    if code:
+        raise typer.Exit(code)
+
+
 def run_guarded(func: Callable[[], Any]) -> Any:
     """Run a command body: user errors become one paragraph and exit code 2, no traceback."""
     from grpo_cli.errors import GrpoError

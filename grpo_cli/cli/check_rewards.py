@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, exit_with, load, print_check, run_guarded
 
 CHECK_EPILOG = (
     RECIPE_EPILOG + " Completions come from built-in probes for each sampled row (reference answer, wrong "
@@ -36,14 +35,8 @@ def check_rewards_command(
 
         loaded = load(recipe, overrides)
         report = check_rewards(loaded, completions=completions, samples=samples, generate=generate)
-        if as_json:
-            sys.stdout.write(report.to_json() + "\n")
-        else:
-            from grpo_cli.cli.render import render_check_report
+        from grpo_cli.cli.render import render_check_report
 
-            render_check_report(console, report)
-        return 0 if report.ok else 1
+        return print_check(report, as_json, render_check_report)
 
-    code = run_guarded(body)
-    if code:
-        raise typer.Exit(code)
+    exit_with(run_guarded(body))

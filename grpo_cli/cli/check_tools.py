@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, exit_with, load, print_check, run_guarded
 
 CHECK_TOOLS_EPILOG = (
     RECIPE_EPILOG + " Prints each tool's JSON schema as the model sees it and the first prompt rendered with "
@@ -39,14 +38,8 @@ def check_tools_command(
         hf_logging.disable_progress_bar()
         loaded = load(recipe, overrides)
         report = dry_run(loaded, examples=examples, with_model=not no_model)
-        if as_json:
-            sys.stdout.write(report.to_json() + "\n")
-        else:
-            from grpo_cli.cli.render import render_tool_dry_run
+        from grpo_cli.cli.render import render_tool_dry_run
 
-            render_tool_dry_run(console, report)
-        return 0 if report.ok else 1
+        return print_check(report, as_json, render_tool_dry_run)
 
-    code = run_guarded(body)
-    if code:
-        raise typer.Exit(code)
+    exit_with(run_guarded(body))

@@ -59,8 +59,10 @@ def eval_cmd(
         from grpo_cli.cli.render import render_eval_outcome
         from grpo_cli.evaluation import EvalRequest, evaluate
 
-        request = EvalRequest(recipe, overrides or [], model, adapter, split, file, samples, num_generations,
-                              temperature, batch_size, out, compare or [], backend, suite, max_new_tokens, force)
+        request = EvalRequest(recipe=recipe, overrides=overrides or [], model=model, adapter=adapter, split=split,
+                              file=file, samples=samples, k=num_generations, temperature=temperature,
+                              batch_size=batch_size, out=out, compare=compare or [], backend=backend, suite=suite,
+                              max_new_tokens=max_new_tokens, force=force)
         render_eval_outcome(console, evaluate(request, console=console))
 
     run_guarded(body)

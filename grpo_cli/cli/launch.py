@@ -42,8 +42,8 @@ def slurm(
 
     def body() -> None:
         from grpo_cli.cli.render import render_launch_file
-        from grpo_cli.training.cluster import prepare_cluster
-        from grpo_cli.training.slurm import submit_sbatch, write_slurm
+        from grpo_cli.launching.cluster import prepare_cluster
+        from grpo_cli.launching.slurm import submit_sbatch, write_slurm
 
         loaded = load(recipe, overrides)
         flags = [w for k, v in (("--partition", partition), ("--time", time), ("--cpus-per-task", cpus_per_task),
@@ -73,7 +73,7 @@ def skypilot(
 
     def body() -> None:
         from grpo_cli.cli.render import render_launch_file
-        from grpo_cli.training.cluster import prepare_cluster, write_skypilot
+        from grpo_cli.launching.cluster import prepare_cluster, write_skypilot
 
         loaded = load(recipe, overrides)
         flags = ["--accelerator", accelerator, *(["-o", str(out)] if out is not None else [])]

@@ -24,8 +24,8 @@ def push(
     """Upload a trained model or adapter with its model card (README.md) to the Hugging Face Hub."""
 
     def body() -> None:
+        from grpo_cli.artefacts.hub import push_run
         from grpo_cli.cli.render import render_push
-        from grpo_cli.models.hub import push_run
 
         staged = push_run(run_dir, repo_id, private=not public, dry_run=dry_run, base_model=base_model)
         render_push(console, staged, dry_run=dry_run)

@@ -18,8 +18,8 @@ def report(
     """Plot a run's reward, spread, length, KL/entropy and learning-rate curves (PNG) and summarise it (Markdown)."""
 
     def body() -> None:
+        from grpo_cli.artefacts.report import load_run, write_report
         from grpo_cli.cli.render import render_report_written
-        from grpo_cli.training.report import load_run, write_report
 
         paths = write_report(output_dir, out)
         render_report_written(console, load_run(output_dir), paths)

@@ -23,8 +23,8 @@ def samples(
     """Print sampled prompts, completions, rewards and advantages from completions.jsonl: look for reward hacking."""
 
     def body() -> None:
+        from grpo_cli.artefacts.samples import select_samples
         from grpo_cli.cli.render import render_samples
-        from grpo_cli.training.samples import select_samples
 
         rows, title = select_samples(run_dir, step=step, worst=worst, best=best, reward=reward, limit=limit)
         render_samples(console, rows, title)

@@ -39,11 +39,13 @@ def train(
     def body() -> None:
         from grpo_cli.cli.render import render_train_result
         from grpo_cli.training import is_main_process
-        from grpo_cli.training.command import EXIT_CODES, TrainRequest, run_train_command
+        from grpo_cli.training.command import EXIT_CODES, TrainRequest, run_train_command, split_resume_path
 
         launch = {"profile": profile, "num_processes": num_processes, "num_machines": num_machines,
                   "machine_rank": machine_rank, "main_process_ip": main_process_ip, "threads": threads}
-        request = TrainRequest(recipe, list(overrides or []), output_dir, resume, force, launch)
+        plain, resume_path = split_resume_path(list(overrides or []), resume)
+        request = TrainRequest(recipe=recipe, overrides=plain, output_dir=output_dir, resume=resume,
+                               resume_path=resume_path, force=force, launch=launch)
         code, result = run_train_command(request, console=console)
         if code is not None:  # accelerate ran the workers; they printed the summary
             raise typer.Exit(code)

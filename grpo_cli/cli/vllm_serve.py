@@ -19,7 +19,7 @@ def vllm_serve(
     """Start the vLLM server a `launch.vllm.mode: server` recipe trains against (`vllm serve` as TRL documents it)."""
 
     def body() -> None:
-        from grpo_cli.training.vllm_server import exec_server, server_env, server_gpu_env, vllm_serve_command
+        from grpo_cli.launching.vllm_server import exec_server, server_env, server_gpu_env, vllm_serve_command
 
         loaded = load(recipe, overrides)
         cmd = vllm_serve_command(loaded)

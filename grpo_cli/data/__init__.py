@@ -6,12 +6,24 @@ prompts exactly as training does. The mapping loads on first use; the peeks are 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpo_cli.data.peek import count_rows, peek_columns
 from grpo_cli.lazy import lazy_exports
 from grpo_cli.recipe.schema.data import LOCAL_SUFFIXES
 
-_MAPPING = ("MappedData", "extract_reference_answer", "map_split", "prepare_data", "prompt_token_length")
+if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
+    from grpo_cli.data.mapping import (
+        MappedData as MappedData,
+        extract_reference_answer as extract_reference_answer,
+        map_split as map_split,
+        prepare_data as prepare_data,
+        prompt_token_length as prompt_token_length,
+    )
 
-__all__ = ["LOCAL_SUFFIXES", "count_rows", "peek_columns", *_MAPPING]
+__all__ = [
+    "LOCAL_SUFFIXES", "MappedData", "count_rows", "extract_reference_answer", "map_split", "peek_columns",
+    "prepare_data", "prompt_token_length",
+]
 
-__getattr__ = lazy_exports(__name__, dict.fromkeys(_MAPPING, "grpo_cli.data.mapping"))
+__getattr__ = lazy_exports(__name__)

@@ -15,11 +15,10 @@ from grpo_cli.recipe.schema import Recipe
 def _rows_needed(recipe: Recipe) -> int:
     """Prompts in one generation batch, at least: TRL's sampler drops a batch it cannot fill."""
     training = recipe.training
-    per_device = int(training.get("per_device_train_batch_size") or 8)
-    accumulation = int(training.get("gradient_accumulation_steps") or 1)
-    steps_per_generation = int(training.get("steps_per_generation") or accumulation)
-    generation = training.get("generation_batch_size")
-    return max(1, int(generation) if generation else per_device * steps_per_generation * recipe.launch.world_size)
+    steps_per_generation = training.steps_per_generation or training.gradient_accumulation_steps
+    generation = training.generation_batch_size
+    per_generation = training.per_device_train_batch_size * steps_per_generation * recipe.launch.world_size
+    return max(1, generation or per_generation)
 
 
 def environment_rows(recipe: Recipe) -> tuple[Any, None, dict[str, Any]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from grpo_cli.evaluation.backend import check_backend
 from grpo_cli.evaluation.command import EvalOutcome, EvalRequest, evaluate, label_models
-from grpo_cli.evaluation.run import (
+from grpo_cli.evaluation.held_out import (
     EvalSettings,
     check_eval_out,
     evaluate_recipe_model,

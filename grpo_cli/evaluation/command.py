@@ -8,16 +8,21 @@ import datetime as dt
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.backend import check_backend
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-@dataclass
+    from grpo_cli.recipe.schema import Recipe
+
+
+@dataclass(kw_only=True)
 class EvalRequest:
-    """The eval command's arguments (flags override the recipe's `eval` section)."""
+    """The eval command's arguments (flags override the recipe's `eval` section); keyword-only, as the flags are."""
 
     recipe: Path | None = None
     overrides: list[str] = field(default_factory=list)
@@ -63,7 +68,7 @@ def label_models(results: list[Any]) -> None:
         r.label = label
 
 
-def evaluate(req: EvalRequest, console: Any = None) -> EvalOutcome:
+def evaluate(req: EvalRequest, console: Console | None = None) -> EvalOutcome:
     """Run `grpo eval`: the benchmark named by --suite or the recipe's eval.suite, else the recipe's eval."""
     if req.suite is not None and not req.suite.strip():
         from grpo_cli.evaluation.suites import get_suite
@@ -99,7 +104,7 @@ def _target(req: EvalRequest) -> tuple[Any, str | None]:
     return load_recipe(path, req.overrides), req.model
 
 
-def _suite(req: EvalRequest, name: str, recipe: Any, model: str | None, console: Any) -> EvalOutcome:
+def _suite(req: EvalRequest, name: str, recipe: Recipe, model: str | None, console: Console | None) -> EvalOutcome:
     from grpo_cli.evaluation.suite_run import default_result_dir, run_suite, suite_settings, write_suite_result
     from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
     from grpo_cli.models import resolve_model_source, source_reference
@@ -133,8 +138,8 @@ def _suite(req: EvalRequest, name: str, recipe: Any, model: str | None, console:
     return EvalOutcome(results, written, suite=name)
 
 
-def _recipe(req: EvalRequest, recipe: Any, console: Any) -> EvalOutcome:
-    from grpo_cli.evaluation.run import EvalSettings, check_eval_out, run_eval, write_eval_outputs
+def _recipe(req: EvalRequest, recipe: Recipe, console: Console | None) -> EvalOutcome:
+    from grpo_cli.evaluation.held_out import EvalSettings, check_eval_out, run_eval, write_eval_outputs
     from grpo_cli.models import resolve_model_source, source_reference
 
     settings = EvalSettings.from_recipe(recipe, samples=req.samples, k=req.k, temperature=req.temperature,

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from grpo_cli.recipe.profiles import launch_profile
+
 Sampler = Callable[[list[Any]], tuple[list[str], list[list[int]], list[bool]]]
 
 
@@ -26,7 +28,7 @@ def vllm_available(profile: str = "single") -> bool:
     On the CPU transformers stays the default: for small models it is as fast (docs/performance.md)."""
     import importlib.util
 
-    if profile == "cpu" or importlib.util.find_spec("vllm") is None:
+    if launch_profile(profile).cpu_only or importlib.util.find_spec("vllm") is None:
         return False
     import torch
 

@@ -12,12 +12,17 @@ import re
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.suites import Suite, SuiteRow, get_suite, pass_at_k, wilson_interval
 from grpo_cli.progress import reporting
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from grpo_cli.recipe.schema import Recipe
 
 SuiteSampler = Any  # callable(prompts) -> (texts, ids, truncated), as evaluation.Sampler
 
@@ -156,20 +161,18 @@ def evaluate_suite(model: Any, tokenizer: Any, suite: Suite, rows: list[SuiteRow
 
 
 def run_suite(name: str, sources: list[Any], settings: SuiteSettings, *, backend: str = "auto", dtype: str = "auto",
-              trust_remote_code: bool = False, console: Any = None,
+              trust_remote_code: bool = False, console: Console | None = None,
               files: dict[str, Any] | None = None) -> list[SuiteResult]:
     """Evaluate each model in turn on the same problems with the same settings; one model in memory at a time."""
-    import gc
 
     import torch
 
-    from grpo_cli.evaluation.run import EvalSettings
-    from grpo_cli.evaluation.sampling_vllm import vllm_sampler
-    from grpo_cli.models.sources import load_source_model, load_tokenizer_for, saved_dtype
+    from grpo_cli.evaluation.held_out import EvalSettings
+    from grpo_cli.models.sources import load_tokenizer_for, saved_dtype
 
     suite = get_suite(name, files=files)
     rows = suite.rows(settings.limit)
-    from grpo_cli.evaluation.backend import check_backend
+    from grpo_cli.evaluation.backend import check_backend, one_model
 
     use_vllm = check_backend(backend)
     device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -183,25 +186,18 @@ def run_suite(name: str, sources: list[Any], settings: SuiteSettings, *, backend
             console.print(f"{suite.name}: {source.describe()} on {len(rows)} problems x {settings.k} "
                           f"({'greedy' if settings.temperature == 0 else f'T={settings.temperature}'})"
                           f"{' with vLLM' if use_vllm else ''}", markup=False)
-        model, close, sampler = None, None, None
-        if use_vllm:
-            ev = EvalSettings(settings.k, settings.temperature, settings.top_p, settings.max_new_tokens,
-                              settings.batch_size, settings.seed, settings.limit)
-            sampler, close = vllm_sampler(source, tokenizer, ev, want, trust_remote_code)
-        else:
-            model = load_source_model(source, dtype=want, device=device, trust_remote_code=trust_remote_code)
-            warning = context_warning(model, tokenizer, suite_prompts(suite, rows, tokenizer), settings.max_new_tokens)
-            if warning and console is not None:
-                console.print(f"[yellow]warning:[/] {source.label}: {warning}", soft_wrap=True)
-        try:
+        ev = EvalSettings(settings.k, settings.temperature, settings.top_p, settings.max_new_tokens,
+                          settings.batch_size, settings.seed, settings.limit)
+        with one_model(source, tokenizer, ev, use_vllm=use_vllm, dtype=want, device=device,
+                       trust_remote_code=trust_remote_code) as loaded:
+            if loaded.model is not None:
+                prompts = suite_prompts(suite, rows, tokenizer)
+                warning = context_warning(loaded.model, tokenizer, prompts, settings.max_new_tokens)
+                if warning and console is not None:
+                    console.print(f"[yellow]warning:[/] {source.label}: {warning}", soft_wrap=True)
             with reporting(console, f"sampling ({source.label})", len(rows) * settings.k, "completions"):
-                results.append(evaluate_suite(model, tokenizer, suite, rows, settings, label=source.label,
-                                              sampler=sampler, source=source.describe()))
-        finally:
-            if close is not None:
-                close()
-            del model
-            gc.collect()
+                results.append(evaluate_suite(loaded.model, tokenizer, suite, rows, settings, label=source.label,
+                                              sampler=loaded.sampler, source=source.describe()))
     return results
 
 
@@ -235,7 +231,7 @@ def write_suite_result(result: SuiteResult, directory: Path) -> tuple[Path, Path
     return summary, completions
 
 
-def suite_settings(recipe: Any = None, *, k: int | None = None, temperature: float | None = None,
+def suite_settings(recipe: Recipe | None = None, *, k: int | None = None, temperature: float | None = None,
                    limit: int | None = None, batch_size: int | None = None,
                    max_new_tokens: int | None = None) -> SuiteSettings:
     """Flags over the recipe's `eval` section over the suite defaults (greedy, one sample, 512 new tokens).
@@ -250,7 +246,7 @@ def suite_settings(recipe: Any = None, *, k: int | None = None, temperature: flo
             ev.max_samples
         if "temperature" in ev.model_fields_set:
             s.temperature = ev.temperature
-        s.max_new_tokens = ev.max_new_tokens or int(recipe.training.get("max_completion_length") or s.max_new_tokens)
+        s.max_new_tokens = ev.max_new_tokens or recipe.training.max_completion_length
     s.k = k or s.k
     s.limit = limit or s.limit
     s.batch_size = batch_size or s.batch_size

@@ -14,11 +14,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import ASSETS_DIR
 from grpo_cli.rewards.builtins.answers import answers_match, last_boxed, numbers, parse_completion_answer, to_number
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 BENCHMARKS_DIR = ASSETS_DIR / "benchmarks"
 
@@ -200,7 +203,7 @@ def get_suite(name: str, where: str = "--suite", files: dict[str, Path] | None =
     return suite
 
 
-def recipe_suite_files(recipe: Any) -> dict[str, Path]:
+def recipe_suite_files(recipe: Recipe) -> dict[str, Path]:
     """The recipe's eval.suite_files, resolved against the recipe's directory."""
     if recipe is None:
         return {}

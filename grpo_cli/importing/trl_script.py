@@ -32,7 +32,8 @@ def _string_constants(tree: ast.Module) -> dict[str, str]:
 def constant_prompt(node: ast.AST, tree: ast.Module) -> str | None:
     """The text of `{"prompt": [[{"role": "user", "content": TEXT}] for _ in range(N)]}` (TEXT a literal or a
     module-level string constant): rows that differ in nothing, as environment-only rows are; else None."""
-    if not (isinstance(node, ast.Dict) and len(node.keys) == 1 and _literal(node.keys[0]) == (True, "prompt")):
+    key = node.keys[0] if isinstance(node, ast.Dict) and len(node.keys) == 1 else None
+    if not (isinstance(node, ast.Dict) and key is not None and _literal(key) == (True, "prompt")):
         return None
     rows = node.values[0]
     if not (isinstance(rows, ast.ListComp) and isinstance(rows.elt, ast.List) and len(rows.elt.elts) == 1

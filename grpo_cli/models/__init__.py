@@ -4,32 +4,37 @@
 - sources.py: a reference from the command line or a run (hub id, model dir, LoRA adapter, run dir,
   checkpoint-N) -> what to load, without loading it; then loading it.
 - merge.py: fold a LoRA adapter into its base, verified by logits.
-- card.py: the Hub model card (README.md) of a run or merged model; hub.py: `grpo push`.
+The model card and `grpo push` are post-run artefacts (grpo_cli.artefacts).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpo_cli.lazy import lazy_exports
 
-_LAZY = {
-    "write_card": "grpo_cli.models.card",
-    "push_run": "grpo_cli.models.hub",
-    "stage_run": "grpo_cli.models.hub",
-    "LoadedModel": "grpo_cli.models.loading",
-    "load_model": "grpo_cli.models.loading",
-    "load_tokenizer": "grpo_cli.models.loading",
-    "model_reference": "grpo_cli.models.loading",
-    "record_base_reference": "grpo_cli.models.loading",
-    "resolve_dtype": "grpo_cli.models.loading",
-    "source_reference": "grpo_cli.models.loading",
-    "MergeResult": "grpo_cli.models.merge",
-    "merge_adapter": "grpo_cli.models.merge",
-    "ModelSource": "grpo_cli.models.sources",
-    "load_source_model": "grpo_cli.models.sources",
-    "load_tokenizer_for": "grpo_cli.models.sources",
-    "resolve_model_source": "grpo_cli.models.sources",
-}
+if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
+    from grpo_cli.models.loading import (
+        LoadedModel as LoadedModel,
+        load_model as load_model,
+        load_tokenizer as load_tokenizer,
+        model_reference as model_reference,
+        record_base_reference as record_base_reference,
+        resolve_dtype as resolve_dtype,
+        source_reference as source_reference,
+    )
+    from grpo_cli.models.merge import MergeResult as MergeResult, merge_adapter as merge_adapter
+    from grpo_cli.models.sources import (
+        ModelSource as ModelSource,
+        load_source_model as load_source_model,
+        load_tokenizer_for as load_tokenizer_for,
+        resolve_model_source as resolve_model_source,
+    )
 
-__all__ = sorted(_LAZY)
+__all__ = [
+    "LoadedModel", "MergeResult", "ModelSource", "load_model", "load_source_model", "load_tokenizer",
+    "load_tokenizer_for", "merge_adapter", "model_reference", "record_base_reference", "resolve_dtype",
+    "resolve_model_source", "source_reference",
+]
 
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

@@ -9,6 +9,7 @@ from typing import Any
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import is_gguf_reference, materialize
 from grpo_cli.models.sources import check_hub_access, damaged_weights_error
+from grpo_cli.recipe.profiles import launch_profile
 from grpo_cli.recipe.schema import Recipe
 
 _OFFLINE_FIX = ("Check the id or directory; without network access give a local directory "
@@ -34,7 +35,7 @@ def resolve_dtype(requested: str, profile: str = "single") -> str:
     """`auto` means bfloat16 on a GPU that supports it, float32 otherwise (CPU, old GPUs)."""
     import torch
 
-    on_gpu = torch.cuda.is_available() and profile != "cpu"
+    on_gpu = torch.cuda.is_available() and not launch_profile(profile).cpu_only
     if requested != "auto":
         return requested  # bfloat16/float16 on CPU is allowed (slow): the user asked for it
     if on_gpu and torch.cuda.is_bf16_supported():
@@ -152,7 +153,7 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     from grpo_cli.models.vision import freeze_vision_tower, is_vision_language, load_processor
 
     dtype = resolve_dtype(recipe.model.dtype, recipe.launch.profile)
-    device = "cuda" if torch.cuda.is_available() and recipe.launch.profile != "cpu" else "cpu"
+    device = "cuda" if torch.cuda.is_available() and not recipe.launch.spec.cpu_only else "cpu"
     quant = quantization_config(recipe, dtype)
     ref = model_reference(recipe)
     kwargs: dict[str, Any] = {"dtype": getattr(torch, dtype), "revision": recipe.model.revision,

@@ -14,11 +14,11 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
+from grpo_cli.artefacts.card import write_card
 from grpo_cli.errors import GrpoError
-from grpo_cli.models.card import write_card
 from grpo_cli.models.sources import (
     ModelSource,
     attach_adapter,
@@ -29,6 +29,9 @@ from grpo_cli.models.sources import (
     resolve_model_source,
     saved_dtype,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 DTYPES = ("float32", "bfloat16", "float16")
 # Largest logit difference accepted, relative to the largest logit magnitude (at least 1).
@@ -225,7 +228,7 @@ def _processing_class(source: ModelSource) -> tuple[Any, bool]:
 
 
 def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: str = "auto", force: bool = False,
-                  max_shard_size: str | int = "5GB", console: Any = None) -> MergeResult:
+                  max_shard_size: str | int = "5GB", console: Console | None = None) -> MergeResult:
     """Fold the adapter at `ref` into its base, verify logits, and save a standalone model in `out`."""
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 

@@ -303,7 +303,7 @@ def load_base(weights: str, *, dtype: str, device: str = "cpu", revision: str | 
     except (OSError, ValueError) as exc:
         raise GrpoError(f"cannot load the model {weights}: {str(exc).splitlines()[0]}", where=where,
                         fix="Check the id or directory; without network access give a local directory.") from None
-    return model.to(device)
+    return model.to(device)  # type: ignore[arg-type]  # transformers types `to` for a model, not a device
 
 
 def attach_adapter(base: Any, source: ModelSource, where: str = "--model") -> Any:

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 LANGUAGE_PARTS = ("language_model", "text_model")
 VISION_ENCODERS = ("vision_tower", "visual", "vision_model", "vision_encoder", "image_encoder")
@@ -69,7 +72,7 @@ def source_is_vision_language(*refs: str | None) -> bool:
     return bool(weights) and is_vision_language("auto", str(weights))
 
 
-def recipe_is_vision_language(recipe: Any) -> bool | None:
+def recipe_is_vision_language(recipe: Recipe) -> bool | None:
     """True/False when known without loading anything (model.kind, or a config.json on disk); None for unknown."""
     from grpo_cli.paths import hub_cache_file
 
@@ -83,7 +86,7 @@ def recipe_is_vision_language(recipe: Any) -> bool | None:
         config = local_config(local)
     else:
         cached = hub_cache_file(m.name_or_path, "config.json", m.revision)
-        config = local_config(cached.parent) if cached is not None else None
+        config = local_config(Path(cached).parent) if cached is not None else None
     return None if config is None else config_is_vision_language(config)
 
 
@@ -165,14 +168,15 @@ def local_config_file(path: Path) -> dict[str, Any] | None:
 
 def max_image_tokens(settings: dict[str, Any]) -> int | None:
     """The most prompt tokens one image becomes, from processor settings (Qwen2-VL, LLaVA, Idefics3, Gemma3...)."""
-    image = settings.get("image_processor") if isinstance(settings.get("image_processor"), dict) else settings
+    inner = settings.get("image_processor")
+    image: dict[str, Any] = inner if isinstance(inner, dict) else settings
     for key in ("image_seq_len", "image_seq_length"):  # fixed-length processors (Idefics3/SmolVLM, Gemma3)
-        if isinstance(settings.get(key) or image.get(key), int):
-            return int(settings.get(key) or image.get(key))
+        if isinstance(fixed := settings.get(key) or image.get(key), int):
+            return fixed
     patch = image.get("patch_size") or settings.get("patch_size")
     if not isinstance(patch, int) or patch <= 0:
         return None
-    size = image.get("size") if isinstance(image.get("size"), dict) else {}
+    size: dict[str, Any] = image["size"] if isinstance(image.get("size"), dict) else {}
     max_pixels = image.get("max_pixels") or size.get("longest_edge")
     merge = image.get("merge_size")
     if isinstance(max_pixels, int) and isinstance(merge, int):  # Qwen2-VL / Qwen2.5-VL: pixels / (patch x merge)^2

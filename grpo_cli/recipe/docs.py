@@ -38,9 +38,9 @@ def attribute_docstrings(cls: type) -> dict[str, str]:
     return docs
 
 
-def _sections() -> dict[str, type]:
-    found: dict[str, type] = {}
-    todo: list[type] = [Section]
+def _sections() -> dict[str, type[Section]]:
+    found: dict[str, type[Section]] = {}
+    todo: list[type[Section]] = [Section]
     while todo:
         cls = todo.pop()
         for sub in cls.__subclasses__():

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import yaml
 from omegaconf import DictConfig, OmegaConf
@@ -90,7 +90,7 @@ def _yaml_error(exc: yaml.YAMLError, path: Path, text: str) -> GrpoError:
     mark = getattr(exc, "problem_mark", None)
     problem = getattr(exc, "problem", None) or message.splitlines()[0]
     quote = _unclosed_quote(text, mark.line + 1) if mark else None
-    if quote is not None and quote[0] <= mark.line + 1:
+    if quote is not None and mark is not None and quote[0] <= mark.line + 1:
         line, column = quote
         return GrpoError(f"YAML syntax error: the quote opened here is not closed on its line, so YAML reads "
                          f"on to the next quote and fails at line {mark.line + 1} ({problem})",
@@ -126,15 +126,16 @@ def _load_chain(path: Path, stack: tuple[Path, ...]) -> DictConfig:
         if not parent_path.exists():
             raise GrpoError(f"`extends: {parent}` points to a missing file ({parent_path})", where=str(path),
                             fix="Paths in `extends` are relative to the recipe that names them.")
-        merged = OmegaConf.merge(merged, _load_chain(parent_path, (*stack, path)))
-    return OmegaConf.merge(merged, cfg)
+        merged = cast(DictConfig, OmegaConf.merge(merged, _load_chain(parent_path, (*stack, path))))
+    return cast(DictConfig, OmegaConf.merge(merged, cfg))
 
 
 def _override_value(item: str) -> Any:
     """The YAML value of one `key=value` override; a GrpoError naming the override when it does not parse."""
     value = item.split("=", 1)[1]
     try:
-        return OmegaConf.to_container(OmegaConf.from_dotlist([f"v={value}"]), resolve=False)["v"]
+        parsed = OmegaConf.to_container(OmegaConf.from_dotlist([f"v={value}"]), resolve=False)
+        return parsed["v"] if isinstance(parsed, dict) else None
     except (OmegaConfBaseException, yaml.YAMLError) as exc:
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise GrpoError(f"override {item!r}: the value is not valid YAML ({problem})", where="command line",
@@ -172,7 +173,7 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> DictConfig:
                 raise GrpoError(f"override {item!r} addresses a list entry with a dot", where="command line",
                                 fix=f"Write list indices in brackets: `{fixed}={item.split('=', 1)[1]}`.")
     plain = parse_overrides(overrides)
-    cfg = OmegaConf.merge(cfg, plain)
+    cfg = cast(DictConfig, OmegaConf.merge(cfg, plain))
     for item in overrides:
         key = item.split("=", 1)[0]
         if "[" not in key:

@@ -7,37 +7,22 @@ import) for `grpo validate`. Process pools and asyncio load only when those func
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpo_cli.lazy import lazy_exports
-from grpo_cli.rewards.loaders import (
-    BoundReward,
-    RewardInfo,
-    import_file,
-    import_module,
-    inspect_reward,
-    load_reward,
-    split_reference,
-)
+from grpo_cli.rewards.loaders import BoundReward, RewardInfo, inspect_reward, load_reward
+from grpo_cli.rewards.references import import_file, import_module, import_reference, split_reference
 from grpo_cli.rewards.registry import builtin_names, describe_builtin, get_builtin
 from grpo_cli.rewards.sources import find_module_file
 
-_LAZY = {"build_reward_funcs": "grpo_cli.rewards.build", "call_reward": "grpo_cli.rewards.calling",
-         "run_with_timeout": "grpo_cli.rewards.calling"}
+if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
+    from grpo_cli.rewards.build import build_reward_funcs as build_reward_funcs
+    from grpo_cli.rewards.calling import call_reward as call_reward, run_with_timeout as run_with_timeout
 
 __all__ = [
-    "BoundReward",
-    "RewardInfo",
-    "build_reward_funcs",
-    "builtin_names",
-    "call_reward",
-    "describe_builtin",
-    "find_module_file",
-    "get_builtin",
-    "import_file",
-    "import_module",
-    "inspect_reward",
-    "load_reward",
-    "run_with_timeout",
-    "split_reference",
+    "BoundReward", "RewardInfo", "build_reward_funcs", "builtin_names", "call_reward", "describe_builtin",
+    "find_module_file", "get_builtin", "import_file", "import_module", "import_reference", "inspect_reward",
+    "load_reward", "run_with_timeout", "split_reference",
 ]
 
-__getattr__ = lazy_exports(__name__, _LAZY)
+__getattr__ = lazy_exports(__name__)

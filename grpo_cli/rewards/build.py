@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.rewards.loaders import BoundReward, load_reward, pools_itself
 from grpo_cli.rewards.parallel import ParallelReward
 from grpo_cli.threads import pool_workers
 
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
-def build_reward_funcs(recipe: Any, *, training: bool = True) -> list[Any]:
+
+def build_reward_funcs(recipe: Recipe, *, training: bool = True) -> list[Any]:
     """Everything `GRPOTrainer(reward_funcs=...)` needs, in recipe order.
 
     `training`: a reward that raises, times out or returns what TRL cannot use stops the run with a

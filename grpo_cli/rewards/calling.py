@@ -311,7 +311,8 @@ def explain_in_training(label: str, where: str, what: str, kwargs: dict[str, Any
     prompts = kwargs.get("prompts") or [""]
     first = str(prompts[0])[:80]
     state = kwargs.get("trainer_state")
-    step = f" at step {state.global_step}" if getattr(state, "global_step", None) is not None else ""
+    global_step = getattr(state, "global_step", None)
+    step = f" at step {global_step}" if global_step is not None else ""
     return error(f"reward {label!r} {what}{step}, scoring {len(kwargs.get('completions') or [])} completions "
                  f"(first prompt: {first!r})", where=where,
                  fix="Reproduce it without training: `grpo check-rewards RECIPE` calls every reward on probe "

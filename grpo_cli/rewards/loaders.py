@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
 import inspect
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,7 +21,8 @@ from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.paths import local_dir, read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.recipe.schema.rewards import RewardEntry
-from grpo_cli.rewards.registry import REQUIRED_COLUMNS, builtin_names, get_builtin
+from grpo_cli.rewards.references import import_reference, split_reference
+from grpo_cli.rewards.registry import builtin_names, get_builtin, required_columns
 from grpo_cli.rewards.sources import find_module_file, reexported
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
@@ -64,11 +63,6 @@ def _ast_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _Signature:
         params[arg.arg] = default is not None
     return _Signature(params, a.kwarg is not None, [x.arg for x in a.posonlyargs],
                       isinstance(node, ast.AsyncFunctionDef))
-
-
-def split_reference(ref: str) -> tuple[str, str]:
-    target, func = ref.rsplit(":", 1)
-    return target, func
 
 
 def _static_function(entry: RewardEntry, base_dir: Path, where: str) -> tuple[str, _Signature | None]:
@@ -149,7 +143,7 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
         for key in entry.params:
             if key not in accepted or key in TRL_KWARGS:
                 tunable = [p for p in accepted if p not in TRL_KWARGS and p != "kwargs"
-                           and p not in REQUIRED_COLUMNS.get(entry.name, ())]
+                           and p not in required_columns(entry.name)]
                 guess = did_you_mean(key, tunable)
                 raise GrpoError(f"{key!r} is not a parameter of the built-in reward {entry.name!r}",
                                 where=f"{where}.params.{key}",
@@ -168,10 +162,10 @@ def inspect_reward(entry: RewardEntry, base_dir: Path, index: int = 0) -> Reward
                             fix="Point to a directory saved with save_pretrained, or to a hub id.")
         return RewardInfo(entry.label, "model", str(local or entry.model),
                           note="" if local else "hub id, resolved when training starts")
-    target, sig = _static_function(entry, base_dir, where)
-    if sig is None:
+    target, static = _static_function(entry, base_dir, where)
+    if static is None:
         return RewardInfo(entry.label, "function", target, note="signature checked when loaded")
-    return RewardInfo(entry.label, "function", target, _check_signature(entry, sig, where), sig.is_async)
+    return RewardInfo(entry.label, "function", target, _check_signature(entry, static, where), static.is_async)
 
 
 def _check_builtin_values(entry: RewardEntry, func: Any, where: str) -> None:
@@ -209,7 +203,7 @@ def _check_code_backend(entry: RewardEntry, where: str) -> None:
 
 
 def _builtin_columns(entry: RewardEntry) -> list[tuple[str, ...]]:
-    cols = REQUIRED_COLUMNS.get(entry.name or "", ())
+    cols = required_columns(entry.name)
     return [cols] if cols else []
 
 
@@ -264,6 +258,7 @@ class BoundReward:
         if isinstance(exc, RewardTimeoutError):
             error = explain_in_training(self.__name__, self.where, f"did not return within its timeout of "
                                         f"{exc.seconds:g} s", kwargs, RewardTimeoutError)
+            assert isinstance(error, RewardTimeoutError)
             error.label, error.seconds = exc.label, exc.seconds
             return error
         if isinstance(exc, GrpoError):
@@ -285,49 +280,6 @@ class AsyncBoundReward(BoundReward):
         except Exception as exc:
             raise self._explain(exc, kwargs) from exc
         return self._checked(result, kwargs)
-
-
-def import_file(path: Path, where: str) -> Any:
-    if path.is_dir():
-        raise GrpoError(f"reward file {path} is a directory, not a file", where=where,
-                        fix="Give the path of a .py file.")
-    if not path.is_file():
-        raise GrpoError(f"reward file {path} not found", where=where,
-                        fix="Paths are relative to the recipe's directory.")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
-    mod_name = f"grpo_user_rewards.{path.stem}_{digest}"
-    module = sys.modules.get(mod_name)
-    if module is not None:
-        return module
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise GrpoError(f"cannot import {path}", where=where, fix="Give a .py file.")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    sys.path.insert(0, str(path.parent))  # let the file import its neighbours
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[mod_name]
-        raise GrpoError(f"importing {path} failed: {type(exc).__name__}: {exc}", where=where,
-                        fix="Run `python " + str(path) + "` to see the full traceback.") from exc
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
-
-
-def import_module(target: str, base_dir: Path, where: str) -> Any:
-    for extra in (str(base_dir), str(Path.cwd())):
-        if extra not in sys.path:
-            sys.path.append(extra)
-    try:
-        return importlib.import_module(target)
-    except ImportError as exc:
-        raise GrpoError(f"cannot import module {target!r}: {exc}", where=where,
-                        fix="Install the package, put the module beside the recipe, or use the "
-                            "`path/to/file.py:func` form.") from exc
-    except Exception as exc:
-        raise GrpoError(f"importing module {target!r} failed: {type(exc).__name__}: {exc}", where=where) from exc
 
 
 def _runtime_signature(func: Any) -> _Signature | None:
@@ -352,17 +304,7 @@ def _runtime_signature(func: Any) -> _Signature | None:
 def _import_function(entry: RewardEntry, base_dir: Path, index: int | None = None) -> Any:
     assert entry.function is not None
     where = f"rewards[{index}].function" if index is not None else f"rewards ({entry.label}).function"
-    target, func_name = split_reference(entry.function)
-    if target.endswith(".py"):
-        module = import_file((base_dir / target).expanduser().resolve(), where)
-    else:
-        module = import_module(target, base_dir, where)
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        names = [n for n, v in vars(module).items() if callable(v) and not n.startswith("_")]
-        guess = did_you_mean(func_name, names)
-        raise GrpoError(f"{target} has no callable {func_name!r}", where=where,
-                        fix=f"Did you mean `{guess}`?" if guess else "Check the name after the ':'.")
+    func = import_reference(entry.function, base_dir, where, kind="callable")
     sig = _runtime_signature(func)
     if sig is not None:
         _check_signature(entry, sig, where.rsplit(".", 1)[0])

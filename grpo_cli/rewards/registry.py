@@ -6,20 +6,18 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-# Dataset columns a built-in needs (any one of them), for the preflight column check.
-REQUIRED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "accuracy": ("answer", "solution"),
-    "length": ("answer", "solution"),
-    "cosine": ("answer", "solution"),
-    "code": ("tests",),
-}
+from grpo_cli.rewards.builtins import BUILTIN_REWARDS
 
 
 def builtin_names() -> list[str]:
     """Names usable as `rewards[].name` without `function` or `model` (nothing is imported)."""
-    from grpo_cli.rewards.builtins import WHERE
+    return sorted(BUILTIN_REWARDS)
 
-    return sorted(WHERE)
+
+def required_columns(name: str | None) -> tuple[str, ...]:
+    """Dataset columns the built-in `name` needs (any one of them); empty for none or an unknown name."""
+    row = BUILTIN_REWARDS.get(name or "")
+    return row.columns if row else ()
 
 
 def get_builtin(name: str) -> Callable[..., Any]:

@@ -37,11 +37,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 try:
-    from grpo_cli.rewards.sandbox_policy import install_seccomp as _install_seccomp
-    from grpo_cli.rewards.sandbox_policy import seccomp_program
+    from grpo_cli.rewards.sandbox_policy import install_seccomp as _install_seccomp, seccomp_program
 except ImportError:  # imported from this directory by a bare `python -I -S` (see the module docstring)
-    from sandbox_policy import install_seccomp as _install_seccomp  # type: ignore[no-redef]
-    from sandbox_policy import seccomp_program  # type: ignore[no-redef]
+    from sandbox_policy import install_seccomp as _install_seccomp, seccomp_program  # type: ignore[no-redef]
 
 __all__ = ["SandboxResult", "TestOutcome", "TestsResult", "missing_layers", "probe_isolation", "run_python",
            "run_tests", "seccomp_program"]

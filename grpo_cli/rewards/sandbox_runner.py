@@ -23,7 +23,7 @@ from typing import Any
 # `os.write`, `sys.__excepthook__`... The runner therefore looks up its builtins in a private copy taken now
 # (functions defined below resolve builtins through this module's `__builtins__`), keeps its own references to
 # what it calls, and leaves `sys.modules` (see `run_request`), so the program cannot reach this module's globals.
-__builtins__ = dict(builtins.__dict__)  # noqa: A001
+__builtins__ = dict(builtins.__dict__)  # type: ignore[assignment]  # noqa: A001
 _exec, _compile_code, _excepthook = exec, compile, sys.__excepthook__
 _write, _fstat, _open, _dup2, _close, _O_RDONLY = os.write, os.fstat, os.open, os.dup2, os.close, os.O_RDONLY
 _TextIOWrapper, _FileIO, _ModuleType = io.TextIOWrapper, io.FileIO, types.ModuleType
@@ -42,11 +42,11 @@ def _restore_builtins() -> None:
 
 def _streams() -> None:
     """Fresh std streams on fds 0-2 (the server's own objects may hold buffered state)."""
-    sys.stdin = sys.__stdin__ = _TextIOWrapper(_FileIO(0, "r", closefd=False), encoding="utf-8",
+    sys.stdin = sys.__stdin__ = _TextIOWrapper(_FileIO(0, "r", closefd=False), encoding="utf-8",  # type: ignore[misc]
                                                errors="surrogateescape")
-    sys.stdout = sys.__stdout__ = _TextIOWrapper(_FileIO(1, "w", closefd=False), encoding="utf-8",
+    sys.stdout = sys.__stdout__ = _TextIOWrapper(_FileIO(1, "w", closefd=False), encoding="utf-8",  # type: ignore[misc]
                                                  errors="surrogateescape")
-    sys.stderr = sys.__stderr__ = _TextIOWrapper(_FileIO(2, "w", closefd=False), encoding="utf-8",
+    sys.stderr = sys.__stderr__ = _TextIOWrapper(_FileIO(2, "w", closefd=False), encoding="utf-8",  # type: ignore[misc]
                                                  errors="backslashreplace", line_buffering=True)
 
 

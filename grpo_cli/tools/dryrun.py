@@ -14,11 +14,14 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.tools.examples import example_arguments
 from grpo_cli.tools.loading import Toolset, environment_methods, load_toolset, make_environment
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 
 @dataclass
@@ -137,7 +140,7 @@ def _flag(report: DryRun) -> None:
                                 "argument sets: the model cannot learn anything from it")
 
 
-def dry_run(recipe: Any, *, examples: Path | None = None, with_model: bool = True) -> DryRun:
+def dry_run(recipe: Recipe, *, examples: Path | None = None, with_model: bool = True) -> DryRun:
     """The whole dry run; user code is imported, the model's tokenizer (not its weights) is loaded."""
     report = DryRun()
     toolset = load_toolset(recipe)
@@ -171,7 +174,7 @@ def dry_run(recipe: Any, *, examples: Path | None = None, with_model: bool = Tru
     return report
 
 
-def _first_rows(recipe: Any, toolset: Toolset) -> dict[str | None, dict[str, Any]]:
+def _first_rows(recipe: Recipe, toolset: Toolset) -> dict[str | None, dict[str, Any]]:
     """The first mapped training row (what TRL hands to reset) for each environment (routed by `environment`)."""
     from grpo_cli.data import prepare_data
 
@@ -183,7 +186,7 @@ def _first_rows(recipe: Any, toolset: Toolset) -> dict[str | None, dict[str, Any
     return out
 
 
-def _episode(recipe: Any, toolset: Toolset, name: str | None, row: dict[str, Any],
+def _episode(recipe: Recipe, toolset: Toolset, name: str | None, row: dict[str, Any],
              given: dict[str, list[dict[str, Any]]], report: DryRun) -> EpisodeRecord:
     """construct -> reset(**row) -> each method once -> get_reward -> the recipe's rewards."""
     label = name or toolset.classes[name].__name__
@@ -223,7 +226,7 @@ def run_awaitable_if(value: Any) -> Any:
     return run_awaitable(value) if inspect.isawaitable(value) else value
 
 
-def _episode_rewards(recipe: Any, env: Any, row: dict[str, Any], transcript: list[dict[str, Any]]) -> dict[str, Any]:
+def _episode_rewards(recipe: Recipe, env: Any, row: dict[str, Any], transcript: list[dict[str, Any]]) -> dict[str, Any]:
     from grpo_cli.rewards import call_reward, load_reward
 
     out: dict[str, Any] = {}

@@ -15,11 +15,13 @@ there anyway) the tool runs in a daemon thread that is given up on after the tim
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import inspect
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,7 +93,7 @@ def _run_on_main_thread(func: Any, args: tuple, kwargs: dict, timeout: float, na
         with lock:
             if not state["done"]:
                 state["fired"] = True
-                signal.pthread_kill(main, _WATCHDOG_SIGNAL)  # a real signal: it interrupts a blocking call too
+                signal.pthread_kill(main, _WATCHDOG_SIGNAL)  # type: ignore[arg-type]  # a real signal: it interrupts a blocking call too
 
     def on_watchdog(signum: int, frame: Any) -> None:
         if state["fired"] and not state["done"]:
@@ -152,6 +154,19 @@ def _visible_signature(func: Any, hidden: set[str]) -> inspect.Signature:
     return sig.replace(parameters=[p for n, p in sig.parameters.items() if n not in hidden])
 
 
+@contextlib.contextmanager
+def _recorded(stats: ToolStats, started: float, name: str) -> Iterator[None]:
+    """A failed call counted in `stats` (sync and async tools alike); `sys.exit` in a tool becomes a ToolExit."""
+    try:
+        yield
+    except SystemExit as exc:
+        stats.record(started, exited := _exited(name, exc))
+        raise exited from None
+    except Exception as exc:
+        stats.record(started, exc)
+        raise
+
+
 def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout: float | None = None,
           stats: ToolStats | None = None, max_chars: int | None = None) -> Any:
     """A plain function (sync or async like `func`) that TRL can call as the tool `name`.
@@ -167,20 +182,13 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
         @functools.wraps(func)
         async def tool(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
-            try:
+            with _recorded(stats, started, name):
                 call = func(*args, **{**kwargs, **bound})
-                out = await (asyncio.wait_for(call, timeout) if timeout else call)
-            except TimeoutError as exc:
-                err = exc if isinstance(exc, ToolTimeout) else ToolTimeout(
-                    f"{name} did not return within {timeout:g} s")
-                stats.record(started, err)
-                raise err from None
-            except SystemExit as exc:
-                stats.record(started, err := _exited(name, exc))
-                raise err from None
-            except Exception as exc:
-                stats.record(started, exc)
-                raise
+                try:
+                    out = await (asyncio.wait_for(call, timeout) if timeout else call)
+                except TimeoutError as exc:
+                    raise exc if isinstance(exc, ToolTimeout) else ToolTimeout(
+                        f"{name} did not return within {timeout:g} s") from None
             stats.record(started, None, out)
             return cap_result(out, max_chars, name, stats)
     else:
@@ -188,17 +196,11 @@ def guard(func: Any, *, name: str, params: dict[str, Any] | None = None, timeout
         @functools.wraps(func)
         def tool(*args: Any, **kwargs: Any) -> Any:
             started = time.perf_counter()
-            try:
+            with _recorded(stats, started, name):
                 if timeout:
                     out = _run_with_timeout(func, args, {**kwargs, **bound}, timeout, name)
                 else:
                     out = func(*args, **{**kwargs, **bound})
-            except SystemExit as exc:
-                stats.record(started, err := _exited(name, exc))
-                raise err from None
-            except Exception as exc:
-                stats.record(started, exc)
-                raise
             stats.record(started, None, out)
             return cap_result(out, max_chars, name, stats)
 

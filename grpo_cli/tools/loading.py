@@ -7,31 +7,15 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.recipe.hints import did_you_mean
-from grpo_cli.rewards import import_file, import_module, split_reference
+from grpo_cli.rewards import import_reference
 from grpo_cli.tools.guard import ToolStats, guard, guarded_class
 from grpo_cli.tools.lifecycle import guarded_factory
 
-
-def import_reference(ref: str, base_dir: Any, where: str, kind: str = "function") -> Any:
-    """The object a `module:name` / `file.py:name` reference names, or a GrpoError naming `where`."""
-    target, name = split_reference(ref)
-    if target.endswith(".py"):
-        module = import_file((base_dir / target).expanduser().resolve(), where)
-    else:
-        module = import_module(target, base_dir, where)
-    obj = getattr(module, name, None)
-    wanted = inspect.isclass if kind == "class" else callable
-    if obj is None or not wanted(obj):
-        names = [n for n, v in vars(module).items() if wanted(v) and not n.startswith("_")]
-        guess = did_you_mean(name, names)
-        raise GrpoError(f"{target} has no {kind} {name!r}", where=where,
-                        fix=f"Did you mean `{guess}`?" if guess else f"Check the name after the ':' "
-                        f"({kind}s there: {', '.join(sorted(names)) or 'none'}).")
-    return obj
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 
 def environment_methods(cls: type) -> list[str]:
@@ -75,7 +59,7 @@ class Toolset:
         return {name: s.summary() for name, s in self.stats.items() if s.calls}
 
 
-def load_toolset(recipe: Any) -> Toolset | None:
+def load_toolset(recipe: Recipe) -> Toolset | None:
     """Import every tool and environment of the recipe (None when it has neither)."""
     if not recipe.tools and recipe.environment is None:
         return None

@@ -8,12 +8,15 @@ parsing its tokens back shows, before training, whether a call the model makes w
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 PREVIEW_CHARS = 1500
 
 
-def _load_tokenizer(recipe: Any) -> Any:
+def _load_tokenizer(recipe: Recipe) -> Any:
     from transformers import AutoTokenizer
 
     from grpo_cli.models.loading import apply_overrides, model_reference
@@ -24,7 +27,7 @@ def _load_tokenizer(recipe: Any) -> Any:
     return tokenizer
 
 
-def preview(recipe: Any, toolset: Any, tools: list[Any], rows: dict[Any, dict[str, Any]], report: Any) -> None:
+def preview(recipe: Recipe, toolset: Any, tools: list[Any], rows: dict[Any, dict[str, Any]], report: Any) -> None:
     """Fill report.prompt_preview and report.parse_check (notes instead when the tokenizer cannot load)."""
     try:
         tokenizer = _load_tokenizer(recipe)

@@ -13,12 +13,15 @@ import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.paths import read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.rewards import find_module_file, split_reference
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 TRANSFORMERS_FLOOR_TOOLS = "5.0.0"
 TRANSFORMERS_FLOOR_ENVIRONMENTS = "5.2.0"
@@ -130,10 +133,7 @@ def check_tool(entry: Any, base_dir: Path, index: int, out: ToolCheck) -> None:
         if name in imported:
             out.warnings.append(f"{where}: {name} is imported into {path}; it is checked when training loads it")
             return
-        guess = did_you_mean(name, list(defs))
-        out.problems.append(Problem(where, f"{path} has no function {name!r}",
-                                    f"Did you mean `{guess}`?" if guess else
-                                    f"Functions defined there: {', '.join(sorted(defs)) or 'none'}."))
+        _not_defined(out, where, path, "function", name, list(defs))
         return
     node = defs[name]
     all_params = {p.arg for p in [*node.args.posonlyargs, *node.args.args, *node.args.kwonlyargs]}
@@ -146,6 +146,14 @@ def check_tool(entry: Any, base_dir: Path, index: int, out: ToolCheck) -> None:
     kind = "async " if isinstance(node, ast.AsyncFunctionDef) else ""
     limit = f", timeout {entry.timeout:g} s" if entry.timeout else ", no timeout"
     out.plan.append(f"{kind}{name}({', '.join(visible)}){limit}")
+
+
+def _not_defined(out: ToolCheck, where: str, path: Path | None, kind: str, name: str, defined: list[str]) -> None:
+    """The problem for a reference naming a function or class its file does not define (with a guess)."""
+    guess = did_you_mean(name, defined)
+    listed = "Classes" if kind == "class" else "Functions"
+    out.problems.append(Problem(where, f"{path} has no {kind} {name!r}", f"Did you mean `{guess}`?" if guess else
+                                f"{listed} defined there: {', '.join(sorted(defined)) or 'none'}."))
 
 
 def _check_params(node: ast.ClassDef, methods: dict[str, Any], inherits: bool, params: dict[str, Any],
@@ -173,10 +181,7 @@ def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck
     _, name = split_reference(ref)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
     if name not in classes:
-        guess = did_you_mean(name, list(classes))
-        out.problems.append(Problem(where, f"{path} has no class {name!r}",
-                                    f"Did you mean `{guess}`?" if guess else
-                                    f"Classes defined there: {', '.join(sorted(classes)) or 'none'}."))
+        _not_defined(out, where, path, "class", name, list(classes))
         return
     node = classes[name]
     inherits = any(not (isinstance(b, ast.Name) and b.id == "object") for b in node.bases)
@@ -205,11 +210,11 @@ def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck
     out.plan.append(f"{name}: tools {', '.join(public) or '(inherited)'}{reward}")
 
 
-def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
+def check_tools(recipe: Recipe, columns: list[str] | None) -> ToolCheck:
     """Every static tool/environment check of the preflight."""
     out = ToolCheck()
     if not recipe.tools and recipe.environment is None:
-        if recipe.training.get("max_tool_calling_iterations") is not None:
+        if recipe.training.max_tool_calling_iterations is not None:
             out.warnings.append("training.max_tool_calling_iterations is set but the recipe has no `tools` or "
                                 "`environment`: it has no effect")
         return out
@@ -248,7 +253,7 @@ def check_tools(recipe: Any, columns: list[str] | None) -> ToolCheck:
     return out
 
 
-def environment_only_checks(recipe: Any, out: ToolCheck) -> None:
+def environment_only_checks(recipe: Recipe, out: ToolCheck) -> None:
     """What TRL needs when the environment serves the prompts or owns the only reward (GRPOTrainer.__init__)."""
     env = recipe.environment
     if not recipe.rewards and False in out.rewarding.values():
@@ -259,19 +264,19 @@ def environment_only_checks(recipe: Any, out: ToolCheck) -> None:
                                     "called once per finished rollout), or list `rewards:`."))
     if not recipe.data.from_environment:
         return
-    if env.routed:
+    if env is not None and env.routed:
         out.problems.append(Problem("data", "several environments are routed by each row's `environment` column, "
                                     "but the recipe has no data rows (TRL needs a dataset to route them)",
                                     "Give `data:` rows with an `environment` column, or a single environment "
                                     "class whose reset() serves the prompts."))
-    steps = recipe.training.get("max_steps")
+    steps = recipe.training.max_steps
     if not isinstance(steps, int) or steps <= 0:
         out.problems.append(Problem("training.max_steps", "the recipe has no data rows (the environment serves the "
                                     "prompts), so there is no epoch to count: training needs a number of steps",
                                     "Set `training.max_steps` (e.g. 50), as TRL requires without a train dataset."))
 
 
-def version_checks(recipe: Any, out: ToolCheck, installed: str | None = None) -> None:
+def version_checks(recipe: Recipe, out: ToolCheck, installed: str | None = None) -> None:
     """TRL's transformers floors for tools and environments (`installed`: the version to judge; default: real)."""
     from importlib.metadata import PackageNotFoundError, version
 

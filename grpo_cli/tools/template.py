@@ -72,7 +72,7 @@ def supports_tool_calling(template: str, config: dict[str, Any]) -> bool:
     """The rendered exchange keeps the tool name, argument key and value, and the tool result."""
     from jinja2.exceptions import TemplateError
 
-    messages = [{"role": "user", "content": "hi"},
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi"},
                 {"role": "assistant", "content": "", "tool_calls": _tool_call(_SENTINELS[0], {_SENTINELS[1]:
                                                                                             _SENTINELS[2]})},
                 {"role": "tool", "name": _SENTINELS[0], "content": _SENTINELS[3]}]
@@ -87,7 +87,7 @@ def is_prefix_preserving(template: str, config: dict[str, Any]) -> bool:
     """Appending a tool result (and the generation prompt) leaves the earlier rendering untouched."""
     from jinja2.exceptions import TemplateError
 
-    first = [{"role": "user", "content": "dummy"},
+    first: list[dict[str, Any]] = [{"role": "user", "content": "dummy"},
              {"role": "assistant", "content": "", "tool_calls": _tool_call("dummy", {})}]
     try:
         short = render(template, config, first)

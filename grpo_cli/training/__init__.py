@@ -3,11 +3,11 @@
 - run.py: `train(recipe)` in named phases (prepare, build the trainer, train, finish).
 - config.py: recipe -> GRPOConfig keyword arguments.
 - callbacks.py / health.py: console, metrics.jsonl, graceful stop, health guards.
-- launch.py: re-launch `grpo train` under accelerate (ddp, zero2/3, fsdp, multi-node).
-- vllm_server.py: the `grpo vllm-serve` command, the wait for a server and stopping one.
-- vllm_cpu.py / vllm_receiver.py: vLLM on CPU (environment, grpo's CPU weight sync: client and server side).
+- vllm_cpu.py: vLLM on CPU during training (environment, grpo's CPU weight sync, client side).
 - task_metric.py: eval.every_steps (task metric, best/, early stop); completions.py: completions.jsonl.
-- report.py: `grpo report` (curves PNG + Markdown summary), also written after every run.
+- command.py: what `grpo train` does with its command line (re-launch, resume).
+Launching (accelerate, clusters, the vLLM server) is grpo_cli.launching; the report, samples, model card and
+push are grpo_cli.artefacts.
 Importing this package stays light; transformers and TRL load when a run starts.
 """
 

@@ -6,9 +6,12 @@ import json
 import signal
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Keys shown on the compact per-log console line, in order: (log key, label, format).
 _LINE = [
@@ -75,7 +78,7 @@ class MetricsJsonl(TrainerCallback):
 class RichConsole(TrainerCallback):
     """A progress bar plus one compact line per logging step."""
 
-    def __init__(self, console: Any, show_kl: bool) -> None:
+    def __init__(self, console: Console | None, show_kl: bool) -> None:
         self.console = console
         self.show_kl = show_kl
         self.progress: Any = None

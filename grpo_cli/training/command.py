@@ -6,20 +6,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Exit codes of `grpo train` besides 0 (completed) and 2 (bad input): Ctrl-C/SIGTERM, a health guard's stop.
 EXIT_CODES = {"interrupted": 130, "stopped": 3}
 
 
-@dataclass
+@dataclass(kw_only=True)
 class TrainRequest:
-    """`grpo train`'s arguments. `overrides` may hold one bare path: the checkpoint of `--resume PATH`."""
+    """`grpo train`'s arguments (keyword-only, as the flags are)."""
 
     recipe: Path
     overrides: list[str] = field(default_factory=list)
     output_dir: Path | None = None
     resume: bool = False
+    resume_path: str | None = None
+    """The checkpoint of `--resume PATH` (None: the newest complete one in the output dir, when `resume`)."""
     force: bool = False
     launch: dict[str, Any] = field(default_factory=dict)
     """launch.* flags (profile, num_processes, num_machines, machine_rank, main_process_ip); None = recipe's."""
@@ -31,20 +36,21 @@ def launch_overrides(launch: dict[str, Any]) -> list[str]:
 
 
 def split_resume_path(overrides: list[str], resume: bool) -> tuple[list[str], str | None]:
-    """(overrides, checkpoint): `--resume PATH` arrives as a bare path among the overrides, which all hold '='."""
+    """(overrides, checkpoint): on the command line `--resume PATH` arrives as a bare path among the overrides
+    (which all hold '='); the CLI separates them before it builds a TrainRequest."""
     plain = [o for o in overrides if "=" not in o]
     path = plain[0] if resume and len(plain) == 1 else None  # checked by runs.plan_output_dir
     return [o for o in overrides if o != path], path
 
 
-def run_train_command(req: TrainRequest, console: Any = None) -> tuple[int | None, Any]:
+def run_train_command(req: TrainRequest, console: Console | None = None) -> tuple[int | None, Any]:
     """(exit code of a re-launch, None) when accelerate ran the workers; else (None, TrainResult)."""
+    from grpo_cli.launching.relaunch import maybe_relaunch, resume_command, train_passthrough
     from grpo_cli.recipe import load_recipe
-    from grpo_cli.training.launch import maybe_relaunch, resume_command, train_passthrough
     from grpo_cli.training.run import train
 
     extra = launch_overrides(req.launch)
-    overrides, resume_path = split_resume_path(req.overrides, req.resume)
+    overrides, resume_path = req.overrides, req.resume_path
     loaded = load_recipe(req.recipe, [*overrides, *extra])
     passthrough = train_passthrough(req.output_dir, req.resume, resume_path, req.force)
     out = req.output_dir or Path(loaded.output.dir)

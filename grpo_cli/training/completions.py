@@ -15,7 +15,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from grpo_cli import runs
-from grpo_cli.training.samples import _finite, message_text
+from grpo_cli.artefacts.samples import finite, message_text
 
 COMPLETIONS_FILE = runs.COMPLETIONS
 MAX_LOOKUP_ROWS = 200_000  # prompts -> reference answers are looked up in the train set up to this size
@@ -62,11 +62,11 @@ class CompletionsLog(TrainerCallback):
         picked = sorted(rng.sample(distinct, min(self.per_step, len(distinct))))
         out = []
         for i in picked:
-            scores = {name: _finite(vals[i]) if i < len(vals) else None for name, vals in rewards.items()}
+            scores = {name: finite(vals[i]) if i < len(vals) else None for name, vals in rewards.items()}
             total = sum(w * (s or 0.0) for w, s in zip(weights, scores.values(), strict=False))
             row = {"step": step, "prompt": self._cut(texts[i][0]), "completion": self._cut(texts[i][1]),
                    "reward": total, "rewards": scores,
-                   "advantage": _finite(advantages[i]) if i < len(advantages) else None}
+                   "advantage": finite(advantages[i]) if i < len(advantages) else None}
             reference = self._references().get(texts[i][0])
             if reference:
                 row["reference"] = reference

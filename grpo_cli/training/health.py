@@ -19,13 +19,15 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeGuard
 
 from transformers import TrainerCallback
 
 from grpo_cli import runs
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from grpo_cli.recipe.schema import Recipe
 
 HEALTH_FILE = runs.HEALTH
@@ -47,7 +49,7 @@ def is_train_log(logs: dict[str, Any] | None) -> bool:
     return "loss" in logs or "reward" in logs
 
 
-def finite(value: Any) -> bool:
+def finite(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -70,7 +72,7 @@ def _json_value(value: float | None) -> float | str | None:
 class HealthEvents:
     """Where guard events go: OUTPUT_DIR/health.jsonl and the console (main process only)."""
 
-    def __init__(self, output_dir: Path, console: Any = None) -> None:
+    def __init__(self, output_dir: Path, console: Console | None = None) -> None:
         self.path = Path(output_dir) / HEALTH_FILE
         self.console = console
         self.start = time.time()
@@ -149,8 +151,9 @@ class HealthGuard(TrainerCallback):
         if action != "stop":
             return None
         out = Path(args.output_dir)
+        saved = out / f"{runs.CHECKPOINT_PREFIX}{step}"
         self.reason = (f"Health guard `{self.name}` stopped the run at step {step}: {message} Saved "
-                       f"{out / f'checkpoint-{step}'}; continue it with `grpo train {self.recipe.source or 'RECIPE'} "
+                       f"{saved}; continue it with `grpo train {self.recipe.source or 'RECIPE'} "
                        f"-o {out} --resume` after changing the recipe, or set health.{self.name}.action=warn.")
         control.should_save = True
         control.should_training_stop = True
@@ -334,7 +337,7 @@ GUARDS: tuple[type[HealthGuard], ...] = (NonFiniteGuard, ZeroStdGuard, UnscoredR
                                          ClippedGuard, FlatRewardGuard, ToolFailureGuard, NoToolCallsGuard)
 
 
-def health_callbacks(recipe: Recipe, output_dir: str | Path, console: Any = None) -> list[TrainerCallback]:
+def health_callbacks(recipe: Recipe, output_dir: str | Path, console: Console | None = None) -> list[TrainerCallback]:
     """The enabled guards of `recipe.health`, sharing one event log in `output_dir`."""
     health = recipe.health
     if not health.enabled:

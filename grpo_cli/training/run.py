@@ -9,13 +9,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.loader import dump_yaml
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.training.config import grpo_config_kwargs, tracking_environment
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SUMMARY_KEYS = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length",
                 "completions/clipped_ratio", "kl", "entropy", "loss")
@@ -41,27 +44,16 @@ def is_main_process() -> bool:
     return int(os.environ.get("RANK", "0")) == 0
 
 
-def summary_window(num_logs: int) -> int:
-    """How many logging steps the first/last summary windows average: a fifth of the run, at least one."""
-    return max(1, num_logs // 5)
-
-
 def _summary(records: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
-    """Mean of each headline metric over the first and the last logging windows."""
-    logs = [r for r in records if "reward" in r]
+    """Mean of each headline metric over the first and the last logging windows (artefacts/summary.py)."""
+    from grpo_cli.artefacts.summary import first_and_last, training_logs
+
+    logs = training_logs(records)
     if not logs:
         return []
-    window = summary_window(len(logs))
-    first, last = logs[:window], logs[-window:]
     keys = [k for k in SUMMARY_KEYS if k in logs[-1]]
     keys[1:1] = sorted(k for k in logs[-1] if k.startswith("rewards/") and k.endswith("/mean"))
-    rows = []
-    for key in keys:
-        a = [r[key] for r in first if isinstance(r.get(key), (int, float))]
-        b = [r[key] for r in last if isinstance(r.get(key), (int, float))]
-        if a and b:
-            rows.append((key, sum(a) / len(a), sum(b) / len(b)))
-    return rows
+    return [(k, a, b) for k, a, b in first_and_last(logs, keys) if a is not None and b is not None]
 
 
 @dataclass
@@ -70,7 +62,7 @@ class _Run:
 
     recipe: Recipe
     out: Path
-    console: Any
+    console: Console | None
     ckpt: Path | None = None
     replace: bool = False
     resume_command: str | None = None
@@ -90,7 +82,7 @@ class _Run:
 
 
 def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool | str | None = None,
-          force: bool = False, console: Any = None, resume_command: str | None = None) -> TrainResult:
+          force: bool = False, console: Console | None = None, resume_command: str | None = None) -> TrainResult:
     """Validate, load, and train; returns when training ends, is stopped, or is interrupted.
 
     The output directory is locked for the whole run. `resume_command` is the command printed to
@@ -132,12 +124,12 @@ def _choose_threads(recipe: Recipe) -> Any:
     return thread_plan(recipe)
 
 
-def _say(console: Any, text: str) -> None:
+def _say(console: Console | None, text: str) -> None:
     if console is not None and is_main_process():
         console.print(text, markup=False, soft_wrap=True)
 
 
-def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Any) -> _Run:
+def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Console | None) -> _Run:
     """Everything that can fail cheaply, before any model loads and before anything is written.
 
     A manifest still saying `running` in a directory whose lock this process now holds belongs to
@@ -154,10 +146,10 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
     for note in plan.notes:
         _say(console, f"note: {note}")
     if plan.checkpoint is not None:
-        runs.check_resume_compatible(recipe, out)
+        runs.check_resume_compatible(out, name_or_path=recipe.model.name_or_path, lora=bool(recipe.model.lora))
         _say(console, f"resuming from {plan.checkpoint.name} (step {runs.saved_step(plan.checkpoint)})")
     if recipe.launch.vllm.mode == "server" and is_main_process():
-        from grpo_cli.training.vllm_server import server_base_url, wait_for_server
+        from grpo_cli.launching.vllm_server import server_base_url, wait_for_server
 
         wait_for_server(server_base_url(recipe), recipe.launch.vllm.server_timeout, recipe_source=recipe.source)
     return _Run(recipe, out, console, plan.checkpoint, plan.replace)
@@ -166,9 +158,9 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
 def _build(run: _Run) -> None:
     """Load model, data and rewards, then (only now) replace an old run and write recipe and manifest."""
     if run.console is not None and is_main_process():  # first, before seconds of importing torch and TRL
-        steps = run.recipe.training.get("max_steps")
+        steps = run.recipe.training.max_steps
         run.console.print(f"[bold]grpo train[/] {run.recipe.source or 'recipe'}: {run.recipe.model.name_or_path} "
-                          f"-> {run.out}" + (f", {steps} steps" if isinstance(steps, int) and steps > 0 else ""),
+                          f"-> {run.out}" + (f", {steps} steps" if steps > 0 else ""),
                           soft_wrap=True)
         _say(run.console, "threads: " + run.threads.describe(sandboxes=any(e.name == "code"
                                                                            for e in run.recipe.rewards)))
@@ -264,7 +256,7 @@ def _make_trainer(run: _Run, config: Any) -> Any:
     run.probe = ShardingProbe(evaluates_during_training=bool(recipe.eval.every_steps))
     timer = step_timer()
     run.callbacks = [timer, run.probe, run.metrics, run.stopper,
-                     RichConsole(run.console, show_kl=float(recipe.training.get("beta") or 0) > 0)]
+                     RichConsole(run.console, show_kl=recipe.training.beta > 0)]
     if run.toolset is not None:  # first: the writers and the console see the key it adds
         run.callbacks.insert(0, ToolResultCuts(run.toolset.stats))
     if run.aside is not None:
@@ -307,7 +299,7 @@ def _fit(run: _Run) -> None:
     except BaseException as exc:
         _mark_failed(run, exc)
         if is_main_process() and (run.out / runs.METRICS).is_file():  # a step-0 failure has no curves
-            from grpo_cli.training.report import report_after_training
+            from grpo_cli.artefacts.report import report_after_training
 
             report_after_training(run.out, run.console)
         raise
@@ -378,11 +370,11 @@ def _finish(run: _Run) -> TrainResult:
                         eval_after=result.eval_after.summary() if result.eval_after else None)
     if is_main_process():
         runs.write_manifest(out / runs.MANIFEST, run.manifest)
-        from grpo_cli.training.report import report_after_training
+        from grpo_cli.artefacts.report import report_after_training
 
         report_after_training(out, run.console)
         if result.status == "completed":
-            from grpo_cli.models.hub import finish_run_card
+            from grpo_cli.artefacts.hub import finish_run_card
 
             finish_run_card(recipe, out, run.console)
     return result

@@ -8,9 +8,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
+
+from grpo_cli import runs
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from grpo_cli.recipe.schema import Recipe
 
 SUITES_FILE = "suites.json"
 
@@ -18,7 +25,7 @@ SUITES_FILE = "suites.json"
 class SuitesOnSave(TrainerCallback):
     """Evaluate the model on the recipe's `eval.on_save` suites at every save (main process)."""
 
-    def __init__(self, recipe: Any, tokenizer: Any, console: Any = None) -> None:
+    def __init__(self, recipe: Recipe, tokenizer: Any, console: Console | None = None) -> None:
         from grpo_cli.evaluation.suite_run import suite_settings
         from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
 
@@ -43,14 +50,14 @@ class SuitesOnSave(TrainerCallback):
             scores[suite.name] = result.summary()
         if was_training:
             model.train()
-        checkpoint = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+        checkpoint = Path(args.output_dir) / f"{runs.CHECKPOINT_PREFIX}{state.global_step}"
         if checkpoint.is_dir():
             (checkpoint / SUITES_FILE).write_text(json.dumps({"step": state.global_step, "suites": scores},
                                                              indent=2), encoding="utf-8")
         metrics = {f"suite/{name}/accuracy": s["accuracy"] for name, s in scores.items()}
         if self.console is not None:
             shown = ", ".join(f"{k} {v:.3f}" for k, v in metrics.items())
-            self.console.print(f"checkpoint-{state.global_step}: {shown}", markup=False)
+            self.console.print(f"{checkpoint.name}: {shown}", markup=False)
         if self.trainer is not None:
             self.trainer.log(metrics)  # metrics.jsonl and the trackers, at this step
         else:

@@ -16,23 +16,28 @@ import math
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from transformers import TrainerCallback
 
 from grpo_cli import runs
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from grpo_cli.recipe.schema import Recipe
 
 BEST_DIR = runs.BEST
 BEST_RECORD = runs.BEST_RECORD
 """Inside best/: step, metric and value of the model there, so a resumed run only replaces it by a better one."""
 
 
-def metric_name(recipe: Any) -> str:
+def metric_name(recipe: Recipe) -> str:
     """The logged key: task/<suite>/<metric> or task/eval/<metric>."""
     return f"task/{recipe.eval.suite or 'eval'}/{recipe.eval.metric}"
 
 
-def build_evaluator(recipe: Any, tokenizer: Any, eval_rows: Any) -> Callable[[Any], float | None]:
+def build_evaluator(recipe: Recipe, tokenizer: Any, eval_rows: Any) -> Callable[[Any], float | None]:
     """model -> the task metric, with the recipe's eval settings (a suite decodes greedily by default)."""
     ev = recipe.eval
     if ev.suite:
@@ -75,11 +80,11 @@ class TaskMetric(TrainerCallback):
     Set `trainer` after building the GRPOTrainer: logging and saving go through it.
     """
 
-    def __init__(self, recipe: Any, evaluate: Callable[[Any], float | None], out: Path,
-                 manifest: dict[str, Any], write_manifest: Callable[[], None], console: Any = None) -> None:
+    def __init__(self, recipe: Recipe, evaluate: Callable[[Any], float | None], out: Path,
+                 manifest: dict[str, Any], write_manifest: Callable[[], None], console: Console | None = None) -> None:
         ev = recipe.eval
         self.name = metric_name(recipe)
-        self.every = int(ev.every_steps)
+        self.every = int(ev.every_steps or 0)  # only built when eval.every_steps is set
         self.patience = ev.early_stopping_patience
         self.sign = 1.0 if ev.greater_is_better else -1.0
         self.evaluate = evaluate
@@ -166,7 +171,7 @@ class TaskMetric(TrainerCallback):
         self.write_manifest()
 
 
-def evaluate_once(recipe: Any, model: Any, tokenizer: Any, eval_rows: Any, console: Any = None,
+def evaluate_once(recipe: Recipe, model: Any, tokenizer: Any, eval_rows: Any, console: Console | None = None,
                   label: str = "") -> Any:
     """`eval.before_after`: the suite when the recipe names one, else the eval split with its rewards."""
     if recipe.eval.suite:
@@ -187,14 +192,14 @@ def evaluate_once(recipe: Any, model: Any, tokenizer: Any, eval_rows: Any, conso
     return evaluate_recipe_model(recipe, model, tokenizer, eval_rows, console, label=label)
 
 
-def run_callbacks(recipe: Any, out: Path, manifest: dict[str, Any], tokenizer: Any, eval_rows: Any,
-                  console: Any = None) -> list[Any]:
+def run_callbacks(recipe: Recipe, out: Path, manifest: dict[str, Any], tokenizer: Any, eval_rows: Any,
+                  console: Console | None = None) -> list[Any]:
     """The callbacks this issue's outputs need: completions.jsonl, and the task metric when eval.every_steps."""
     from grpo_cli.training.completions import COMPLETIONS_FILE, CompletionsLog
 
     extras: list[Any] = []
     if recipe.output.completions_per_log:
-        seed = int(recipe.training.get("seed") or 0)
+        seed = recipe.training.seed
         import string
 
         prompt = recipe.data.prompt

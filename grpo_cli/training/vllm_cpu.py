@@ -21,10 +21,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.launching.vllm_receiver import RECEIVER
 from grpo_cli.validation.vllm_support import cpu_env
 
 CHUNK_BYTES = 64 << 20  # one /collective_rpc request carries at most this much raw tensor data
-RECEIVER = "grpo_cli.training.vllm_receiver.WeightReceiver"
 
 
 def _payload(tensors: dict[str, Any]) -> str:
@@ -105,7 +105,7 @@ def _colocate_sync_on_cpu(self: Any) -> None:
     TRL's `load_weights` per tensor fails on CPU (`'Parameter' object has no attribute 'weight_loader'` once
     vLLM has repacked the layers) or, where it passes, writes where the kernels no longer read.
     """
-    from grpo_cli.training.vllm_receiver import reload_into
+    from grpo_cli.launching.vllm_receiver import reload_into
 
     runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
     reload_into(runner, ((n, p.detach()) for n, p in self._iter_named_params()))
@@ -128,7 +128,7 @@ def vllm_on_cpu(mode: str, device: str) -> Iterator[None]:
 
     if mode == "server":
         if getattr(vllm_generation.VLLMClient, "cpu_sync", None) is None:  # TRL's own class: swap once
-            vllm_generation.VLLMClient = client_class()
+            vllm_generation.VLLMClient = client_class()  # type: ignore[misc, assignment]
     elif not getattr(vllm_generation.VLLMGeneration.sync_weights, "grpo_cpu", False):
         original = vllm_generation.VLLMGeneration.sync_weights
 
@@ -138,5 +138,5 @@ def vllm_on_cpu(mode: str, device: str) -> Iterator[None]:
             return original(self)
 
         sync_weights.grpo_cpu = True  # type: ignore[attr-defined]
-        vllm_generation.VLLMGeneration.sync_weights = sync_weights
+        vllm_generation.VLLMGeneration.sync_weights = sync_weights  # type: ignore[method-assign]
     yield

@@ -14,6 +14,8 @@ Nothing here imports torch except when a GPU count is really needed (and `grpo d
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpo_cli.lazy import lazy_exports
 from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
 from grpo_cli.validation.checks import Preflight, preflight
@@ -24,19 +26,12 @@ from grpo_cli.validation.topology import (
     world_size_explanation,
 )
 
+if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
+    from grpo_cli.validation.memory import MemoryPlan as MemoryPlan, memory_plan as memory_plan
+
 __all__ = [
-    "BATCH_KEYS",
-    "BatchPlan",
-    "MemoryPlan",
-    "Preflight",
-    "memory_plan",
-    "plan_batches",
-    "preflight",
-    "resolve_num_processes",
-    "thread_plan",
-    "visible_gpu_count",
-    "world_size_explanation",
+    "BATCH_KEYS", "BatchPlan", "MemoryPlan", "Preflight", "memory_plan", "plan_batches", "preflight",
+    "resolve_num_processes", "thread_plan", "visible_gpu_count", "world_size_explanation",
 ]
 
-# The memory plan loads on first use (validate asks for it only when the model's shape is known).
-__getattr__ = lazy_exports(__name__, dict.fromkeys(("MemoryPlan", "memory_plan"), "grpo_cli.validation.memory"))
+__getattr__ = lazy_exports(__name__)

@@ -197,20 +197,20 @@ def _training_checks(recipe: Recipe, pf: Preflight) -> None:
             f"multiple of num_generations={plan.num_generations}: a prompt's group is split across processes, so "
             "rewards that compare completions within a call (e.g. `length`) see partial groups. TRL still gathers "
             "all rewards before computing advantages.")
-    if recipe.launch.profile not in ("cpu", "single") and recipe.launch.num_processes is None:
+    if recipe.launch.spec.multi_process and recipe.launch.num_processes is None:
         from grpo_cli.validation.topology import visible_gpu_count
 
         if visible_gpu_count() == 0:
             pf.warnings.append(f"launch.profile={recipe.launch.profile} without launch.num_processes and no GPU "
                                "visible here: `grpo train` will ask for --num-processes; the batch plan above "
                                "assumes 1 process.")
-    lr = recipe.training.get("learning_rate")
-    if isinstance(lr, float) and lr > 1e-3 and recipe.model.lora is None and not recipe.model.name_or_path.startswith(
+    lr = recipe.training.learning_rate
+    if lr > 1e-3 and recipe.model.lora is None and not recipe.model.name_or_path.startswith(
         "bundled:"
     ):
         pf.warnings.append(f"training.learning_rate={lr:g} is very high for full fine-tuning of a pretrained "
                            "model (1e-6 .. 1e-5 is typical); the policy may collapse.")
-    if recipe.model.quantization and recipe.launch.profile == "cpu":
+    if recipe.model.quantization and recipe.launch.spec.cpu_only:
         pf.problems.append(Problem("model.quantization", "4/8-bit loading needs a CUDA GPU, but launch.profile is cpu",
                                    "Remove `quantization` or run on a GPU."))
 
@@ -218,7 +218,7 @@ def _training_checks(recipe: Recipe, pf: Preflight) -> None:
 def _push_check(recipe: Recipe, pf: Preflight) -> None:
     """output.push_to_hub is used after training: a repo id the Hub refuses must fail now, not hours later."""
     if recipe.output.push_to_hub:
-        from grpo_cli.models.hub import check_repo_id
+        from grpo_cli.artefacts.hub import check_repo_id
 
         try:
             check_repo_id(recipe.output.push_to_hub, where="output.push_to_hub", bare_ok=True)
@@ -229,16 +229,16 @@ def _push_check(recipe: Recipe, pf: Preflight) -> None:
 def _eval_checks(recipe: Recipe, pf: Preflight) -> None:
     """eval.every_steps must name a metric the evaluation can produce."""
     ev = recipe.eval
-    if ev.on_save and recipe.launch.profile in ("fsdp", "zero3") and (recipe.launch.num_processes or 2) > 1:
+    if ev.on_save and recipe.launch.spec.shards_weights and (recipe.launch.num_processes or 2) > 1:
         pf.problems.append(Problem("eval.on_save", f"evaluates on the main process alone, but launch.profile="
                                    f"{recipe.launch.profile} shards the weights, so generating would wait forever",
                                    "Use `grpo eval --suite` on the saved checkpoints instead, or launch.profile ddp."))
-    if ev.on_save and str(recipe.training.get("save_strategy")) in ("no", "SaveStrategy.NO"):
+    if ev.on_save and recipe.training.save_strategy == "no":
         pf.warnings.append("eval.on_save evaluates saved checkpoints, but training.save_strategy is 'no'")
     if not ev.every_steps:
         return
     profile = recipe.launch.profile
-    if profile in ("fsdp", "zero3") and (recipe.launch.num_processes or 2) > 1:
+    if recipe.launch.spec.shards_weights and (recipe.launch.num_processes or 2) > 1:
         pf.problems.append(Problem("eval.every_steps", f"evaluates on the main process alone, but launch.profile="
                                    f"{profile} shards the weights over the processes, so generating would wait "
                                    "forever for the others",
@@ -311,7 +311,7 @@ def _trl_and_environment_checks(recipe: Recipe, pf: Preflight) -> None:
     from grpo_cli.validation.trl_rules import check_trl_rules, rule_input
 
     config = None
-    if recipe.training.get("router_aux_loss_coef"):  # the one rule that reads the model's config
+    if recipe.training.router_aux_loss_coef:  # the one rule that reads the model's config
         from grpo_cli.validation.model_config import find_model_config
 
         config, _ = find_model_config(recipe)
@@ -347,7 +347,7 @@ def _memory(recipe: Recipe, pf: Preflight) -> None:
              for e in recipe.rewards if e.name != "code" and (e.parallel == "auto" or e.parallel > 1)]
     if pools:
         pf.plan["reward pools"] = "; ".join(pools)
-    if recipe.launch.profile == "cpu":
+    if recipe.launch.spec.cpu_only:
         return
     plan, why = memory_plan(recipe)
     if plan is None:
@@ -385,13 +385,13 @@ def _plan(recipe: Recipe, pf: Preflight, model_desc: str, data_desc: str) -> dic
         plan["generation batch"] = (f"{b.generation_batch_size} completions = {b.prompts_per_generation} prompts x "
                                     f"{b.num_generations} generations, every {every}")
         plan["completions per optimizer step"] = b.completions_per_optimizer_step
-        max_steps = int(recipe.training.get("max_steps") or -1)
+        max_steps = recipe.training.max_steps
         if max_steps > 0:
             plan["total optimizer steps"] = max_steps
         if pf.train_rows:
             per_epoch = b.optimizer_steps_per_epoch(pf.train_rows)
             plan["optimizer steps per epoch"] = per_epoch
-            epochs = float(recipe.training.get("num_train_epochs") or 1)
+            epochs = recipe.training.num_train_epochs
             plan["total optimizer steps"] = max_steps if max_steps > 0 else int(per_epoch * epochs)
     return plan
 

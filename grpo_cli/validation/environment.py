@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 Status = Literal["ok", "missing", "incompatible", "absent"]
 
@@ -152,27 +155,28 @@ class Needs:
     windows: dict[str, Window] = field(default_factory=dict)  # stricter windows a recipe key asks for
 
 
-def recipe_needs(recipe: Any) -> Needs:
+def recipe_needs(recipe: Recipe) -> Needs:
     """The optional packages (and GPU features) a recipe uses, each with the recipe key that asks for it."""
     why: dict[str, str] = {}
     if recipe.launch.vllm.mode != "off":
         why["vllm"] = f"launch.vllm.mode={recipe.launch.vllm.mode}"
-    if recipe.launch.profile in ("zero2", "zero3"):
+    if recipe.launch.spec.deepspeed:
         why["deepspeed"] = f"launch.profile={recipe.launch.profile}"
     if recipe.model.quantization:
         why["bitsandbytes"] = f"model.quantization={recipe.model.quantization}"
     if recipe.model.attn_implementation == "flash_attention_2":
         why["flash-attn"] = "model.attn_implementation=flash_attention_2"
-    if recipe.training.get("use_liger_kernel"):
+    if recipe.training.use_liger_kernel:
         why["liger-kernel"] = "training.use_liger_kernel=true"
     windows = {}
-    for key in ("use_transformers_continuous_batching", "use_transformers_paged"):
-        if recipe.training.get(key):
+    for key, on in (("use_transformers_continuous_batching", recipe.training.use_transformers_continuous_batching),
+                    ("use_transformers_paged", recipe.training.use_transformers_paged)):
+        if on:
             why["transformers"] = f"training.{key}=true"
             windows["transformers"] = CONTINUOUS_BATCHING
     gpu_keys = [k for k in ("vllm", "deepspeed", "bitsandbytes", "flash-attn") if k in why
-                and not (k == "vllm" and recipe.launch.profile == "cpu")]  # vLLM's CPU build runs there
-    bf16 = recipe.model.dtype == "bfloat16" and recipe.launch.profile != "cpu"
+                and not (k == "vllm" and recipe.launch.spec.cpu_only)]  # vLLM's CPU build runs there
+    bf16 = recipe.model.dtype == "bfloat16" and not recipe.launch.spec.cpu_only
     if bf16:
         why["bf16"] = "model.dtype=bfloat16"
     return Needs(frozenset(CORE) | {k for k in why if k in WINDOWS}, gpu=bool(gpu_keys), bf16=bf16, why=why,
@@ -302,14 +306,14 @@ def probe_torch() -> tuple[TorchBuild, list[Device]]:
     return TorchBuild(torch.__version__, torch.version.cuda, getattr(torch.version, "hip", None), nccl), devices
 
 
-def doctor(recipe: Any = None) -> Report:
+def doctor(recipe: Recipe | None = None) -> Report:
     """Probe this machine and check it against TRL 1.16 (and the recipe's needs, when given)."""
     versions = installed_versions()
     torch, devices = probe_torch()
     return diagnose(versions, torch, devices, needs=recipe_needs(recipe) if recipe is not None else None)
 
 
-def recipe_problems(recipe: Any, versions: dict[str, str | None] | None = None) -> tuple[list[Any], list[str]]:
+def recipe_problems(recipe: Recipe, versions: dict[str, str | None] | None = None) -> tuple[list[Any], list[str]]:
     """For `grpo validate`: (problems, warnings) about the optional packages the recipe uses; no torch import."""
     from grpo_cli.errors import Problem
 

@@ -25,11 +25,14 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from grpo_cli.models.vision import vision_params
 from grpo_cli.validation.model_config import find_model_config
 from grpo_cli.validation.shapes import ModelShape
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
@@ -133,11 +136,11 @@ def _count(n: int) -> str:
     return str(n)
 
 
-def _world_size(recipe: Any, gpu_count: int) -> tuple[int, str]:
+def _world_size(recipe: Recipe, gpu_count: int) -> tuple[int, str]:
     from grpo_cli.errors import GrpoError
     from grpo_cli.validation.topology import resolve_num_processes
 
-    if recipe.launch.num_processes is not None or recipe.launch.profile in ("cpu", "single"):
+    if recipe.launch.num_processes is not None or not recipe.launch.spec.multi_process:
         return recipe.launch.world_size, ""
     try:
         return resolve_num_processes(recipe, gpus=gpu_count), ""
@@ -145,8 +148,8 @@ def _world_size(recipe: Any, gpu_count: int) -> tuple[int, str]:
         return 1, "launch.num_processes is not set and no GPU is visible: sharding computed for 1 process"
 
 
-def memory_plan(recipe: Any, *, gpu_memory_gb: float | None | Literal["auto"] = "auto", world_size: int | None = None,
-                config: dict[str, Any] | None = None) -> tuple[MemoryPlan | None, str]:
+def memory_plan(recipe: Recipe, *, gpu_memory_gb: float | None | Literal["auto"] = "auto",
+                world_size: int | None = None, config: dict[str, Any] | None = None) -> tuple[MemoryPlan | None, str]:
     """(plan, "") or (None, why no plan): the model config must be local or in the HF cache."""
     source = "given config"
     if config is None:
@@ -169,38 +172,38 @@ def memory_plan(recipe: Any, *, gpu_memory_gb: float | None | Literal["auto"] = 
     vision = vision_params(config)
     if vision:  # the text shape above counts the language model only
         m = recipe.model
-        dtype = m.dtype if m.dtype != "auto" else ("float32" if recipe.launch.profile == "cpu" else "bfloat16")
-        shard = world_size if recipe.launch.profile in ("zero3", "fsdp") else 1
+        dtype = m.dtype if m.dtype != "auto" else ("float32" if recipe.launch.spec.cpu_only else "bfloat16")
+        shard = world_size if recipe.launch.spec.shards_weights else 1
         plan.items.insert(1, MemoryItem("vision encoder weights", vision * DTYPE_BYTES[dtype] / shard,
                                         f"~{_count(vision)} params from vision_config ({dtype}), approximate"))
         plan.params += vision
     return plan, ""
 
 
-def _plan(recipe: Any, shape: ModelShape, world: int, gpu_gb: float | None, source: str,
+def _plan(recipe: Recipe, shape: ModelShape, world: int, gpu_gb: float | None, source: str,
           notes: list[str]) -> MemoryPlan:
     """Weights and optimizer state (static), then max(training pass, generation), per GPU."""
-    profile = recipe.launch.profile
+    profile = recipe.launch.spec
     m = recipe.model
-    dtype = m.dtype if m.dtype != "auto" else ("float32" if profile == "cpu" else "bfloat16")
+    dtype = m.dtype if m.dtype != "auto" else ("float32" if profile.cpu_only else "bfloat16")
     items, trainable = _static_items(recipe, shape, world, dtype, notes)
     training, full, ckpt = _training_items(recipe, shape, dtype, notes)
     items += training
     items += _generation_items(recipe, shape, world, dtype, gpu_gb, notes)
-    if profile != "cpu":
+    if not profile.cpu_only:
         items.append(MemoryItem("CUDA context & workspace", OVERHEAD_BYTES, "allowance; fragmentation not counted"))
     else:
         notes.append("profile cpu: these are bytes of host RAM")
     return MemoryPlan(items, shape.params, trainable, world, dtype, source, gpu_gb, full, ckpt, notes)
 
 
-def _static_items(recipe: Any, shape: ModelShape, world: int, dtype: str,
+def _static_items(recipe: Recipe, shape: ModelShape, world: int, dtype: str,
                   notes: list[str]) -> tuple[list[MemoryItem], int]:
     """Weights, adapters, gradients, optimizer state and the reference model; and the trainable count."""
-    m, t, profile = recipe.model, recipe.training, recipe.launch.profile
+    m, t, profile = recipe.model, recipe.training, recipe.launch.spec
     wb, params = DTYPE_BYTES[dtype], shape.params
-    shard_weights = world if profile in ("zero3", "fsdp") else 1
-    shard_state = world if profile in ("zero2", "zero3", "fsdp") else 1
+    shard_weights = world if profile.shards_weights else 1
+    shard_state = world if profile.shards_state else 1
     sharded = f" / {world} (ZeRO-3/FSDP)" if shard_weights > 1 else ""
     items: list[MemoryItem] = []
     if m.quantization:
@@ -224,7 +227,7 @@ def _static_items(recipe: Any, shape: ModelShape, world: int, dtype: str,
         why = "fp32 adapters"
     else:
         trainable, grad_b = params, wb
-        if profile in ("zero2", "zero3", "fsdp"):
+        if profile.shards_state:
             moments_b, master_b = (2.0 if eight_bit else 8.0), (4.0 if wb < 4 else 0.0)
             why = "DeepSpeed/FSDP mixed precision: fp32 moments"
         else:
@@ -244,7 +247,7 @@ def _static_items(recipe: Any, shape: ModelShape, world: int, dtype: str,
     return items, trainable
 
 
-def _sequence(recipe: Any, notes: list[str]) -> tuple[int, int, int]:
+def _sequence(recipe: Recipe, notes: list[str]) -> tuple[int, int, int]:
     """(per-device batch, completion tokens, prompt + completion tokens)."""
     t = recipe.training
     per_device = int(t.get("per_device_train_batch_size") or 8)
@@ -260,7 +263,7 @@ def _sequence(recipe: Any, notes: list[str]) -> tuple[int, int, int]:
     return per_device, completion, prompt + completion
 
 
-def _training_items(recipe: Any, shape: ModelShape, dtype: str,
+def _training_items(recipe: Recipe, shape: ModelShape, dtype: str,
                     notes: list[str]) -> tuple[list[MemoryItem], float, float]:
     """Activations and log-prob tiles of one micro-batch; and activations with/without checkpointing."""
     ab = 4.0 if dtype == "float32" else 2.0  # activation bytes
@@ -284,12 +287,12 @@ def _training_items(recipe: Any, shape: ModelShape, dtype: str,
         "training")]
     # TRL 1.16 scores tokens through a fused LM head in tiles, never the full logits: on CUDA (Triton) only the
     # completion positions, elsewhere every position of the micro-batch.
-    rows = per_device * (seq if recipe.launch.profile == "cpu" else completion)
+    rows = per_device * (seq if recipe.launch.spec.cpu_only else completion)
     tile_rows, tile_cols = min(rows, TOKEN_TILE), min(shape.vocab, VOCAB_TILE)
     items.append(MemoryItem("log-prob tiles", LOGPROB_TILES_ALIVE * tile_rows * tile_cols * 4.0,
                             f"{LOGPROB_TILES_ALIVE} x {tile_rows:,} tokens x {tile_cols:,} vocab x 4 bytes "
                             "(TRL's fused LM head)", "training"))
-    if lora is not None and recipe.launch.profile == "cpu":
+    if lora is not None and recipe.launch.spec.cpu_only:
         # glibc malloc raises its mmap threshold as large blocks are freed, so a step's activations end up on the
         # heap, and the heap keeps them resident after backward. A full fine-tune's gradients reuse those pages; a
         # LoRA run has nothing that does, and its next peak lands beside them (benchmarks/memory_plan.py:
@@ -300,7 +303,7 @@ def _training_items(recipe: Any, shape: ModelShape, dtype: str,
     return items, full, ckpt
 
 
-def _generation_items(recipe: Any, shape: ModelShape, world: int, dtype: str, gpu_gb: float | None,
+def _generation_items(recipe: Recipe, shape: ModelShape, world: int, dtype: str, gpu_gb: float | None,
                       notes: list[str]) -> list[MemoryItem]:
     """The generation KV cache (transformers) or vLLM's reservation (colocate); server mode counts nothing."""
     t, vllm = recipe.training, recipe.launch.vllm

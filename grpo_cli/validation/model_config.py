@@ -11,10 +11,13 @@ from __future__ import annotations
 import json
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.gguf_source import is_gguf_reference, read_header
 from grpo_cli.paths import ASSETS_DIR, hub_cache_file
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 TABLE = ASSETS_DIR / "model_shapes.json"
 _META = ("ids", "source", "published_params", "extra_params_note")
@@ -58,7 +61,7 @@ def shipped_entries() -> list[dict[str, Any]]:
     return [dict(e) for e in _entries()]
 
 
-def find_model_config(recipe: Any) -> tuple[dict[str, Any] | None, str]:
+def find_model_config(recipe: Recipe) -> tuple[dict[str, Any] | None, str]:
     """(config.json contents, where from) or (None, why not). Never touches the network.
 
     A local directory's or the HF cache's config.json wins; then the recipe's `model.shape`; then

@@ -7,11 +7,13 @@ is computed by one rule.
 from __future__ import annotations
 
 import importlib.util
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError, RecipeError
-from grpo_cli.recipe.schema.launch import MULTI_PROCESS_PROFILES
 from grpo_cli.validation.batching import BATCH_KEYS, plan_batches
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 
 def installed(module: str) -> bool:
@@ -29,16 +31,16 @@ def visible_gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def _server_on_this_layout(recipe: Any) -> bool:
+def _server_on_this_layout(recipe: Recipe) -> bool:
     """A vLLM server that shares the training node's GPUs (single node, server mode)."""
     v = recipe.launch.vllm
     return v.mode == "server" and recipe.launch.num_machines == 1 and v.server_gpus > 0
 
 
-def resolve_num_processes(recipe: Any, gpus: int | None = None) -> int:
+def resolve_num_processes(recipe: Recipe, gpus: int | None = None) -> int:
     """Training processes across all machines: launch.num_processes, else derived from the visible GPUs."""
     launch = recipe.launch
-    if launch.profile not in MULTI_PROCESS_PROFILES:
+    if not launch.spec.multi_process:
         return 1
     if launch.num_processes is not None:
         n = launch.num_processes
@@ -70,11 +72,11 @@ def resolve_num_processes(recipe: Any, gpus: int | None = None) -> int:
     return n
 
 
-def world_size_explanation(recipe: Any, gpus: int | None = None) -> str:
+def world_size_explanation(recipe: Recipe, gpus: int | None = None) -> str:
     """One line saying how many training processes the run gets and why (for validate and errors)."""
     launch = recipe.launch
     profile = launch.profile
-    if profile not in MULTI_PROCESS_PROFILES:
+    if not launch.spec.multi_process:
         return f"1 training process (profile {profile})"
     v = launch.vllm
     server = f"{v.server_gpus} taken by the vLLM server" if _server_on_this_layout(recipe) else ""
@@ -97,7 +99,7 @@ def world_size_explanation(recipe: Any, gpus: int | None = None) -> str:
     return f"{per_node} → {n} training processes"
 
 
-def check_batches_for_world(recipe: Any, n: int, gpus: int | None) -> None:
+def check_batches_for_world(recipe: Recipe, n: int, gpus: int | None) -> None:
     """TRL's batch arithmetic for the real process count (the recipe alone may not say it)."""
     t = {k: recipe.training.get(k) for k in BATCH_KEYS}
     if recipe.data.has_eval and "eval_strategy" not in recipe.training.values():
@@ -110,7 +112,7 @@ def check_batches_for_world(recipe: Any, n: int, gpus: int | None) -> None:
         raise RecipeError(problems, source=recipe.source)
 
 
-def thread_plan(recipe: Any, gpus: int | None = None) -> Any:
+def thread_plan(recipe: Recipe, gpus: int | None = None) -> Any:
     """The threads each training process of this recipe gets on this machine now (grpo_cli.threads).
 
     The model's parameter count comes from its config (no weights loaded) when it can be found: a

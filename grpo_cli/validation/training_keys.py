@@ -13,10 +13,10 @@ import importlib.util
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from grpo_cli.errors import Problem
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema.training import TrainingSection
 
 # Passed by transformers' get_scheduler itself: the same key in lr_scheduler_kwargs is a TypeError.
 _PASSED_BY_TRAINER = ("optimizer", "num_warmup_steps", "num_training_steps")
@@ -45,7 +45,7 @@ def scheduler_signatures() -> dict[str, tuple[dict[str, bool], bool]]:
         if isinstance(node, ast.ClassDef) and node.name == "SchedulerType":
             for item in node.body:
                 if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant):
-                    names[item.targets[0].id] = item.value.value  # type: ignore[attr-defined]
+                    names[item.targets[0].id] = item.value.value  # type: ignore[attr-defined, assignment]
     tree = ast.parse(opt.read_text(encoding="utf-8"))
     funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
     out: dict[str, tuple[dict[str, bool], bool]] = {}
@@ -64,11 +64,10 @@ def scheduler_signatures() -> dict[str, tuple[dict[str, bool], bool]]:
     return out
 
 
-def scheduler_problems(training: Any) -> tuple[list[Problem], list[str]]:
+def scheduler_problems(training: TrainingSection) -> tuple[list[Problem], list[str]]:
     """lr_scheduler_kwargs keys against the parameters of the scheduler lr_scheduler_type names."""
-    kwargs = training.get("lr_scheduler_kwargs") or {}
-    kind = str(training.get("lr_scheduler_type") or "linear")
-    kind = getattr(kind, "value", kind)
+    kwargs = training.lr_scheduler_kwargs
+    kind = training.lr_scheduler_type
     signatures = scheduler_signatures()
     if not isinstance(kwargs, dict) or kind not in signatures:
         return [], []

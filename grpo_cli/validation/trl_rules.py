@@ -12,9 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import Problem
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 CONFIG = "trl/trainer/grpo_config.py GRPOConfig.__post_init__"
 TRAINER = "trl/trainer/grpo_trainer.py GRPOTrainer.__init__"
@@ -117,7 +120,8 @@ def _router_aux(r: RuleInput) -> str | None:
     cfg = r.model_config
     if not coef or cfg is None:
         return None
-    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    inner = cfg.get("text_config")
+    text = inner if isinstance(inner, dict) else cfg
     if "output_router_logits" not in text:
         return f"is {coef} but the model is not a mixture-of-experts model that returns router logits"
     return None
@@ -196,7 +200,7 @@ RULES: tuple[TrlRule, ...] = (
 )
 
 
-def rule_input(recipe: Any, model_config: dict[str, Any] | None = None) -> RuleInput:
+def rule_input(recipe: Recipe, model_config: dict[str, Any] | None = None) -> RuleInput:
     """The rules' view of a recipe; `model_config` is config.json (or a shipped shape) when known."""
     lora = recipe.model.lora
     return RuleInput(training=recipe.training.get, lora_targets=None if lora is None else lora.target_modules,

@@ -25,7 +25,7 @@ def vision_checks(recipe: Recipe, pf: Any) -> None:
         if data.prompt_overflow == "truncate":
             pf.problems.append(Problem("data.prompt_overflow", VLM_TRUNCATION_REASON.replace(
                 "with images", "for a vision-language model")))
-    if recipe.training.get("use_transformers_continuous_batching"):
+    if recipe.training.use_transformers_continuous_batching:
         pf.problems.append(Problem(
             "training.use_transformers_continuous_batching",
             "TRL does not support transformers' continuous batching with a processor (vision-language models)",
@@ -82,6 +82,8 @@ def _image_rows(recipe: Recipe, pf: Any) -> None:
 
 def image_tokens_per_image(recipe: Recipe) -> int | None:
     """The most tokens one image adds to a prompt, from the saved processor settings (local or HF cache)."""
+    from pathlib import Path
+
     from grpo_cli.models.vision import max_image_tokens, processor_settings
     from grpo_cli.paths import hub_cache_file
 
@@ -91,7 +93,7 @@ def image_tokens_per_image(recipe: Recipe) -> int | None:
         for name in ("processor_config.json", "preprocessor_config.json"):
             cached = hub_cache_file(m.name_or_path, name, m.revision)
             if cached is not None:
-                local = cached.parent
+                local = Path(cached).parent
                 break
     settings = processor_settings(local) if local is not None else None
     return max_image_tokens(settings) if settings else None

@@ -14,9 +14,12 @@ import importlib.util
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import Problem
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 # vLLM 0.31's CPU attention (vllm/v1/attention/backends/cpu_attn.py, get_supported_head_sizes).
 CPU_HEAD_SIZES = (32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512)
@@ -41,9 +44,9 @@ def vllm_is_cpu_build() -> bool:
     return version is not None and "+cpu" in version
 
 
-def vllm_runs_on_cpu(recipe: Any) -> bool:
+def vllm_runs_on_cpu(recipe: Recipe) -> bool:
     """vLLM generates on the CPU: the recipe asks for the CPU, or the installed vLLM is a CPU build."""
-    return recipe.launch.profile == "cpu" or vllm_is_cpu_build()
+    return recipe.launch.spec.cpu_only or vllm_is_cpu_build()
 
 
 def cpu_env(environ: dict[str, str] | None = None) -> dict[str, str]:
@@ -77,7 +80,7 @@ def head_size(config: dict[str, Any]) -> int | None:
     return None
 
 
-def sampling_dtype(recipe: Any, config: dict[str, Any] | None) -> str | None:
+def sampling_dtype(recipe: Recipe, config: dict[str, Any] | None) -> str | None:
     """The dtype vLLM samples in; None when the checkpoint's dtype is unknown.
 
     Server mode passes `--dtype` when the recipe sets model.dtype, and vLLM honours it. TRL's colocate
@@ -111,8 +114,10 @@ def supported_architectures() -> frozenset[str] | None:
         return None
     names: set[str] = set()
     for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
-        if isinstance(target, ast.Name) and target.id in _GENERATIVE_TABLES and isinstance(node.value, ast.Dict):
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.value, ast.Dict)):
+            continue
+        target = node.targets[0]
+        if isinstance(target, ast.Name) and target.id in _GENERATIVE_TABLES:
             names.update(k.value for k in node.value.keys if isinstance(k, ast.Constant) and isinstance(k.value, str))
     return frozenset(names) or None
 
@@ -125,7 +130,7 @@ def vision_needs_torchvision(config: dict[str, Any]) -> bool:
     return "vision_config" in config and importlib.util.find_spec("torchvision") is None
 
 
-def vllm_model_problems(recipe: Any, config: dict[str, Any] | None) -> tuple[list[Problem], list[str]]:
+def vllm_model_problems(recipe: Recipe, config: dict[str, Any] | None) -> tuple[list[Problem], list[str]]:
     """Problems (exit 2) and warnings for serving this model with vLLM; nothing when vLLM is off."""
     if recipe.launch.vllm.mode == "off" or config is None:
         return [], []

@@ -11,11 +11,11 @@ from grpo_cli.cli.render.tables import print_table
 
 
 def _fmt_metric(key: str, value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{100 * value:.1f}%" if key.endswith("/rate") else f"{value:.4f}"
-    return str(value)
+    from grpo_cli.artefacts.report_data import number_text
+
+    if isinstance(value, float) and key.endswith("/rate"):
+        return f"{100 * value:.1f}%"
+    return str(value) if isinstance(value, str) else number_text(value)
 
 
 def render_eval_outcome(console: Console, outcome: Any) -> None:
@@ -70,8 +70,9 @@ def render_suite_results(console: Console, results: list[Any]) -> None:
     title = f"{first.suite}: {len(first.rows)} problems, " + (
         "greedy pass@1" if temperature == 0 else f"{k} samples at T={temperature}")
     table = Table(title=title, title_justify="left")
-    for name, justify in (("model", "left"), ("accuracy", "right"), ("95% CI", "right")):
-        table.add_column(name, justify=justify, overflow="fold")
+    table.add_column("model", justify="left", overflow="fold")
+    table.add_column("accuracy", justify="right", overflow="fold")
+    table.add_column("95% CI", justify="right", overflow="fold")
     if k > 1:
         table.add_column(f"pass@{k}", justify="right")
     table.add_column("no answer", justify="right")

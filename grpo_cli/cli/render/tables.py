@@ -3,12 +3,15 @@ width, which is often narrower than the title; the title goes on a line of its o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+if TYPE_CHECKING:
+    from rich.console import Console
 
-def print_table(console: Any, table: Any) -> None:
+
+def print_table(console: Console, table: Any) -> None:
     """The table's title as one unwrapped line, the table, then its caption the same way."""
     title, caption = table.title, table.caption
     table.title = table.caption = None
@@ -19,3 +22,10 @@ def print_table(console: Any, table: Any) -> None:
     if caption:
         console.print(caption if isinstance(caption, Text) else Text(str(caption), style=table.caption_style or ""),
                       soft_wrap=True)
+
+
+def cell(value: Any) -> str:
+    """A table cell for a metric or score: text as it is, numbers by the one rule of `number_text`."""
+    from grpo_cli.artefacts.report_data import number_text
+
+    return str(value) if isinstance(value, str) else number_text(value)

@@ -6,10 +6,8 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from grpo_cli.recipe.profiles import LaunchProfile, Profile, launch_profile
 from grpo_cli.recipe.schema.common import Section
-
-Profile = Literal["cpu", "single", "ddp", "zero2", "zero3", "fsdp"]
-MULTI_PROCESS_PROFILES = ("ddp", "zero2", "zero3", "fsdp")
 
 
 class VllmSection(Section):
@@ -66,7 +64,7 @@ class LaunchSection(Section):
 
     @model_validator(mode="after")
     def _consistent(self) -> LaunchSection:
-        if self.profile in ("cpu", "single") and (self.num_processes or 1) > 1:
+        if not self.spec.multi_process and (self.num_processes or 1) > 1:
             raise ValueError(
                 f"profile {self.profile!r} runs one process but num_processes={self.num_processes}: "
                 "use `launch.profile: ddp` (or zero2/zero3/fsdp) for several processes"
@@ -75,10 +73,15 @@ class LaunchSection(Section):
             raise ValueError(f"machine_rank={self.machine_rank} must be below num_machines={self.num_machines}")
         if self.num_machines > 1 and not self.main_process_ip:
             raise ValueError("a multi-node run needs `launch.main_process_ip` (the address of the rank-0 node)")
-        if self.profile == "cpu" and self.vllm.mode == "colocate" and self.vllm.enable_sleep_mode:
+        if self.spec.cpu_only and self.vllm.mode == "colocate" and self.vllm.enable_sleep_mode:
             raise ValueError("vLLM's sleep mode needs a GPU: set `launch.vllm.enable_sleep_mode: false` with "
                              "`launch.profile: cpu`")
         return self
+
+    @property
+    def spec(self) -> LaunchProfile:
+        """The profile's row of the launch-profile table (grpo_cli.recipe.profiles): what it runs and shards."""
+        return launch_profile(self.profile)
 
     @property
     def world_size(self) -> int:

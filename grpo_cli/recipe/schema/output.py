@@ -32,7 +32,7 @@ class OutputSection(Section):
     overwrite: Literal["refuse", "resume", "force"] = "refuse"
     """What to do when the directory is not empty: refuse (default), resume from its latest checkpoint,
     or force (delete it first)."""
-    report_to: list[Tracker] = Field(default_factory=lambda: ["tensorboard"])
+    report_to: list[Tracker] = Field(default_factory=lambda: list[Tracker](["tensorboard"]))
     """Experiment trackers; TensorBoard is local and needs no account."""
     save_adapter_only: bool = True
     """With LoRA, save only the adapter (use `grpo merge` for a standalone model)."""

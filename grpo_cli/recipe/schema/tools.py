@@ -104,7 +104,7 @@ class EnvironmentSection(Section):
     def classes(self) -> dict[str | None, str]:
         """name -> class reference (name None for a single environment)."""
         if isinstance(self.factory, dict):
-            return dict(self.factory)
+            return {name: ref for name, ref in self.factory.items()}
         return {None: self.factory}
 
     def params_for(self, name: str | None) -> dict[str, Any]:

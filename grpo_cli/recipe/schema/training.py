@@ -8,7 +8,8 @@ its source without importing torch (see `grpo_cli.recipe.trl_fields`).
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, ClassVar, Generic, TypeVar, overload
 
 from pydantic import ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
@@ -81,6 +82,7 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "repetition_penalty": (0.0, False),
 }
 UPPER: dict[str, float] = {"top_p": 1.0}
+T = TypeVar("T")
 
 
 def _coerce(name: str, value: Any, kinds: frozenset[str]) -> Any:
@@ -191,6 +193,32 @@ def _training_json_schema(schema: dict[str, Any]) -> None:
     schema["additionalProperties"] = False
 
 
+class TrlValue(Generic[T]):
+    """A typed read of one GRPOConfig value, as a TrainingSection attribute named like TRL's field: the recipe's
+    value, else the installed TRL's default (`TrainingSection.get`), converted by `kind`; `fallback` where null."""
+
+    def __init__(self, kind: Callable[[Any], T], fallback: T) -> None:
+        self.kind, self.fallback, self.name = kind, fallback, ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type) -> TrlValue[T]: ...
+    @overload
+    def __get__(self, obj: TrainingSection, owner: type) -> T: ...
+    def __get__(self, obj: TrainingSection | None, owner: type) -> TrlValue[T] | T:
+        if obj is None:
+            return self
+        value = obj.get(self.name)
+        return self.fallback if value is None else self.kind(value)
+
+
+def _enum_value(value: Any) -> str:
+    """`no`, `steps`, ...: an enum member's value when TRL's default is an enum."""
+    return str(getattr(value, "value", value))
+
+
 class TrainingSection(Section):
     """TRL GRPOConfig fields (same names and meaning); see TRL's GRPOConfig documentation."""
 
@@ -221,6 +249,43 @@ class TrainingSection(Section):
             return extra[key]
         field = grpo_config_fields().get(key)
         return field.default if field is not None else default
+
+    # Typed accessors: the values grpo itself reads, each the recipe's or else the installed GRPOConfig's
+    # default (read once, by `get`), so a typo fails type checking instead of returning None.
+    max_steps: ClassVar[TrlValue[int]] = TrlValue(int, -1)
+    """Optimizer steps to run (-1: run `num_train_epochs`)."""
+    num_train_epochs: ClassVar[TrlValue[float]] = TrlValue(float, 1.0)
+    max_completion_length: ClassVar[TrlValue[int]] = TrlValue(int, 256)
+    """Tokens per completion; 256 where the recipe sets it to null (sampling outside TRL needs a bound)."""
+    max_tool_calling_iterations: ClassVar[TrlValue[int | None]] = TrlValue(int, None)
+    num_generations: ClassVar[TrlValue[int]] = TrlValue(int, 8)
+    per_device_train_batch_size: ClassVar[TrlValue[int]] = TrlValue(int, 8)
+    gradient_accumulation_steps: ClassVar[TrlValue[int]] = TrlValue(int, 1)
+    steps_per_generation: ClassVar[TrlValue[int | None]] = TrlValue(int, None)
+    generation_batch_size: ClassVar[TrlValue[int | None]] = TrlValue(int, None)
+    temperature: ClassVar[TrlValue[float]] = TrlValue(float, 1.0)
+    top_p: ClassVar[TrlValue[float]] = TrlValue(float, 1.0)
+    beta: ClassVar[TrlValue[float]] = TrlValue(float, 0.0)
+    """The KL coefficient (0: no reference model, no KL term)."""
+    seed: ClassVar[TrlValue[int]] = TrlValue(int, 0)
+    learning_rate: ClassVar[TrlValue[float]] = TrlValue(float, 0.0)
+    save_strategy: ClassVar[TrlValue[str]] = TrlValue(_enum_value, "steps")
+    lr_scheduler_type: ClassVar[TrlValue[str]] = TrlValue(_enum_value, "linear")
+    router_aux_loss_coef: ClassVar[TrlValue[float | None]] = TrlValue(float, None)
+    use_liger_kernel: ClassVar[TrlValue[bool]] = TrlValue(bool, False)
+    use_transformers_continuous_batching: ClassVar[TrlValue[bool]] = TrlValue(bool, False)
+    use_transformers_paged: ClassVar[TrlValue[bool]] = TrlValue(bool, False)
+
+    @property
+    def lr_scheduler_kwargs(self) -> dict[str, Any] | str:
+        """A mapping, or the JSON string TRL also accepts (checked where it is used)."""
+        value = self.get("lr_scheduler_kwargs")
+        return value if isinstance(value, dict | str) else {}
+
+    @property
+    def chat_template_kwargs(self) -> dict[str, Any]:
+        value = self.get("chat_template_kwargs")
+        return dict(value) if isinstance(value, dict) else {}
 
     def checkpointing(self) -> bool:
         """Whether activations are checkpointed, as transformers 5 decides: `activation_checkpointing` when set,

@@ -112,9 +112,9 @@ def parse_completion_answer(text: str, answer_format: AnswerFormat = "auto", ans
     tail = text.rsplit("</think>", 1)[1] if "</think>" in text else ""
     for part in (tail, text):
         for fmt in ("boxed", "gsm8k", "last_number"):
-            found = parse_completion_answer(part, fmt)
-            if found:
-                return found
+            parsed = parse_completion_answer(part, fmt)
+            if parsed:
+                return parsed
     return None
 
 

@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from grpo_cli.rewards.check.run import CheckReport, check_rewards
+from grpo_cli.rewards.check.dry_run import CheckReport, check_rewards
 from grpo_cli.rewards.check.stats import describe
 
 __all__ = ["CheckReport", "check_rewards", "describe"]

@@ -17,10 +17,9 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.rewards.builtins import BUILTIN_REWARDS
 from grpo_cli.rewards.builtins.answers import reference_answer, to_number
 
-TAG_REWARDS = frozenset({"format", "soft_format", "tag_count", "code_format"})
-ANSWER_REWARDS = frozenset({"accuracy", "length", "cosine"})
 REASONING = ("Step 1: Read the question and note what is asked.\n"
              "Step 2: Work through the calculation carefully.\n"
              "Step 3: Check the result against the question.")
@@ -85,10 +84,11 @@ def probe_style(recipe: Recipe) -> ProbeStyle:
         think = str(entry.params.get("think_tag", think))
         answer = str(entry.params.get("answer_tag", answer))
         code = code or entry.name == "code"
-        if entry.name in TAG_REWARDS:
+        row = BUILTIN_REWARDS.get(entry.name or "")
+        if row is not None and row.tags_only:
             tags = True
             declared = declared or f"reward {entry.label!r}"
-        if entry.name in ANSWER_REWARDS:
+        if row is not None and "answer" in row.columns:  # compared with the answer: `answer_format` applies
             fmt = str(entry.params.get("answer_format", fmt)) if fmt == "auto" else fmt
             tags = tags or entry.params.get("answer_format") == "answer_tag"
     prompt = recipe.data.prompt

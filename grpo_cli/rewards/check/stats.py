@@ -228,7 +228,7 @@ def _degenerate_ties(report: Any, res: RewardResult, refs: dict[int, float | Non
     probe = "overlong"
     rows = [s.row for i, s in enumerate(report.samples)
             if s.probe == probe and refs.get(s.group) is not None and res.values[i] is not None
-            and abs(res.values[i] - refs[s.group]) <= 1e-9 and (refs[s.group] or 0) > 0]
+            and abs((res.values[i] or 0.0) - (refs[s.group] or 0.0)) <= 1e-9 and (refs[s.group] or 0) > 0]
     if rows:
         report.notes.append(f"{res.name}{_rows_text(rows, report.row_lines)}: the '{probe}' probe scores as much "
                             "as the reference answer; if that is not what you want, add a reward that penalises it "

@@ -16,22 +16,25 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.validation.vllm_support import cpu_env, vllm_runs_on_cpu
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 # The path TRL 1.16's VLLMClient polls (vLLM's own server answers it; `/health/` redirects there).
 HEALTH_PATH = "/health"
 
 
-def server_base_url(recipe: Any) -> str:
+def server_base_url(recipe: Recipe) -> str:
     """The URL the trainer will contact: launch.vllm.base_url, else http://host:port."""
     v = recipe.launch.vllm
     return (v.base_url or f"http://{v.host}:{v.port}").rstrip("/")
 
 
-def _bind_address(recipe: Any) -> tuple[str, int]:
+def _bind_address(recipe: Recipe) -> tuple[str, int]:
     """Where the server listens: the host and port of base_url when given, else launch.vllm.host/port."""
     v = recipe.launch.vllm
     if v.base_url:
@@ -42,7 +45,7 @@ def _bind_address(recipe: Any) -> tuple[str, int]:
     return v.host, v.port
 
 
-def vllm_serve_command(recipe: Any) -> list[str]:
+def vllm_serve_command(recipe: Recipe) -> list[str]:
     """`vllm serve MODEL ...` as TRL 1.16 documents it for server mode, with this recipe's settings.
 
     TRL 1.16 deprecated `trl vllm-serve`: it now only runs vLLM's own server with the flags its
@@ -78,13 +81,13 @@ def vllm_serve_command(recipe: Any) -> list[str]:
     full = build_command(ScriptArguments(**args))  # [python, -m, vllm.entrypoints.cli.main, serve, ...]
     cmd = ["vllm", *full[full.index("serve"):]]
     if vllm_runs_on_cpu(recipe):  # no NCCL: the trainer sends weights to grpo's receiver (training/vllm_cpu.py)
-        from grpo_cli.training.vllm_cpu import RECEIVER
+        from grpo_cli.launching.vllm_receiver import RECEIVER
 
         cmd += ["--worker-extension-cls", RECEIVER]
     return cmd
 
 
-def server_env(recipe: Any = None) -> dict[str, str]:
+def server_env(recipe: Recipe | None = None) -> dict[str, str]:
     """The environment TRL 1.16 documents for the server (its weight-sync endpoints need vLLM's dev mode),
     plus what vLLM's CPU build needs when it runs on the CPU."""
     env = {"VLLM_SERVER_DEV_MODE": "1"}
@@ -93,7 +96,7 @@ def server_env(recipe: Any = None) -> dict[str, str]:
     return env
 
 
-def server_gpu_env(recipe: Any, gpus: int | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
+def server_gpu_env(recipe: Recipe, gpus: int | None = None, environ: dict[str, str] | None = None) -> dict[str, str]:
     """CUDA_VISIBLE_DEVICES for the server: the last `server_gpus` GPUs, which training leaves free.
 
     `grpo train` with N processes uses GPUs 0..N-1, so on an 8-GPU node with server_gpus: 1 the
@@ -104,7 +107,7 @@ def server_gpu_env(recipe: Any, gpus: int | None = None, environ: dict[str, str]
     if "CUDA_VISIBLE_DEVICES" in environ or k < 1:
         return {}
     if gpus is None:
-        from grpo_cli.training.launch import visible_gpu_count
+        from grpo_cli.launching.relaunch import visible_gpu_count
 
         gpus = visible_gpu_count()
     if gpus <= k:
@@ -112,7 +115,7 @@ def server_gpu_env(recipe: Any, gpus: int | None = None, environ: dict[str, str]
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus - k, gpus))}
 
 
-def exec_server(cmd: list[str], extra_env: dict[str, str], recipe: Any = None) -> None:
+def exec_server(cmd: list[str], extra_env: dict[str, str], recipe: Recipe | None = None) -> None:
     """Replace this process with the server (signals and exit code then belong to vLLM)."""
     from grpo_cli.validation.topology import installed
 

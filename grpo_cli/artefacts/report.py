@@ -11,12 +11,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
+from grpo_cli.artefacts.report_data import RunData, load_run, num, number_text, reward_keys, series, task_keys
+from grpo_cli.artefacts.summary import summary_window, window_mean
+from grpo_cli.artefacts.time_split import time_split_markdown
 from grpo_cli.tools import stats_markdown
-from grpo_cli.training.report_data import RunData, load_run, num, reward_keys, series, task_keys
-from grpo_cli.training.step_timing import time_split_markdown
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["RunData", "load_run", "num", "reward_keys", "series", "summarize_run", "task_keys", "write_report"]
 
@@ -55,17 +59,14 @@ class Summary:
 
 
 def _window(records: list[dict[str, Any]], keys: list[str]) -> Window:
-    means: dict[str, float | None] = {}
-    for key in keys:
-        vals = [v for r in records if (v := num(r.get(key))) is not None]
-        means[key] = sum(vals) / len(vals) if vals else None
+    means = {key: window_mean(records, key) for key in keys}
     return Window(int(records[0].get("step", 0)), int(records[-1].get("step", 0)), means)
 
 
 def summarize_run(run: RunData) -> Summary:
     """First, best (highest mean reward) and final windows of max(1, n // 5) logging steps."""
     logs = run.train
-    size = max(1, len(logs) // 5)
+    size = summary_window(len(logs))
     keys = ["reward", *reward_keys(logs), *SUMMARY_KEYS]
     keys = [k for k in keys if any(num(r.get(k)) is not None for r in logs)]
     # Sliding means of the reward from prefix sums: linear in the number of logs, even for long runs.
@@ -84,13 +85,7 @@ def summarize_run(run: RunData) -> Summary:
 
 
 def _f(value: Any) -> str:
-    """4 decimals; 3 significant digits for small values (learning rates); integers as they are."""
-    v = num(value)
-    if v is None:
-        return "–"
-    if isinstance(value, int):
-        return str(value)
-    return f"{v:.3g}" if v != 0 and abs(v) < 0.01 else f"{v:.4f}"
+    return number_text(value, missing="–", small=True)
 
 
 def _steps(w: Window) -> str:
@@ -113,8 +108,8 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines.append(f"- {len(logs)} training log{plural}, steps {logs[0].get('step')}–{last.get('step')}"
                  + (f", {last['time']:.0f} s" if num(last.get("time")) is not None else ""))
     lines += ["", f"## Training (windows of {summary.size} logging step{'s' if summary.size > 1 else ''})", ""]
-    cols = [("first", summary.first), ("best", summary.best), ("final", summary.final)]
-    cols = [(name, w) for name, w in cols if w is not None]
+    cols = [(name, w) for name, w in (("first", summary.first), ("best", summary.best), ("final", summary.final))
+            if w is not None]
     lines.append("| metric | " + " | ".join(f"{n} ({_steps(w)})" for n, w in cols) + " |")
     lines.append("|---|" + "---:|" * len(cols))
     for key in summary.keys:
@@ -126,7 +121,7 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines += time_split_markdown(logs)
     lines += _eval_lines(run) + stats_markdown(run.manifest.get("tools"))  # per-tool table of a run with tools
     lines += _task_lines(run)
-    from grpo_cli.training.samples import markdown_samples
+    from grpo_cli.artefacts.samples import markdown_samples
 
     lines += markdown_samples(run.output_dir)
     lines += ["## Health guards", ""]
@@ -197,7 +192,7 @@ def report_paths(output_dir: str | Path, out: str | Path | None = None) -> Repor
 
 def write_report(output_dir: str | Path, out: str | Path | None = None) -> ReportPaths:
     """Write the PNG and the Markdown summary of a run; GrpoError when it has no metrics."""
-    from grpo_cli.training.report_plot import plot
+    from grpo_cli.artefacts.report_plot import plot
 
     run = load_run(output_dir)
     paths = report_paths(output_dir, out)
@@ -206,7 +201,7 @@ def write_report(output_dir: str | Path, out: str | Path | None = None) -> Repor
     return paths
 
 
-def report_after_training(output_dir: str | Path, console: Any = None) -> ReportPaths | None:
+def report_after_training(output_dir: str | Path, console: Console | None = None) -> ReportPaths | None:
     """For `grpo train`: write the report, but never let a report problem fail a finished run."""
     try:
         paths = write_report(output_dir)

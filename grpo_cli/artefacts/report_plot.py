@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.training.report_data import RunData, num, reward_keys, series, task_keys
+from grpo_cli.artefacts.report_data import RunData, num, reward_keys, series, task_keys
 
 WIDTH_IN, ROW_IN, DPI = 12, 4, 100  # 1200 px wide, 400 px per row of three panels
 FEW_POINTS = 30  # up to this many logged points per curve get visible markers

@@ -12,13 +12,18 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
+from grpo_cli.artefacts.card import CARD_FILE, suite_results, write_card
 from grpo_cli.errors import GrpoError
-from grpo_cli.models.card import CARD_FILE, suite_results, write_card
 from grpo_cli.models.publish import is_full_suite, is_local_path
 from grpo_cli.paths import is_hub_id
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from grpo_cli.recipe.schema import Recipe
 
 UPLOAD_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
                    "adapter_config.json", "tokenizer*", "special_tokens_map.json", "vocab.*", "merges.txt",
@@ -192,7 +197,7 @@ def full_repo_id(api: Any, name: str) -> str:
     return f"{user}/{name}"
 
 
-def finish_run_card(recipe: Any, out: Path, console: Any = None) -> Path | None:
+def finish_run_card(recipe: Recipe, out: Path, console: Console | None = None) -> Path | None:
     """End of `grpo train`: the card in the run dir, then the upload when output.push_to_hub names a repo.
 
     Neither may fail a finished run: problems are printed, the run's outputs stay as they are.

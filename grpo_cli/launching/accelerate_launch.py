@@ -1,4 +1,4 @@
-"""`python -m grpo_cli.training.accelerate_launch ARGS`: accelerate's `launch`, quiet when interrupted.
+"""`python -m grpo_cli.launching.accelerate_launch ARGS`: accelerate's `launch`, quiet when interrupted.
 
 `grpo train` forwards Ctrl-C (or SIGTERM) to the launcher's process group. torch elastic's agent inside
 `accelerate launch` turns the signal into a SignalException, stops the workers (each saves a checkpoint and

@@ -50,7 +50,8 @@ def tool_call_text(call: Any) -> str:
     """One tool call as `name(arg=value, ...)` (TRL's `{"function": {"name", "arguments"}}` or flat)."""
     if not isinstance(call, dict):
         return str(call)
-    fn = call.get("function") if isinstance(call.get("function"), dict) else call
+    inner = call.get("function")
+    fn: dict[str, Any] = inner if isinstance(inner, dict) else call
     args = fn.get("arguments")
     if isinstance(args, str):
         import json
@@ -70,12 +71,12 @@ def reference_text(reference: Any) -> str:
     return "; ".join(f"{k}: {v}" for k, v in reference.items())
 
 
-def _finite(v: Any) -> float | None:
+def finite(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def _short(v: Any) -> str:
-    f = _finite(v)
+    f = finite(v)
     return "–" if f is None else f"{f:.4g}"
 
 
@@ -113,8 +114,8 @@ def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | N
         def key(r: dict[str, Any]) -> tuple[float, float]:
             """The reward, then the advantage (ties: the completion the update pushed hardest away/towards)."""
             missing = -math.inf if order == "best" else math.inf
-            v = _finite((r.get("rewards") or {}).get(reward) if reward else r.get("reward"))
-            a = _finite(r.get("advantage"))
+            v = finite((r.get("rewards") or {}).get(reward) if reward else r.get("reward"))
+            a = finite(r.get("advantage"))
             return (missing if v is None else v, missing if a is None else a)
 
         chosen.sort(key=key, reverse=order == "best")
@@ -146,7 +147,7 @@ def markdown_samples(output_dir: Path, count: int = 3) -> list[str]:
     if not steps:
         return []
     last = max(steps)
-    rows = sorted(unique_rows(r for r in rows if r.get("step") == last), key=lambda r: _finite(r.get("reward")) or 0.0)
+    rows = sorted(unique_rows(r for r in rows if r.get("step") == last), key=lambda r: finite(r.get("reward")) or 0.0)
     picked = rows if len(rows) <= count else [*rows[:count // 2 + count % 2], *rows[-(count // 2):]]
 
     def cell(text: Any) -> str:

@@ -6,20 +6,20 @@ the training data mapping, and rewards are called exactly as TRL calls them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.sampling import generate
-from grpo_cli.evaluation.sampling_vllm import vllm_sampler
+from grpo_cli.evaluation.sampling_vllm import Sampler
 from grpo_cli.evaluation.scoring import EvalResult, score
 from grpo_cli.progress import reporting
 from grpo_cli.recipe.schema import Recipe
 
-Sampler = Callable[[list[Any]], tuple[list[str], list[list[int]], list[bool]]]
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def evaluate_rows(model: Any, tokenizer: Any, rows: Any, reward_funcs: list[Any], labels: list[str], *,
@@ -84,7 +84,7 @@ def _evaluate_episodes(model: Any, tokenizer: Any, prompts: list[Any], columns: 
                       [e.completion for e in episodes])
 
 
-def evaluate_recipe_model(recipe: Recipe, model: Any, tokenizer: Any, rows: Any, console: Any = None,
+def evaluate_recipe_model(recipe: Recipe, model: Any, tokenizer: Any, rows: Any, console: Console | None = None,
                           label: str = "") -> EvalResult:
     """Evaluate with the recipe's eval settings and rewards (eval.rewards, else the training rewards)."""
     from grpo_cli.rewards import load_reward
@@ -95,7 +95,7 @@ def evaluate_recipe_model(recipe: Recipe, model: Any, tokenizer: Any, rows: Any,
     ev = recipe.eval
     if ev.max_samples:
         rows = rows.select(range(min(ev.max_samples, len(rows))))
-    max_new = ev.max_new_tokens or int(recipe.training.get("max_completion_length") or 256)
+    max_new = ev.max_new_tokens or recipe.training.max_completion_length
     toolset = load_toolset(recipe)
     if console is not None:
         console.print(f"evaluating {len(rows)} held-out prompts x {ev.num_generations} samples ({label})",
@@ -106,7 +106,7 @@ def evaluate_recipe_model(recipe: Recipe, model: Any, tokenizer: Any, rows: Any,
                              temperature=ev.temperature, top_p=ev.top_p, max_new_tokens=max_new,
                              batch_size=ev.batch_size, seed=ev.seed, label=label,
                              weights={e.label: e.weight for e in entries}, toolset=toolset,
-                             max_tool_iterations=recipe.training.get("max_tool_calling_iterations"))
+                             max_tool_iterations=recipe.training.max_tool_calling_iterations)
 
 
 # ---------------------------------------------------------------------------- `grpo eval`
@@ -130,7 +130,7 @@ class EvalSettings:
                     max_new_tokens: int | None = None) -> EvalSettings:
         """The recipe's `eval` section with the command-line flags on top."""
         ev = recipe.eval
-        max_new = max_new_tokens or ev.max_new_tokens or int(recipe.training.get("max_completion_length") or 256)
+        max_new = max_new_tokens or ev.max_new_tokens or recipe.training.max_completion_length
         return cls(k or ev.num_generations, ev.temperature if temperature is None else temperature, ev.top_p,
                    max_new, batch_size or ev.batch_size, ev.seed, samples or ev.max_samples)
 
@@ -175,15 +175,14 @@ def load_eval_rows(recipe: Recipe, tokenizer: Any, *, split: str | None = None, 
 
 
 def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, split: str | None = None,
-             file: str | None = None, backend: str = "auto", console: Any = None) -> list[EvalResult]:
+             file: str | None = None, backend: str = "auto", console: Console | None = None) -> list[EvalResult]:
     """Evaluate each model in turn on the same prompts with the same seed; one model in memory at a time."""
-    import gc
 
     import torch
 
-    from grpo_cli.evaluation.backend import check_backend
+    from grpo_cli.evaluation.backend import check_backend, one_model
     from grpo_cli.models.loading import apply_overrides, resolve_dtype
-    from grpo_cli.models.sources import load_source_model, load_tokenizer_for
+    from grpo_cli.models.sources import load_tokenizer_for
     from grpo_cli.rewards import load_reward
     from grpo_cli.tools import load_toolset
 
@@ -196,7 +195,7 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
         if isinstance(f, str) and console is not None:
             console.print(f"[yellow]note:[/] reward model {e.label!r} is not scored by grpo eval")
     dtype = resolve_dtype(recipe.model.dtype, recipe.launch.profile)
-    device = "cuda" if torch.cuda.is_available() and recipe.launch.profile != "cpu" else "cpu"
+    device = "cuda" if torch.cuda.is_available() and not recipe.launch.spec.cpu_only else "cpu"
     rows = None
     results = []
     for source in sources:
@@ -211,27 +210,16 @@ def run_eval(recipe: Recipe, sources: list[Any], settings: EvalSettings, *, spli
         if console is not None:
             console.print(f"evaluating {source.describe()} on {len(rows)} prompts x {settings.k} samples"
                           f"{' (vLLM)' if use_vllm else ''}", markup=False)
-        model, close = None, None
-        sampler: Sampler | None = None
-        if use_vllm:
-            sampler, close = vllm_sampler(source, tokenizer, settings, dtype, recipe.model.trust_remote_code)
-        else:
-            model = load_source_model(source, dtype=dtype, device=device, revision=recipe.model.revision,
-                                      trust_remote_code=recipe.model.trust_remote_code)
         unit = "episodes" if toolset is not None else "completions"
-        try:
-            with reporting(console, f"sampling ({source.label})", len(rows) * settings.k, unit):
-                results.append(evaluate_rows(
-                    model, tokenizer, rows, funcs, [e.label for e in entries], k=settings.k,
-                    temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
-                    batch_size=settings.batch_size, seed=settings.seed, label=source.label, sampler=sampler,
-                    weights={e.label: e.weight for e in entries}, toolset=toolset,
-                    max_tool_iterations=recipe.training.get("max_tool_calling_iterations")))
-        finally:
-            if close is not None:
-                close()
-            del model
-            gc.collect()
+        with (one_model(source, tokenizer, settings, use_vllm=use_vllm, dtype=dtype, device=device,
+                        trust_remote_code=recipe.model.trust_remote_code, revision=recipe.model.revision) as loaded,
+              reporting(console, f"sampling ({source.label})", len(rows) * settings.k, unit)):
+            results.append(evaluate_rows(
+                loaded.model, tokenizer, rows, funcs, [e.label for e in entries], k=settings.k,
+                temperature=settings.temperature, top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
+                batch_size=settings.batch_size, seed=settings.seed, label=source.label, sampler=loaded.sampler,
+                weights={e.label: e.weight for e in entries}, toolset=toolset,
+                max_tool_iterations=recipe.training.max_tool_calling_iterations))
     return results
 
 

@@ -18,10 +18,12 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError, Problem
-from grpo_cli.recipe.schema.launch import MULTI_PROCESS_PROFILES
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 
 @dataclass
@@ -46,7 +48,7 @@ class ClusterPlan:
         return self.processes // self.nodes
 
 
-def plan_cluster(recipe: Any, recipe_path: Path, overrides: list[str], *, nodes: int, vllm_node: bool,
+def plan_cluster(recipe: Recipe, recipe_path: Path, overrides: list[str], *, nodes: int, vllm_node: bool,
                  gpus_per_node: int | None, verb: str = "slurm", flags: Sequence[str] = ()) -> ClusterPlan:
     """Check the recipe can run on `nodes` machines and derive the per-node layout.
 
@@ -57,7 +59,7 @@ def plan_cluster(recipe: Any, recipe_path: Path, overrides: list[str], *, nodes:
     problems: list[Problem] = []
     add: dict[str, str] = {}  # overrides the corrected command adds
     add_vllm_node = vllm_node
-    if launch.profile not in MULTI_PROCESS_PROFILES:
+    if not launch.spec.multi_process:
         problems.append(Problem("launch.profile", f"profile {launch.profile!r} runs one process; a cluster launch "
                                 "needs a multi-process profile", "Add the override `launch.profile=ddp` (or zero2, "
                                 "zero3, fsdp)."))
@@ -139,7 +141,7 @@ def shown_path(path: Path) -> str:
         return str(path)
 
 
-def _layout(recipe: Any, recipe_path: Path, overrides: list[str], nodes: int, vllm_node: bool,
+def _layout(recipe: Recipe, recipe_path: Path, overrides: list[str], nodes: int, vllm_node: bool,
             gpus_per_node: int | None) -> ClusterPlan:
     """The per-node layout of a recipe that passed plan_cluster's checks."""
     launch = recipe.launch
@@ -208,7 +210,7 @@ def default_setup() -> str:
     return f"source {shlex.quote(str(activate))}" if activate.exists() else ""
 
 
-def skypilot_task(plan: ClusterPlan, *, accelerator: str, workdir: Path, recipe: Any) -> str:
+def skypilot_task(plan: ClusterPlan, *, accelerator: str, workdir: Path, recipe: Recipe) -> str:
     """A SkyPilot task YAML: num_nodes machines, the README install as setup, `grpo train` per node as run."""
     try:
         rel = plan.recipe_path.resolve().relative_to(workdir.resolve())
@@ -216,7 +218,7 @@ def skypilot_task(plan: ClusterPlan, *, accelerator: str, workdir: Path, recipe:
         raise GrpoError(f"the recipe {plan.recipe_path} is outside the directory SkyPilot uploads ({workdir})",
                         where="RECIPE", fix="Run `grpo launch skypilot` from the project directory that holds "
                                             "the recipe (SkyPilot syncs it as the workdir).") from None
-    extras = [e for e, on in (("deepspeed", recipe.launch.profile in ("zero2", "zero3")),
+    extras = [e for e, on in (("deepspeed", recipe.launch.spec.deepspeed),
                               ("vllm", recipe.launch.vllm.mode != "off")) if on]
     setup = f"python3 -m venv .venv && .venv/bin/pip install -q torch==2.13.0 {_install_spec(workdir, extras)}\n"
     train = ["grpo", "train", str(rel), *plan.overrides]
@@ -250,7 +252,7 @@ def _install_spec(workdir: Path, extras: list[str]) -> str:
     return f'-e ".{suffix}"' if name == "grpo-cli" else shlex.quote(f"grpo-cli{suffix}=={__version__}")
 
 
-def prepare_cluster(recipe: Any, recipe_path: Path, overrides: list[str], *, nodes: int, vllm_node: bool,
+def prepare_cluster(recipe: Recipe, recipe_path: Path, overrides: list[str], *, nodes: int, vllm_node: bool,
                     gpus_per_node: int | None, verb: str = "slurm", flags: Sequence[str] = ()) -> ClusterPlan:
     """The cluster layout, after the recipe passed `grpo validate` for that layout."""
     plan = plan_cluster(recipe, recipe_path.resolve(), overrides, nodes=nodes, vllm_node=vllm_node,
@@ -259,7 +261,7 @@ def prepare_cluster(recipe: Any, recipe_path: Path, overrides: list[str], *, nod
     return plan
 
 
-def write_skypilot(plan: ClusterPlan, out: Path | None, *, accelerator: str, recipe: Any,
+def write_skypilot(plan: ClusterPlan, out: Path | None, *, accelerator: str, recipe: Recipe,
                    force: bool = False) -> Path:
     """Write the SkyPilot task to `out` (default `<name>.sky.yaml` here); returns its path."""
     path = (out or Path(f"{plan.name}.sky.yaml")).resolve()

@@ -10,7 +10,6 @@ a run leaves behind, so a card can be rebuilt at any time; missing pieces are le
 from __future__ import annotations
 
 import json
-import math
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,8 @@ from typing import Any
 import yaml
 
 from grpo_cli import runs
+from grpo_cli.artefacts.report_data import number_text
+from grpo_cli.artefacts.summary import first_and_last, summary_window, training_logs
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import is_gguf_reference, read_header
 from grpo_cli.models.publish import is_full_suite, public_base, scrub
@@ -107,14 +108,12 @@ def _training_lines(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
     logs = _training_logs(run_dir)
     if not logs:
         return lines
-    size = max(1, len(logs) // 5)  # windows of a fifth of the logs, as `grpo report`
-    first, final = logs[:size], logs[-size:]
     keys = ["reward", *sorted({k for r in logs for k in r if k.startswith("rewards/") and k.endswith("/mean")}),
             "completions/mean_length"]
-    lines += ["", f"| metric | first (step {first[-1].get('step')}) | final (step {final[-1].get('step')}) |",
+    size = summary_window(len(logs))  # the windows `grpo train` and `grpo report` use
+    lines += ["", f"| metric | first (step {logs[size - 1].get('step')}) | final (step {logs[-1].get('step')}) |",
               "|---|---:|---:|"]
-    for k in keys:
-        a, b = _mean(first, k), _mean(final, k)
+    for k, a, b in first_and_last(logs, keys):
         if a is not None or b is not None:
             lines.append(f"| {k} | {'-' if a is None else f'{a:.4f}'} | {'-' if b is None else f'{b:.4f}'} |")
     return lines
@@ -122,19 +121,11 @@ def _training_lines(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
 
 def _training_logs(run_dir: Path) -> list[dict[str, Any]]:
     """The training records of metrics.jsonl (a garbled line, as a killed run leaves, is skipped)."""
-    return [r for r in runs.read_jsonl(run_dir / runs.METRICS) if "reward" in r]
-
-
-def _mean(records: list[dict[str, Any]], key: str) -> float | None:
-    vals = [v for r in records if isinstance(v := r.get(key), (int, float)) and math.isfinite(v)]
-    return sum(vals) / len(vals) if vals else None
+    return training_logs(runs.read_jsonl(run_dir / runs.METRICS))
 
 
 def _number(value: Any) -> str:
-    """Counts as integers, scores with 4 decimals, anything else as `-`."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return "-"
-    return str(value) if isinstance(value, int) else f"{value:.4f}"
+    return number_text(value)
 
 
 def _held_out_how(recipe: dict[str, Any], before: dict[str, Any]) -> str:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.training.cluster import (
+from grpo_cli.launching.cluster import (
     ClusterPlan,
     default_setup,
     expanding_join,

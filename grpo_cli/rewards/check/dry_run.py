@@ -23,7 +23,7 @@ from grpo_cli.rewards.check.stats import (
     describe,
     frac_zero_std,
 )
-from grpo_cli.rewards.registry import REQUIRED_COLUMNS
+from grpo_cli.rewards.registry import required_columns
 
 __all__ = ["CheckReport", "RewardResult", "Sample", "Violation", "check_rewards"]
 
@@ -189,12 +189,12 @@ def _generated_samples(recipe: Recipe, samples: int) -> tuple[list[Sample], Any]
     indices = _spread(len(rows), samples)
     picked = [rows[i] for i in indices]
     tr = recipe.training
-    k = int(tr.get("num_generations") or 8)
+    k = tr.num_generations
     images = [r["images"] for r in picked] if "images" in rows.column_names else None
     texts, ids, _ = generate(loaded.model, loaded.processing_class, [r["prompt"] for r in picked], k=k, images=images,
-                             temperature=float(tr.get("temperature") or 1.0), top_p=float(tr.get("top_p") or 1.0),
-                             max_new_tokens=int(tr.get("max_completion_length") or 256),
-                             batch_size=max(1, 32 // k), seed=int(tr.get("seed") or 42))
+                             temperature=tr.temperature, top_p=tr.top_p,
+                             max_new_tokens=tr.max_completion_length,
+                             batch_size=max(1, 32 // k), seed=tr.seed)
     chat = recipe.data.prompt.chat
     out = [Sample(g, indices[g], f"sample {j}", row["prompt"], _columns(row), _wrap(texts[g * k + j], chat),
                   texts[g * k + j], ids[g * k + j]) for g, row in enumerate(picked) for j in range(k)]
@@ -288,7 +288,7 @@ def _reward_funcs(recipe: Recipe) -> list[Any]:
     for i, entry in enumerate(recipe.rewards):
         inspect_reward(entry, recipe.base_dir, i)
     funcs = build_reward_funcs(recipe, training=False)
-    kwargs = recipe.training.get("chat_template_kwargs") or {}
+    kwargs = recipe.training.chat_template_kwargs
     return [RewardModelScorer(f, e.label, chat_template_kwargs=kwargs, where=f"rewards[{i}].model")
             if isinstance(f, str) else f for i, (f, e) in enumerate(zip(funcs, recipe.rewards, strict=True))]
 
@@ -317,7 +317,7 @@ def _tokenizer(recipe: Recipe, notes: list[str]) -> Any:
 def _trainer_state(recipe: Recipe) -> Any:
     from transformers import TrainerState
 
-    return TrainerState(max_steps=int(recipe.training.get("max_steps") or 0), global_step=0)
+    return TrainerState(max_steps=recipe.training.max_steps, global_step=0)
 
 
 def _totals(results: list[RewardResult], weights: list[float], n: int) -> list[float | None]:
@@ -353,7 +353,7 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
     locate = None  # training row -> its file and line, for messages
     funcs = _reward_funcs(recipe)
     tr = recipe.training
-    budget = int(tr.get("max_completion_length") or 256)
+    budget = tr.max_completion_length
     try:
         from grpo_cli.rewards.check.probes import Tokens
 
@@ -381,7 +381,7 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
     weights = [float(e.weight) for e in recipe.rewards]
     for res, entry in zip(results, recipe.rewards, strict=True):
         res.kind, res.weight = entry.kind, float(entry.weight)
-        res.needs_reference = entry.kind != "builtin" or entry.name in REQUIRED_COLUMNS
+        res.needs_reference = entry.kind != "builtin" or bool(required_columns(entry.name))
     totals = _totals(results, weights, len(found))
     groups = [s.group for s in found]
     report = CheckReport(str(recipe.source), source, found, results, totals, frac_zero_std(totals, groups),

@@ -1,6 +1,6 @@
 """The server side of grpo's CPU weight sync: a vLLM worker extension, loaded by `vllm serve`.
 
-`grpo vllm-serve` on CPU passes `--worker-extension-cls grpo_cli.training.vllm_receiver.WeightReceiver`,
+`grpo vllm-serve` on CPU passes `--worker-extension-cls grpo_cli.launching.vllm_receiver.WeightReceiver`,
 so vLLM mixes this class into its worker and its methods answer vLLM's dev endpoint
 `POST /collective_rpc` (VLLM_SERVER_DEV_MODE=1). TRL 1.16 syncs weights over NCCL only; this is the
 path without CUDA (the client is grpo_cli.training.vllm_cpu). It runs inside vLLM's worker process,
@@ -13,6 +13,8 @@ import base64
 from typing import Any
 
 PROTOCOL = "grpo-cpu-weight-sync/1"
+RECEIVER = f"{__name__}.WeightReceiver"
+"""What `vllm serve --worker-extension-cls` is given: this module's receiver class."""
 
 
 def reload_into(runner: Any, named: Any) -> None:

@@ -17,11 +17,11 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import ASSETS_DIR
-from grpo_cli.recipe.schema.launch import MULTI_PROCESS_PROFILES
+from grpo_cli.recipe.profiles import launch_profile
 from grpo_cli.threads import RELAUNCHED_ENV
 from grpo_cli.validation.topology import (
     check_batches_for_world,
@@ -30,7 +30,9 @@ from grpo_cli.validation.topology import (
     visible_gpu_count,
 )
 
-DEEPSPEED_PROFILES = ("zero2", "zero3")
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
+
 # Set in the environment of the processes `grpo train` starts, so they never re-launch again.
 # `grpo train` flags that travel as launch.* overrides to the re-launched processes.
 LAUNCH_FLAGS = {"profile": "--profile", "num_processes": "--num-processes", "num_machines": "--num-machines",
@@ -50,9 +52,10 @@ def under_launcher() -> bool:
 
 
 def profile_config_path(profile: str) -> Path:
-    """The accelerate config file shipped for a profile (accelerate_configs/<profile>.yaml)."""
+    """The accelerate config file shipped for a profile (its `accelerate_config` in the profile table)."""
+    name = launch_profile(profile).accelerate_config or f"{profile}.yaml"
     for directory in _CONFIG_DIRS:
-        path = directory / f"{profile}.yaml"
+        path = directory / name
         if path.is_file():
             return path
     raise GrpoError(f"the accelerate config for profile {profile!r} is not installed (looked in "
@@ -61,7 +64,7 @@ def profile_config_path(profile: str) -> Path:
                         "to the file for your profile.")
 
 
-def accelerate_config_path(recipe: Any) -> Path:
+def accelerate_config_path(recipe: Recipe) -> Path:
     """`launch.accelerate_config` (relative to the recipe) if set, else the profile's file."""
     custom = recipe.launch.accelerate_config
     if custom is None:
@@ -74,9 +77,9 @@ def accelerate_config_path(recipe: Any) -> Path:
     return path
 
 
-def _uses_deepspeed(recipe: Any) -> bool:
+def _uses_deepspeed(recipe: Recipe) -> bool:
     if recipe.launch.accelerate_config is None:
-        return recipe.launch.profile in DEEPSPEED_PROFILES
+        return recipe.launch.spec.deepspeed
     import yaml
 
     try:
@@ -86,9 +89,9 @@ def _uses_deepspeed(recipe: Any) -> bool:
     return isinstance(data, dict) and str(data.get("distributed_type", "")).upper() == "DEEPSPEED"
 
 
-def check_launch_dependencies(recipe: Any) -> None:
+def check_launch_dependencies(recipe: Recipe) -> None:
     """Fail before any model loads when the profile needs DeepSpeed or the recipe needs vLLM."""
-    if recipe.launch.profile in MULTI_PROCESS_PROFILES and _uses_deepspeed(recipe) and not installed("deepspeed"):
+    if recipe.launch.spec.multi_process and _uses_deepspeed(recipe) and not installed("deepspeed"):
         raise GrpoError(f"profile {recipe.launch.profile!r} runs DeepSpeed ZeRO, which is not installed",
                         where="launch.profile",
                         fix="Install it with `pip install 'grpo-cli[deepspeed]'` (on a machine without a GPU it "
@@ -121,8 +124,9 @@ def train_passthrough(output_dir: str | Path | None = None, resume: bool = False
     return args
 
 
-def accelerate_command(recipe: Any, recipe_path: Path | str, overrides: Sequence[str], launch_overrides: Sequence[str],
-                       train_args: Sequence[str] = (), *, gpus: int | None = None) -> list[str]:
+def accelerate_command(recipe: Recipe, recipe_path: Path | str, overrides: Sequence[str],
+                       launch_overrides: Sequence[str], train_args: Sequence[str] = (), *,
+                       gpus: int | None = None) -> list[str]:
     """The `accelerate launch` command line that runs this training on all processes of this node.
 
     `train_args` are the `grpo train` flags to pass through (see `train_passthrough`). When the
@@ -134,7 +138,7 @@ def accelerate_command(recipe: Any, recipe_path: Path | str, overrides: Sequence
     child_launch = list(launch_overrides)
     if launch.num_processes is None:
         child_launch.append(f"launch.num_processes={n}")
-    cmd = [sys.executable, "-m", "grpo_cli.training.accelerate_launch",  # accelerate launch, quiet on Ctrl-C
+    cmd = [sys.executable, "-m", "grpo_cli.launching.accelerate_launch",  # accelerate launch, quiet on Ctrl-C
            "--config_file", str(accelerate_config_path(recipe)),
            "--num_processes", str(n),
            "--num_machines", str(launch.num_machines),
@@ -250,7 +254,7 @@ def run_forwarding_signals(cmd: Sequence[str], env: dict[str, str]) -> int:
     return code if code >= 0 else 128 - code
 
 
-def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_overrides: list[str],
+def maybe_relaunch(recipe: Recipe, recipe_path: Path, overrides: list[str], launch_overrides: list[str],
                    train_args: Sequence[str] = (), lock_dir: Path | str | None = None) -> int | None:
     """Run this command again under accelerate when the profile needs several processes; return its exit code.
 
@@ -262,7 +266,7 @@ def maybe_relaunch(recipe: Any, recipe_path: Path, overrides: list[str], launch_
     if under_launcher():
         bind_to_launcher()
         return None
-    if recipe.launch.profile not in MULTI_PROCESS_PROFILES:
+    if not recipe.launch.spec.multi_process:
         return None
     gpus = visible_gpu_count()
     cmd = accelerate_command(recipe, recipe_path, overrides, launch_overrides, train_args, gpus=gpus)

@@ -35,6 +35,18 @@ def num(value: Any) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+def number_text(value: Any, *, decimals: int = 4, missing: str = "-", small: bool = False) -> str:
+    """A metric in a table (report, model card, the CLI's tables), by one rule: integers as they are, floats with
+    `decimals` places (3 significant digits below 0.01 when `small`: learning rates), `missing` for None, NaN,
+    infinities, booleans and anything else that is not a number."""
+    v = num(value)
+    if v is None:
+        return missing
+    if isinstance(value, int):
+        return str(value)
+    return f"{v:.3g}" if small and v != 0 and abs(v) < 0.01 else f"{v:.{decimals}f}"
+
+
 def load_run(output_dir: str | Path) -> RunData:
     """Read a run directory; a clear error when there is nothing to report."""
     out = Path(output_dir)

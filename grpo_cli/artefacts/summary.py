@@ -1,0 +1,34 @@
+"""The run summary's one rule: the first and the last fifth of the training logs, averaged.
+
+`grpo train` prints it, `grpo report` writes it (with the best window too) and the model card shows it; all three
+take their windows and means from here, so they agree on a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_cli.artefacts.report_data import num
+
+
+def summary_window(num_logs: int) -> int:
+    """How many logging steps the first/last summary windows average: a fifth of the run, at least one."""
+    return max(1, num_logs // 5)
+
+
+def training_logs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The training records of a run's logs (the ones that carry a reward; evaluation rows do not)."""
+    return [r for r in records if "reward" in r]
+
+
+def window_mean(records: list[dict[str, Any]], key: str) -> float | None:
+    """Mean of `key` over `records`, skipping rows without a finite number (None when there is none)."""
+    vals = [v for r in records if (v := num(r.get(key))) is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def first_and_last(logs: list[dict[str, Any]], keys: list[str]) -> list[tuple[str, float | None, float | None]]:
+    """(key, mean over the first window, mean over the last window) for each key, over training logs."""
+    size = summary_window(len(logs))
+    first, last = logs[:size], logs[-size:]
+    return [(key, window_mean(first, key), window_mean(last, key)) for key in keys]
