@@ -147,6 +147,24 @@ def test_the_scheduler_check_agrees_with_transformers(kind: str, kwargs: dict, a
     assert built is accepted and (not problems) is accepted, problems
 
 
+def test_every_scheduler_signature_read_from_source_matches_the_imported_function() -> None:
+    """validate reads each scheduler's parameters from transformers' source without importing torch; the
+    functions transformers really calls must have exactly those parameters."""
+    import inspect
+
+    from transformers.optimization import TYPE_TO_SCHEDULER_FUNCTION
+
+    from grpo_cli.validation.training_keys import scheduler_signature
+
+    for kind, func in TYPE_TO_SCHEDULER_FUNCTION.items():
+        read = scheduler_signature(kind.value)
+        assert read is not None, kind
+        params = {n: p.default is not p.empty for n, p in inspect.signature(func).parameters.items()
+                  if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+        takes_kwargs = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(func).parameters.values())
+        assert read == (params, takes_kwargs), kind
+
+
 def test_push_to_hub_needs_a_token_and_says_it_uploads_twice(write_recipe, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.delenv("HF_TOKEN", raising=False)
     monkeypatch.delenv("HUGGING_FACE_HUB_TOKEN", raising=False)

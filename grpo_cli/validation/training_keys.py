@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import re
 from functools import cache
 from pathlib import Path
 
@@ -35,47 +36,43 @@ def _transformers_file(name: str) -> Path | None:
 
 
 @cache
-def scheduler_signatures() -> dict[str, tuple[dict[str, bool], bool]]:
-    """lr_scheduler_type -> ({parameter: has a default}, takes **kwargs), from transformers' source."""
+def scheduler_signature(kind: str) -> tuple[dict[str, bool], bool] | None:
+    """({parameter: has a default}, takes **kwargs) of the function lr_scheduler_type `kind` names, from
+    transformers' source. Only that function is parsed: parsing both modules whole cost validate 30 ms."""
     opt, utils = _transformers_file("optimization.py"), _transformers_file("trainer_utils.py")
     if opt is None or utils is None:
-        return {}
-    names: dict[str, str] = {}
-    for node in ast.walk(ast.parse(utils.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.ClassDef) and node.name == "SchedulerType":
-            for item in node.body:
-                if isinstance(item, ast.Assign) and isinstance(item.value, ast.Constant):
-                    names[item.targets[0].id] = item.value.value  # type: ignore[attr-defined, assignment]
-    tree = ast.parse(opt.read_text(encoding="utf-8"))
-    funcs = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
-    out: dict[str, tuple[dict[str, bool], bool]] = {}
-    for node in tree.body:
-        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                and getattr(node.targets[0], "id", "") == "TYPE_TO_SCHEDULER_FUNCTION"):
-            continue
-        for key, value in zip(node.value.keys, node.value.values, strict=True):
-            func = funcs.get(getattr(value, "id", ""))
-            if isinstance(key, ast.Attribute) and key.attr in names and func is not None:
-                a = func.args
-                positional = [*a.posonlyargs, *a.args]
-                params = {arg.arg: i >= len(positional) - len(a.defaults) for i, arg in enumerate(positional)}
-                params.update({arg.arg: d is not None for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)})
-                out[names[key.attr]] = (params, a.kwarg is not None)
-    return out
+        return None
+    enum = re.search(r"^class SchedulerType\b.*?(?=^\S)", utils.read_text(encoding="utf-8"), re.M | re.S)
+    attrs = dict(re.findall(r'^\s+([A-Z_][A-Z0-9_]*)\s*=\s*"([^"]+)"', enum.group(0), re.M)) if enum else {}
+    attr = next((a for a, value in attrs.items() if value == kind), None)
+    text = opt.read_text(encoding="utf-8")
+    table = re.search(r"^TYPE_TO_SCHEDULER_FUNCTION\s*=\s*\{(.*?)^\}", text, re.M | re.S)
+    funcs = dict(re.findall(r"SchedulerType\.(\w+)\s*:\s*(\w+)", table.group(1))) if table else {}
+    body = re.search(rf"^def {re.escape(funcs.get(attr or '', '-'))}\(.*?(?=^[@A-Za-z_])", text, re.M | re.S)
+    if attr is None or body is None:
+        return None
+    func = ast.parse(body.group(0)).body[0]
+    if not isinstance(func, ast.FunctionDef):
+        return None
+    a = func.args
+    positional = [*a.posonlyargs, *a.args]
+    params = {arg.arg: i >= len(positional) - len(a.defaults) for i, arg in enumerate(positional)}
+    params.update({arg.arg: d is not None for arg, d in zip(a.kwonlyargs, a.kw_defaults, strict=True)})
+    return params, a.kwarg is not None
 
 
 def scheduler_problems(training: TrainingSection) -> tuple[list[Problem], list[str]]:
     """lr_scheduler_kwargs keys against the parameters of the scheduler lr_scheduler_type names."""
     kwargs = training.lr_scheduler_kwargs
     kind = training.lr_scheduler_type
-    signatures = scheduler_signatures()
-    if not isinstance(kwargs, dict) or kind not in signatures:
+    signature = scheduler_signature(kind) if isinstance(kwargs, dict) else None
+    if signature is None:
         return [], []
     where = "training.lr_scheduler_kwargs"
     if kwargs and kind in _KWARGS_IGNORED:
         return [], [f"{where}: lr_scheduler_type {kind!r} takes no arguments, so transformers ignores "
                     f"{', '.join(map(str, kwargs))}; use e.g. cosine_with_min_lr for a floor"]
-    params, var_kwargs = signatures[kind]
+    params, var_kwargs = signature
     accepted = [p for p in params if p not in _PASSED_BY_TRAINER]
     if var_kwargs and kind == "reduce_lr_on_plateau":
         accepted, var_kwargs = list(_PLATEAU), False
