@@ -27,19 +27,15 @@ _log = logging.getLogger(__name__)
 
 def completion_text(completion: Any) -> str:
     """The text of a completion: the string itself, or the last assistant message's content."""
-    if completion is None:
-        return ""
-    if isinstance(completion, str):
-        return completion
     if isinstance(completion, dict):
         return _content_text(completion.get("content"))
-    if isinstance(completion, Sequence):
+    if isinstance(completion, Sequence) and not isinstance(completion, str):
         messages = [m for m in completion if isinstance(m, dict)]
         for message in reversed(messages):
             if message.get("role", "assistant") == "assistant":
                 return _content_text(message.get("content"))
         return _content_text(messages[-1].get("content")) if messages else ""
-    return str(completion)
+    return _content_text(completion)  # None, a plain string, or anything else as text
 
 
 def _content_text(content: Any) -> str:
