@@ -10,16 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grpo_cli.lazy import lazy_exports
-from grpo_cli.rewards.loaders import (
-    BoundReward,
-    RewardInfo,
-    import_file,
-    import_module,
-    import_reference,
-    inspect_reward,
-    load_reward,
-    split_reference,
-)
+from grpo_cli.rewards.loaders import BoundReward, RewardInfo, inspect_reward, load_reward
+from grpo_cli.rewards.references import import_file, import_module, import_reference, split_reference
 from grpo_cli.rewards.registry import builtin_names, describe_builtin, get_builtin
 from grpo_cli.rewards.sources import find_module_file
 

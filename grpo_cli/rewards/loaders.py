@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import ast
 import functools
-import hashlib
 import importlib
 import importlib.machinery
 import importlib.util
 import inspect
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +21,7 @@ from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.paths import local_dir, read_text
 from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.recipe.schema.rewards import RewardEntry
+from grpo_cli.rewards.references import import_reference, split_reference
 from grpo_cli.rewards.registry import builtin_names, get_builtin, required_columns
 from grpo_cli.rewards.sources import find_module_file, reexported
 
@@ -65,11 +63,6 @@ def _ast_signature(node: ast.FunctionDef | ast.AsyncFunctionDef) -> _Signature:
         params[arg.arg] = default is not None
     return _Signature(params, a.kwarg is not None, [x.arg for x in a.posonlyargs],
                       isinstance(node, ast.AsyncFunctionDef))
-
-
-def split_reference(ref: str) -> tuple[str, str]:
-    target, func = ref.rsplit(":", 1)
-    return target, func
 
 
 def _static_function(entry: RewardEntry, base_dir: Path, where: str) -> tuple[str, _Signature | None]:
@@ -289,49 +282,6 @@ class AsyncBoundReward(BoundReward):
         return self._checked(result, kwargs)
 
 
-def import_file(path: Path, where: str) -> Any:
-    if path.is_dir():
-        raise GrpoError(f"reward file {path} is a directory, not a file", where=where,
-                        fix="Give the path of a .py file.")
-    if not path.is_file():
-        raise GrpoError(f"reward file {path} not found", where=where,
-                        fix="Paths are relative to the recipe's directory.")
-    digest = hashlib.sha1(str(path).encode()).hexdigest()[:8]
-    mod_name = f"grpo_user_rewards.{path.stem}_{digest}"
-    module = sys.modules.get(mod_name)
-    if module is not None:
-        return module
-    spec = importlib.util.spec_from_file_location(mod_name, path)
-    if spec is None or spec.loader is None:
-        raise GrpoError(f"cannot import {path}", where=where, fix="Give a .py file.")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[mod_name] = module
-    sys.path.insert(0, str(path.parent))  # let the file import its neighbours
-    try:
-        spec.loader.exec_module(module)
-    except Exception as exc:
-        del sys.modules[mod_name]
-        raise GrpoError(f"importing {path} failed: {type(exc).__name__}: {exc}", where=where,
-                        fix="Run `python " + str(path) + "` to see the full traceback.") from exc
-    finally:
-        sys.path.remove(str(path.parent))
-    return module
-
-
-def import_module(target: str, base_dir: Path, where: str) -> Any:
-    for extra in (str(base_dir), str(Path.cwd())):
-        if extra not in sys.path:
-            sys.path.append(extra)
-    try:
-        return importlib.import_module(target)
-    except ImportError as exc:
-        raise GrpoError(f"cannot import module {target!r}: {exc}", where=where,
-                        fix="Install the package, put the module beside the recipe, or use the "
-                            "`path/to/file.py:func` form.") from exc
-    except Exception as exc:
-        raise GrpoError(f"importing module {target!r} failed: {type(exc).__name__}: {exc}", where=where) from exc
-
-
 def _runtime_signature(func: Any) -> _Signature | None:
     """The signature of an imported callable, for rewards the static check could not read."""
     try:
@@ -349,29 +299,6 @@ def _runtime_signature(func: Any) -> _Signature | None:
             if p.kind is p.POSITIONAL_ONLY:
                 positional_only.append(p.name)
     return _Signature(params, var_kwargs, positional_only, is_async_reward(func))
-
-
-_WANTED: dict[str, Callable[[Any], bool]] = {"function": callable, "callable": callable, "class": inspect.isclass,
-                                             "attribute": lambda obj: obj is not None}
-
-
-def import_reference(ref: str, base_dir: Path, where: str, kind: str = "function") -> Any:
-    """The object a `module:name` / `file.py:name` reference names (a reward, tool, environment or callback;
-    files relative to `base_dir`), or a GrpoError naming `where`; `kind` is what it must be."""
-    target, name = split_reference(ref)
-    if target.endswith(".py"):
-        module = import_file((base_dir / target).expanduser().resolve(), where)
-    else:
-        module = import_module(target, base_dir, where)
-    obj = getattr(module, name, None)
-    wanted = _WANTED[kind]
-    if obj is None or not wanted(obj):
-        names = [n for n, v in vars(module).items() if wanted(v) and not n.startswith("_")]
-        guess = did_you_mean(name, names)
-        raise GrpoError(f"{target} has no {kind} {name!r}", where=where,
-                        fix=f"Did you mean `{guess}`?" if guess else f"Check the name after the ':' "
-                        f"({kind}s there: {', '.join(sorted(names)) or 'none'}).")
-    return obj
 
 
 def _import_function(entry: RewardEntry, base_dir: Path, index: int | None = None) -> Any:
