@@ -67,6 +67,17 @@ def test_callback_references_are_checked_by_validate(tmp_path: Path) -> None:
     assert ok.exit_code == 0, ok.output
 
 
+def test_malformed_code_references_name_the_key_and_both_forms() -> None:
+    """Callbacks, tools and reward functions share one reference check; the short string form works for the first
+    two, and each error says what the reference should name."""
+    for override, key, name in (("callbacks=[no_colon_here]", "callbacks[0]", "Class"),
+                                ("tools=[no_colon_here]", "tools[0]", "name"),
+                                ("rewards=[{function: no_colon_here}]", "rewards[0]", "func")):
+        bad = run_cli("validate", DEMO, override)
+        assert bad.exit_code == 2 and key in bad.output, bad.output
+        assert f"`package.module:{name}` or `path/to/file.py:{name}`" in " ".join(bad.output.split()), bad.output
+
+
 def test_a_class_that_is_not_a_callback_is_a_clear_error(tmp_path: Path) -> None:
     from grpo_cli.errors import GrpoError
     from grpo_cli.training.user_callbacks import load_callbacks

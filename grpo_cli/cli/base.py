@@ -70,6 +70,7 @@ RecipeArg = Annotated[Path, typer.Argument(help="Recipe YAML file.", show_defaul
 OverridesArg = Annotated[
     list[str] | None, typer.Argument(help="section.key=value overrides applied after the recipe.", show_default=False)
 ]
+ReportJsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")]
 
 # The launch flags every verb that reads a recipe takes, as `grpo train` does (flags win over the recipe).
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="Override launch.profile.")]
@@ -107,14 +108,23 @@ def new_app() -> typer.Typer:
     return app
 
 
-def print_check(report: Any, as_json: bool, render: Callable[[Console, Any], None]) -> int:
-    """A dry run's report (check-rewards, check-tools) as one JSON document or rendered; 1 when it flagged
-    something, else 0."""
-    if as_json:
-        sys.stdout.write(report.to_json() + "\n")
-    else:
-        render(console, report)
-    return 0 if report.ok else 1
+Renderer = Callable[[Console, Any], None]
+
+
+def run_check(make: Callable[[], tuple[Any, Renderer]], as_json: bool) -> None:
+    """Run a dry run (check-rewards, check-tools) guarded: `make` returns its report and the renderer (imported
+    there, so `--help` stays fast); print the report as one JSON document or rendered; exit 1 when it flagged
+    something."""
+
+    def body() -> int:
+        report, render = make()
+        if as_json:
+            sys.stdout.write(report.to_json() + "\n")
+        else:
+            render(console, report)
+        return 0 if report.ok else 1
+
+    exit_with(run_guarded(body))
 
 
 def exit_with(code: int | None) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, exit_with, load, print_check, run_guarded
+from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, Renderer, ReportJsonOpt, load, run_check
 
 CHECK_EPILOG = (
     RECIPE_EPILOG + " Completions come from built-in probes for each sampled row (reference answer, wrong "
@@ -26,17 +26,15 @@ def check_rewards_command(
                                                      "file instead of the built-in probes.")] = None,
     generate: Annotated[bool, typer.Option("--generate", help="Sample num_generations completions per prompt "
                                            "from the recipe's model (loads the model).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
+    as_json: ReportJsonOpt = False,
 ) -> None:
     """Call every reward exactly as TRL will, on probes or given completions; flag broken or hackable rewards."""
 
-    def body() -> int:
+    def report() -> tuple[Any, Renderer]:
+        from grpo_cli.cli.render import render_check_report
         from grpo_cli.rewards.check import check_rewards
 
         loaded = load(recipe, overrides)
-        report = check_rewards(loaded, completions=completions, samples=samples, generate=generate)
-        from grpo_cli.cli.render import render_check_report
+        return check_rewards(loaded, completions=completions, samples=samples, generate=generate), render_check_report
 
-        return print_check(report, as_json, render_check_report)
-
-    exit_with(run_guarded(body))
+    run_check(report, as_json)

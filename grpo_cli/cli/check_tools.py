@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, exit_with, load, print_check, run_guarded
+from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, Renderer, ReportJsonOpt, load, run_check
 
 CHECK_TOOLS_EPILOG = (
     RECIPE_EPILOG + " Prints each tool's JSON schema as the model sees it and the first prompt rendered with "
@@ -24,22 +24,20 @@ def check_tools_command(
                                                   '({"tool": ..., "arguments": {...}}).')] = None,
     no_model: Annotated[bool, typer.Option("--no-model", help="Skip the tokenizer (no prompt preview, no "
                                            "parse check).")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON document.")] = False,
+    as_json: ReportJsonOpt = False,
 ) -> None:
     """Show what the model sees of each tool, call every tool and environment, flag broken ones."""
 
-    def body() -> int:
+    def report() -> tuple[Any, Renderer]:
         import datasets
         from transformers.utils import logging as hf_logging
 
+        from grpo_cli.cli.render import render_tool_dry_run
         from grpo_cli.tools import dry_run
 
         datasets.disable_progress_bars()
         hf_logging.disable_progress_bar()
         loaded = load(recipe, overrides)
-        report = dry_run(loaded, examples=examples, with_model=not no_model)
-        from grpo_cli.cli.render import render_tool_dry_run
+        return dry_run(loaded, examples=examples, with_model=not no_model), render_tool_dry_run
 
-        return print_check(report, as_json, render_tool_dry_run)
-
-    exit_with(run_guarded(body))
+    run_check(report, as_json)

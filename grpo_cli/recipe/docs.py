@@ -58,7 +58,11 @@ def _documented_schema() -> dict[str, Any]:
         cls = classes.get(name)
         if cls is None or name == "TrainingSection":
             continue
-        for field, doc in attribute_docstrings(cls).items():
+        docs: dict[str, str] = {}
+        for klass in reversed(cls.__mro__):  # a shared base's fields (health guards' `action`) keep their docs
+            if issubclass(klass, Section):
+                docs.update(attribute_docstrings(klass))
+        for field, doc in docs.items():
             prop = sub.get("properties", {}).get(field)
             if prop is not None:
                 prop["description"] = doc

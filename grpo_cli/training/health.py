@@ -160,14 +160,28 @@ class HealthGuard(TrainerCallback):
         return control
 
 
-class ZeroStdGuard(HealthGuard):
-    name = "zero_std"
+class MetricGuard(HealthGuard):
+    """A guard on one logged metric: a log counts as bad when `trips(value)` holds (by default: at or above
+    the guard's threshold); a log without a finite value, or one `counts` rejects, is skipped."""
+
+    metric: ClassVar[str] = ""
 
     def observe(self, logs: dict[str, Any]) -> Observation | None:
-        value = logs.get("frac_reward_zero_std")
-        if not finite(value):
+        value = logs.get(self.metric)
+        if not finite(value) or not self.counts(logs):
             return None
-        return Observation("frac_reward_zero_std", float(value), value >= self.settings.threshold)
+        return Observation(self.metric, float(value), self.trips(float(value)))
+
+    def counts(self, logs: dict[str, Any]) -> bool:
+        """Whether this log says anything about the guard's condition."""
+        return True
+
+    def trips(self, value: float) -> bool:
+        return value >= self.settings.threshold
+
+
+class ZeroStdGuard(MetricGuard):
+    name, metric = "zero_std", "frac_reward_zero_std"
 
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
         g, temp = self._cfg("num_generations"), self._cfg("temperature")
@@ -240,14 +254,11 @@ class UnscoredRewardGuard(HealthGuard):
                 "check it receives the columns it reads (data.keep_columns)")
 
 
-class EntropyGuard(HealthGuard):
-    name = "entropy"
+class EntropyGuard(MetricGuard):
+    name, metric = "entropy", "entropy"
 
-    def observe(self, logs: dict[str, Any]) -> Observation | None:
-        value = logs.get("entropy")
-        if not finite(value):
-            return None
-        return Observation("entropy", float(value), value < self.settings.threshold)
+    def trips(self, value: float) -> bool:
+        return value < self.settings.threshold
 
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
         return (f"entropy stayed below {self.settings.threshold} for {len(seen)} logging steps "
@@ -256,14 +267,8 @@ class EntropyGuard(HealthGuard):
                 f"{self._cfg('learning_rate')}); add a KL penalty (training.beta > 0, now {self._cfg('beta')})")
 
 
-class ClippedGuard(HealthGuard):
-    name = "clipped"
-
-    def observe(self, logs: dict[str, Any]) -> Observation | None:
-        value = logs.get("completions/clipped_ratio")
-        if not finite(value):
-            return None
-        return Observation("completions/clipped_ratio", float(value), value >= self.settings.threshold)
+class ClippedGuard(MetricGuard):
+    name, metric = "clipped", "completions/clipped_ratio"
 
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
         length = self._cfg("max_completion_length")
@@ -273,8 +278,8 @@ class ClippedGuard(HealthGuard):
                 "set training.mask_truncated_completions=true")
 
 
-class FlatRewardGuard(HealthGuard):
-    name = "flat_reward"
+class FlatRewardGuard(MetricGuard):
+    name, metric = "flat_reward", "reward"
 
     def __init__(self, settings: Any, recipe: Recipe, events: HealthEvents) -> None:
         super().__init__(settings, recipe, events)
@@ -284,14 +289,10 @@ class FlatRewardGuard(HealthGuard):
     def needed(self) -> int:
         return 1  # the reward window below carries it
 
-    def observe(self, logs: dict[str, Any]) -> Observation | None:
-        value = logs.get("reward")
-        if not finite(value):
-            return None
-        self.values.append(float(value))
+    def trips(self, value: float) -> bool:
+        self.values.append(value)
         full = len(self.values) == self.values.maxlen
-        spread = max(self.values) - min(self.values)
-        return Observation("reward", float(value), full and spread < self.settings.threshold)
+        return full and max(self.values) - min(self.values) < self.settings.threshold
 
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
         lo, hi = min(self.values), max(self.values)
@@ -301,14 +302,12 @@ class FlatRewardGuard(HealthGuard):
                 "the reward denser (partial credit)")
 
 
-class ToolFailureGuard(HealthGuard):
-    name = "tool_failures"
+class ToolFailureGuard(MetricGuard):
+    name, metric = "tool_failures", "tools/failure_frequency"
 
-    def observe(self, logs: dict[str, Any]) -> Observation | None:
-        value = logs.get("tools/failure_frequency")
-        if not finite(value) or not finite(logs.get("tools/call_frequency")) or not logs["tools/call_frequency"]:
-            return None  # no calls this window: nothing failed or succeeded
-        return Observation("tools/failure_frequency", float(value), value >= self.settings.threshold)
+    def counts(self, logs: dict[str, Any]) -> bool:
+        calls = logs.get("tools/call_frequency")
+        return finite(calls) and bool(calls)  # no calls this window: nothing failed or succeeded
 
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
         return (f"{fmt(seen[-1].value)} of tool calls failed for {len(seen)} logging steps (at or above "
@@ -317,14 +316,11 @@ class ToolFailureGuard(HealthGuard):
                 "arguments the model sends (types in the signature, clear `Args:` docs); raise a tool's `timeout`")
 
 
-class NoToolCallsGuard(HealthGuard):
-    name = "no_tool_calls"
+class NoToolCallsGuard(MetricGuard):
+    name, metric = "no_tool_calls", "tools/call_frequency"
 
-    def observe(self, logs: dict[str, Any]) -> Observation | None:
-        value = logs.get("tools/call_frequency")
-        if not finite(value):
-            return None
-        return Observation("tools/call_frequency", float(value), value == 0)
+    def trips(self, value: float) -> bool:
+        return value == 0
 
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
         return (f"no completion called a tool for {len(seen)} logging steps (tools/call_frequency 0)",

@@ -2,7 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+import re
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+_REFERENCE = re.compile(r"^(?P<target>[^:]+(?:\.py)?):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
+
+
+def check_reference(ref: str, what: str, name: str = "name") -> None:
+    """How a recipe points at user code: `package.module:<name>` or `path/to/file.py:<name>`; else a ValueError
+    that names the key (`what`) and shows both forms."""
+    if not _REFERENCE.match(ref):
+        raise ValueError(f"{what} {ref!r} is not a reference: write `package.module:{name}` or "
+                         f"`path/to/file.py:{name}`")
 
 
 class Section(BaseModel):
@@ -14,3 +27,21 @@ class Section(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", validate_default=True, use_attribute_docstrings=False)
+
+
+class ReferenceEntry(Section):
+    """An entry whose `reference_key` points at user code; a bare string is the same as `{<key>: <string>}`."""
+
+    reference_key: ClassVar[str] = ""
+    reference_name: ClassVar[str] = "name"
+    """What the reference names, for the error message (`Class`, `func`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _short_form(cls, value: Any) -> Any:
+        return {cls.reference_key: value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _valid_reference(self) -> ReferenceEntry:
+        check_reference(getattr(self, self.reference_key), self.reference_key, self.reference_name)
+        return self

@@ -16,104 +16,107 @@ from grpo_cli.recipe.schema.common import Section
 Action = Literal["warn", "stop"]
 
 
-class ZeroStdSettings(Section):
-    """Groups whose completions all got the same reward carry no learning signal."""
+class Guard(Section):
+    """What every guard has: an on switch and what happens when it fires."""
 
     enabled: bool = True
-    """Watch `frac_reward_zero_std`."""
-    threshold: float = Field(0.95, gt=0.0, le=1.0)
-    """Fire when the share of zero-std groups stays at or above this for `window` logging steps."""
-    window: int = Field(5, ge=1)
-    """Consecutive logging steps the condition must hold."""
+    """Watch this guard's metric (named above); false turns this guard off."""
     action: Action = "warn"
     """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
 
 
-class NonFiniteSettings(Section):
-    """NaN or inf in `loss`, `grad_norm` or the total `reward` (missing when no completion could be scored)."""
+class ZeroStdSettings(Guard):
+    """Groups whose completions all got the same reward carry no learning signal.
 
-    enabled: bool = True
-    """Watch loss, grad norm and the total reward. Note that Trainer's `logging_nan_inf_filter` (on by default)
-    hides NaN losses, so a NaN usually shows in the grad norm first."""
+    Watches `frac_reward_zero_std`.
+    """
+
+    threshold: float = Field(0.95, gt=0.0, le=1.0)
+    """Fire when the share of zero-std groups stays at or above this for `window` logging steps."""
+    window: int = Field(5, ge=1)
+    """Consecutive logging steps the condition must hold."""
+
+
+class NonFiniteSettings(Guard):
+    """NaN or inf in `loss`, `grad_norm` or the total `reward` (missing when no completion could be scored).
+
+    Watches loss, grad norm and the total reward. Note that Trainer's `logging_nan_inf_filter` (on by default)
+    hides NaN losses, so a NaN usually shows in the grad norm first.
+    """
+
     window: int = Field(1, ge=1)
     """Fire after this many consecutive logging steps with a non-finite value."""
     action: Action = "stop"
     """Stop by default: after NaN weights or a batch no reward could score, later steps are wasted."""
 
 
-class UnscoredRewardSettings(Section):
-    """One reward function scored no completion (it returned None or NaN for every row)."""
+class UnscoredRewardSettings(Guard):
+    """One reward function scored no completion (it returned None or NaN for every row).
 
-    enabled: bool = True
-    """Watch each `rewards/<name>/mean`. Multi-task rewards return None for rows of other tasks, which is fine
-    for a while; a reward that never scores anything is a bug."""
+    Watches each `rewards/<name>/mean`. Multi-task rewards return None for rows of other tasks, which is fine
+    for a while; a reward that never scores anything is a bug.
+    """
+
     window: int = Field(5, ge=1)
     """Fire when a reward's mean is missing for this many consecutive logging steps."""
-    action: Action = "warn"
-    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
 
 
-class EntropySettings(Section):
-    """Token entropy near zero: the policy always samples the same answer and stops exploring."""
+class EntropySettings(Guard):
+    """Token entropy near zero: the policy always samples the same answer and stops exploring.
 
-    enabled: bool = True
-    """Watch `entropy` (nats per completion token)."""
+    Watches `entropy` (nats per completion token).
+    """
+
     threshold: float = Field(0.02, ge=0.0)
     """Fire when entropy stays below this floor for `window` logging steps."""
     window: int = Field(3, ge=1)
     """Consecutive logging steps the condition must hold."""
-    action: Action = "warn"
-    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
 
 
-class ClippedSettings(Section):
-    """Completions cut at `training.max_completion_length` get rewards for unfinished answers."""
+class ClippedSettings(Guard):
+    """Completions cut at `training.max_completion_length` get rewards for unfinished answers.
 
-    enabled: bool = True
-    """Watch `completions/clipped_ratio`."""
+    Watches `completions/clipped_ratio`.
+    """
+
     threshold: float = Field(0.95, gt=0.0, le=1.0)
     """Fire when the share of truncated completions stays at or above this for `window` logging steps."""
     window: int = Field(3, ge=1)
     """Consecutive logging steps the condition must hold."""
-    action: Action = "warn"
-    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
 
 
-class FlatRewardSettings(Section):
-    """The total reward has not moved over a long window: the run has converged or is not learning."""
+class FlatRewardSettings(Guard):
+    """The total reward has not moved over a long window: the run has converged or is not learning.
 
-    enabled: bool = True
-    """Watch `reward`."""
+    Watches `reward`.
+    """
+
     threshold: float = Field(0.01, ge=0.0)
     """Fire when max - min of the reward over the last `window` logging steps is below this."""
     window: int = Field(20, ge=2)
     """Logging steps compared (never fires before this many)."""
-    action: Action = "warn"
-    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
 
 
-class ToolFailureGuard(Section):
-    """Most tool calls fail (bad arguments, exceptions, timeouts): the model learns from error messages."""
+class ToolFailureGuard(Guard):
+    """Most tool calls fail (bad arguments, exceptions, timeouts): the model learns from error messages.
 
-    enabled: bool = True
-    """Watch `tools/failure_frequency` (only logged when the recipe has tools or an environment)."""
+    Watches `tools/failure_frequency` (only logged when the recipe has tools or an environment).
+    """
+
     threshold: float = Field(0.5, gt=0.0, le=1.0)
     """Fire when the share of failed tool calls stays at or above this for `window` logging steps."""
     window: int = Field(5, ge=1)
     """Consecutive logging steps the condition must hold."""
-    action: Action = "warn"
-    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
 
 
-class NoToolCallsGuard(Section):
-    """The model never calls a tool: the tools train nothing (often a chat template or parsing problem)."""
+class NoToolCallsGuard(Guard):
+    """The model never calls a tool: the tools train nothing (often a chat template or parsing problem).
 
-    enabled: bool = True
-    """Watch `tools/call_frequency` (only logged when the recipe has tools or an environment)."""
+    Watches `tools/call_frequency` (only logged when the recipe has tools or an environment).
+    """
+
     window: int = Field(10, ge=1)
     """Fire when no completion called a tool for this many consecutive logging steps."""
-    action: Action = "warn"
-    """`warn` prints and records the event; `stop` also saves a checkpoint and ends the run."""
 
 
 class HealthSection(Section):

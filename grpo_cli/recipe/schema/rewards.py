@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from grpo_cli.recipe.schema.common import Section
+from grpo_cli.recipe.schema.common import Section, check_reference
 
 DEFAULT_TIMEOUT_S = 600.0
-_FUNC_REF = re.compile(r"^(?P<target>[^:]+(?:\.py)?):(?P<func>[A-Za-z_][A-Za-z0-9_]*)$")
 
 
 class RewardEntry(Section):
@@ -52,11 +50,8 @@ class RewardEntry(Section):
             raise ValueError("give either `function` or `model`, not both")
         if not kinds and not self.name:
             raise ValueError("each reward needs a built-in `name`, a `function` or a `model`")
-        if self.function is not None and not _FUNC_REF.match(self.function):
-            raise ValueError(
-                f"function {self.function!r} is not a reference: write `package.module:func` or "
-                "`path/to/file.py:func`"
-            )
+        if self.function is not None:
+            check_reference(self.function, "function", "func")
         if self.model is not None and self.params:
             raise ValueError("a reward `model` takes no `params`")
         if self.model is not None and "timeout" in self.model_fields_set:

@@ -2,28 +2,23 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from pydantic import Field, model_validator
 
-from grpo_cli.recipe.schema.common import Section
+from grpo_cli.recipe.schema.common import ReferenceEntry, Section, check_reference
 
 RESULT_CHARS = 10_000
 """Default cap on a tool result's text: about 2,500 tokens, more than a completion budget usually holds."""
-_REF = re.compile(r"^(?P<target>[^:]+(?:\.py)?):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
 
 
-def _check_ref(ref: str, what: str) -> None:
-    if not _REF.match(ref):
-        raise ValueError(f"{what} {ref!r} is not a reference: write `package.module:name` or `path/to/file.py:name`")
-
-
-class ToolEntry(Section):
+class ToolEntry(ReferenceEntry):
     """One tool the model may call: a plain function (sync or async) with type hints and an `Args:` docstring.
 
     A bare string is the same as `{function: <string>}`.
     """
+
+    reference_key = "function"
 
     function: str
     """`package.module:func` or `path/to/file.py:func` (relative to the recipe)."""
@@ -35,16 +30,6 @@ class ToolEntry(Section):
     """Longest result (characters of its text) that goes into the model's context; a longer one is cut there, ends
     with a note saying so, and is counted in the step log (`tools/results_cut`). null: no limit (a 5 MB result
     takes minutes to tokenize on every step)."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, value: Any) -> Any:
-        return {"function": value} if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _valid_ref(self) -> ToolEntry:
-        _check_ref(self.function, "function")
-        return self
 
     @property
     def name(self) -> str:
@@ -85,7 +70,7 @@ class EnvironmentSection(Section):
             if not self.factory:
                 raise ValueError("factory mapping is empty: give at least one `name: envs.py:Class`")
             for name, ref in self.factory.items():
-                _check_ref(ref, f"factory.{name}")
+                check_reference(ref, f"factory.{name}")
             for name, value in self.params.items():
                 if name not in self.factory:
                     raise ValueError(f"params key {name!r} is not an environment name; with several environments "
@@ -93,7 +78,7 @@ class EnvironmentSection(Section):
                 if not isinstance(value, dict):
                     raise ValueError(f"params.{name} must be a mapping of constructor arguments")
         else:
-            _check_ref(self.factory, "factory")
+            check_reference(self.factory, "factory")
         return self
 
     @property

@@ -27,19 +27,15 @@ _log = logging.getLogger(__name__)
 
 def completion_text(completion: Any) -> str:
     """The text of a completion: the string itself, or the last assistant message's content."""
-    if completion is None:
-        return ""
-    if isinstance(completion, str):
-        return completion
     if isinstance(completion, dict):
         return _content_text(completion.get("content"))
-    if isinstance(completion, Sequence):
+    if isinstance(completion, Sequence) and not isinstance(completion, str):
         messages = [m for m in completion if isinstance(m, dict)]
         for message in reversed(messages):
             if message.get("role", "assistant") == "assistant":
                 return _content_text(message.get("content"))
         return _content_text(messages[-1].get("content")) if messages else ""
-    return str(completion)
+    return _content_text(completion)  # None, a plain string, or anything else as text
 
 
 def _content_text(content: Any) -> str:
@@ -227,34 +223,6 @@ def row_references(n: int, answer: Any = None, solution: Any = None) -> list[Any
     return list(column) + [None] * (n - len(column))
 
 
-def correctness(
-    completions: Sequence[Any],
-    answer: Any = None,
-    solution: Any = None,
-    *,
-    answer_format: AnswerFormat = "auto",
-    answer_tag: str = "answer",
-    use_math_verify: bool = True,
-) -> list[bool | None]:
-    """Per row: True/False when the completion's answer matches, None when there is no reference."""
-    if answer_format not in ANSWER_FORMATS:
-        raise ValueError(f"unknown answer_format {answer_format!r}; use one of {', '.join(ANSWER_FORMATS)}")
-    out: list[bool | None] = []
-    for completion, reference in zip(completions, row_references(len(completions), answer, solution),
-                                     strict=False):
-        ref = reference_answer(reference)
-        if ref is None:
-            out.append(None)
-            continue
-        try:
-            pred = parse_completion_answer(completion_text(completion), answer_format, answer_tag)
-            out.append(answers_match(pred, ref, use_math_verify=use_math_verify and answer_format != "first_word"))
-        except Exception as exc:  # one odd row must not stop training
-            _log.debug("accuracy check failed: %s", exc)
-            out.append(False)
-    return out
-
-
 def accuracy(
     completions: Sequence[Any],
     *,
@@ -301,6 +269,20 @@ def accuracy(
         >>> accuracy(["Red.", "blue"], answer=["red", "red"], answer_format="first_word")
         [1.0, 0.0]
     """
-    verdicts = correctness(completions, answer, solution, answer_format=answer_format,
-                           answer_tag=answer_tag, use_math_verify=use_math_verify)
-    return [None if v is None else float(v) for v in verdicts]
+    if answer_format not in ANSWER_FORMATS:
+        raise ValueError(f"unknown answer_format {answer_format!r}; use one of {', '.join(ANSWER_FORMATS)}")
+    out: list[float | None] = []
+    for completion, reference in zip(completions, row_references(len(completions), answer, solution),
+                                     strict=False):
+        ref = reference_answer(reference)
+        if ref is None:
+            out.append(None)
+            continue
+        try:
+            pred = parse_completion_answer(completion_text(completion), answer_format, answer_tag)
+            matched = answers_match(pred, ref, use_math_verify=use_math_verify and answer_format != "first_word")
+            out.append(1.0 if matched else 0.0)
+        except Exception as exc:  # one odd row must not stop training
+            _log.debug("accuracy check failed: %s", exc)
+            out.append(0.0)
+    return out

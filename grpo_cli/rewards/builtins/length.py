@@ -10,7 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from grpo_cli.rewards.builtins.answers import AnswerFormat, completion_text, correctness
+from grpo_cli.rewards.builtins.answers import AnswerFormat, accuracy, completion_text
 
 
 def completion_lengths(completions: Sequence[Any], completion_ids: Sequence[Any] | None = None) -> list[int]:
@@ -58,8 +58,8 @@ def length(
         >>> length(["<answer>4</answer>", "it is <answer>4</answer>", "<answer>5</answer>"], answer=["4"] * 3)
         [0.5, -0.5, 0.0]
     """
-    verdicts = correctness(completions, answer, solution, answer_format=answer_format,
-                           answer_tag=answer_tag, use_math_verify=use_math_verify)
+    verdicts = accuracy(completions, answer=answer, solution=solution, answer_format=answer_format,
+                        answer_tag=answer_tag, use_math_verify=use_math_verify)
     lengths = completion_lengths(completions, completion_ids)
     judged = [n for n, v in zip(lengths, verdicts, strict=True) if v is not None]
     if not judged:
@@ -131,8 +131,8 @@ def cosine(
         raise ValueError(f"max_len must be positive, got {max_len}")
     if length_unit not in ("tokens", "characters"):
         raise ValueError(f"length_unit must be tokens or characters, got {length_unit!r}")
-    verdicts = correctness(completions, answer, solution, answer_format=answer_format,
-                           answer_tag=answer_tag, use_math_verify=use_math_verify)
+    verdicts = accuracy(completions, answer=answer, solution=solution, answer_format=answer_format,
+                        answer_tag=answer_tag, use_math_verify=use_math_verify)
     lengths = completion_lengths(completions, completion_ids if length_unit == "tokens" else None)
     rewards: list[float | None] = []
     for n, correct in zip(lengths, verdicts, strict=True):
