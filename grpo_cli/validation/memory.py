@@ -239,7 +239,7 @@ def _static_items(recipe: Recipe, shape: ModelShape, world: int, dtype: str,
                             f"{moments_b:g} bytes/param, {'8-bit optimizer' if eight_bit else why}{split}"))
     if master_b:
         items.append(MemoryItem("fp32 master weights", trainable * master_b / shard_state, f"4 bytes/param{split}"))
-    beta = float(t.get("beta") or 0.0)
+    beta = t.beta
     if beta > 0 and m.lora is None:
         items.append(MemoryItem("reference model", weights / shard_weights, f"beta={beta:g}: a frozen copy{sharded}"))
     elif beta > 0:
@@ -250,8 +250,8 @@ def _static_items(recipe: Recipe, shape: ModelShape, world: int, dtype: str,
 def _sequence(recipe: Recipe, notes: list[str]) -> tuple[int, int, int]:
     """(per-device batch, completion tokens, prompt + completion tokens)."""
     t = recipe.training
-    per_device = int(t.get("per_device_train_batch_size") or 8)
-    completion = int(t.get("max_completion_length") or 256)
+    per_device = t.per_device_train_batch_size
+    completion = t.max_completion_length
     prompt = recipe.data.max_prompt_tokens
     if prompt is None:
         prompt = DEFAULT_PROMPT_TOKENS
@@ -309,9 +309,9 @@ def _generation_items(recipe: Recipe, shape: ModelShape, world: int, dtype: str,
     t, vllm = recipe.training, recipe.launch.vllm
     if vllm.mode == "off":
         per_device, _, seq = _sequence(recipe, [])
-        spg = t.get("steps_per_generation") or t.get("gradient_accumulation_steps") or 1
-        gbs = t.get("generation_batch_size")
-        gen_batch = int(gbs) // world if gbs else per_device * int(spg)
+        spg = t.steps_per_generation or t.gradient_accumulation_steps
+        gbs = t.generation_batch_size
+        gen_batch = gbs // world if gbs else per_device * spg
         kv = 2 * shape.layers * shape.kv_dim * (4.0 if dtype == "float32" else 2.0) * gen_batch * seq
         return [MemoryItem("generation KV cache", kv, f"{gen_batch} sequences x {seq} tokens (transformers "
                            "generate)", "generation")]
