@@ -14,11 +14,7 @@ from grpo_cli.recipe.schema import Recipe
 
 def _rows_needed(recipe: Recipe) -> int:
     """Prompts in one generation batch, at least: TRL's sampler drops a batch it cannot fill."""
-    training = recipe.training
-    steps_per_generation = training.steps_per_generation or training.gradient_accumulation_steps
-    generation = training.generation_batch_size
-    per_generation = training.per_device_train_batch_size * steps_per_generation * recipe.launch.world_size
-    return max(1, generation or per_generation)
+    return max(1, recipe.training.generation_batch(recipe.launch.world_size))
 
 
 def environment_rows(recipe: Recipe) -> tuple[Any, None, dict[str, Any]]:

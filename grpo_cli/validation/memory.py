@@ -308,10 +308,8 @@ def _generation_items(recipe: Recipe, shape: ModelShape, world: int, dtype: str,
     """The generation KV cache (transformers) or vLLM's reservation (colocate); server mode counts nothing."""
     t, vllm = recipe.training, recipe.launch.vllm
     if vllm.mode == "off":
-        per_device, _, seq = _sequence(recipe, [])
-        spg = t.steps_per_generation or t.gradient_accumulation_steps
-        gbs = t.generation_batch_size
-        gen_batch = gbs // world if gbs else per_device * spg
+        _, _, seq = _sequence(recipe, [])
+        gen_batch = t.generation_batch(world) // world
         kv = 2 * shape.layers * shape.kv_dim * (4.0 if dtype == "float32" else 2.0) * gen_batch * seq
         return [MemoryItem("generation KV cache", kv, f"{gen_batch} sequences x {seq} tokens (transformers "
                            "generate)", "generation")]

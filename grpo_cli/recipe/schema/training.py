@@ -293,3 +293,9 @@ class TrainingSection(Section):
         really turns it off."""
         explicit = (self.model_extra or {}).get("activation_checkpointing")
         return bool(explicit) if explicit is not None else bool(self.get("gradient_checkpointing"))
+
+    def generation_batch(self, world_size: int) -> int:
+        """Completions generated at once across all processes, as TRL derives it: `generation_batch_size`, else
+        per-device batch x processes x `steps_per_generation` (default: `gradient_accumulation_steps`)."""
+        steps = self.steps_per_generation or self.gradient_accumulation_steps
+        return self.generation_batch_size or self.per_device_train_batch_size * world_size * steps
