@@ -20,11 +20,11 @@ from grpo_cli.lazy import lazy_exports
 __version__ = "0.1.0"
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
-    from grpo_cli.errors import GrpoError as GrpoError, RecipeError as RecipeError
-    from grpo_cli.recipe.loader import load_recipe as load_recipe
-    from grpo_cli.recipe.schema import Recipe as Recipe
-    from grpo_cli.training.run import train as train
-    from grpo_cli.validation.checks import preflight as preflight
+    from grpo_cli.errors import GrpoError, RecipeError
+    from grpo_cli.recipe.loader import load_recipe
+    from grpo_cli.recipe.schema import Recipe
+    from grpo_cli.training.run import train
+    from grpo_cli.validation.checks import preflight
 
 __all__ = ["GrpoError", "Recipe", "RecipeError", "load_recipe", "preflight", "train", "__version__"]
 

@@ -160,7 +160,7 @@ COMPUTED_FACES = {"grpo_cli.cli": {"app"}, "grpo_cli.rewards.builtins": {"BUILTI
 
 def test_every_face_follows_the_one_pattern() -> None:
     """A package's `__init__` lists its exports in `__all__`; names whose modules load on first use are imported
-    as `name as name` under `if TYPE_CHECKING:` (so type checkers and IDEs see them) and served by
+    under `if TYPE_CHECKING:` (so type checkers and IDEs see them, re-exported through `__all__`) and served by
     `__getattr__ = lazy_exports(__name__)`, which reads that block; nothing else defines a module `__getattr__`."""
     import importlib
 

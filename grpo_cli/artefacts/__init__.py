@@ -14,15 +14,11 @@ from typing import TYPE_CHECKING
 from grpo_cli.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
-    from grpo_cli.artefacts.card import write_card as write_card
-    from grpo_cli.artefacts.hub import push_run as push_run, stage_run as stage_run
-    from grpo_cli.artefacts.report import (
-        report_after_training as report_after_training,
-        summarize_run as summarize_run,
-        write_report as write_report,
-    )
-    from grpo_cli.artefacts.report_data import load_run as load_run
-    from grpo_cli.artefacts.samples import read_samples as read_samples, select_samples as select_samples
+    from grpo_cli.artefacts.card import write_card
+    from grpo_cli.artefacts.hub import push_run, stage_run
+    from grpo_cli.artefacts.report import report_after_training, summarize_run, write_report
+    from grpo_cli.artefacts.report_data import load_run
+    from grpo_cli.artefacts.samples import read_samples, select_samples
 
 __all__ = [
     "load_run", "push_run", "read_samples", "report_after_training", "select_samples", "stage_run", "summarize_run",

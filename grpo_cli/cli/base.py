@@ -74,7 +74,7 @@ ReportJsonOpt = Annotated[bool, typer.Option("--json", help="Print the report as
 
 # The launch flags every verb that reads a recipe takes, as `grpo train` does (flags win over the recipe).
 ProfileOpt = Annotated[str | None, typer.Option("--profile", help="Override launch.profile.")]
-NumProcessesOpt = Annotated[int | None, typer.Option("--num-processes", help="Override launch.num_processes.")]
+ProcessesOpt = Annotated[int | None, typer.Option("--num-processes", help="Override launch.num_processes.")]
 ThreadsOpt = Annotated[int | None, typer.Option(
     "--threads", min=1, help="Override launch.threads: torch threads per training process (default: from the "
                              "free cores).")]

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import NumProcessesOpt, OverridesArg, ProfileOpt, console, load, run_guarded
+from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, console, load, run_guarded
 
 DOCTOR_EPILOG = ("Exit code 1 when something needed is missing or outside its supported window: the core libraries "
                  "always, and with a recipe also what it uses (vLLM, DeepSpeed, bitsandbytes, flash-attn, "
@@ -20,7 +20,7 @@ def doctor(
     overrides: OverridesArg = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     profile: ProfileOpt = None,
-    num_processes: NumProcessesOpt = None,
+    num_processes: ProcessesOpt = None,
 ) -> None:
     """Check Python, the torch build, CUDA devices, bf16, NCCL and library versions against TRL 1.16's windows."""
 

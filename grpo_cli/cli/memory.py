@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import NumProcessesOpt, OverridesArg, ProfileOpt, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, RecipeArg, console, load, run_guarded
 
 
 def memory(
@@ -16,7 +16,7 @@ def memory(
         "--gpu-memory-gb", min=1.0, help="Memory of one GPU in GiB (default: read with nvidia-smi when present).")]
     = None,
     profile: ProfileOpt = None,
-    num_processes: NumProcessesOpt = None,
+    num_processes: ProcessesOpt = None,
 ) -> None:
     """Estimate memory per GPU from the model's config.json and the recipe, without loading weights."""
 

@@ -7,15 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import (
-    NumProcessesOpt,
-    OverridesArg,
-    ProfileOpt,
-    RecipeArg,
-    ThreadsOpt,
-    console,
-    run_guarded,
-)
+from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, RecipeArg, ThreadsOpt, console, run_guarded
 
 
 def train(
@@ -27,7 +19,7 @@ def train(
     = False,
     force: Annotated[bool, typer.Option("--force", help="Replace a non-empty output dir.")] = False,
     profile: ProfileOpt = None,
-    num_processes: NumProcessesOpt = None,
+    num_processes: ProcessesOpt = None,
     threads: ThreadsOpt = None,
     num_machines: Annotated[int | None, typer.Option("--num-machines", help="Override launch.num_machines.")] = None,
     machine_rank: Annotated[int | None, typer.Option("--machine-rank", help="Override launch.machine_rank.")] = None,

@@ -6,16 +6,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import (
-    NumProcessesOpt,
-    OverridesArg,
-    ProfileOpt,
-    RecipeArg,
-    ThreadsOpt,
-    console,
-    load,
-    run_guarded,
-)
+from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, RecipeArg, ThreadsOpt, console, load, run_guarded
 
 
 def validate(
@@ -24,7 +15,7 @@ def validate(
     print_recipe: Annotated[bool, typer.Option("--print", help="Print the resolved recipe as YAML.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
     profile: ProfileOpt = None,
-    num_processes: NumProcessesOpt = None,
+    num_processes: ProcessesOpt = None,
     threads: ThreadsOpt = None,
 ) -> None:
     """Check a recipe without loading any model: schema, batch arithmetic, data, rewards; print the plan."""

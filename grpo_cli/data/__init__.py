@@ -13,13 +13,7 @@ from grpo_cli.lazy import lazy_exports
 from grpo_cli.recipe.schema.data import LOCAL_SUFFIXES
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
-    from grpo_cli.data.mapping import (
-        MappedData as MappedData,
-        extract_reference_answer as extract_reference_answer,
-        map_split as map_split,
-        prepare_data as prepare_data,
-        prompt_token_length as prompt_token_length,
-    )
+    from grpo_cli.data.mapping import MappedData, extract_reference_answer, map_split, prepare_data, prompt_token_length
 
 __all__ = [
     "LOCAL_SUFFIXES", "MappedData", "count_rows", "extract_reference_answer", "map_split", "peek_columns",

@@ -32,12 +32,17 @@ class SuiteSettings:
     """How a suite is sampled: greedy pass@1 unless k > 1 (then temperature must be > 0)."""
 
     k: int = 1
+    """Completions per problem; pass@k is scored over them."""
     temperature: float = 0.0
+    """0 decodes greedily."""
     top_p: float = 1.0
-    max_new_tokens: int = 512
-    batch_size: int = 32
-    seed: int = 1234
     limit: int | None = None
+    """The first `limit` problems only (None: the whole suite)."""
+    max_new_tokens: int = 512
+    """Answers cut here count as truncated (and usually wrong)."""
+    batch_size: int = 32
+    """Prompts generated together."""
+    seed: int = 1234
 
 
 @dataclass

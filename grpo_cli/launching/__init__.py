@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 from grpo_cli.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
-    from grpo_cli.launching.cluster import prepare_cluster as prepare_cluster, write_skypilot as write_skypilot
-    from grpo_cli.launching.relaunch import maybe_relaunch as maybe_relaunch
-    from grpo_cli.launching.slurm import submit_sbatch as submit_sbatch, write_slurm as write_slurm
-    from grpo_cli.launching.vllm_server import stop_server as stop_server, wait_for_server as wait_for_server
+    from grpo_cli.launching.cluster import prepare_cluster, write_skypilot
+    from grpo_cli.launching.relaunch import maybe_relaunch
+    from grpo_cli.launching.slurm import submit_sbatch, write_slurm
+    from grpo_cli.launching.vllm_server import stop_server, wait_for_server
 
 __all__ = [
     "maybe_relaunch", "prepare_cluster", "stop_server", "submit_sbatch", "wait_for_server", "write_skypilot",

@@ -15,21 +15,16 @@ from grpo_cli.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
     from grpo_cli.models.loading import (
-        LoadedModel as LoadedModel,
-        load_model as load_model,
-        load_tokenizer as load_tokenizer,
-        model_reference as model_reference,
-        record_base_reference as record_base_reference,
-        resolve_dtype as resolve_dtype,
-        source_reference as source_reference,
+        LoadedModel,
+        load_model,
+        load_tokenizer,
+        model_reference,
+        record_base_reference,
+        resolve_dtype,
+        source_reference,
     )
-    from grpo_cli.models.merge import MergeResult as MergeResult, merge_adapter as merge_adapter
-    from grpo_cli.models.sources import (
-        ModelSource as ModelSource,
-        load_source_model as load_source_model,
-        load_tokenizer_for as load_tokenizer_for,
-        resolve_model_source as resolve_model_source,
-    )
+    from grpo_cli.models.merge import MergeResult, merge_adapter
+    from grpo_cli.models.sources import ModelSource, load_source_model, load_tokenizer_for, resolve_model_source
 
 __all__ = [
     "LoadedModel", "MergeResult", "ModelSource", "load_model", "load_source_model", "load_tokenizer",

@@ -16,8 +16,8 @@ from grpo_cli.rewards.registry import builtin_names, describe_builtin, get_built
 from grpo_cli.rewards.sources import find_module_file
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
-    from grpo_cli.rewards.build import build_reward_funcs as build_reward_funcs
-    from grpo_cli.rewards.calling import call_reward as call_reward, run_with_timeout as run_with_timeout
+    from grpo_cli.rewards.build import build_reward_funcs
+    from grpo_cli.rewards.calling import call_reward, run_with_timeout
 
 __all__ = [
     "BoundReward", "RewardInfo", "build_reward_funcs", "builtin_names", "call_reward", "describe_builtin",

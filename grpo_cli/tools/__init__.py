@@ -14,23 +14,10 @@ from grpo_cli.lazy import lazy_exports
 from grpo_cli.tools.static import ToolCheck, check_tools
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
-    from grpo_cli.tools.dryrun import dry_run as dry_run
-    from grpo_cli.tools.episodes import (
-        Episode as Episode,
-        run_episodes as run_episodes,
-        start_episodes as start_episodes,
-    )
-    from grpo_cli.tools.guard import (
-        ToolStats as ToolStats,
-        ToolTimeout as ToolTimeout,
-        stats_markdown as stats_markdown,
-    )
-    from grpo_cli.tools.loading import (
-        Toolset as Toolset,
-        environment_methods as environment_methods,
-        load_toolset as load_toolset,
-        make_environment as make_environment,
-    )
+    from grpo_cli.tools.dryrun import dry_run
+    from grpo_cli.tools.episodes import Episode, run_episodes, start_episodes
+    from grpo_cli.tools.guard import ToolStats, ToolTimeout, stats_markdown
+    from grpo_cli.tools.loading import Toolset, environment_methods, load_toolset, make_environment
 
 __all__ = [
     "Episode", "ToolCheck", "ToolStats", "ToolTimeout", "Toolset", "check_tools", "dry_run", "environment_methods",

@@ -19,15 +19,10 @@ from typing import TYPE_CHECKING
 from grpo_cli.lazy import lazy_exports
 from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
 from grpo_cli.validation.checks import Preflight, preflight
-from grpo_cli.validation.topology import (
-    resolve_num_processes,
-    thread_plan,
-    visible_gpu_count,
-    world_size_explanation,
-)
+from grpo_cli.validation.topology import resolve_num_processes, thread_plan, visible_gpu_count, world_size_explanation
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
-    from grpo_cli.validation.memory import MemoryPlan as MemoryPlan, memory_plan as memory_plan
+    from grpo_cli.validation.memory import MemoryPlan, memory_plan
 
 __all__ = [
     "BATCH_KEYS", "BatchPlan", "MemoryPlan", "Preflight", "memory_plan", "plan_batches", "preflight",

@@ -9,32 +9,13 @@ from typing import TYPE_CHECKING
 from grpo_cli.lazy import lazy_exports
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
-    from grpo_cli.cli.render.artefacts import (
-        render_merge as render_merge,
-        render_push as render_push,
-        render_report_written as render_report_written,
-        render_samples as render_samples,
-    )
-    from grpo_cli.cli.render.evaluation import (
-        render_eval as render_eval,
-        render_eval_outcome as render_eval_outcome,
-        render_suite_results as render_suite_results,
-    )
-    from grpo_cli.cli.render.importing import render_import as render_import
-    from grpo_cli.cli.render.launching import render_launch_file as render_launch_file
-    from grpo_cli.cli.render.rewards import (
-        render_check_report as render_check_report,
-        render_tool_dry_run as render_tool_dry_run,
-    )
-    from grpo_cli.cli.render.runs import (
-        render_eval_pair as render_eval_pair,
-        render_train_result as render_train_result,
-    )
-    from grpo_cli.cli.render.validation import (
-        render_doctor as render_doctor,
-        render_memory_plan as render_memory_plan,
-        render_preflight as render_preflight,
-    )
+    from grpo_cli.cli.render.artefacts import render_merge, render_push, render_report_written, render_samples
+    from grpo_cli.cli.render.evaluation import render_eval, render_eval_outcome, render_suite_results
+    from grpo_cli.cli.render.importing import render_import
+    from grpo_cli.cli.render.launching import render_launch_file
+    from grpo_cli.cli.render.rewards import render_check_report, render_tool_dry_run
+    from grpo_cli.cli.render.runs import render_eval_pair, render_train_result
+    from grpo_cli.cli.render.validation import render_doctor, render_memory_plan, render_preflight
 
 __all__ = [
     "render_check_report", "render_doctor", "render_eval", "render_eval_outcome", "render_eval_pair",

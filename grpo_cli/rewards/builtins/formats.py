@@ -15,6 +15,15 @@ def _tags(think_tag: str, answer_tag: str) -> tuple[str, str]:
     return re.escape(think_tag), re.escape(answer_tag)
 
 
+def _layout(completions: Sequence[Any], pattern: str, think_tag: str, answer_tag: str, *, whole: bool) -> list[float]:
+    """1.0 where `pattern` (`{t}`, `{a}`: the escaped tags; `.` matches newlines) matches from the start of the
+    completion (`whole`, the pattern anchors its end) or anywhere in it."""
+    t, a = _tags(think_tag, answer_tag)
+    compiled = re.compile(pattern.replace("{t}", t).replace("{a}", a), re.DOTALL)
+    test = compiled.match if whole else compiled.search
+    return [1.0 if test(completion_text(c)) else 0.0 for c in completions]
+
+
 def format_reward(
     completions: Sequence[Any], *, think_tag: str = "think", answer_tag: str = "answer", **kwargs: Any
 ) -> list[float]:
@@ -36,9 +45,7 @@ def format_reward(
         >>> format_reward(["<think>\n2+2\n</think>\n<answer>\n4\n</answer>", "4"])
         [1.0, 0.0]
     """
-    t, a = _tags(think_tag, answer_tag)
-    pattern = re.compile(rf"^<{t}>\n.*?\n</{t}>\n<{a}>\n.*?\n</{a}>$", re.DOTALL)
-    return [1.0 if pattern.match(completion_text(c)) else 0.0 for c in completions]
+    return _layout(completions, r"^<{t}>\n.*?\n</{t}>\n<{a}>\n.*?\n</{a}>$", think_tag, answer_tag, whole=True)
 
 
 def soft_format(
@@ -55,14 +62,15 @@ def soft_format(
 
     Returns:
         {0, 1}
+        1 when both blocks are there, in order, whatever surrounds them.
 
     Example:
-        >>> soft_format(["Sure. <think>2+2</think> <answer>4</answer> Done.", "<answer>4</answer>"])
+        >>> soft_format(["Sure. <think>2+2</think> <answer>4</answer> Done.", "<answer>4</answer><think>2+2</think>"])
         [1.0, 0.0]
+        >>> soft_format(["<answer>4</answer>"])
+        [0.0]
     """
-    t, a = _tags(think_tag, answer_tag)
-    pattern = re.compile(rf"<{t}>.*?</{t}>\s*<{a}>.*?</{a}>", re.DOTALL)
-    return [1.0 if pattern.search(completion_text(c)) else 0.0 for c in completions]
+    return _layout(completions, r"<{t}>.*?</{t}>\s*<{a}>.*?</{a}>", think_tag, answer_tag, whole=False)
 
 
 def tag_count(
