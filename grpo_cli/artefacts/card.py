@@ -18,7 +18,7 @@ import yaml
 
 from grpo_cli import runs
 from grpo_cli.artefacts.report_data import number_text
-from grpo_cli.artefacts.summary import first_and_last, summary_window, training_logs
+from grpo_cli.artefacts.summary import first_and_last, summary_keys, summary_window, training_logs
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import is_gguf_reference, read_header
 from grpo_cli.models.publish import is_full_suite, public_base, scrub
@@ -108,8 +108,7 @@ def _training_lines(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
     logs = _training_logs(run_dir)
     if not logs:
         return lines
-    keys = ["reward", *sorted({k for r in logs for k in r if k.startswith("rewards/") and k.endswith("/mean")}),
-            "completions/mean_length"]
+    keys = summary_keys(logs)
     size = summary_window(len(logs))  # the windows `grpo train` and `grpo report` use
     lines += ["", f"| metric | first (step {logs[size - 1].get('step')}) | final (step {logs[-1].get('step')}) |",
               "|---|---:|---:|"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.artefacts.report_data import RunData, load_run, num, number_text, reward_keys, series, task_keys
-from grpo_cli.artefacts.summary import summary_window, window_mean
+from grpo_cli.artefacts.summary import summary_keys, summary_window, window_mean
 from grpo_cli.artefacts.time_split import time_split_markdown
 from grpo_cli.tools import stats_markdown
 
@@ -24,8 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["RunData", "load_run", "num", "reward_keys", "series", "summarize_run", "task_keys", "write_report"]
 
-SUMMARY_KEYS = ("reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio", "kl",
-                "entropy", "loss", "grad_norm", "learning_rate", "tools/call_frequency", "tools/failure_frequency")
+REPORT_EXTRA = ("grad_norm", "learning_rate", "tools/call_frequency", "tools/failure_frequency")
 ARTEFACTS = ((runs.METRICS, "per-step training logs"), (runs.HEALTH, "health guard events"),
              (runs.MANIFEST, "versions, command, status"), (runs.RECIPE, "the resolved recipe"),
              ("model.safetensors", "final model"), ("adapter_model.safetensors", "final LoRA adapter"),
@@ -67,8 +66,7 @@ def summarize_run(run: RunData) -> Summary:
     """First, best (highest mean reward) and final windows of max(1, n // 5) logging steps."""
     logs = run.train
     size = summary_window(len(logs))
-    keys = ["reward", *reward_keys(logs), *SUMMARY_KEYS]
-    keys = [k for k in keys if any(num(r.get(k)) is not None for r in logs)]
+    keys = summary_keys(logs, REPORT_EXTRA)
     # Sliding means of the reward from prefix sums: linear in the number of logs, even for long runs.
     sums, counts = [0.0], [0]
     for r in logs:

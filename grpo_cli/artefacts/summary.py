@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_cli.artefacts.report_data import num
+from grpo_cli.artefacts.report_data import num, reward_keys
+
+HEADLINE = ("reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio", "kl",
+            "entropy", "loss")
+"""What a run's summary shows after the reward and each reward function's mean (`grpo train`, the model card;
+`grpo report` adds the optimizer's and the tools' metrics)."""
 
 
 def summary_window(num_logs: int) -> int:
@@ -32,3 +37,16 @@ def first_and_last(logs: list[dict[str, Any]], keys: list[str]) -> list[tuple[st
     size = summary_window(len(logs))
     first, last = logs[:size], logs[-size:]
     return [(key, window_mean(first, key), window_mean(last, key)) for key in keys]
+
+
+def summary_keys(logs: list[dict[str, Any]], extra: tuple[str, ...] = ()) -> list[str]:
+    """The summary's metrics in display order: the reward, each reward's mean, HEADLINE, `extra`; only those
+    the logs hold a number for."""
+    keys = ["reward", *reward_keys(logs), *HEADLINE, *extra]
+    return [k for k in keys if any(num(r.get(k)) is not None for r in logs)]
+
+
+def run_summary(records: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    """(metric, first-window mean, last-window mean) of a run's logs, as `grpo train` prints it at the end."""
+    logs = training_logs(records)
+    return [(k, a, b) for k, a, b in first_and_last(logs, summary_keys(logs)) if a is not None and b is not None]

@@ -106,6 +106,7 @@ class HealthGuard(TrainerCallback):
     def __init__(self, settings: Any, recipe: Recipe, events: HealthEvents) -> None:
         self.settings = settings
         self.recipe = recipe
+        self.training = recipe.training  # the typed GRPOConfig values its messages quote
         self.events = events
         self.reason = ""
         self.streak: deque[Observation] = deque(maxlen=self.needed)
@@ -123,9 +124,6 @@ class HealthGuard(TrainerCallback):
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
         """(what was seen, what to try) for the message."""
         raise NotImplementedError
-
-    def _cfg(self, key: str) -> Any:
-        return self.recipe.training.get(key)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> Any:
         if not is_train_log(logs) or self.reason:
@@ -184,7 +182,7 @@ class ZeroStdGuard(MetricGuard):
     name, metric = "zero_std", "frac_reward_zero_std"
 
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
-        g, temp = self._cfg("num_generations"), self._cfg("temperature")
+        g, temp = self.training.num_generations, self.training.temperature
         return (f"frac_reward_zero_std stayed at or above {self.settings.threshold} for {len(seen)} logging steps "
                 f"(last {fmt(seen[-1].value)}, reward {fmt(logs.get('reward'))}): nearly every group of {g} "
                 "completions got identical rewards, so advantages are zero and nothing is learned",
@@ -219,7 +217,7 @@ class NonFiniteGuard(HealthGuard):
             return (f"{what} ({means})" if means else what,
                     "make each reward function return a finite float per completion (None only for rows it does "
                     "not apply to); check it gets the dataset columns it reads (data.keep_columns)")
-        lr, clip = self._cfg("learning_rate"), self._cfg("max_grad_norm")
+        lr, clip = self.training.learning_rate, self.training.max_grad_norm
         return (f"{obs.metric} is {fmt(obs.value)}: the update diverged and the weights may now hold NaN",
                 f"lower training.learning_rate (now {lr}); keep gradient clipping on (training.max_grad_norm, now "
                 f"{clip}); prefer bf16 over fp16; check reward functions for huge or non-finite values")
@@ -263,15 +261,15 @@ class EntropyGuard(MetricGuard):
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
         return (f"entropy stayed below {self.settings.threshold} for {len(seen)} logging steps "
                 f"(last {fmt(seen[-1].value)}): the policy samples nearly the same completion every time",
-                f"raise training.temperature (now {self._cfg('temperature')}); lower training.learning_rate (now "
-                f"{self._cfg('learning_rate')}); add a KL penalty (training.beta > 0, now {self._cfg('beta')})")
+                f"raise training.temperature (now {self.training.temperature}); lower training.learning_rate (now "
+                f"{self.training.learning_rate}); add a KL penalty (training.beta > 0, now {self.training.beta})")
 
 
 class ClippedGuard(MetricGuard):
     name, metric = "clipped", "completions/clipped_ratio"
 
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
-        length = self._cfg("max_completion_length")
+        length = self.training.max_completion_length
         return (f"{fmt(seen[-1].value)} of completions hit training.max_completion_length ({length}) for "
                 f"{len(seen)} logging steps: rewards are judging unfinished answers",
                 "raise training.max_completion_length; add a length or format reward that pays for finishing; "
@@ -298,7 +296,7 @@ class FlatRewardGuard(MetricGuard):
         lo, hi = min(self.values), max(self.values)
         return (f"the reward stayed between {lo:.3f} and {hi:.3f} over the last {len(self.values)} logging steps",
                 "if this is the reward's maximum the task is learned; otherwise raise training.learning_rate (now "
-                f"{self._cfg('learning_rate')}), check frac_reward_zero_std (groups need differing rewards), or make "
+                f"{self.training.learning_rate}), check frac_reward_zero_std (groups need differing rewards), or make "
                 "the reward denser (partial credit)")
 
 

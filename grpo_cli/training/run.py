@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
+from grpo_cli.artefacts.summary import run_summary
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.loader import dump_yaml
 from grpo_cli.recipe.schema import Recipe
@@ -19,10 +20,17 @@ from grpo_cli.training.config import grpo_config_kwargs, tracking_environment
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
 
-SUMMARY_KEYS = ("reward", "reward_std", "frac_reward_zero_std", "completions/mean_length",
-                "completions/clipped_ratio", "kl", "entropy", "loss")
-
+    from grpo_cli.data.mapping import MappedData
+    from grpo_cli.evaluation.held_out import EvalResult
+    from grpo_cli.evaluation.suite_run import SuiteResult
+    from grpo_cli.models.loading import LoadedModel
+    from grpo_cli.threads import ThreadPlan
+    from grpo_cli.tools.loading import Toolset
+    from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl
+    from grpo_cli.training.sharding import ShardingProbe
 
 @dataclass
 class TrainResult:
@@ -33,8 +41,8 @@ class TrainResult:
     global_step: int
     metrics: list[dict[str, Any]] = field(default_factory=list, repr=False)
     summary: list[tuple[str, float, float]] = field(default_factory=list)
-    eval_before: Any = None
-    eval_after: Any = None
+    eval_before: EvalResult | SuiteResult | None = None
+    eval_after: EvalResult | SuiteResult | None = None
     data_stats: dict[str, Any] = field(default_factory=dict)
     message: str = ""
 
@@ -42,18 +50,6 @@ class TrainResult:
 def is_main_process() -> bool:
     """Rank 0 (or a single process): the one that writes files and prints summaries."""
     return int(os.environ.get("RANK", "0")) == 0
-
-
-def _summary(records: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
-    """Mean of each headline metric over the first and the last logging windows (artefacts/summary.py)."""
-    from grpo_cli.artefacts.summary import first_and_last, training_logs
-
-    logs = training_logs(records)
-    if not logs:
-        return []
-    keys = [k for k in SUMMARY_KEYS if k in logs[-1]]
-    keys[1:1] = sorted(k for k in logs[-1] if k.startswith("rewards/") and k.endswith("/mean"))
-    return [(k, a, b) for k, a, b in first_and_last(logs, keys) if a is not None and b is not None]
 
 
 @dataclass
@@ -67,16 +63,17 @@ class _Run:
     replace: bool = False
     resume_command: str | None = None
     aside: runs.SetAside | None = None
-    loaded: Any = None
-    data: Any = None
-    reward_funcs: list[Any] = field(default_factory=list)
-    toolset: Any = None
-    trainer: Any = None
-    callbacks: list[Any] = field(default_factory=list)
-    metrics: Any = None
-    stopper: Any = None
-    probe: Any = None
-    threads: Any = None
+    threads: ThreadPlan = field(init=False)
+    # Set by _build, in this order; read only after it (a failure before then never reaches them).
+    loaded: LoadedModel = field(init=False)
+    data: MappedData = field(init=False)
+    reward_funcs: list[Any] = field(default_factory=list)  # functions, reward models, or their hub ids
+    toolset: Toolset | None = None
+    callbacks: list[TrainerCallback] = field(default_factory=list)
+    metrics: MetricsJsonl = field(init=False)
+    stopper: GracefulStop = field(init=False)
+    probe: ShardingProbe = field(init=False)
+    trainer: GRPOTrainer | None = None
     manifest: dict[str, Any] = field(default_factory=dict)
     result: TrainResult | None = None
 
@@ -117,7 +114,7 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
             lock.release()
 
 
-def _choose_threads(recipe: Recipe) -> Any:
+def _choose_threads(recipe: Recipe) -> ThreadPlan:
     """The threads for this process from the cores free now (grpo_cli.threads); applied in `_build`."""
     from grpo_cli.validation import thread_plan
 
@@ -234,12 +231,12 @@ def _start_run_dir(run: _Run, seed: int) -> None:
     run.manifest = runs.start_manifest(run.recipe.source, seed, run.recipe.launch.world_size)
     run.manifest.update(output_dir=str(out), resumed_from=str(run.ckpt) if run.ckpt else None, data=run.data.stats,
                         dtype=run.loaded.dtype, device=run.loaded.device,
-                        threads=run.threads.describe() if run.threads is not None else None)
+                        threads=run.threads.describe())
     if is_main_process():
         runs.write_manifest(out / runs.MANIFEST, run.manifest)
 
 
-def _make_trainer(run: _Run, config: Any) -> Any:
+def _make_trainer(run: _Run, config: GRPOConfig) -> GRPOTrainer:
     """TRL's GRPOTrainer with grpo's callbacks (metrics, graceful stop, console, health guards)."""
     from transformers.trainer_callback import PrinterCallback
     from trl import GRPOTrainer
@@ -293,6 +290,7 @@ def _held_out(run: _Run) -> bool:
 
 def _fit(run: _Run) -> None:
     """Train; on any failure mark the manifest failed and still write the report."""
+    assert run.trainer is not None
     run.stopper.install()
     try:
         run.trainer.train(resume_from_checkpoint=str(run.ckpt) if run.ckpt else None)
@@ -329,7 +327,7 @@ def _finish(run: _Run) -> TrainResult:
     from grpo_cli.training.sharding import gather_layout
 
     recipe, out, trainer, result = run.recipe, run.out, run.trainer, run.result
-    assert result is not None
+    assert result is not None and trainer is not None
     layout = gather_layout(run.probe)  # a collective: every process gets here
     if layout:
         run.manifest.update(distributed=layout, world_size=layout["world_size"])
@@ -337,8 +335,8 @@ def _finish(run: _Run) -> TrainResult:
     if run.toolset is not None:
         run.manifest.update(tools=run.toolset.summary())
     result.metrics = run.metrics.records
-    result.summary = _summary(run.metrics.records)
-    stop_reason = next((c.reason for c in run.callbacks if getattr(c, "reason", None)), "")
+    result.summary = run_summary(run.metrics.records)
+    stop_reason = next((r for c in run.callbacks if (r := getattr(c, "reason", None))), "")
     if run.stopper.received is not None:
         result.status = "interrupted"
         command = run.resume_command or f"grpo train {recipe.source or 'RECIPE'} -o {out} --resume"
@@ -349,8 +347,7 @@ def _finish(run: _Run) -> TrainResult:
         result.message = stop_reason
     else:
         result.status = "completed"
-        result.message = next((c.early_stop_message for c in run.callbacks if getattr(c, "early_stop_message", "")),
-                              "")
+        result.message = next((m for c in run.callbacks if (m := getattr(c, "early_stop_message", ""))), "")
         _say(run.console, f"saving the model to {out}")
         trainer.save_model(str(out))
         if is_main_process():

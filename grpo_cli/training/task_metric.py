@@ -25,6 +25,8 @@ from grpo_cli import runs
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from grpo_cli.evaluation.held_out import EvalResult
+    from grpo_cli.evaluation.suite_run import SuiteResult
     from grpo_cli.recipe.schema import Recipe
 
 BEST_DIR = runs.BEST
@@ -172,7 +174,7 @@ class TaskMetric(TrainerCallback):
 
 
 def evaluate_once(recipe: Recipe, model: Any, tokenizer: Any, eval_rows: Any, console: Console | None = None,
-                  label: str = "") -> Any:
+                  label: str = "") -> EvalResult | SuiteResult:
     """`eval.before_after`: the suite when the recipe names one, else the eval split with its rewards."""
     if recipe.eval.suite:
         from grpo_cli.evaluation.suite_run import evaluate_suite, suite_settings

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grpo_cli.lazy import lazy_exports
-from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
+from grpo_cli.validation.batching import BatchPlan, plan_batches
 from grpo_cli.validation.checks import Preflight, preflight
 from grpo_cli.validation.topology import resolve_num_processes, thread_plan, visible_gpu_count, world_size_explanation
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
     from grpo_cli.validation.memory import MemoryPlan, memory_plan
 
 __all__ = [
-    "BATCH_KEYS", "BatchPlan", "MemoryPlan", "Preflight", "memory_plan", "plan_batches", "preflight",
+    "BatchPlan", "MemoryPlan", "Preflight", "memory_plan", "plan_batches", "preflight",
     "resolve_num_processes", "thread_plan", "visible_gpu_count", "world_size_explanation",
 ]
 

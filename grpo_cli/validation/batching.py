@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from grpo_cli.errors import Problem
 
-# The GRPOConfig fields plan_batches reads: the one list of batch keys.
-BATCH_KEYS = ("per_device_train_batch_size", "gradient_accumulation_steps", "num_generations",
-              "steps_per_generation", "generation_batch_size", "num_iterations", "eval_strategy",
-              "num_generations_eval", "per_device_eval_batch_size", "max_steps", "num_train_epochs")
-
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema.training import TrainingSection
 
 @dataclass
 class BatchPlan:
@@ -64,28 +62,23 @@ def _divisor_at_most(n: int, limit: int) -> int | None:
     return None
 
 
-def plan_batches(t: dict, world_size: int, has_eval: bool) -> tuple[BatchPlan | None, list[Problem]]:
-    """Check TRL's batch rules for these GRPOConfig values; return the plan and any problems."""
+def plan_batches(t: TrainingSection, world_size: int, has_eval: bool) -> tuple[BatchPlan | None, list[Problem]]:
+    """Check TRL's batch rules for a recipe's training values on `world_size` processes; return the plan and any
+    problems."""
     problems: list[Problem] = []
-    per_device = int(t["per_device_train_batch_size"])
-    grad_accum = int(t["gradient_accumulation_steps"])
-    num_gen = int(t["num_generations"] or 8)
-    spg = t.get("steps_per_generation")
-    gbs = t.get("generation_batch_size")
+    per_device = t.per_device_train_batch_size
+    grad_accum = t.gradient_accumulation_steps
+    num_gen = t.num_generations
+    spg = t.steps_per_generation
+    gbs = t.generation_batch_size
     global_batch = per_device * world_size
     procs = f"{world_size} process{'es' if world_size != 1 else ''}"
-    if num_gen < 2:
-        problems.append(Problem("training.num_generations",
-                                f"is {num_gen}; GRPO needs at least 2 completions per prompt to compute "
-                                "group-relative advantages", "Set it to 2 or more (8 is typical)."))
-        return None, problems
     if spg is not None and gbs is not None:
         problems.append(Problem("training.generation_batch_size",
                                 "and training.steps_per_generation are both set; TRL derives one from the other",
                                 "Remove one of them."))
         return None, problems
     if gbs is not None:
-        gbs = int(gbs)
         if gbs % global_batch:
             fixed = math.lcm(gbs, global_batch)
             problems.append(Problem(
@@ -96,13 +89,13 @@ def plan_batches(t: dict, world_size: int, has_eval: bool) -> tuple[BatchPlan | 
             return None, problems
         spg = gbs // global_batch
     else:
-        spg = int(spg) if spg is not None else grad_accum
+        spg = spg if spg is not None else grad_accum
         gbs = global_batch * spg
     if gbs % num_gen:
         fixes = []
-        if t.get("generation_batch_size") is None:
+        if t.generation_batch_size is None:
             fixes.append(f"per_device_train_batch_size: {_next_multiple_fix(per_device, world_size * spg, num_gen)}")
-            if t.get("steps_per_generation") is None:
+            if t.steps_per_generation is None:
                 fixes.append(f"gradient_accumulation_steps: {_next_multiple_fix(grad_accum, global_batch, num_gen)}")
             else:
                 fixes.append(f"steps_per_generation: {_next_multiple_fix(spg, global_batch, num_gen)}")
@@ -115,17 +108,17 @@ def plan_batches(t: dict, world_size: int, has_eval: bool) -> tuple[BatchPlan | 
             f"steps_per_generation {spg}) is not divisible by num_generations {num_gen}, so prompt groups would "
             "be split",
             "Smallest fixes: " + " or ".join(fixes) + "." if fixes else ""))
-    if has_eval and str(t.get("eval_strategy", "no")) != "no":
+    if has_eval and t.eval_strategy != "no":
         problems += _eval_batch_problems(t, world_size, num_gen, procs)
-    plan = BatchPlan(world_size, per_device, grad_accum, num_gen, spg, gbs, int(t.get("num_iterations") or 1))
+    plan = BatchPlan(world_size, per_device, grad_accum, num_gen, spg, gbs, t.num_iterations)
     return (None if problems else plan), problems
 
 
-def _eval_batch_problems(t: dict, world_size: int, num_gen: int, procs: str) -> list[Problem]:
+def _eval_batch_problems(t: TrainingSection, world_size: int, num_gen: int, procs: str) -> list[Problem]:
     """TRL's rule for evaluation batches: the global eval batch holds whole groups of num_generations_eval."""
     problems: list[Problem] = []
-    num_eval = int(t.get("num_generations_eval") or num_gen)
-    per_eval = int(t["per_device_eval_batch_size"])
+    num_eval = t.num_generations_eval or num_gen
+    per_eval = t.per_device_eval_batch_size
     if (per_eval * world_size) % num_eval:
         good = _next_multiple_fix(per_eval, world_size, num_eval)
         problems.append(Problem(

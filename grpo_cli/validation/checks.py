@@ -9,7 +9,7 @@ from grpo_cli.data.peek import FULL_SCAN_BYTES, FileScan, scan_file
 from grpo_cli.errors import GrpoError, Problem, RecipeError
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.loaders import RewardInfo, inspect_reward
-from grpo_cli.validation.batching import BATCH_KEYS, BatchPlan, plan_batches
+from grpo_cli.validation.batching import BatchPlan, plan_batches
 from grpo_cli.validation.model_checks import model_checks
 from grpo_cli.validation.vision import vision_checks
 
@@ -184,10 +184,7 @@ def _tool_checks(recipe: Recipe, pf: Preflight) -> str:
 
 
 def _training_checks(recipe: Recipe, pf: Preflight) -> None:
-    t = {k: recipe.training.get(k) for k in BATCH_KEYS}
-    if recipe.data.has_eval and "eval_strategy" not in recipe.training.values():
-        t["eval_strategy"] = "no"
-    plan, problems = plan_batches(t, recipe.launch.world_size, recipe.data.has_eval)
+    plan, problems = plan_batches(recipe.training, recipe.launch.world_size, recipe.data.has_eval)
     pf.problems.extend(problems)
     pf.batches = plan
     per_process = plan.per_device * plan.steps_per_generation if plan is not None else 0

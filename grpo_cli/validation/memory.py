@@ -213,7 +213,7 @@ def _static_items(recipe: Recipe, shape: ModelShape, world: int, dtype: str,
         weights = params * wb
         wnote = f"{_count(params)} params x {wb:g} bytes ({dtype})"
     items.append(MemoryItem("weights", weights / shard_weights, wnote + sharded))
-    eight_bit = "8bit" in str(t.get("optim") or "")
+    eight_bit = "8bit" in t.optim
     if m.lora is not None:
         trainable, unknown = shape.lora_params(m.lora.r, m.lora.target_modules)
         if unknown:

@@ -7,13 +7,14 @@ is computed by one rule.
 from __future__ import annotations
 
 import importlib.util
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grpo_cli.errors import GrpoError, RecipeError
-from grpo_cli.validation.batching import BATCH_KEYS, plan_batches
+from grpo_cli.validation.batching import plan_batches
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
+    from grpo_cli.threads import ThreadPlan
 
 
 def installed(module: str) -> bool:
@@ -101,10 +102,7 @@ def world_size_explanation(recipe: Recipe, gpus: int | None = None) -> str:
 
 def check_batches_for_world(recipe: Recipe, n: int, gpus: int | None) -> None:
     """TRL's batch arithmetic for the real process count (the recipe alone may not say it)."""
-    t = {k: recipe.training.get(k) for k in BATCH_KEYS}
-    if recipe.data.has_eval and "eval_strategy" not in recipe.training.values():
-        t["eval_strategy"] = "no"
-    _, problems = plan_batches(t, n, recipe.data.has_eval)
+    _, problems = plan_batches(recipe.training, n, recipe.data.has_eval)
     if problems:
         why = world_size_explanation(recipe, gpus)
         for p in problems:
@@ -112,7 +110,7 @@ def check_batches_for_world(recipe: Recipe, n: int, gpus: int | None) -> None:
         raise RecipeError(problems, source=recipe.source)
 
 
-def thread_plan(recipe: Recipe, gpus: int | None = None) -> Any:
+def thread_plan(recipe: Recipe, gpus: int | None = None) -> ThreadPlan:
     """The threads each training process of this recipe gets on this machine now (grpo_cli.threads).
 
     The model's parameter count comes from its config (no weights loaded) when it can be found: a

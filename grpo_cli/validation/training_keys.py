@@ -115,21 +115,20 @@ def _hub_token() -> str | None:
 def hub_problems(recipe: Recipe) -> tuple[list[Problem], list[str]]:
     """training.push_to_hub / hub_*: a token to upload with, and one upload rather than two."""
     t = recipe.training
-    values = t.values()
     problems: list[Problem] = []
     warnings: list[str] = []
-    if t.get("push_to_hub") or values.get("hub_model_id"):
-        if t.get("push_to_hub") and _hub_token() is None:
+    if t.push_to_hub or t.hub_model_id:
+        if t.push_to_hub and _hub_token() is None:
             problems.append(Problem("training.push_to_hub", "uploads every save to the Hub, but there is no Hub "
                                     "token here (HF_TOKEN unset, no saved login): transformers would fail creating "
                                     "the repository when training starts, after the model has loaded",
                                     "Run `huggingface-cli login` or set HF_TOKEN, or drop push_to_hub."))
-        if not t.get("push_to_hub"):
+        if not t.push_to_hub:
             warnings.append("training.hub_model_id is set but training.push_to_hub is false: nothing is uploaded "
                             "during training (use output.push_to_hub to upload the final model)")
         elif recipe.output.push_to_hub:
             warnings.append(f"training.push_to_hub uploads each checkpoint (to "
-                            f"{values.get('hub_model_id') or 'a repo named after output.dir'}) and "
+                            f"{t.hub_model_id or 'a repo named after output.dir'}) and "
                             f"output.push_to_hub uploads the final model to {recipe.output.push_to_hub} again "
                             "when training ends; keep one of them unless you want both")
     if recipe.output.push_to_hub and _hub_token() is None:
@@ -142,7 +141,7 @@ def hub_problems(recipe: Recipe) -> tuple[list[Problem], list[str]]:
 def eval_flag_problems(recipe: Recipe) -> list[Problem]:
     """`do_eval: true` alone evaluates nothing: transformers' Trainer reads eval_strategy, not do_eval."""
     t = recipe.training
-    if t.values().get("do_eval") and str(t.get("eval_strategy") or "no") in ("no", "IntervalStrategy.NO"):
+    if t.do_eval and t.eval_strategy == "no":
         return [Problem("training.do_eval", "is true, but transformers' Trainer never reads do_eval: with "
                         "eval_strategy 'no' nothing would be evaluated",
                         "Set training.eval_strategy: steps (and eval_steps) with data.eval_split or "

@@ -269,12 +269,21 @@ class TrainingSection(Section):
     """The KL coefficient (0: no reference model, no KL term)."""
     seed: ClassVar[TrlValue[int]] = TrlValue(int, 0)
     learning_rate: ClassVar[TrlValue[float]] = TrlValue(float, 0.0)
+    max_grad_norm: ClassVar[TrlValue[float]] = TrlValue(float, 1.0)
     save_strategy: ClassVar[TrlValue[str]] = TrlValue(_enum_value, "steps")
     lr_scheduler_type: ClassVar[TrlValue[str]] = TrlValue(_enum_value, "linear")
     router_aux_loss_coef: ClassVar[TrlValue[float | None]] = TrlValue(float, None)
     use_liger_kernel: ClassVar[TrlValue[bool]] = TrlValue(bool, False)
     use_transformers_continuous_batching: ClassVar[TrlValue[bool]] = TrlValue(bool, False)
     use_transformers_paged: ClassVar[TrlValue[bool]] = TrlValue(bool, False)
+    num_iterations: ClassVar[TrlValue[int]] = TrlValue(int, 1)
+    eval_strategy: ClassVar[TrlValue[str]] = TrlValue(_enum_value, "no")
+    do_eval: ClassVar[TrlValue[bool]] = TrlValue(bool, False)
+    num_generations_eval: ClassVar[TrlValue[int | None]] = TrlValue(int, None)
+    per_device_eval_batch_size: ClassVar[TrlValue[int]] = TrlValue(int, 8)
+    push_to_hub: ClassVar[TrlValue[bool]] = TrlValue(bool, False)
+    hub_model_id: ClassVar[TrlValue[str | None]] = TrlValue(str, None)
+    optim: ClassVar[TrlValue[str]] = TrlValue(_enum_value, "adamw_torch")
 
     @property
     def lr_scheduler_kwargs(self) -> dict[str, Any] | str:
