@@ -369,8 +369,8 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
                 found, source = _file_samples(recipe, rows, Path(completions), tokens), "file"
             else:
                 found, source = _probe_samples(recipe, rows, _spread(len(rows), samples), tokens, budget), "probes"
-        per_call = int(tr.get("per_device_train_batch_size") or 8) * int(
-            tr.get("steps_per_generation") or tr.get("gradient_accumulation_steps") or 1)
+        world = recipe.launch.world_size  # TRL calls each reward on one process's share of the generation batch
+        per_call = max(1, tr.generation_batch(world) // world)
         batches = _batches(found, per_call)
         state, logs = _trainer_state(recipe), _Logs()
         results = [_score(e.label, f, found, batches, state, logs) for e, f in zip(recipe.rewards, funcs, strict=True)]
