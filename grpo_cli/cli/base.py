@@ -48,15 +48,15 @@ PIPED_WIDTH = 120
 def make_console(stderr: bool = False) -> Console:
     """A terminal gets rich's usual console; piped output (a log file, CI) gets lines that never wrap
     mid-phrase (soft wrap) and tables laid out for 120 columns instead of rich's default 80."""
-    plain = Console(stderr=stderr, highlight=False)
+    # emoji off: `:name:` in a reward name or a completion prints as written (and rich's emoji table stays unloaded)
+    plain = Console(stderr=stderr, highlight=False, emoji=False)
     if plain.is_terminal or os.environ.get("COLUMNS"):
         return plain
-    return Console(stderr=stderr, highlight=False, width=PIPED_WIDTH, soft_wrap=True)
+    return Console(stderr=stderr, highlight=False, emoji=False, width=PIPED_WIDTH, soft_wrap=True)
 
 
 console = make_console()
 err_console = make_console(stderr=True)
-silence_cpu_accelerator_notice()
 
 RECIPE_EPILOG = (
     "A recipe is YAML with the sections model, data, rewards, training, launch and output "
@@ -165,7 +165,10 @@ _FAST_EXIT = {"validate", "schema", "--help", "--version"}
 
 
 def run_app(app: typer.Typer) -> None:
-    """Run `app` on the command line; commands that only read and print skip interpreter teardown."""
+    """Run `app` on the command line; commands that only read and print skip interpreter teardown (and never
+    import DeepSpeed, whose CPU notice the others silence)."""
+    if not _FAST_EXIT.intersection(sys.argv[1:3]):
+        silence_cpu_accelerator_notice()
     try:
         app()
     except SystemExit as exc:

@@ -92,7 +92,7 @@ class HealthEvents:
         if console is None:
             from rich.console import Console
 
-            console = self.console = Console(stderr=True, highlight=False)
+            console = self.console = Console(stderr=True, highlight=False, emoji=False)
         style = "bold red" if action == "stop" else "yellow"
         console.print(f"[{style}]health {action}[/] [bold]{guard}[/] at step {step}: ", end="")
         console.print(message, markup=False, soft_wrap=True)

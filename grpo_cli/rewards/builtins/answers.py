@@ -8,7 +8,6 @@ or math-verify (LaTeX-aware) when it is installed.
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 import threading
@@ -22,7 +21,13 @@ ANSWER_FORMATS: tuple[str, ...] = get_args(AnswerFormat)
 _NUMBER = re.compile(r"(?<![\w.])-?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?|(?<![\w.])-?\.\d+")
 _GSM8K = re.compile(r"####\s*([^\n]*)")
 _MAX_VERIFY_CHARS = 400  # longer candidates are not worth a sympy blow-up
-_log = logging.getLogger(__name__)
+
+
+def _debug(message: str, *args: object) -> None:
+    """Debug log; `logging` loads on first use (`grpo validate` imports this module, and never logs)."""
+    import logging
+
+    logging.getLogger(__name__).debug(message, *args)
 
 
 def completion_text(completion: Any) -> str:
@@ -176,6 +181,8 @@ def _math_verify_equal(pred: str, ref: str) -> bool | None:
     main_thread = threading.current_thread() is threading.main_thread()
     timeout = 5 if main_thread else None  # math-verify's timeouts use SIGALRM: main thread only
     if not main_thread:
+        import logging
+
         logging.getLogger("math_verify").setLevel(logging.ERROR)
     try:
         gold = parse(f"\\boxed{{{ref}}}", parsing_timeout=timeout)
@@ -185,7 +192,7 @@ def _math_verify_equal(pred: str, ref: str) -> bool | None:
                 return True
         return False
     except Exception as exc:  # math-verify raises anything on odd input
-        _log.debug("math-verify failed on %r vs %r: %s", pred, ref, exc)
+        _debug("math-verify failed on %r vs %r: %s", pred, ref, exc)
         return None
 
 
@@ -283,6 +290,6 @@ def accuracy(
             matched = answers_match(pred, ref, use_math_verify=use_math_verify and answer_format != "first_word")
             out.append(1.0 if matched else 0.0)
         except Exception as exc:  # one odd row must not stop training
-            _log.debug("accuracy check failed: %s", exc)
+            _debug("accuracy check failed: %s", exc)
             out.append(0.0)
     return out
