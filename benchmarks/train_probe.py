@@ -20,6 +20,9 @@ from typing import Any
 
 
 def main() -> None:
+    if len(sys.argv) < 3 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if sys.argv[1:2] in (["-h"], ["--help"]) else 2)
     out, target = Path(sys.argv[1]), sys.argv[2:]
     import transformers
 
