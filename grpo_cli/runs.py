@@ -118,18 +118,9 @@ def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
 def start_manifest(recipe_source: str, seed: int, world_size: int) -> dict[str, Any]:
     """The manifest of a run that is starting: what, where, with which versions."""
     where = Path(recipe_source).resolve().parent if recipe_source else Path.cwd()
-    return {
-        "status": "running",
-        "started": now(),
-        "finished": None,
-        "command": [Path(sys.argv[0]).name, *sys.argv[1:]],
-        "recipe": recipe_source,
-        "seed": seed,
-        "world_size": world_size,
-        "git": git_state(where),
-        "versions": package_versions(),
-        "hardware": hardware(),
-    }
+    return {"status": "running", "started": now(), "finished": None,
+            "command": [Path(sys.argv[0]).name, *sys.argv[1:]], "recipe": recipe_source, "seed": seed,
+            "world_size": world_size, "git": git_state(where), "versions": package_versions(), "hardware": hardware()}
 
 
 def suite_result(suite: str) -> str:
