@@ -26,7 +26,7 @@ class Section(BaseModel):
     `grpo_cli.recipe.docs` reads them only when the JSON Schema or the docs are generated.
     """
 
-    model_config = ConfigDict(extra="forbid", validate_default=True, use_attribute_docstrings=False)
+    model_config = ConfigDict(extra="forbid", validate_default=True, use_attribute_docstrings=False, defer_build=True)
 
 
 class ReferenceEntry(Section):
