@@ -22,7 +22,6 @@ from typing import Any, BinaryIO
 
 from grpo_cli.errors import GrpoError
 
-GGUF_SUFFIX = ".gguf"
 CACHE_ENV = "GRPO_CACHE_DIR"
 """Where converted models live: $GRPO_CACHE_DIR/gguf, default ~/.cache/grpo/gguf."""
 MARKER = "grpo-gguf.json"
@@ -121,10 +120,6 @@ class GgufInfo:
 class _ArrayLen(int):
     """An array's length standing in for its contents (token lists are large and the plan needs only the count)."""
 
-
-def is_gguf_reference(reference: str) -> bool:
-    """Whether a model reference names a GGUF file (by its suffix)."""
-    return reference.strip().lower().endswith(GGUF_SUFFIX)
 
 
 class _Reader:

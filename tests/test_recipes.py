@@ -100,6 +100,19 @@ def test_cli_import_stays_light() -> None:
     assert out.stdout.strip() == ""
 
 
+def test_only_read_and_print_commands_run_without_the_garbage_collector() -> None:
+    """`main` starts with the collector off; a command that can run for hours (anything but validate, schema
+    and help) must get it back, or a long run would keep every reference cycle it ever made."""
+    code = ("import atexit, gc, sys; atexit.register(lambda: print('collector on' if gc.isenabled() else 'off')); "
+            "sys.argv = ['grpo', *sys.argv[1:]]; from grpo_cli.cli import main; main()")
+    ran = subprocess.run([sys.executable, "-c", code, "report", "no-such-run-dir"], capture_output=True, text=True,
+                         cwd=ROOT)
+    assert ran.returncode == 2 and ran.stdout.strip().endswith("collector on"), ran.stdout + ran.stderr
+    checked = subprocess.run([sys.executable, "-c", code, "validate", "recipes/gsm8k.yaml"], capture_output=True,
+                             text=True, cwd=ROOT)
+    assert checked.returncode == 0 and "is valid" in checked.stdout and "collector" not in checked.stdout
+
+
 def test_validate_does_not_import_heavy_libraries() -> None:
     code = ("import sys; from grpo_cli.cli import app; from typer.testing import CliRunner; "
             f"r = CliRunner().invoke(app, ['validate', r'{RECIPES / 'gsm8k.yaml'}']); "

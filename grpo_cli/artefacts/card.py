@@ -20,9 +20,9 @@ from grpo_cli import runs
 from grpo_cli.artefacts.report_data import number_text
 from grpo_cli.artefacts.summary import first_and_last, summary_keys, summary_window, training_logs
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_source import is_gguf_reference, read_header
+from grpo_cli.gguf_source import read_header
 from grpo_cli.models.publish import is_full_suite, public_base, scrub
-from grpo_cli.paths import is_hub_id, resolve
+from grpo_cli.paths import is_gguf_reference, is_hub_id, resolve
 
 CARD_FILE = runs.CARD
 SUITE_DATASETS = {"gsm8k": ("openai/gsm8k", "GSM8K", "test"), "math500": ("HuggingFaceH4/MATH-500", "MATH-500", "test"),

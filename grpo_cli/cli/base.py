@@ -6,6 +6,7 @@ heavy is imported at module level so `grpo --help` and `grpo validate` stay inst
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Callable
@@ -165,9 +166,11 @@ _FAST_EXIT = {"validate", "schema", "--help", "--version"}
 
 
 def run_app(app: typer.Typer) -> None:
-    """Run `app` on the command line; commands that only read and print skip interpreter teardown (and never
-    import DeepSpeed, whose CPU notice the others silence)."""
+    """Run `app` on the command line; commands that only read and print skip interpreter teardown, keep the
+    garbage collector off (`main` turned it off) and never import DeepSpeed, whose CPU notice the others
+    silence."""
     if not _FAST_EXIT.intersection(sys.argv[1:3]):
+        gc.enable()
         silence_cpu_accelerator_notice()
     try:
         app()

@@ -16,8 +16,17 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_source import conversion_record, is_gguf_reference, materialize
-from grpo_cli.paths import ASSETS_DIR, BUNDLED_PREFIX, go_offline, hub_cache_file, hub_unreachable, is_hub_id, resolve
+from grpo_cli.gguf_source import conversion_record, materialize
+from grpo_cli.paths import (
+    ASSETS_DIR,
+    BUNDLED_PREFIX,
+    go_offline,
+    hub_cache_file,
+    hub_unreachable,
+    is_gguf_reference,
+    is_hub_id,
+    resolve,
+)
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 

@@ -174,7 +174,10 @@ def _reward_checks(recipe: Recipe, pf: Preflight) -> None:
 
 
 def _tool_checks(recipe: Recipe, pf: Preflight) -> str:
-    """Tools and environments, read statically (grpo_cli.tools.static); returns the plan line."""
+    """Tools and environments, read statically (grpo_cli.tools.static); returns the plan line. A recipe with
+    neither and no tool setting skips the import."""
+    if not recipe.tools and recipe.environment is None and recipe.training.max_tool_calling_iterations is None:
+        return ""
     from grpo_cli.tools import check_tools
 
     check = check_tools(recipe, pf.columns)

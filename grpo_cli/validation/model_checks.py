@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_cli.errors import GrpoError, Problem
-from grpo_cli.gguf_source import cached_conversion, is_gguf_reference, read_header
+from grpo_cli.paths import is_gguf_reference
 from grpo_cli.recipe.schema import Recipe
 
 
@@ -49,6 +49,8 @@ def _gguf_checks(recipe: Recipe, path: Path, pf: ModelCheck) -> str:
     """A GGUF model: the file exists, transformers can convert its architecture and tensor types, and the
     converter is installed; all read from the header, nothing dequantised."""
     import importlib.util
+
+    from grpo_cli.gguf_source import cached_conversion, read_header
 
     if not path.is_file():
         pf.problems.append(Problem("model.name_or_path", f"GGUF file {path} not found",

@@ -13,8 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_cli.gguf_source import is_gguf_reference, read_header
-from grpo_cli.paths import ASSETS_DIR, hub_cache_file
+from grpo_cli.paths import ASSETS_DIR, hub_cache_file, is_gguf_reference
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -72,6 +71,8 @@ def find_model_config(recipe: Recipe) -> tuple[dict[str, Any] | None, str]:
     if local is not None and is_gguf_reference(str(local)):
         if not local.is_file():
             return None, f"GGUF file {local} not found"
+        from grpo_cli.gguf_source import read_header
+
         info = read_header(local)
         return info.config(), f"the GGUF header of {local.name}"
     if local is not None:

@@ -8,10 +8,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pydantic import ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import ConfigDict, PrivateAttr, model_validator
 
 from grpo_cli.recipe.schema.callbacks import CallbackEntry
-from grpo_cli.recipe.schema.common import Section
+from grpo_cli.recipe.schema.common import Section, omitted_section
 from grpo_cli.recipe.schema.data import AnswerSection, DataSection, ImagesSection, PromptSection
 from grpo_cli.recipe.schema.evaluation import EvalSection
 from grpo_cli.recipe.schema.health import HealthSection
@@ -60,24 +60,24 @@ class Recipe(Section):
     data: DataSection
     """Training data and prompt mapping. A recipe with `environment:` may leave it out: the environment's
     `reset()` then serves every prompt (`from_environment: true`)."""
-    rewards: list[RewardEntry] = Field(default_factory=list)
+    rewards: list[RewardEntry] = []
     """Weighted rewards; the total is their weighted sum. At least one, unless the `environment` owns the reward
     (its class defines `get_reward`, which TRL adds as a reward of weight 1)."""
-    tools: list[ToolEntry] = Field(default_factory=list)
+    tools: list[ToolEntry] = []
     """Functions the model may call during a rollout (TRL's `tools`); see docs/tools.md."""
     environment: EnvironmentSection | None = None
     """Environments whose methods are tools (TRL's `environment_factory`); see docs/tools.md."""
-    training: TrainingSection = Field(default_factory=TrainingSection)
+    training: TrainingSection = omitted_section()
     """TRL GRPOConfig fields."""
-    launch: LaunchSection = Field(default_factory=LaunchSection)
+    launch: LaunchSection = omitted_section()
     """Processes, distributed profile and vLLM."""
-    output: OutputSection = Field(default_factory=OutputSection)
+    output: OutputSection = omitted_section()
     """Run outputs and trackers."""
-    eval: EvalSection = Field(default_factory=EvalSection)
+    eval: EvalSection = omitted_section()
     """Held-out evaluation by sampling."""
-    health: HealthSection = Field(default_factory=HealthSection)
+    health: HealthSection = omitted_section()
     """Training health guards."""
-    callbacks: list[CallbackEntry] = Field(default_factory=list)
+    callbacks: list[CallbackEntry] = []
     """Your own transformers `TrainerCallback`s (`module:Class` or `file.py:Class`, or `{callback: ..., params:
     {...}}`), added to GRPOTrainer after grpo's own; `grpo validate` finds each class without importing it."""
 

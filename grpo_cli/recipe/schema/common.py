@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 _REFERENCE = re.compile(r"^(?P<target>[^:]+(?:\.py)?):(?P<name>[A-Za-z_][A-Za-z0-9_]*)$")
 
@@ -27,6 +27,15 @@ class Section(BaseModel):
     """
 
     model_config = ConfigDict(extra="forbid", validate_default=True, use_attribute_docstrings=False, defer_build=True)
+
+
+def omitted_section() -> Any:
+    """The default of a nested section: `{}`, which the parent validates into the section (`validate_default`).
+
+    A default built by calling the section class would make each omitted section compile a validator of its
+    own on first use, when the parent's validator already holds one (about 4 ms of `grpo validate`).
+    """
+    return Field(default_factory=dict)
 
 
 class ReferenceEntry(Section):

@@ -176,7 +176,7 @@ class DataSection(Section):
     takes a field of a dict column (a number picks a list item), `new: {value: X}` is a constant. E.g.
     `{tests: verification_info.test_cases, language: {value: python}}`, so the code reward reads `tests`
     without a shim file."""
-    filter: list[RowFilter] = Field(default_factory=list)
+    filter: list[RowFilter] = []
     """Conditions a row must meet to be trained (or evaluated) on, all of them; applied after `columns`,
     before `max_samples` counts rows. How many rows each dropped is printed."""
     prompt: PromptSection

@@ -36,7 +36,7 @@ class EvalSection(Section):
     suite_files: dict[str, str] = Field(default_factory=dict)
     """Benchmarks grpo does not ship (AIME 2024/2025 ...) from your own copy: name -> a JSONL of {problem (or
     question), answer} rows, relative to the recipe; scored by the last \\boxed{} answer, like math500."""
-    on_save: list[str] = Field(default_factory=list)
+    on_save: list[str] = []
     """`grpo train`: evaluate every saved checkpoint on these suites (bundled, or named in `suite_files`), greedy
     unless `temperature` is set, `max_samples` problems each; log `suite/<name>/accuracy` and write
     CHECKPOINT/suites.json beside it."""

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from grpo_cli.recipe.schema.common import Section
+from grpo_cli.recipe.schema.common import Section, omitted_section
 
 Action = Literal["warn", "stop"]
 
@@ -124,19 +124,19 @@ class HealthSection(Section):
 
     enabled: bool = True
     """Master switch; false turns every guard off."""
-    zero_std: ZeroStdSettings = Field(default_factory=ZeroStdSettings)
+    zero_std: ZeroStdSettings = omitted_section()
     """Most groups got identical rewards (`frac_reward_zero_std` near 1)."""
-    nonfinite: NonFiniteSettings = Field(default_factory=NonFiniteSettings)
+    nonfinite: NonFiniteSettings = omitted_section()
     """NaN/inf in loss, grad norm or total reward."""
-    unscored_reward: UnscoredRewardSettings = Field(default_factory=UnscoredRewardSettings)
+    unscored_reward: UnscoredRewardSettings = omitted_section()
     """A reward function that scores no completion."""
-    entropy: EntropySettings = Field(default_factory=EntropySettings)
+    entropy: EntropySettings = omitted_section()
     """Entropy collapse."""
-    clipped: ClippedSettings = Field(default_factory=ClippedSettings)
+    clipped: ClippedSettings = omitted_section()
     """Nearly every completion hits the length limit."""
-    flat_reward: FlatRewardSettings = Field(default_factory=FlatRewardSettings)
+    flat_reward: FlatRewardSettings = omitted_section()
     """The reward stopped moving."""
-    tool_failures: ToolFailureGuard = Field(default_factory=ToolFailureGuard)
+    tool_failures: ToolFailureGuard = omitted_section()
     """Most tool calls fail."""
-    no_tool_calls: NoToolCallsGuard = Field(default_factory=NoToolCallsGuard)
+    no_tool_calls: NoToolCallsGuard = omitted_section()
     """The model never calls a tool."""

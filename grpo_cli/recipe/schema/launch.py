@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from grpo_cli.recipe.profiles import LaunchProfile, Profile, launch_profile
-from grpo_cli.recipe.schema.common import Section
+from grpo_cli.recipe.schema.common import Section, omitted_section
 
 
 class VllmSection(Section):
@@ -59,7 +59,7 @@ class LaunchSection(Section):
     (`rewards[].parallel` sets them). `grpo validate` prints the choice, `--threads N` overrides it."""
     accelerate_config: str | None = None
     """A custom accelerate config file (relative to the recipe) instead of the profile's."""
-    vllm: VllmSection = Field(default_factory=VllmSection)
+    vllm: VllmSection = omitted_section()
     """vLLM generation settings."""
 
     @model_validator(mode="after")

@@ -20,7 +20,7 @@ class WandbSection(Section):
     """Project (WANDB_PROJECT; transformers' default is `huggingface`)."""
     group: str | None = None
     """Run group (WANDB_RUN_GROUP), e.g. to keep the processes of a sweep together."""
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = []
     """Run tags (WANDB_TAGS)."""
 
 
