@@ -11,7 +11,8 @@ import pytest
 from packaging.requirements import Requirement
 
 from grpo_cli.recipe import load_recipe
-from grpo_cli.validation.environment import CORE, WINDOWS, Device, TorchBuild, diagnose, recipe_needs, recipe_problems
+from grpo_cli.validation.doctor import Device, TorchBuild, diagnose
+from grpo_cli.validation.environment import CORE, WINDOWS, recipe_needs, recipe_problems
 from tests.conftest import RECIPES, run_cli
 
 DEMO = RECIPES / "demo.yaml"

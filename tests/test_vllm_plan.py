@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from grpo_cli.recipe import load_recipe
-from grpo_cli.validation.environment import TorchBuild, diagnose, recipe_needs
+from grpo_cli.validation.doctor import TorchBuild, diagnose
+from grpo_cli.validation.environment import recipe_needs
 from tests.conftest import RECIPES, run_cli
 
 DEMO = RECIPES / "demo.yaml"

@@ -26,7 +26,7 @@ def doctor(
 
     def body() -> None:
         from grpo_cli.cli.render import render_doctor
-        from grpo_cli.validation.environment import doctor as run_doctor
+        from grpo_cli.validation.doctor import doctor as run_doctor
 
         if recipe is None and (profile or num_processes):
             from grpo_cli.errors import GrpoError

@@ -7,7 +7,8 @@
 - shapes.py / model_config.py: the shape from config.json; where the config comes from (local, HF cache,
   the recipe's `model.shape`, the shipped table assets/model_shapes.json).
 - trl_rules.py: TRL 1.16's raise sites that the recipe decides, one declarative rule each.
-- environment.py: installed packages, torch build and GPUs against TRL's windows (`grpo doctor`).
+- environment.py: TRL's version windows and the optional packages a recipe needs (read from metadata).
+- doctor.py: `grpo doctor`: installed packages, torch build and GPUs against those windows.
 - vllm_support.py: whether vLLM can serve the model (head sizes on CPU, its registry) and its sampling dtype.
 Nothing here imports torch except when a GPU count is really needed (and `grpo doctor`'s device probe).
 """
