@@ -121,7 +121,6 @@ class _ArrayLen(int):
     """An array's length standing in for its contents (token lists are large and the plan needs only the count)."""
 
 
-
 class _Reader:
     """Reads GGUF header fields from an in-memory prefix of the file (one read, no per-field system calls)."""
 

@@ -218,6 +218,14 @@ def test_tools_need_chat_prompts(tmp_path: Path) -> None:
            "data.prompt.chat", "tools need chat prompts", "chat: true")
 
 
+def test_tool_setting_without_tools_is_a_warning(tmp_path: Path) -> None:
+    path = _recipe(tmp_path, "")
+    result = run_cli("validate", path, "training.max_tool_calling_iterations=3")
+    assert result.exit_code == 0, result.output
+    assert "max_tool_calling_iterations is set but the recipe has no `tools`" in " ".join(result.output.split())
+    assert "max_tool_calling_iterations" not in run_cli("validate", path).output
+
+
 def test_chat_template_without_tool_support_is_refused(tmp_path: Path) -> None:
     # tiny-arith's template prints `role: content` lines only: tool calls and tool names vanish.
     _error(run_cli("validate", _recipe(tmp_path, "tools: [tools.py:add]\n", model="bundled:tiny-arith")),

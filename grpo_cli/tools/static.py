@@ -211,12 +211,10 @@ def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck
 
 
 def check_tools(recipe: Recipe, columns: list[str] | None) -> ToolCheck:
-    """Every static tool/environment check of the preflight."""
+    """Every static tool/environment check of the preflight (nothing to check without tools or an environment;
+    the preflight warns about tool settings in such a recipe itself)."""
     out = ToolCheck()
     if not recipe.tools and recipe.environment is None:
-        if recipe.training.max_tool_calling_iterations is not None:
-            out.warnings.append("training.max_tool_calling_iterations is set but the recipe has no `tools` or "
-                                "`environment`: it has no effect")
         return out
     for i, entry in enumerate(recipe.tools):
         check_tool(entry, recipe.base_dir, i, out)

@@ -174,9 +174,11 @@ def _reward_checks(recipe: Recipe, pf: Preflight) -> None:
 
 
 def _tool_checks(recipe: Recipe, pf: Preflight) -> str:
-    """Tools and environments, read statically (grpo_cli.tools.static); returns the plan line. A recipe with
-    neither and no tool setting skips the import."""
-    if not recipe.tools and recipe.environment is None and recipe.training.max_tool_calling_iterations is None:
+    """Tools and environments, read statically (grpo_cli.tools.static, imported only for them); the plan line."""
+    if not recipe.tools and recipe.environment is None:
+        if recipe.training.max_tool_calling_iterations is not None:
+            pf.warnings.append("training.max_tool_calling_iterations is set but the recipe has no `tools` or "
+                               "`environment`: it has no effect")
         return ""
     from grpo_cli.tools import check_tools
 
