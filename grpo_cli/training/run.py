@@ -163,8 +163,10 @@ def _build(run: _Run) -> None:
                                                                            for e in run.recipe.rewards)))
         _say(run.console, "importing torch, transformers and TRL")
     from grpo_cli.threads import apply_torch_threads
+    from grpo_cli.training.heap import raise_mmap_threshold
 
     apply_torch_threads(run.threads)
+    raise_mmap_threshold()
     import warnings
 
     # transformers 5 warns on every run that TRL's `gradient_checkpointing` is an alias; not the user's doing.
