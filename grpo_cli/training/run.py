@@ -152,16 +152,20 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
     return _Run(recipe, out, console, plan.checkpoint, plan.replace)
 
 
+def _announce(run: _Run) -> None:
+    """The run's first lines, before the seconds of importing torch and TRL."""
+    if run.console is None or not is_main_process():
+        return
+    steps = run.recipe.training.max_steps
+    run.console.print(f"[bold]grpo train[/] {run.recipe.source or 'recipe'}: {run.recipe.model.name_or_path} "
+                      f"-> {run.out}" + (f", {steps} steps" if steps > 0 else ""), soft_wrap=True)
+    _say(run.console, "threads: " + run.threads.describe(sandboxes=any(e.name == "code" for e in run.recipe.rewards)))
+    _say(run.console, "importing torch, transformers and TRL")
+
+
 def _build(run: _Run) -> None:
     """Load model, data and rewards, then (only now) replace an old run and write recipe and manifest."""
-    if run.console is not None and is_main_process():  # first, before seconds of importing torch and TRL
-        steps = run.recipe.training.max_steps
-        run.console.print(f"[bold]grpo train[/] {run.recipe.source or 'recipe'}: {run.recipe.model.name_or_path} "
-                          f"-> {run.out}" + (f", {steps} steps" if steps > 0 else ""),
-                          soft_wrap=True)
-        _say(run.console, "threads: " + run.threads.describe(sandboxes=any(e.name == "code"
-                                                                           for e in run.recipe.rewards)))
-        _say(run.console, "importing torch, transformers and TRL")
+    _announce(run)
     from grpo_cli.threads import apply_torch_threads
     from grpo_cli.training.heap import raise_mmap_threshold
 
