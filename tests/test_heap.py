@@ -1,4 +1,4 @@
-"""grpo train raises glibc's mmap threshold before training: a step's blocks up to 4 MiB stop faulting fresh pages."""
+"""grpo train raises glibc's thresholds before training: the heap a step frees is reused, not faulted in again."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import sys
 
 import pytest
 
+from grpo_cli.training.heap import USER_SETTINGS
+
 pytestmark = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc",
                                 reason="glibc's allocator only")
 
@@ -17,11 +19,9 @@ pytestmark = pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ve
 # to the kernel past its trim threshold (twice the mmap threshold), to fault it in again on the next step.
 STEPS = """
 import ctypes, resource, sys
-from grpo_cli.training.heap import raise_mmap_threshold
+from grpo_cli.training.heap import glibc, raise_mmap_threshold
 primed = raise_mmap_threshold() if sys.argv[1] == "primed" else False
-libc = ctypes.CDLL(None)
-libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-libc.free.argtypes = [ctypes.c_void_p]
+libc = glibc()
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 for _ in range(20):
     blocks = [libc.malloc(100 << 10) for _ in range(20)]
@@ -34,7 +34,7 @@ print(primed, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
 
 
 def _faults(mode: str, **env: str) -> tuple[str, int]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(USER_SETTINGS)}
     out = subprocess.run([sys.executable, "-c", STEPS, mode], capture_output=True, text=True, check=True,
                          env={**clean, **env}).stdout.split()
     return out[0], int(out[1])
@@ -45,7 +45,7 @@ def test_primed_steps_reuse_their_pages_instead_of_faulting_them_in_again() -> N
     primed_flag, primed = _faults("primed")
     pages = (2 << 20) // os.sysconf("SC_PAGE_SIZE")
     assert primed_flag == "True"
-    assert unprimed >= 15 * pages  # each step maps and zeroes its buffer afresh
+    assert unprimed >= 15 * pages  # each step's freed heap top is trimmed and faulted in again
     assert primed <= 2 * pages  # the first step faults it in; the rest reuse the heap
 
 

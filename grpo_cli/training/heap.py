@@ -16,11 +16,16 @@ import os
 import platform
 
 PRIMED_BYTES = 4 << 20
+USER_SETTINGS = ("MALLOC_", "GLIBC_TUNABLES")
+"""Environment variables (by prefix) that tune glibc's allocator: when the user set one, their settings win."""
 
 
-def _user_tuned() -> bool:
-    """The user's own allocator settings win (`MALLOC_*` variables, glibc tunables)."""
-    return "GLIBC_TUNABLES" in os.environ or any(k.startswith("MALLOC_") for k in os.environ)
+def glibc() -> ctypes.CDLL:
+    """The process's C library with `malloc` and `free` typed (pointers are 64-bit, ctypes defaults to int)."""
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
+    return libc
 
 
 def raise_mmap_threshold(nbytes: int = PRIMED_BYTES) -> bool:
@@ -28,11 +33,11 @@ def raise_mmap_threshold(nbytes: int = PRIMED_BYTES) -> bool:
 
     The threshold only ever rises, so a process whose history already raised it past `nbytes` keeps its own.
     """
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc" or _user_tuned():
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
         return False
-    libc = ctypes.CDLL(None)
-    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
-    libc.free.restype, libc.free.argtypes = None, [ctypes.c_void_p]
+    if any(k.startswith(USER_SETTINGS) for k in os.environ):
+        return False
+    libc = glibc()
     block = libc.malloc(nbytes)
     if not block:
         return False
