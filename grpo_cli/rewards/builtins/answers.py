@@ -8,6 +8,7 @@ or math-verify (LaTeX-aware) when it is installed.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 import threading
@@ -135,6 +136,7 @@ def reference_answer(reference: Any) -> str | None:
     return last_boxed(text) or text
 
 
+@functools.lru_cache(maxsize=4096)
 def _clean(s: str) -> str:
     s = s.strip().strip("$").strip()
     if "\\" in s:  # the LaTeX substitutions: plain answers (most of them, on every step) have no backslash
@@ -146,6 +148,7 @@ def _clean(s: str) -> str:
     return s.strip().rstrip(".").strip()
 
 
+@functools.lru_cache(maxsize=4096)  # a group repeats its reference and small answers recur: pure, so cached
 def to_number(s: str) -> float | None:
     r"""Parse "1,080", "-3", "0.5", "1/2", "\frac{1}{2}", "50%" (-> 50), "$12" into a float."""
     s = _clean(s).replace(" ", "")
