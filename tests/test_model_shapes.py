@@ -21,10 +21,11 @@ FAMILIES = ["Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-72B-Instruct", "Qwen/Qwe
 
 
 def _published(text: str) -> tuple[float, float]:
-    """'7.61B' -> (7.61e9, half a unit of its last digit)."""
-    number = text.removesuffix("B")
+    """'7.61B' -> (7.61e9, half a unit of its last digit); '135M' -> (1.35e8, 5e5)."""
+    unit = {"B": 1e9, "M": 1e6}[text[-1]]
+    number = text[:-1]
     decimals = len(number.partition(".")[2])
-    return float(number) * 1e9, 0.5 * 10 ** -decimals * 1e9
+    return float(number) * unit, 0.5 * 10 ** -decimals * unit
 
 
 @pytest.mark.parametrize("entry", shipped_entries(), ids=lambda e: e["ids"][0])

@@ -1,0 +1,185 @@
+"""One memory-and-throughput case of the GPU proof kit: a randomly initialised model of a real shape, a few
+`grpo train` steps with fixed completion lengths, the measured peak against `grpo memory`'s plan.
+
+The shapes come from grpo's shipped shape table (no download); the weights are random, which changes no byte
+count and no FLOP. Completions are forced to exactly `max_completion_length` tokens (`min_new_tokens`), so the
+plan's sequence length is the real one. Run by benchmarks/gpu_check.py, each case in a fresh process.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TOKENIZER = ROOT / "grpo_cli" / "assets" / "tiny-arith"
+PROBE = Path(__file__).resolve().parent / "gpu_probe.py"
+GIB = 1024**3
+# The dry run's model: small enough for a CPU step in about a second.
+TINY = {"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512, "tie_word_embeddings": True}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A model shape (a hub id of the shipped table, or `tiny`) and how it is tuned."""
+
+    name: str
+    shape: str
+    lora: bool = False
+    checkpointing: bool = False
+
+
+# The one list of cases, smallest first, so a run cut short by its time limit still has the small ones.
+CASES = [Case(f"{short}-{mode}", hub, mode == "lora") for short, hub in
+         (("smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct"), ("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B-Instruct"),
+          ("qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct")) for mode in ("full", "lora")]
+CASES.append(Case("qwen2.5-1.5b-full-ckpt", "Qwen/Qwen2.5-1.5B-Instruct", checkpointing=True))
+DRY_CASES = [Case("tiny-full", "tiny"), Case("tiny-lora", "tiny", lora=True)]
+# (completions per step, completion tokens, steps) on a GPU and in the CPU dry run.
+GPU_SIZES, DRY_SIZES = (32, 128, 3), (8, 8, 2)
+
+RECIPE = """
+model:
+  name_or_path: {model}
+  dtype: {dtype}
+{lora}
+data:
+  files: {{train: bundled:tiny-arith-data/train.jsonl}}
+  prompt: {{template: "{{question}}="}}
+  max_prompt_tokens: 8
+rewards:
+  - name: accuracy
+    params: {{answer_format: first_number}}
+training:
+  learning_rate: 1.0e-5
+  beta: 0.0
+  num_generations: 8
+  per_device_train_batch_size: {batch}
+  gradient_accumulation_steps: 1
+  max_completion_length: {length}
+  generation_kwargs: {{min_new_tokens: {length}}}
+  temperature: 1.0
+  max_steps: {steps}
+  logging_steps: 1
+  gradient_checkpointing: {ckpt}
+  save_strategy: "no"
+  seed: 0
+eval: {{before_after: false}}
+launch: {{profile: {profile}}}
+callbacks:
+  - {{callback: "{probe}:PhaseMemory", params: {{out: "{probe_out}", baseline: {baseline}}}}}
+output: {{dir: {out}}}
+"""
+
+
+def _rss() -> int:
+    from gpu_probe import proc_status
+
+    return proc_status("VmRSS")
+
+
+def find_case(name: str) -> Case:
+    return next(c for c in CASES + DRY_CASES if c.name == name)
+
+
+def build_model(case: Case, where: Path) -> Path:
+    """A random model of the case's shape saved with the bundled tokenizer (ids past its 260 decode to nothing)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from grpo_cli.validation.model_config import shipped_shape
+
+    if case.shape == "tiny":
+        shape = dict(TINY)
+    else:
+        found = shipped_shape(case.shape)
+        assert found is not None, f"{case.shape} is not in grpo's shipped shape table"
+        shape = found[0]
+    model_type = shape.pop("model_type")
+    config = AutoConfig.for_model(model_type, **shape, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model_dir = where / case.name
+    model.save_pretrained(model_dir)
+    del model
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(TOKENIZER / name, model_dir / name)
+    return model_dir
+
+
+def _phase_plan(plan: Any) -> dict[str, float]:
+    """What the plan predicts for each phase the probe measures (bytes), context allowance excluded."""
+    static = {i.name: i.bytes for i in plan.items if i.phase == "static" and not i.name.startswith("CUDA context")}
+    weights = static.get("weights", 0.0) + static.get("LoRA adapters", 0.0)
+    after_step = sum(static.values()) - static.get("gradients", 0.0)
+    gen = sum(i.bytes for i in plan.items if i.phase == "generation")
+    train = sum(i.bytes for i in plan.items if i.phase == "training")
+    return {"weights": weights, "after_step": after_step, "generation_peak": after_step + gen,
+            "training_peak": sum(static.values()) + train, "total": plan.total_bytes}
+
+
+def _throughput(run_dir: Path, probe: dict[str, Any], params: int, lora: bool) -> dict[str, Any]:
+    """Generation and training tokens/s over the steps after the first (the first compiles and warms caches)."""
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if "step_time" in r]
+    later = steps[1:] or steps
+    tokens = [b["num_tokens"] - a["num_tokens"] for a, b in zip(steps, steps[1:], strict=False)] or \
+        [steps[0]["num_tokens"]]
+    completion = statistics.median(r["completions/mean_length"] for r in later)
+    batch = probe["batch"]
+    gen_s = statistics.median(probe["generate_seconds"][1:] or probe["generate_seconds"])
+    train_s = statistics.median(r.get("time/forward", 0.0) + r.get("time/backward", 0.0) for r in later)
+    flops_per_token = (4 if lora else 6) * params  # LoRA: no weight gradients for the frozen weights
+    train_tps = statistics.median(tokens) / train_s if train_s else 0.0
+    return {"step_s": statistics.median(r["step_time"] for r in later), "generation_s": gen_s,
+            "training_s": train_s, "completion_tokens": completion,
+            "generation_tokens_per_s": batch * completion / gen_s if gen_s else 0.0,
+            "training_tokens_per_s": train_tps, "training_flops_per_s": flops_per_token * train_tps,
+            "generation_flops_per_s": 2 * params * batch * completion / gen_s if gen_s else 0.0}
+
+
+def run_case(name: str, work: Path, dry: bool) -> dict[str, Any]:
+    """Build the model, plan, train a few steps under the probe, and return the plan, the peaks and the rates."""
+    import torch
+
+    from grpo_cli.recipe import load_recipe
+    from grpo_cli.training import train
+    from grpo_cli.validation import memory_plan
+
+    case = find_case(name)
+    cuda = torch.cuda.is_available()
+    batch, length, steps = DRY_SIZES if dry else GPU_SIZES
+    model_dir = build_model(case, work / "models")  # kept: the merge part merges a LoRA case onto its base
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    baseline = 0 if cuda else _rss()  # on the CPU the probe reads the process's RSS: count from here
+    lora = "  lora: {r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear}" if case.lora else ""
+    probe_out = work / f"{name}.probe.json"
+    recipe_path = work / f"{name}.recipe.yaml"
+    recipe_path.write_text(RECIPE.format(
+        model=model_dir, dtype="auto" if cuda else "float32", lora=lora, batch=batch, length=length,
+        steps=steps, ckpt=str(case.checkpointing).lower(), profile="single" if cuda else "cpu", probe=PROBE,
+        probe_out=probe_out, baseline=baseline, out=work / "runs" / name), encoding="utf-8")
+    recipe = load_recipe(recipe_path)
+    gpu_gib = torch.cuda.get_device_properties(0).total_memory / GIB if cuda else None
+    plan, why = memory_plan(recipe, gpu_memory_gb=gpu_gib, world_size=1)
+    assert plan is not None, why
+    result = train(recipe, force=True)
+    probe = json.loads(probe_out.read_text()) | {"batch": batch}
+    if cuda:  # what the process holds outside PyTorch's allocator: context, cuBLAS/cuDNN workspaces
+        free, total = torch.cuda.mem_get_info()
+        probe["outside_allocator"] = total - free - torch.cuda.memory_reserved()
+    return {"case": name, "shape": case.shape, "lora": case.lora, "checkpointing": case.checkpointing,
+            "status": result.status, "steps": result.global_step, "params": plan.params,
+            "trainable_params": plan.trainable_params, "batch": batch, "completion_length": length,
+            "plan": _phase_plan(plan), "plan_items": {i.name: i.bytes for i in plan.items},
+            "measured": probe, "throughput": _throughput(Path(result.output_dir), probe, plan.params, case.lora)}

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# The GPU proof in one call: the CUDA path, bf16, and the memory plan against the CUDA peak, on one GPU.
+#
+#   scripts/gpu_check.sh [--dry-run] OUTDIR
+#
+# Run it first on a lent GPU machine (no network there: the wheels travel with the tree, made here by
+# scripts/gpu_wheels.sh into .whl/). It installs the wheels into a temporary target, then runs each part of
+# benchmarks/gpu_check.py in its own process under its own time limit, going on past a part that fails, and
+# writes OUTDIR/gpu_check.json, OUTDIR/gpu_check.md (the tables) and OUTDIR/gpu_check.log (each part's output).
+# The whole run stays under GRPO_GPU_CHECK_SECONDS (default 450). `--dry-run` runs the same parts on the CPU
+# with tiny sizes, in this environment, without wheels (tests/test_gpu_kit.py runs it).
+# Record a real run with `python benchmarks/gpu_check.py record OUTDIR` (docs/performance.md, "GPU").
+set -uo pipefail
+dry=()
+if [[ ${1:-} == --dry-run ]]; then dry=(--dry-run); shift; fi
+if [[ $# -ne 1 ]]; then
+  echo "usage: scripts/gpu_check.sh [--dry-run] OUTDIR" >&2
+  exit 2
+fi
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$1" || exit 2
+out=$(cd "$1" && pwd)
+py=${PYTHON:-python3}
+[[ -z ${PYTHON:-} && ${#dry[@]} -eq 1 && -x $root/.venv/bin/python ]] && py=$root/.venv/bin/python
+budget=${GRPO_GPU_CHECK_SECONDS:-450}
+began=$(date +%s)
+work=$(mktemp -d "${TMPDIR:-/tmp}/grpo-gpu-check.XXXXXX")
+log=$out/gpu_check.log
+: >"$log"
+say() { echo "[gpu_check $(( $(date +%s) - began ))s] $*" | tee -a "$log"; }
+export PYTHONPATH=$root HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
+export GRPO_CACHE_DIR=$work/cache
+
+smoke() { "$py" -c "import torch, transformers, peft, datasets, trl, pydantic, typer, grpo_cli.training.run
+from trl import GRPOConfig, GRPOTrainer
+print('imports ok: torch', torch.__version__, 'cuda', torch.cuda.is_available(), 'transformers', transformers.__version__,
+      'trl', trl.__version__, 'datasets', datasets.__version__, 'peft', peft.__version__)" >>"$log" 2>&1; }
+
+wheels=${GRPO_GPU_WHEELS:-$root/.whl}
+if [[ ${#dry[@]} -eq 0 ]]; then
+  site=$work/site
+  if compgen -G "$wheels/*.whl" >/dev/null; then
+    say "installing $(ls "$wheels"/*.whl | wc -l) wheels from $wheels into $site"
+    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$site" "$wheels"/*.whl \
+      >>"$log" 2>&1 || say "pip install of the wheels failed (see the log)"
+    export PYTHONPATH=$root:$site
+  else
+    say "no wheels in $wheels (make them with scripts/gpu_wheels.sh): using what the machine has"
+  fi
+  if ! smoke && [[ -d $site ]]; then
+    say "the imports failed with the carried transformers; trying the machine's own"
+    rm -rf "$site"/transformers "$site"/transformers-*.dist-info
+    smoke || say "the imports still fail: the parts below will say where"
+  fi
+else
+  smoke || say "the imports fail: the parts below will say where"
+fi
+tail -n 1 "$log"
+
+while read -r part limit; do
+  left=$(( budget - ($(date +%s) - began) - 15 ))  # 15 s kept for the table
+  if (( left < 10 )); then
+    say "$part skipped: the run's ${budget} s are spent"
+    continue
+  fi
+  (( limit > left )) && limit=$left
+  say "$part (limit ${limit}s)"
+  echo "----- $part" >>"$log"
+  timeout -k 10 "$limit" "$py" "$root/benchmarks/gpu_check.py" run "$part" "$work" "${dry[@]}" >>"$log" 2>&1
+  rc=$?
+  (( rc == 124 || rc == 137 )) && say "$part stopped at its time limit"
+  tail -n 1 "$log" | cut -c1-300
+done < <("$py" "$root/benchmarks/gpu_check.py" parts "${dry[@]}")
+
+"$py" "$root/benchmarks/gpu_check.py" table "$work" "$out" "${dry[@]}" 2>>"$log"
+rc=$?
+say "done in $(( $(date +%s) - began )) s: $out/gpu_check.md, $out/gpu_check.json, $out/gpu_check.log"
+rm -rf "$work"
+exit $rc
