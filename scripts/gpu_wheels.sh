@@ -37,7 +37,7 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manyl
   platforms+=(--platform "$p")
 done
 # shellcheck disable=SC2086
-"$py" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+"$py" -m pip download -q --no-deps --only-binary=:all: --python-version "${GRPO_GPU_PYTHON_VERSION:-3.12}" --implementation cp \
   "${platforms[@]}" -d "$dir" $pins 2> >(grep -v "^WARNING: Location" >&2)
 count=$(find "$dir" -type f -name '*.whl' | wc -l)
 wheels_kib=$(du -sk "$dir" | cut -f1)
