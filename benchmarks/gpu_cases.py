@@ -83,6 +83,29 @@ def _rss() -> int:
     return proc_status("VmRSS")
 
 
+def _process_gpu_bytes() -> int | None:
+    """This process's GPU memory as the driver counts it (NVML); the whole device's use when the parts run one at
+    a time and NVML cannot say; None when other parts share the GPU and NVML cannot say."""
+    import os
+
+    import torch
+
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+        for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+            if proc.pid == os.getpid() and proc.usedGpuMemory:
+                return int(proc.usedGpuMemory)
+    except Exception:  # no NVML bindings, or a driver that hides per-process use
+        pass
+    if os.environ.get("GRPO_GPU_CHECK_JOBS", "1") == "1":
+        free, total = torch.cuda.mem_get_info()
+        return total - free
+    return None
+
+
 def find_case(name: str) -> Case:
     return next(c for c in CASES + DRY_CASES if c.name == name)
 
@@ -176,8 +199,9 @@ def run_case(name: str, work: Path, dry: bool) -> dict[str, Any]:
     result = train(recipe, force=True)
     probe = json.loads(probe_out.read_text()) | {"batch": batch}
     if cuda:  # what the process holds outside PyTorch's allocator: context, cuBLAS/cuDNN workspaces
-        free, total = torch.cuda.mem_get_info()
-        probe["outside_allocator"] = total - free - torch.cuda.memory_reserved()
+        used = _process_gpu_bytes()
+        if used is not None:
+            probe["outside_allocator"] = used - torch.cuda.memory_reserved()
     return {"case": name, "shape": case.shape, "lora": case.lora, "checkpointing": case.checkpointing,
             "status": result.status, "steps": result.global_step, "params": plan.params,
             "trainable_params": plan.trainable_params, "batch": batch, "completion_length": length,

@@ -42,9 +42,9 @@ def parts(dry: bool) -> list[tuple[str, int]]:
     if dry:
         return ([("facts", 60), ("rates", 60), ("demo-amp", 60)] + [(f"case-{c.name}", 60) for c in DRY_CASES]
                 + [("merge", 60)])
-    # demo-bf16 (bf16 weights) last: alike on the CPU, and the least needed of the parts on a GPU
+    # demo-bf16 (bf16 weights) after the cases: alike on the CPU, and the least needed of the parts on a GPU
     return ([("facts", 60), ("rates", 40), ("demo-amp", 90)] + [(f"case-{c.name}", 80) for c in CASES]
-            + [("merge", 60), ("demo-bf16", 80)])
+            + [("demo-bf16", 80), ("merge", 60)])
 
 
 def _facts(work: Path, dry: bool) -> dict[str, Any]:
@@ -54,7 +54,9 @@ def _facts(work: Path, dry: bool) -> dict[str, Any]:
 
     info: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine(),
                             "cores": os.cpu_count(), "torch_cuda_build": torch.version.cuda,
-                            "cuda_available": torch.cuda.is_available()}
+                            "cuda_available": torch.cuda.is_available(),
+                            "alloc_conf": os.environ.get("PYTORCH_CUDA_ALLOC_CONF"),
+                            "jobs": int(os.environ.get("GRPO_GPU_CHECK_JOBS", "1"))}
     info["versions"] = {}
     for name in VERSIONS:
         try:
@@ -179,7 +181,9 @@ def main() -> None:
         (work / f"{name}.json").write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
         print(json.dumps({k: v for k, v in result.items() if k != "traceback"}, default=str)[:2000])
     elif ns.verb == "table":
-        print(table(Path(ns.args[0]), Path(ns.args[1]), [p for p, _ in parts(ns.dry_run)], ns.dry_run))
+        chosen = os.environ.get("GRPO_GPU_CHECK_PARTS", "").split()  # scripts/gpu_check.sh's subset, if any
+        names = [p for p, _ in parts(ns.dry_run) if not chosen or p in chosen]
+        print(table(Path(ns.args[0]), Path(ns.args[1]), names, ns.dry_run))
     else:
         print(record(Path(ns.args[0])))
 

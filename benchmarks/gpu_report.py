@@ -63,7 +63,10 @@ def _case_rows(results: dict[str, Any]) -> list[str]:
         if not (name.startswith("case-") and r.get("ok")):
             continue
         p, m = r["plan"], r["measured"]
-        measured = m["peak_reserved"] + m.get("outside_allocator", 0)
+        outside = m.get("outside_allocator")
+        if outside is None:  # NVML could not say while other parts shared the GPU: the context alone
+            outside = results.get("facts", {}).get("context_gib", 0) * GIB
+        measured = m["peak_reserved"] + outside
         after = m["after_step"][-1] if m["after_step"] else None
         rows.append(f"| {r['case']} | {r['params'] / 1e6:,.1f}M | {_gib(p['total'])} | {_gib(measured)} | "
                     f"**{_ratio(measured, p['total'])}** | {_gib(m['peak'])} | "
@@ -98,6 +101,10 @@ def _heading(results: dict[str, Any], dry: bool) -> list[str]:
              f"{facts.get('torch_cuda_build')}, transformers {v.get('transformers')}, trl {v.get('trl')}, "
              f"peft {v.get('peft')}, Python {facts.get('python')})", ""]
     rates = results.get("rates", {})
+    if facts.get("alloc_conf") or facts.get("jobs", 1) > 1:
+        lines.append(f"PYTORCH_CUDA_ALLOC_CONF={facts.get('alloc_conf') or '(unset)'}; up to {facts.get('jobs', 1)} "
+                     "cases and demos ran at once: memory is per process, but speed figures are not comparable "
+                     "with a run of one part at a time.")
     if facts.get("gpu"):
         lines.append(f"{facts.get('gpus')} x {card}, {facts.get('memory_gib')} GiB, capability "
                      f"{facts.get('capability')}, bf16 {facts.get('bf16')}, NCCL {facts.get('nccl')}, "

@@ -7,7 +7,9 @@
 # scripts/gpu_wheels.sh into .whl/). It installs the wheels into a temporary target, then runs each part of
 # benchmarks/gpu_check.py in its own process under its own time limit, going on past a part that fails, and
 # writes OUTDIR/gpu_check.json, OUTDIR/gpu_check.md (the tables) and OUTDIR/gpu_check.log (each part's output).
-# The whole run stays under GRPO_GPU_CHECK_SECONDS (default 450). `--dry-run` runs the same parts on the CPU
+# The whole run stays under GRPO_GPU_CHECK_SECONDS (default 450); GRPO_GPU_CHECK_PARTS picks a subset and
+# GRPO_GPU_CHECK_JOBS=N runs up to N cases and demos at once (for a second call with little device time left).
+# `--dry-run` runs the same parts on the CPU
 # with tiny sizes, in this environment, without wheels (tests/test_gpu_kit.py runs it).
 # Record a real run with `python benchmarks/gpu_check.py record OUTDIR` (docs/performance.md, "GPU").
 set -uo pipefail
@@ -57,20 +59,36 @@ else
 fi
 tail -n 1 "$log"
 
+run_part() {  # PART LIMIT: its output goes to its own file, then into the log whole
+  timeout -k 10 "$2" "$py" "$root/benchmarks/gpu_check.py" run "$1" "$work" "${dry[@]}" >"$work/$1.log" 2>&1
+  local rc=$?
+  { echo "----- $1 (exit $rc)"; cat "$work/$1.log"; } >>"$log"
+  if (( rc == 124 || rc == 137 )); then say "$1 stopped at its time limit"; else say "$1 done"; fi
+}
+limit_for() {  # LIMIT: the part's limit, cut to what the run's budget has left (15 s kept for the table); 0 if spent
+  local left=$(( budget - ($(date +%s) - began) - 15 ))
+  if (( left < 10 )); then echo 0; elif (( $1 > left )); then echo "$left"; else echo "$1"; fi
+}
+jobs_max=${GRPO_GPU_CHECK_JOBS:-1}  # >1: cases and demos share the GPU (memory stays per process; speed does not)
+only=${GRPO_GPU_CHECK_PARTS:-}      # a space-separated subset of the parts, for a second call with time left
 while read -r part limit; do
-  left=$(( budget - ($(date +%s) - began) - 15 ))  # 15 s kept for the table
-  if (( left < 10 )); then
+  [[ -n $only && " $only " != *" $part "* ]] && continue
+  shared=0
+  [[ $jobs_max -gt 1 && ( $part == case-* || $part == demo-* ) ]] && shared=1
+  if (( shared )); then
+    while (( $(jobs -rp | wc -l) >= jobs_max )); do wait -n; done
+  else
+    wait  # facts, rates and merge run alone (merge needs the LoRA case's adapter)
+  fi
+  limit=$(limit_for "$limit")
+  if (( limit == 0 )); then
     say "$part skipped: the run's ${budget} s are spent"
     continue
   fi
-  (( limit > left )) && limit=$left
   say "$part (limit ${limit}s)"
-  echo "----- $part" >>"$log"
-  timeout -k 10 "$limit" "$py" "$root/benchmarks/gpu_check.py" run "$part" "$work" "${dry[@]}" >>"$log" 2>&1
-  rc=$?
-  (( rc == 124 || rc == 137 )) && say "$part stopped at its time limit"
-  tail -n 1 "$log" | cut -c1-300
+  if (( shared )); then run_part "$part" "$limit" & else run_part "$part" "$limit"; fi
 done < <("$py" "$root/benchmarks/gpu_check.py" parts "${dry[@]}")
+wait
 
 "$py" "$root/benchmarks/gpu_check.py" table "$work" "$out" "${dry[@]}" 2>>"$log"
 rc=$?

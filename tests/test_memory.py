@@ -124,8 +124,16 @@ def test_activations_logits_and_kv_cache_by_hand(write_recipe, minimal_dir) -> N
     per_layer = (6 * H + 3 * KV_DIM + 4 * INTER) * 2 * tokens  # values kept per token per layer, bf16
     assert plan.activations_full == per_layer * L
     assert _b(plan, "activations") == plan.activations_checkpointed == H * 2 * tokens * L + per_layer
-    # TRL's fused LM head: 7 fp32 tiles of (completion tokens, capped at 4096) x (vocab, capped at 32768)
-    assert _b(plan, "log-prob tiles") == 7 * (4 * 512) * 32768 * 4
+    # TRL's fused LM head on CUDA (measured on an H100, docs/performance.md "GPU"): one bf16 tile of (completion
+    # tokens, capped at 4096) x (vocab, capped at 32768), the fp32 gradient of those tokens' hidden states, and a
+    # full fine-tune's fp32 LM-head gradient with its bf16 copy
+    assert _b(plan, "log-prob tiles") == (4 * 512) * 32768 * 2 + (4 * 512) * H * 4 + V * H * (4 + 2)
+    lora = _plan(write_recipe, ["training.per_device_train_batch_size=4", "model.lora.r=16"])
+    assert _b(lora, "log-prob tiles") == (4 * 512) * 32768 * 2 + (4 * 512) * H * 4  # the LM head is frozen
+    # on the CPU, torch ops fold each tile: about 7 fp32 tiles of every position (benchmarks/memory_plan.py)
+    cpu = _plan(write_recipe, ["training.per_device_train_batch_size=4", "launch.profile=cpu",
+                               "model.dtype=float32"])
+    assert _b(cpu, "log-prob tiles") == 7 * (4 * (256 + 512)) * 32768 * 4
     assert _b(plan, "generation KV cache") == 2 * L * KV_DIM * 2 * (4 * 2) * (256 + 512)
     no_ckpt = _plan(write_recipe, ["training.per_device_train_batch_size=4", "training.gradient_checkpointing=false"])
     assert _b(no_ckpt, "activations") == per_layer * L > _b(plan, "activations")

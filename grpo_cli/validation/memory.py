@@ -13,9 +13,10 @@ per adapted projection; ZeRO-3/FSDP shard weights, gradients and optimizer state
 last two; a decoder layer keeps about 6h + 3 kv_dim + 4 I values per token for backward (only h
 with gradient checkpointing, plus one recomputed layer), and LoRA with dropout > 0 adds a dropped-out copy
 of each adapted projection's input plus its one-byte mask; TRL's fused LM head keeps about 7 fp32
-tiles of at most 4096 tokens x 32768 vocabulary columns (measured on CPU); the generation KV
-cache and the training pass are never alive together, so total = static + max(generation,
-training); 1 GiB of CUDA context.
+tiles of at most 4096 tokens x 32768 vocabulary columns on CPU, and one tile in the compute dtype on
+CUDA plus the LM head's fp32 gradient when it trains (measured: benchmarks/memory_plan.py on CPU,
+scripts/gpu_check.sh on an H100); the generation KV cache and the training pass are never alive
+together, so total = static + max(generation, training); 1 GiB of CUDA context.
 """
 
 from __future__ import annotations
@@ -285,13 +286,7 @@ def _training_items(recipe: Recipe, shape: ModelShape, dtype: str,
         f"({'off' if use_ckpt else 'on'}: {other / GIB:.2f} GiB)" + (", eager attention" if eager else "")
         + (f", LoRA dropout copies {dropout * (1 if use_ckpt else shape.layers) / GIB:.2f} GiB" if dropout else ""),
         "training")]
-    # TRL 1.16 scores tokens through a fused LM head in tiles, never the full logits: on CUDA (Triton) only the
-    # completion positions, elsewhere every position of the micro-batch.
-    rows = per_device * (seq if recipe.launch.spec.cpu_only else completion)
-    tile_rows, tile_cols = min(rows, TOKEN_TILE), min(shape.vocab, VOCAB_TILE)
-    items.append(MemoryItem("log-prob tiles", LOGPROB_TILES_ALIVE * tile_rows * tile_cols * 4.0,
-                            f"{LOGPROB_TILES_ALIVE} x {tile_rows:,} tokens x {tile_cols:,} vocab x 4 bytes "
-                            "(TRL's fused LM head)", "training"))
+    items.append(_logprob_item(recipe, shape, dtype, per_device * (seq if recipe.launch.spec.cpu_only else completion)))
     if lora is not None and recipe.launch.spec.cpu_only:
         # glibc malloc raises its mmap threshold as large blocks are freed, so a step's activations end up on the
         # heap, and the heap keeps them resident after backward. A full fine-tune's gradients reuse those pages; a
@@ -301,6 +296,30 @@ def _training_items(recipe: Recipe, shape: ModelShape, dtype: str,
         items.append(MemoryItem("freed activations kept by malloc", kept,
                                 "host RAM only: glibc keeps a LoRA step's freed activations resident", "training"))
     return items, full, ckpt
+
+
+def _logprob_item(recipe: Recipe, shape: ModelShape, dtype: str, rows: int) -> MemoryItem:
+    """TRL 1.16's fused LM head scores tokens in tiles, never the full logits: on CUDA only the completion positions,
+    elsewhere every position of the micro-batch.
+
+    On the CPU the tile is folded by torch ops that keep about 7 fp32 copies alive. On CUDA a Triton kernel folds it
+    in place, so one tile in the compute dtype is alive, beside the backward's fp32 gradient of the hidden states
+    and, when the LM head trains (a full fine-tune), its fp32 weight gradient and that gradient cast back to the
+    weights' dtype (scripts/gpu_check.sh measured the CUDA side: docs/performance.md, "GPU").
+    """
+    tile_rows, tile_cols = min(rows, TOKEN_TILE), min(shape.vocab, VOCAB_TILE)
+    if recipe.launch.spec.cpu_only:
+        return MemoryItem("log-prob tiles", LOGPROB_TILES_ALIVE * tile_rows * tile_cols * 4.0,
+                          f"{LOGPROB_TILES_ALIVE} x {tile_rows:,} tokens x {tile_cols:,} vocab x 4 bytes "
+                          "(TRL's fused LM head)", "training")
+    compute = DTYPE_BYTES[dtype]
+    total = tile_rows * tile_cols * compute + rows * shape.hidden * 4.0
+    note = f"{tile_rows:,} tokens x {tile_cols:,} vocab x {compute:g} bytes (TRL's fused LM head, Triton)"
+    lora = recipe.model.lora
+    if lora is None or "lm_head" in (lora.modules_to_save or []):
+        total += shape.vocab * shape.hidden * (4.0 + compute)
+        note += f", the LM head's fp32 gradient {shape.vocab * shape.hidden * 4.0 / GIB:.2f} GiB"
+    return MemoryItem("log-prob tiles", total, note, "training")
 
 
 def _generation_items(recipe: Recipe, shape: ModelShape, world: int, dtype: str, gpu_gb: float | None,
