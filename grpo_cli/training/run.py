@@ -167,8 +167,10 @@ def _build(run: _Run) -> None:
     """Load model, data and rewards, then (only now) replace an old run and write recipe and manifest."""
     _announce(run)
     from grpo_cli.threads import apply_torch_threads
+    from grpo_cli.training.cuda_segments import expand_cuda_segments
     from grpo_cli.training.heap import raise_mmap_threshold
 
+    expand_cuda_segments(run.recipe)  # before torch is imported: the CUDA allocator reads it once
     apply_torch_threads(run.threads)
     raise_mmap_threshold()
     import warnings
