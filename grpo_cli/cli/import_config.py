@@ -27,23 +27,24 @@ def import_cmd(
                                                 "for open-r1's `accelerate launch --config_file zero2.yaml`).")] = None,
     num_processes: Annotated[int | None, typer.Option("--num-processes", help="Training processes the source ran "
                                                       "with (the batch arithmetic depends on it).")] = None,
+    script_config: Annotated[Path | None, typer.Option("--config", help="For a TrlParser script: the YAML it is "
+                                                       "launched with (its model, data and training keys).")] = None,
 ) -> None:
     """Convert an open-r1, TRL or Axolotl GRPO config into a recipe, and say what it could not map and why."""
 
     def body() -> None:
         from grpo_cli.cli.render.importing import render_import
-        from grpo_cli.importing import apply_overrides, import_config, recipe_yaml, set_launch
-        from grpo_cli.importing.check import check_recipe_text
+        from grpo_cli.importing import apply_overrides, import_config, set_launch
+        from grpo_cli.importing.finish import Request, finish
 
-        result = import_config(kind, config)
+        result = import_config(kind, config, script_config)
         set_launch(result, profile, num_processes)
         apply_overrides(result, overrides or [])
-        text = recipe_yaml(result)
-        problems, warnings = check_recipe_text(text, out or Path.cwd() / "imported.yaml")
-        render_import(console, result, text, out, problems, warnings)
-        if problems:
-            raise typer.Exit(2)
+        outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out))
+        render_import(console, result, outcome.text, out, outcome.problems, outcome.warnings, outcome.command)
         if out is not None:
-            out.write_text(text, encoding="utf-8")
+            out.write_text(outcome.text, encoding="utf-8")
+        if outcome.problems:
+            raise typer.Exit(2)
 
     run_guarded(body)

@@ -1,0 +1,87 @@
+"""A TRL script (`grpo import trl train.py [--config launch.yaml]`) -> a recipe: the keys `trl_script` reads, mapped
+as a `trl grpo` config's, plus what only a script has: the prompt its dataset.map builds, the model it builds in
+code, rewards that cannot be referenced, and reward files that would run the training when imported."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from grpo_cli.importing.common import NO_REWARD, ImportResult
+from grpo_cli.importing.hf import FROM_SCRIPT, import_hf_yaml
+from grpo_cli.importing.script_model import MODEL_NEEDED
+from grpo_cli.importing.script_rewards import trains_at_import
+from grpo_cli.importing.trl_script import (
+    CONSTANT_PROMPT,
+    ENVIRONMENT,
+    SCRIPT_ANSWER,
+    SCRIPT_PROMPT,
+    TRLPARSER,
+    UNREAD_REWARDS,
+    apply_environment,
+    read_script,
+)
+
+
+def import_script(path: Path, config: dict[str, Any] | None = None, config_path: Path | None = None) -> ImportResult:
+    cfg, skipped = read_script(path, config)
+    environment, prompt = cfg.pop(ENVIRONMENT, None), cfg.pop(CONSTANT_PROMPT, None)
+    trlparser, model_needed = cfg.pop(TRLPARSER, False), cfg.pop(MODEL_NEEDED, None)
+    unread: list[tuple[str, str]] = cfg.pop(UNREAD_REWARDS, [])
+    script_prompt, answer = cfg.pop(SCRIPT_PROMPT, None), cfg.pop(SCRIPT_ANSWER, None)
+    cfg[FROM_SCRIPT] = True
+    out = import_hf_yaml(cfg, str(path) if config_path is None else f"{path} with {config_path}", "trl")
+    apply_environment(out, environment, prompt)
+    out.unmapped[:0] = skipped.unmapped
+    out.notes[:0] = skipped.notes
+    if script_prompt is not None:
+        out.put("data.prompt", script_prompt)
+        out.notes.append("the script's dataset.map builds a chat prompt from a column: data.prompt"
+                         + (" (with its system prompt)" if "system_prompt" in script_prompt else ""))
+    if answer is not None:
+        out.put("data.answer", answer)
+    if trlparser:
+        out.problems.append(f"{path.name}: the script reads its settings with TrlParser from the YAML it is "
+                            "launched with (`--config FILE.yaml`), which holds the model, data and training keys: "
+                            "give it here as well")
+        out.needs["--config"] = "LAUNCH.yaml"
+    elif model_needed is not None and out.get("model.name_or_path") is None:
+        line, expression = model_needed
+        out.refuse(f"model: {path.name} builds its model from `{expression}` (line {line}), known only when it "
+                   "runs: give the model", "model.name_or_path", "HUB_ID_OR_PATH")
+    _unread_rewards(out, path, unread)
+    _training_at_import(out)
+    return out
+
+
+def _unread_rewards(out: ImportResult, path: Path, unread: list[tuple[str, str]]) -> None:
+    if not unread:
+        return
+    if NO_REWARD in out.problems:
+        out.problems.remove(NO_REWARD)
+    for expression, why in unread:
+        out.drop("GRPOTrainer(reward_funcs=...)", expression, why)
+    names = ", ".join(e for e, _ in unread)
+    out.refuse(f"rewards: {path.name} gives its trainer reward functions grpo cannot import ({names}; each is listed "
+               "under 'not carried over' with the reason), and a recipe that trains without them trains something "
+               "else: move each into a module (a file beside the recipe) and name it", "rewards",
+               "[{function: rewards.py:FUNCTION}, ...]")
+
+
+def _training_at_import(out: ImportResult) -> None:
+    """A reward referenced in a file whose top-level code trains: importing it would run the source's training."""
+    by_file: dict[str, list[str]] = {}
+    for entry in out.get("rewards") or []:
+        target, _, func = str(entry.get("function", "")).rpartition(":")
+        if target.endswith(".py"):
+            by_file.setdefault(target, []).append(func)
+    for file, funcs in by_file.items():
+        found = trains_at_import(Path(file))
+        if found is None:
+            continue
+        line, code = found
+        listed = ", ".join(funcs)
+        out.refuse(f"rewards: {Path(file).name} runs its training when imported (line {line}: `{code}`), and grpo "
+                   f"imports it to call {listed}: move {listed} into a file of their own (e.g. rewards.py beside "
+                   "the recipe) and name it, or put the script's training under `if __name__ == \"__main__\":`",
+                   "rewards", "[" + ", ".join(f"{{function: rewards.py:{f}}}" for f in funcs) + "]")
