@@ -41,6 +41,8 @@ class ImportResult:
     """What the import itself knows the recipe lacks, each `key: what (where): fix`; it does not validate."""
     needs: dict[str, str] = field(default_factory=dict)
     """section.key -> the value to give on the command line (shown as a placeholder) to finish the recipe."""
+    next_command: str | None = None
+    """A different command finishes the import (a TrlParser YAML: import its script with it)."""
     processes_hint: int | None = None
     """Training processes the source's launch implies (open-r1's `vllm_device: cuda:7`: GPUs 0-6 train)."""
 

@@ -164,11 +164,18 @@ def _processes(result: ImportResult, where: Path, names: list[str], problems: li
 def merge_problems(own: list[str], validation: list[str]) -> list[str]:
     """The import's own problems first; a validation problem on the same key says less and is dropped."""
     keys = [p.split(":", 1)[0] for p in own]
-    return own + [p for p in validation if not any(p.split(":", 1)[0].startswith(k) for k in keys)]
+
+    def said(problem: str) -> bool:
+        key = problem.split(":", 1)[0]
+        return any(key.startswith(k) or f"`{k}`" in problem for k in keys)
+
+    return own + [p for p in validation if not said(p)]
 
 
 def finishing_command(request: Request, result: ImportResult, processes: int | None, env: list[str]) -> str:
     """`grpo import ...` as the user ran it, plus what finishes it (placeholders in capitals)."""
+    if result.next_command is not None:
+        return result.next_command + (f" -o {shlex.quote(str(request.out))}" if request.out is not None else "")
     words = [f"{name}=..." for name in env] + ["grpo", "import", request.kind, str(request.config)]
     words += request.overrides
     words += [f"{k}={v}" for k, v in result.needs.items() if not k.startswith("--")]

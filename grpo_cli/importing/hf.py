@@ -3,6 +3,8 @@ GRPOConfig keys. open-r1 adds its reward registry, `system_prompt`, `chat_templa
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
 from typing import Any
 
 from grpo_cli.importing.common import (
@@ -191,10 +193,23 @@ def _dataset(name: str, out: ImportResult) -> None:
         out.put("data.dataset", name)
 
 
+def _trlparser_yaml(out: ImportResult, source: str, keys: list[str]) -> None:
+    """A YAML with a script's own keys and no rewards is a TrlParser script's launch config: point at the script."""
+    from grpo_cli.importing.script_find import trlparser_scripts
+
+    scripts = trlparser_scripts(Path(source), keys)
+    named = f"`{scripts[0]}`" if scripts else "the script it is launched with"
+    out.problems.append(f"rewards: this YAML's own keys ({', '.join(keys)}) are those of a TrlParser script, which "
+                        f"defines the rewards and the prompt: import {named} with this YAML as its --config")
+    script = str(scripts[0]) if scripts else "SCRIPT.py"
+    out.next_command = " ".join(shlex.quote(w) for w in ("grpo", "import", "trl", script, "--config", source))
+
+
 def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str) -> ImportResult:
     """Translate an open-r1 (`flavour` open-r1) or `trl grpo` (trl) YAML config."""
     out = ImportResult(source, flavour)
     cfg = dict(cfg)
+    script_keys = [k for k in SCRIPT_KEYS if k in cfg]
     rename_old_keys(cfg, out)
     map_model(cfg, out)
     _data(cfg, out, flavour)
@@ -207,7 +222,9 @@ def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str) -> ImportResu
     for key in [k for k in list(cfg) if k in OPENR1_ONLY]:
         out.drop(key, cfg.pop(key), OPENR1_ONLY[key])
     map_training(cfg, out)
-    if "rewards" not in out.recipe:
+    if "rewards" not in out.recipe and script_keys:
+        _trlparser_yaml(out, source, script_keys)
+    elif "rewards" not in out.recipe:
         out.refuse(NO_REWARD, "rewards", "[{function: FILE.py:FUNCTION}]")
     if out.get("launch.vllm.mode") and not out.get("launch.profile"):
         out.put("launch.profile", "single")

@@ -126,7 +126,7 @@ class Script:
             found = self.assigns.get((id(scope), name))
             if not found:
                 continue
-            before = [value for lineno, value, _ in found if lineno < line]
+            before = [value for _, value, stmt in found if (stmt.end_lineno or stmt.lineno) < line]
             if before:
                 return before[-1]
             if scope is self.tree and len(found) == 1:
