@@ -49,6 +49,10 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
         line, expression = model_needed
         out.refuse(f"model: {path.name} builds its model from `{expression}` (line {line}), known only when it "
                    "runs: give the model", "model.name_or_path", "HUB_ID_OR_PATH")
+    if not any(out.get(f"data.{k}") for k in ("dataset", "files", "from_environment")):
+        out.refuse(f"data: {path.name} builds its training rows in code the importer cannot read (each place is "
+                   "listed under 'not carried over'): give the dataset they come from", "data.dataset",
+                   "HUB_DATASET_ID")
     _unread_rewards(out, path, unread)
     _training_at_import(out)
     return out

@@ -89,7 +89,21 @@ def read_script(path: Path, config: dict[str, Any] | None = None) -> tuple[dict[
         cfg[TRLPARSER] = True
     if (note := script.defaults_note()) is not None:
         skipped.notes.append(note)
+    if any(m.split(".")[0] == "unsloth" for m in script.imports.values()):
+        _unsloth_batch(cfg, skipped)
     return cfg, skipped
+
+
+def _unsloth_batch(cfg: dict[str, Any], skipped: ImportResult) -> None:
+    """Unsloth's GRPOConfig sets per_device_train_batch_size to num_generations when the batch does not divide
+    into groups (unsloth/models/rl.py); TRL would raise, so the recipe says what Unsloth trained with."""
+    size, generations = cfg.get("per_device_train_batch_size"), cfg.get("num_generations", 8)
+    steps = cfg.get("gradient_accumulation_steps", 1)
+    if isinstance(size, int) and isinstance(generations, int) and isinstance(steps, int) and generations > 0 \
+            and (size * steps) % generations:
+        cfg["per_device_train_batch_size"] = generations
+        skipped.notes.append(f"per_device_train_batch_size {size} -> {generations}: Unsloth changes it to "
+                             "num_generations when the batch does not divide into groups, and trained with that")
 
 
 def _trainer_names(script: Script) -> list[str]:
