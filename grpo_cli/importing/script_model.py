@@ -157,8 +157,15 @@ def _peft_argument(script: Script, node: ast.AST, facts: ModelFacts) -> None:
                            "it as model.lora (r, alpha, target_modules)"))
 
 
+UNSLOTH_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
 def _lora_keywords(script: Script, call: ast.Call, facts: ModelFacts) -> None:
     facts.cfg["use_peft"] = True
+    if call_name(call) == "LoraConfig":  # peft's defaults
+        facts.cfg.update({"lora_r": 8, "lora_alpha": 8})
+    else:  # Unsloth's FastLanguageModel.get_peft_model defaults
+        facts.cfg.update({"lora_r": 16, "lora_alpha": 16, "lora_target_modules": UNSLOTH_TARGETS})
     for kw in call.keywords:
         if kw.arg in LORA_KEYS:
             value = script.value(kw.value)

@@ -77,14 +77,14 @@ def read_script(path: Path, config: dict[str, Any] | None = None) -> tuple[dict[
     skipped = ImportResult(str(path), "trl")
     for call in script.calls("GRPOConfig"):
         _grpo_config(script, call, cfg, skipped)
+    for call in script.calls("from_dict"):
+        if call.args and (text := constant_prompt(call.args[0], script.tree)) is not None:
+            cfg[CONSTANT_PROMPT] = text
     trainers = [c for c in script.calls(*_trainer_names(script)) if call_name(c).endswith("GRPOTrainer")]
     if trainers:
         _trainer(script, trainers[0], cfg, skipped)
     elif (first := script.calls("load_dataset")) and "dataset_name" not in cfg:
         _first_dataset(script, first[0], cfg)
-    for call in script.calls("from_dict"):
-        if call.args and (text := constant_prompt(call.args[0], script.tree)) is not None:
-            cfg[CONSTANT_PROMPT] = text
     if script.calls("TrlParser", "parse_args_and_config") and config is None:
         cfg[TRLPARSER] = True
     if (note := script.defaults_note()) is not None:
@@ -176,6 +176,8 @@ def _data(script: Script, trainer: ast.Call, cfg: dict[str, Any], skipped: Impor
         cfg[SCRIPT_ANSWER] = facts.answer
     skipped.notes += facts.notes
     for key, value, why in facts.lost:
+        if CONSTANT_PROMPT in cfg and "train_dataset" in key:
+            continue  # one constant prompt, copied: environment-only rows (apply_environment)
         skipped.drop(key, value, why)
 
 
