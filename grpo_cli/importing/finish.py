@@ -163,7 +163,7 @@ def _processes(result: ImportResult, where: Path, names: list[str], problems: li
 
 def merge_problems(own: list[str], validation: list[str]) -> list[str]:
     """The import's own problems first; a validation problem on the same key says less and is dropped."""
-    keys = [p.split(":", 1)[0] for p in own]
+    keys = [k for p in own for k in p.split(":", 1)[0].split(", ")]
 
     def said(problem: str) -> bool:
         key = problem.split(":", 1)[0]

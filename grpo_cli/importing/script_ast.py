@@ -126,12 +126,28 @@ class Script:
             found = self.assigns.get((id(scope), name))
             if not found:
                 continue
-            before = [value for _, value, stmt in found if (stmt.end_lineno or stmt.lineno) < line]
+            before = [value for _, value, stmt in found if (stmt.end_lineno or stmt.lineno) < line
+                      and not self.exclusive(stmt, at)]
             if before:
                 return before[-1]
             if scope is self.tree and len(found) == 1:
                 return found[0][1]
         return None
+
+    def _branch(self, node: ast.AST) -> list[tuple[int, str]]:
+        """(id of each enclosing `if`, which side) from the innermost out."""
+        out, child, parent = [], node, self.parents.get(id(node))
+        while parent is not None:
+            if isinstance(parent, ast.If):
+                out.append((id(parent), "body" if any(child is n for n in parent.body) else
+                            "orelse" if any(child is n for n in parent.orelse) else "test"))
+            child, parent = parent, self.parents.get(id(parent))
+        return out
+
+    def exclusive(self, a: ast.AST, b: ast.AST) -> bool:
+        """Whether a and b sit on different sides of one `if` (never both run)."""
+        sides = dict(self._branch(b))
+        return any(key in sides and sides[key] != side for key, side in self._branch(a))
 
     def value(self, node: ast.AST | None, depth: int = 0) -> Any:
         """The literal a node evaluates to, following names, f-strings and `args.key` of the TrlParser YAML;

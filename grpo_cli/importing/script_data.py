@@ -11,7 +11,7 @@ from typing import Any
 
 from grpo_cli.importing.script_ast import NO, Script, call_name, keyword, receiver
 
-PASS_THROUGH = {"shuffle", "flatten_indices", "with_format", "cast", "cast_column"}
+PASS_THROUGH = {"shuffle", "flatten_indices", "with_format", "cast", "cast_column", "remove_columns"}
 SPLITS = {"train_test_split"}
 
 

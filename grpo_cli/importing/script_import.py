@@ -41,15 +41,15 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
     if answer is not None:
         out.put("data.answer", answer)
     if trlparser:
-        out.problems.append(f"{path.name}: the script reads its settings with TrlParser from the YAML it is "
-                            "launched with (`--config FILE.yaml`), which holds the model, data and training keys: "
-                            "give it here as well")
+        out.problems.append(f"model, data: {path.name} reads its settings with TrlParser from the YAML it is "
+                            "launched with (`--config FILE.yaml`; arguments on its command line are the same keys), "
+                            "which names the model, the data and the training settings: give that YAML here too")
         out.needs["--config"] = "LAUNCH.yaml"
     elif model_needed is not None and out.get("model.name_or_path") is None:
         line, expression = model_needed
         out.refuse(f"model: {path.name} builds its model from `{expression}` (line {line}), known only when it "
                    "runs: give the model", "model.name_or_path", "HUB_ID_OR_PATH")
-    if not any(out.get(f"data.{k}") for k in ("dataset", "files", "from_environment")):
+    if not trlparser and not any(out.get(f"data.{k}") for k in ("dataset", "files", "from_environment")):
         out.refuse(f"data: {path.name} builds its training rows in code the importer cannot read (each place is "
                    "listed under 'not carried over'): give the dataset they come from", "data.dataset",
                    "HUB_DATASET_ID")

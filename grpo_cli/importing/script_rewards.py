@@ -47,7 +47,9 @@ def _items(script: Script, node: ast.AST) -> tuple[list[ast.AST] | None, str]:
     lines = ", ".join(str(line) for line, _, _ in found)
     if len(found) > 1:
         return None, f"a list chosen when the script runs (set at lines {lines}): name the rewards in `rewards:`"
-    if not found or not isinstance(found[0][1], ast.List | ast.Tuple):
+    if found and not isinstance(found[0][1], ast.List | ast.Tuple):
+        return None, f"built when the script runs (line {found[0][0]}: `{_short(found[0][1])}`): name the rewards"
+    if not found:
         return [node], ""
     items = list(found[0][1].elts)
     for call in script.calls("append", "extend"):
@@ -56,6 +58,11 @@ def _items(script: Script, node: ast.AST) -> tuple[list[ast.AST] | None, str]:
             arg = call.args[0]
             items += list(arg.elts) if call_name(call) == "extend" and isinstance(arg, ast.List) else [arg]
     return items, ""
+
+
+def _short(node: ast.AST) -> str:
+    text = " ".join(ast.unparse(node).split())
+    return text if len(text) <= 70 else text[:67] + "..."
 
 
 def reference(script: Script, item: ast.AST) -> tuple[str | None, str]:

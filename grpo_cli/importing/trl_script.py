@@ -80,7 +80,7 @@ def read_script(path: Path, config: dict[str, Any] | None = None) -> tuple[dict[
     for call in script.calls("from_dict"):
         if call.args and (text := constant_prompt(call.args[0], script.tree)) is not None:
             cfg[CONSTANT_PROMPT] = text
-    trainers = [c for c in script.calls(*_trainer_names(script)) if call_name(c).endswith("GRPOTrainer")]
+    trainers = script.calls(*_trainer_names(script))
     if trainers:
         _trainer(script, trainers[0], cfg, skipped)
     elif (first := script.calls("load_dataset")) and "dataset_name" not in cfg:
@@ -107,8 +107,21 @@ def _unsloth_batch(cfg: dict[str, Any], skipped: ImportResult) -> None:
 
 
 def _trainer_names(script: Script) -> list[str]:
-    return sorted({call_name(n) for n in ast.walk(script.tree) if isinstance(n, ast.Call)
-                   and call_name(n).endswith("GRPOTrainer")})
+    """TRL's GRPOTrainer, its subclasses (`*GRPOTrainer`), and names bound to one (`trainer_cls = MyGRPOTrainer`)."""
+    names = {call_name(n) for n in ast.walk(script.tree) if isinstance(n, ast.Call)
+             and call_name(n).endswith("GRPOTrainer")}
+    aliases = {name for (_, name), found in script.assigns.items()
+               if any(isinstance(v, ast.Name) and v.id.endswith("GRPOTrainer") for _, v, _ in found)}
+    return sorted(names | aliases)
+
+
+def _trainer_class(script: Script, node: ast.Call) -> str:
+    name = call_name(node)
+    if not name.endswith("GRPOTrainer") and isinstance(node.func, ast.Name):
+        found = script.lookup(name, node)
+        if isinstance(found, ast.Name):
+            return found.id
+    return name
 
 
 def _grpo_config(script: Script, call: ast.Call, cfg: dict[str, Any], skipped: ImportResult) -> None:
@@ -135,7 +148,7 @@ def _first_dataset(script: Script, call: ast.Call, cfg: dict[str, Any]) -> None:
 
 
 def _trainer(script: Script, node: ast.Call, cfg: dict[str, Any], skipped: ImportResult) -> None:
-    name = call_name(node)
+    name = _trainer_class(script, node)
     if name != "GRPOTrainer":
         where = "defined in the script" if name in script.defs else f"from {script.imports.get(name, 'elsewhere')}"
         skipped.drop(name, f"line {node.lineno}", f"a GRPOTrainer subclass ({where}): its overrides are its own "
