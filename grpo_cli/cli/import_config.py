@@ -29,18 +29,23 @@ def import_cmd(
                                                       "with (the batch arithmetic depends on it).")] = None,
     script_config: Annotated[Path | None, typer.Option("--config", help="For a TrlParser script: the YAML it is "
                                                        "launched with (its model, data and training keys).")] = None,
+    extract_rewards: Annotated[bool, typer.Option("--extract-rewards", help="Copy reward functions grpo cannot "
+                                                  "import in place (defined inside a function, or in a script that "
+                                                  "trains when imported) into RECIPE_rewards.py beside the recipe.")]
+    = False,
 ) -> None:
     """Convert an open-r1, TRL or Axolotl GRPO config into a recipe, and say what it could not map and why."""
 
     def body() -> None:
         from grpo_cli.cli.render.importing import render_import
-        from grpo_cli.importing import apply_overrides, import_config, set_launch
+        from grpo_cli.importing import apply_overrides, import_config, rewards_module, set_launch
         from grpo_cli.importing.finish import Request, finish
 
-        result = import_config(kind, config, script_config)
+        result = import_config(kind, config, script_config, rewards_module(out) if extract_rewards else None)
         set_launch(result, profile, num_processes)
         apply_overrides(result, overrides or [])
-        outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out))
+        outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out,
+                                         extract_rewards))
         render_import(console, result, outcome.text, out, outcome.problems, outcome.warnings, outcome.command)
         if out is not None:
             out.write_text(outcome.text, encoding="utf-8")

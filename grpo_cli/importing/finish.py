@@ -33,6 +33,7 @@ class Request:
     num_processes: int | None = None
     script_config: Path | None = None
     out: Path | None = None
+    extract_rewards: bool = False
 
 
 @dataclass
@@ -186,7 +187,9 @@ def finishing_command(request: Request, result: ImportResult, processes: int | N
         options["--profile"] = request.profile
     if request.num_processes or processes:
         options["--num-processes"] = str(request.num_processes or processes)
+    if request.extract_rewards:
+        options["--extract-rewards"] = ""
     for option, value in options.items():
-        words += [option, value]
+        words += [option, value] if value else [option]
     words += ["-o", str(request.out)] if request.out is not None else []
     return " ".join(w if w.endswith("=...") else shlex.quote(w) for w in words)

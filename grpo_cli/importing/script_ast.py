@@ -42,6 +42,7 @@ class Script:
     path: Path
     tree: ast.Module
     config: dict[str, Any] = field(default_factory=dict)
+    text_source: str = ""
     """The YAML a TrlParser script is launched with (`--config`), for `script_args.key` / `training_args.key`."""
     parents: dict[int, ast.AST] = field(default_factory=dict)
     assigns: dict[tuple[int, str], list[tuple[int, ast.AST, ast.AST]]] = field(default_factory=dict)
@@ -55,7 +56,7 @@ class Script:
 
     @classmethod
     def parse(cls, path: Path, text: str, config: dict[str, Any] | None = None) -> Script:
-        script = cls(path, ast.parse(text, filename=str(path)), dict(config or {}))
+        script = cls(path, ast.parse(text, filename=str(path)), dict(config or {}), text)
         for node in ast.walk(script.tree):
             for child in ast.iter_child_nodes(node):
                 script.parents[id(child)] = node

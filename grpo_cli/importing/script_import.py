@@ -10,7 +10,7 @@ from typing import Any
 from grpo_cli.importing.common import NO_REWARD, ImportResult
 from grpo_cli.importing.hf import FROM_SCRIPT, import_hf_yaml
 from grpo_cli.importing.script_model import MODEL_NEEDED
-from grpo_cli.importing.script_rewards import trains_at_import
+from grpo_cli.importing.script_rewards import NESTED, trains_at_import
 from grpo_cli.importing.trl_script import (
     CONSTANT_PROMPT,
     ENVIRONMENT,
@@ -23,8 +23,9 @@ from grpo_cli.importing.trl_script import (
 )
 
 
-def import_script(path: Path, config: dict[str, Any] | None = None, config_path: Path | None = None) -> ImportResult:
-    cfg, skipped = read_script(path, config)
+def import_script(path: Path, config: dict[str, Any] | None = None, config_path: Path | None = None,
+                  extract_to: Path | None = None) -> ImportResult:
+    cfg, skipped = read_script(path, config, extract_to)
     environment, prompt = cfg.pop(ENVIRONMENT, None), cfg.pop(CONSTANT_PROMPT, None)
     trlparser, model_needed = cfg.pop(TRLPARSER, False), cfg.pop(MODEL_NEEDED, None)
     unread: list[tuple[str, str]] = cfg.pop(UNREAD_REWARDS, [])
@@ -66,10 +67,13 @@ def _unread_rewards(out: ImportResult, path: Path, unread: list[tuple[str, str]]
     for expression, why in unread:
         out.drop("GRPOTrainer(reward_funcs=...)", expression, why)
     names = ", ".join(e for e, _ in unread)
+    nested = all(why.startswith(NESTED) for _, why in unread)
+    fix = ("--extract-rewards copies them, with what they use, into a module beside the recipe; or move each "
+           "into a module and name it" if nested else "move each into a module (a file beside the recipe) and name it")
     out.refuse(f"rewards: {path.name} gives its trainer reward functions grpo cannot import ({names}; each is listed "
-               "under 'not carried over' with the reason), and a recipe that trains without them trains something "
-               "else: move each into a module (a file beside the recipe) and name it", "rewards",
-               "[{function: rewards.py:FUNCTION}, ...]")
+               f"under 'not carried over' with the reason), and a recipe that trains without them trains something "
+               f"else: {fix}", *(("--extract-rewards", "") if nested else
+                                ("rewards", "[{function: rewards.py:FUNCTION}, ...]")))
 
 
 def _training_at_import(out: ImportResult) -> None:
@@ -86,6 +90,6 @@ def _training_at_import(out: ImportResult) -> None:
         line, code = found
         listed = ", ".join(funcs)
         out.refuse(f"rewards: {Path(file).name} runs its training when imported (line {line}: `{code}`), and grpo "
-                   f"imports it to call {listed}: move {listed} into a file of their own (e.g. rewards.py beside "
-                   "the recipe) and name it, or put the script's training under `if __name__ == \"__main__\":`",
-                   "rewards", "[" + ", ".join(f"{{function: rewards.py:{f}}}" for f in funcs) + "]")
+                   f"imports it to call {listed}: --extract-rewards copies {listed} with what they use into a module "
+                   "beside the recipe; or move them into a file of their own, or put the script's training under "
+                   "`if __name__ == \"__main__\":`", "--extract-rewards", "")

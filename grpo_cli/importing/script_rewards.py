@@ -14,10 +14,21 @@ from grpo_cli.importing.script_ast import Script, call_name, keyword
 
 @dataclass
 class Rewards:
-    """reward_funcs entries in `trl grpo` form, and the ones that could not be read: (expression, why)."""
+    """The trainer's reward_funcs in order: (entry in `trl grpo` form or None, expression, why it is None)."""
 
-    names: list[str] = field(default_factory=list)
-    unread: list[tuple[str, str]] = field(default_factory=list)
+    entries: list[tuple[str | None, str, str]] = field(default_factory=list)
+
+    @property
+    def names(self) -> list[str]:
+        return [ref for ref, _, _ in self.entries if ref is not None]
+
+    @property
+    def unread(self) -> list[tuple[str, str]]:
+        return [(expression, why) for ref, expression, why in self.entries if ref is None]
+
+
+NESTED = "defined inside "
+"""How the reason for a def inside a function starts (such a def can be extracted)."""
 
 
 def read_rewards(script: Script, trainer: ast.Call) -> Rewards:
@@ -27,14 +38,11 @@ def read_rewards(script: Script, trainer: ast.Call) -> Rewards:
         return out
     items, why = _items(script, node)
     if items is None:
-        out.unread.append((script.source(node), why))
+        out.entries.append((None, script.source(node), why))
         return out
     for item in items:
         ref, why = reference(script, item)
-        if ref is None:
-            out.unread.append((script.source(item, 60), why))
-        else:
-            out.names.append(ref)
+        out.entries.append((ref, script.source(item, 60), why))
     return out
 
 
@@ -84,7 +92,7 @@ def reference(script: Script, item: ast.AST) -> tuple[str | None, str]:
         return f"{script.path.resolve()}:{name}", ""
     if local is not None:
         outer = script.scope(local)
-        return None, (f"defined inside {getattr(outer, 'name', 'a function')}() (line {local.lineno}), where "
+        return None, (f"{NESTED}{getattr(outer, 'name', 'a function')}() (line {local.lineno}), where "
                       f"grpo cannot import it: move `def {name}` to the top level of a module")
     return _imported(script, name, module)
 

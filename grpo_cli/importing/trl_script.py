@@ -12,7 +12,7 @@ from grpo_cli.importing.common import ImportResult
 from grpo_cli.importing.script_ast import NO, Script, call_name, keyword
 from grpo_cli.importing.script_data import read_data
 from grpo_cli.importing.script_model import read_model
-from grpo_cli.importing.script_rewards import read_rewards
+from grpo_cli.importing.script_rewards import NESTED, Rewards, read_rewards, trains_at_import
 
 
 def _name(node: ast.AST) -> str:
@@ -69,9 +69,11 @@ def _literal(node: ast.AST) -> tuple[bool, Any]:
         return False, None
 
 
-def read_script(path: Path, config: dict[str, Any] | None = None) -> tuple[dict[str, Any], ImportResult]:
+def read_script(path: Path, config: dict[str, Any] | None = None,
+                extract_to: Path | None = None) -> tuple[dict[str, Any], ImportResult]:
     """(config keys in `trl grpo` form, a result holding what could not be read statically). `config` is the YAML
-    a TrlParser script is launched with: its keys come first, and `script_args.key` in the script reads them."""
+    a TrlParser script is launched with: its keys come first, and `script_args.key` in the script reads them.
+    With `extract_to`, rewards that cannot be referenced in place are copied into that module."""
     script = Script.parse(path, path.read_text(encoding="utf-8"), config)
     cfg: dict[str, Any] = dict(config or {})
     skipped = ImportResult(str(path), "trl")
@@ -82,7 +84,7 @@ def read_script(path: Path, config: dict[str, Any] | None = None) -> tuple[dict[
             cfg[CONSTANT_PROMPT] = text
     trainers = script.calls(*_trainer_names(script))
     if trainers:
-        _trainer(script, trainers[0], cfg, skipped)
+        _trainer(script, trainers[0], cfg, skipped, extract_to)
     elif (first := script.calls("load_dataset")) and "dataset_name" not in cfg:
         _first_dataset(script, first[0], cfg)
     if script.calls("TrlParser", "parse_args_and_config") and config is None:
@@ -147,7 +149,8 @@ def _first_dataset(script: Script, call: ast.Call, cfg: dict[str, Any]) -> None:
             cfg["dataset_config"] = script.text(call.args[1])
 
 
-def _trainer(script: Script, node: ast.Call, cfg: dict[str, Any], skipped: ImportResult) -> None:
+def _trainer(script: Script, node: ast.Call, cfg: dict[str, Any], skipped: ImportResult,
+             extract_to: Path | None) -> None:
     name = _trainer_class(script, node)
     if name != "GRPOTrainer":
         where = "defined in the script" if name in script.defs else f"from {script.imports.get(name, 'elsewhere')}"
@@ -156,6 +159,8 @@ def _trainer(script: Script, node: ast.Call, cfg: dict[str, Any], skipped: Impor
     read_model(script, node, cfg, skipped)
     _data(script, node, cfg, skipped)
     rewards = read_rewards(script, node)
+    if extract_to is not None:
+        extract_rewards(script, rewards, extract_to, skipped)
     if keyword(node, "reward_funcs") is not None:
         models = [n.removeprefix("model=") for n in rewards.names if n.startswith("model=")]
         cfg["reward_funcs"] = [n for n in rewards.names if not n.startswith("model=")]
@@ -192,6 +197,31 @@ def _data(script: Script, trainer: ast.Call, cfg: dict[str, Any], skipped: Impor
         if CONSTANT_PROMPT in cfg and "train_dataset" in key:
             continue  # one constant prompt, copied: environment-only rows (apply_environment)
         skipped.drop(key, value, why)
+
+
+def extract_rewards(script: Script, rewards: Rewards, module: Path, skipped: ImportResult) -> None:
+    """Copy the rewards grpo cannot import where they are (defs inside a function; the script's own defs when its
+    top-level code trains) into `module`, and point the entries there."""
+    from grpo_cli.importing.extract import extract, write_module
+
+    own = f"{script.path.resolve()}:"
+    trains = trains_at_import(script.path) is not None
+    wanted = {i: (ref.removeprefix(own) if ref else expression) for i, (ref, expression, why) in
+              enumerate(rewards.entries) if (ref is None and why.startswith(NESTED))
+              or (trains and ref is not None and ref.startswith(own))}
+    if not wanted:
+        return
+    found = extract(script, list(dict.fromkeys(wanted.values())))
+    for i, name in wanted.items():
+        _, expression, _ = rewards.entries[i]
+        if name in found.names:
+            rewards.entries[i] = (f"{module.resolve()}:{name}", expression, "")
+        elif name in found.failed:
+            rewards.entries[i] = (None, expression, f"not extracted: {found.failed[name]}")
+    if found.names:
+        write_module(module, found.text)
+        skipped.notes.append(f"rewards {', '.join(found.names)} copied with what they use into {module.name} "
+                             f"(--extract-rewards), so grpo imports them without running {script.path.name}")
 
 
 PLACEHOLDER_NOTE = "the config names no reward: rewards has a placeholder `accuracy` entry"
