@@ -55,7 +55,7 @@ class ImportResult:
         """A problem the recipe has because of the import; with `key`, the override that finishes it."""
         self.problems.append(problem)
         if key is not None:
-            self.needs[key] = value or "..."
+            self.needs[key] = value if value is not None else "..."
 
     def drop(self, key: str, value: Any, why: str) -> None:
         self.unmapped.append(Unmapped(key, value, why))

@@ -64,6 +64,7 @@ def _unread_rewards(out: ImportResult, path: Path, unread: list[tuple[str, str]]
         return
     if NO_REWARD in out.problems:
         out.problems.remove(NO_REWARD)
+        out.needs.pop("rewards", None)
     for expression, why in unread:
         out.drop("GRPOTrainer(reward_funcs=...)", expression, why)
     names = ", ".join(e for e, _ in unread)
