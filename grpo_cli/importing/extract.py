@@ -71,7 +71,7 @@ def _source(node: ast.AST, script: Script) -> str:
     return textwrap.dedent(" " * getattr(node, "col_offset", 0) + text)
 
 
-def _add_def(script: Script, func: ast.AST, pieces: _Pieces, depth: int) -> None:
+def _add_def(script: Script, func: ast.FunctionDef | ast.AsyncFunctionDef, pieces: _Pieces, depth: int) -> None:
     if id(func) in pieces.code:
         return
     if depth > 20:
@@ -113,12 +113,12 @@ def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int
     if func is not None:
         _add_def(script, func, pieces, depth)
         return
-    found = [stmt for scope in script.scopes(at) for _, _, stmt in script.assigns.get((id(scope), name), [])]
-    found = [s for s in found if isinstance(s, ast.Assign) and len(s.targets) == 1
-             and isinstance(s.targets[0], ast.Name)]
+    found: list[ast.Assign] = [
+        stmt for scope in script.scopes(at) for _, _, stmt in script.assigns.get((id(scope), name), [])
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)]
     if not found:
         raise CannotExtract(f"it uses `{name}`, which is known only when the script runs")
-    before = [s for s in found if s.lineno < at.lineno]  # type: ignore[attr-defined]
+    before = [s for s in found if s.lineno < getattr(at, "lineno", 0)]
     stmt = before[-1] if before else found[0]
     if not _safe(stmt.value):
         raise CannotExtract(f"it uses `{name}`, set by running code (line {stmt.lineno}: "

@@ -45,7 +45,7 @@ class Script:
     text_source: str = ""
     """The YAML a TrlParser script is launched with (`--config`), for `script_args.key` / `training_args.key`."""
     parents: dict[int, ast.AST] = field(default_factory=dict)
-    assigns: dict[tuple[int, str], list[tuple[int, ast.AST, ast.AST]]] = field(default_factory=dict)
+    assigns: dict[tuple[int, str], list[tuple[int, ast.AST, ast.stmt]]] = field(default_factory=dict)
     """(scope id, name) -> [(line, value, the assignment statement)] in source order."""
     defs: dict[str, list[ast.AST]] = field(default_factory=dict)
     imports: dict[str, str] = field(default_factory=dict)
@@ -88,7 +88,7 @@ class Script:
             for target in targets:
                 self._bind(target, node.value, node)
 
-    def _bind(self, target: ast.AST, value: ast.AST, stmt: ast.AST) -> None:
+    def _bind(self, target: ast.AST, value: ast.AST, stmt: ast.stmt) -> None:
         scope = id(self.scope(stmt))
         if isinstance(target, ast.Name):
             self.assigns.setdefault((scope, target.id), []).append((stmt.lineno, value, stmt))
@@ -111,7 +111,7 @@ class Script:
             out.append(self.scope(out[-1]))
         return out
 
-    def assignments(self, name: str, at: ast.AST) -> list[tuple[int, ast.AST, ast.AST]]:
+    def assignments(self, name: str, at: ast.AST) -> list[tuple[int, ast.AST, ast.stmt]]:
         """Where `name`, as used at `at`, may have been set: its own scope's assignments, else an outer one's."""
         for scope in self.scopes(at):
             found = self.assigns.get((id(scope), name))
@@ -166,10 +166,10 @@ class Script:
             return self.config[node.attr]  # script_args.dataset_id_or_path, model_args.model_name_or_path
         if isinstance(node, ast.Attribute) and node.attr in self.arg_defaults:
             default = keyword(self.arg_defaults[node.attr], "default")
-            found = self.value(default, depth + 1) if default is not None else NO
-            if found is not NO:
+            given = self.value(default, depth + 1) if default is not None else NO
+            if given is not NO:
                 self.defaults_used.add(node.attr)
-            return found
+            return given
         if isinstance(node, ast.JoinedStr):
             return self._fstring(node, depth)
         if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):

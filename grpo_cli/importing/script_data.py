@@ -204,15 +204,16 @@ def _answer(script: Script, node: ast.AST, param: str) -> dict[str, Any] | None:
     column = _column(node, param)
     if column is not None:
         return {"column": column}
-    helper = script.function(call_name(node), node) if isinstance(node, ast.Call) and \
-        isinstance(node.func, ast.Name) else None
-    if helper is not None and node.args and "####" in ast.unparse(helper):  # type: ignore[attr-defined]
-        column = _column(node.args[0], param)  # type: ignore[attr-defined]
-        if column is None and isinstance(node.args[0], ast.Name) and node.args[0].id == param and helper.args.args:
-            inner = [c for n in ast.walk(helper) if (c := _column(n, helper.args.args[0].arg)) is not None]
-            column = inner[0] if len(set(inner)) == 1 else None  # gold(x): x["answer"] inside the helper
-        if column is not None:
-            return {"column": column, "extract": "gsm8k"}
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
+        helper = script.function(node.func.id, node)
+        if helper is not None and "####" in ast.unparse(helper):
+            column = _column(node.args[0], param)
+            first = node.args[0]
+            if column is None and isinstance(first, ast.Name) and first.id == param and helper.args.args:
+                inner = [c for n in ast.walk(helper) if (c := _column(n, helper.args.args[0].arg)) is not None]
+                column = inner[0] if len(set(inner)) == 1 else None  # gold(x): x["answer"] inside the helper
+            if column is not None:
+                return {"column": column, "extract": "gsm8k"}
     if "####" in ast.unparse(node):
         inner = [c for n in ast.walk(node) if (c := _column(n, param)) is not None]
         if inner:

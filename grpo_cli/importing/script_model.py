@@ -150,10 +150,12 @@ def _peft_argument(script: Script, node: ast.AST, facts: ModelFacts) -> None:
     elif isinstance(found, ast.Call) and call_name(found) == "get_peft_config" and facts.cfg.get("use_peft"):
         return
     elif isinstance(found, ast.Call) and call_name(found) == "get_peft_config":
-        facts.notes.append(f"peft_config=get_peft_config(...) (line {node.lineno}) follows the YAML's use_peft / "
+        facts.notes.append(f"peft_config=get_peft_config(...) (line {getattr(node, 'lineno', '?')}) follows the "
+                           "YAML's use_peft / "
                            "lora_* keys")
     elif not (isinstance(found, ast.Constant) and found.value is None):
-        facts.lost.append(("peft_config", script.source(node), f"a LoRA built in code (line {node.lineno}): write "
+        facts.lost.append(("peft_config", script.source(node), f"a LoRA built in code (line "
+                           f"{getattr(node, 'lineno', '?')}): write "
                            "it as model.lora (r, alpha, target_modules)"))
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from grpo_cli.importing.script_ast import Script, call_name, keyword
+from grpo_cli.rewards import sources
 
 
 @dataclass
@@ -55,11 +56,12 @@ def _items(script: Script, node: ast.AST) -> tuple[list[ast.AST] | None, str]:
     lines = ", ".join(str(line) for line, _, _ in found)
     if len(found) > 1:
         return None, f"a list chosen when the script runs (set at lines {lines}): name the rewards in `rewards:`"
-    if found and not isinstance(found[0][1], ast.List | ast.Tuple):
-        return None, f"built when the script runs (line {found[0][0]}: `{_short(found[0][1])}`): name the rewards"
     if not found:
         return [node], ""
-    items = list(found[0][1].elts)
+    line, value, _ = found[0]
+    if not isinstance(value, ast.List | ast.Tuple):
+        return None, f"built when the script runs (line {line}: `{_short(value)}`): name the rewards"
+    items: list[ast.AST] = list(value.elts)
     for call in script.calls("append", "extend"):
         target = call.func.value if isinstance(call.func, ast.Attribute) else None
         if isinstance(target, ast.Name) and target.id == node.id and call.args:
@@ -148,18 +150,9 @@ def definition(file: Path, name: str, depth: int = 0) -> Path | None:
 
 
 def trains_at_import(file: Path) -> tuple[int, str] | None:
-    """(line, code) of training that importing `file` runs: a `.train()` or `*GRPOTrainer(...)` call outside
-    functions, classes and `if __name__ == "__main__":`; None when importing it only defines things."""
+    """(line, code) of training that importing `file` runs (rewards.sources.trains_at_import); None if none."""
     try:
         tree = ast.parse(file.read_text(encoding="utf-8"))
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
-    for stmt in tree.body:
-        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
-            continue
-        if isinstance(stmt, ast.If) and "__main__" in ast.unparse(stmt.test):
-            continue
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Call) and (call_name(node) == "train" or call_name(node).endswith("GRPOTrainer")):
-                return node.lineno, " ".join(ast.unparse(node).split())[:60]
-    return None
+    return sources.trains_at_import(tree)

@@ -70,3 +70,20 @@ def _imported_file(node: ast.ImportFrom, path: Path) -> Path | None:
         base = base.parent
     target = base.joinpath(*(node.module or "").split(".")) if node.module else base
     return next((c for c in (target.with_suffix(".py"), target / "__init__.py") if c.is_file()), None)
+
+
+def trains_at_import(tree: ast.Module) -> tuple[int, str] | None:
+    """(line, code) of training that importing a module runs: a `.train()` or `*GRPOTrainer(...)` call outside
+    functions, classes and `if __name__ == "__main__":`; None when importing it only defines things."""
+    for stmt in tree.body:
+        if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            continue
+        if isinstance(stmt, ast.If) and "__main__" in ast.unparse(stmt.test):
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Call):
+                func = node.func
+                name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+                if name == "train" or name.endswith("GRPOTrainer"):
+                    return node.lineno, " ".join(ast.unparse(node).split())[:60]
+    return None
