@@ -107,6 +107,10 @@ def _pretrained(script: Script, node: ast.Call, facts: ModelFacts) -> None:
             _bits_and_bytes(script, kw.value, facts)
         elif kw.arg in ("fast_inference", "gpu_memory_utilization"):
             _unsloth_vllm(kw.arg, value, facts, node.lineno)
+        elif kw.arg not in ID_KEYWORDS + HARMLESS_PRETRAINED and kw.arg != "max_seq_length":
+            shown = ast.unparse(kw.value) if value is NO else value
+            facts.lost.append((f"{owner}.from_pretrained({kw.arg}=...)", shown,
+                               f"a loading option grpo does not carry (line {node.lineno})"))
         elif kw.arg == "max_seq_length":
             facts.notes.append(f"Unsloth's max_seq_length {value if value is not NO else ''} (line {node.lineno}) "
                                "is the model's context: grpo bounds prompt and completion with "
@@ -159,6 +163,14 @@ def _peft_argument(script: Script, node: ast.AST, facts: ModelFacts) -> None:
                            "it as model.lora (r, alpha, target_modules)"))
 
 
+HARMLESS_PRETRAINED = ("max_lora_rank", "device_map", "token", "cache_dir", "use_cache", "low_cpu_mem_usage",
+                       "revision", "quantization_config", "fast_inference", "gpu_memory_utilization",
+                       *PRETRAINED_KEYS)
+"""from_pretrained keywords that change nothing a recipe says (or are read above)."""
+ANY = object()
+LORA_DEFAULTS: dict[str, object] = {"bias": "none", "use_rslora": False, "loftq_config": None, "random_state": ANY,
+                                    "task_type": ANY, "inference_mode": False, "max_seq_length": ANY}
+"""LoRA keywords that are fine at these values (any value for ANY: a seed, peft's task label)."""
 UNSLOTH_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
@@ -178,7 +190,18 @@ def _lora_keywords(script: Script, call: ast.Call, facts: ModelFacts) -> None:
                 facts.cfg[LORA_KEYS[kw.arg]] = value
         elif kw.arg == "use_gradient_checkpointing" and script.value(kw.value) not in (False, NO):
             facts.cfg["gradient_checkpointing"] = True
+        elif kw.arg is not None and kw.arg != "use_gradient_checkpointing" and _lora_loss(script, kw):
+            facts.lost.append((f"{call_name(call)}({kw.arg}=...)", script.source(kw.value, 50),
+                               f"a LoRA option model.lora does not carry (line {call.lineno})"))
     facts.notes.append(f"LoRA from {call_name(call)}(...) (line {call.lineno}) -> model.lora")
+
+
+def _lora_loss(script: Script, kw: ast.keyword) -> bool:
+    """Whether a LoRA keyword model.lora does not carry changes the adapter (bias="all", use_rslora=True...)."""
+    if kw.arg not in LORA_DEFAULTS:
+        return True
+    default = LORA_DEFAULTS[kw.arg]
+    return default is not ANY and script.value(kw.value) != default
 
 
 def _chat_template(script: Script, cfg: dict[str, Any], skipped: ImportResult) -> None:
