@@ -10,8 +10,10 @@ import typer
 from grpo_cli.cli.base import console, run_guarded
 
 IMPORT_EPILOG = ("open-r1: a recipes/*/grpo/config_*.yaml; trl: a `trl grpo --config` YAML, or a training script "
-                 "whose GRPOConfig(...) keywords are literals; axolotl: an `rl: grpo` config. The recipe is "
-                 "validated before it is written; what could not be carried over is listed with the reason.")
+                 "(read, not run: its GRPOConfig, the calls that build its model, data and rewards; a TrlParser "
+                 "script with --config); axolotl: an `rl: grpo` config. The recipe is validated as `grpo validate` "
+                 "does; what could not be carried over is listed with the reason, and a recipe that does not "
+                 "validate is written marked NOT VALID, with the command that finishes it.")
 
 
 def import_cmd(
