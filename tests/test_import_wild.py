@@ -34,7 +34,7 @@ CASES = [
     ("axolotl", "grpo_code/r1_acecode.yaml", [], VALIDATES, ""),
     ("axolotl", "grpo_code_3ac874e/grpo_code_mp_v3.yaml", [], VALIDATES, ""),
     ("axolotl", "axolotl-cookbook/gsm8k.yaml", [], VALIDATES, ""),
-    ("trl", "r1-dynamic-penalty/train.py", [], REFUSED, "a list chosen when the script runs"),
+    ("trl", "r1-dynamic-penalty/train.py", [], VALIDATES, ""),
     ("trl", "aarentai-Qwen/train_grpo.py", [], COMMAND, "--extract-rewards"),
     ("trl", "unsloth/save_merged_grpo_model.py", [], COMMAND, "--extract-rewards"),
     ("trl", "unsloth/gemma3_grpo_model.py", [], COMMAND, "--extract-rewards"),
@@ -100,6 +100,11 @@ def test_model_id_lora_4bit_and_unsloth_vllm_are_read_from_the_calls_that_build_
     assert recipe["model"]["quantization"] == "4bit" and recipe["model"]["lora"]["r"] == 64  # load_in_4bit, r=
     assert recipe["model"]["lora"]["alpha"] == 64 and "gate_proj" in recipe["model"]["lora"]["target_modules"]
     assert recipe["launch"]["vllm"] == {"mode": "colocate", "gpu_memory_utilization": 0.5}  # fast_inference=True
+    # the rewards of the branch the --reward_type default picks, star-imported from the package beside the script
+    assert [r["function"] for r in recipe["rewards"]][-1] == "dynamic_penalty.train.reward:correctness_reward_func"
+    # data from get_gsm8k_questions() in dynamic_penalty/data/gsm8k.py: its load_dataset and dataset.map
+    assert recipe["data"]["dataset"] == "openai/gsm8k" and recipe["data"]["answer"]["extract"] == "gsm8k"
+    assert "Respond in the following format" in recipe["data"]["prompt"]["system_prompt"]
     result, out = _import(tmp_path, monkeypatch, "trl", "unsloth/save_merged_grpo_model.py", "--extract-rewards",
                           name="merged.yaml")
     assert result.exit_code == 0, result.output  # not "./final_merged_model", which only evaluates

@@ -5,9 +5,18 @@ constants and f-strings of them, and `script_args.key` attributes filled from th
 from __future__ import annotations
 
 import ast
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+
+def parse(text: str, path: Path) -> ast.Module:
+    """ast.parse without the SyntaxWarnings of someone else's code (invalid escapes in docstrings)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(text, filename=str(path))
+
 
 NO = object()
 """The value of an expression that cannot be known without running the script."""
@@ -56,7 +65,7 @@ class Script:
 
     @classmethod
     def parse(cls, path: Path, text: str, config: dict[str, Any] | None = None) -> Script:
-        script = cls(path, ast.parse(text, filename=str(path)), dict(config or {}), text)
+        script = cls(path, parse(text, path), dict(config or {}), text)
         for node in ast.walk(script.tree):
             for child in ast.iter_child_nodes(node):
                 script.parents[id(child)] = node

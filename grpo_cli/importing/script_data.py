@@ -76,18 +76,40 @@ def _splits(script: Script, node: ast.AST) -> bool:
 def _helper(script: Script, call: ast.Call, facts: DataFacts, depth: int) -> None:
     """`get_gsm8k_questions()` / `prepare(ds)`: follow what a def of the script returns."""
     func = script.function(call_name(call), call) if isinstance(call.func, ast.Name) else None
+    where = script
+    if func is None and isinstance(call.func, ast.Name):
+        where, func = _imported_helper(script, call.func.id)
     if func is None:
         facts.lost.append(("train_dataset", script.source(call, 70), f"built by code the importer cannot read "
                            f"(line {call.lineno}): give data.dataset or data.files"))
         return
     returns = [n.value for n in ast.walk(func) if isinstance(n, ast.Return) and n.value is not None
-               and script.scope(n) is func]
+               and where.scope(n) is func]
     if not returns:
         return
-    _trace(script, returns[-1], facts, depth + 1)
+    if where is not script:
+        facts.notes.append(f"data from {call.func.id}() in {where.path.name}"  # type: ignore[attr-defined]
+                           f" (line {func.lineno}), which {script.path.name} imports")
+    _trace(where, returns[-1], facts, depth + 1)
     for arg in call.args:  # a helper that maps its parameter: follow what the call passes it
         if not facts.found:
             _trace(script, arg, facts, depth + 1)
+
+
+def _imported_helper(script: Script, name: str) -> tuple[Script, ast.FunctionDef | ast.AsyncFunctionDef | None]:
+    """A data helper the script imports from a module beside it (`from data.gsm8k import get_questions`)."""
+    from grpo_cli.importing.script_rewards import definition, module_file
+
+    module = script.imports.get(name)
+    file = module_file(script.path.resolve().parent, module) if module else None
+    found = definition(file, name) if file is not None else None
+    if found is None:
+        return script, None
+    try:
+        other = Script.parse(found, found.read_text(encoding="utf-8"), script.config)
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return script, None
+    return other, other.function(name, other.tree)
 
 
 def _load_dataset(script: Script, node: ast.Call, facts: DataFacts) -> None:

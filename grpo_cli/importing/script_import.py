@@ -56,7 +56,19 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
                    "HUB_DATASET_ID")
     _unread_rewards(out, path, unread)
     _training_at_import(out)
+    _local_packages(out, path)
     return out
+
+
+def _local_packages(out: ImportResult, path: Path) -> None:
+    """Rewards imported from a package beside the script are referenced as that module, which grpo finds from the
+    recipe's directory or the one grpo runs in: say which."""
+    tops = {str(e.get("function", "")).split(":")[0].split(".")[0] for e in out.get("rewards") or []
+            if ":" in str(e.get("function", "")) and not str(e["function"]).split(":")[0].endswith(".py")}
+    beside = sorted(t for t in tops if (path.parent / t).is_dir() or (path.parent / f"{t}.py").is_file())
+    if beside:
+        out.notes.append(f"rewards come from {', '.join(beside)} beside {path.name}, imported by module name as the "
+                         f"script does: run grpo from {path.parent.resolve()} (or install the package)")
 
 
 def _unread_rewards(out: ImportResult, path: Path, unread: list[tuple[str, str]]) -> None:

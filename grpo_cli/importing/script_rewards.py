@@ -9,7 +9,7 @@ import ast
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_cli.importing.script_ast import Script, call_name, keyword
+from grpo_cli.importing.script_ast import NO, Script, call_name, keyword, parse
 from grpo_cli.rewards import sources
 
 
@@ -55,7 +55,10 @@ def _items(script: Script, node: ast.AST) -> tuple[list[ast.AST] | None, str]:
     found = script.assignments(node.id, node)
     lines = ", ".join(str(line) for line, _, _ in found)
     if len(found) > 1:
-        return None, f"a list chosen when the script runs (set at lines {lines}): name the rewards in `rewards:`"
+        chosen = _chosen_by_default(script, found)
+        if chosen is None:
+            return None, f"a list chosen when the script runs (set at lines {lines}): name the rewards in `rewards:`"
+        found = [chosen]
     if not found:
         return [node], ""
     line, value, _ = found[0]
@@ -68,6 +71,33 @@ def _items(script: Script, node: ast.AST) -> tuple[list[ast.AST] | None, str]:
             arg = call.args[0]
             items += list(arg.elts) if call_name(call) == "extend" and isinstance(arg, ast.List) else [arg]
     return items, ""
+
+
+def _chosen_by_default(script: Script, found: list[tuple[int, ast.AST, ast.stmt]]
+                       ) -> tuple[int, ast.AST, ast.stmt] | None:
+    """Of assignments in `if args.flag == "value":` branches, the one the flag's argparse default selects (an
+    empty-list start before the branches aside); None when that is not how the list is chosen."""
+    chosen = []
+    for entry in found:
+        test = _branch_test(script, entry[2])
+        if test is None:
+            if isinstance(entry[1], ast.List | ast.Tuple) and not entry[1].elts:
+                continue
+            return None
+        left, right = test
+        value = script.value(left)
+        if value is not NO and value == script.value(right):
+            chosen.append(entry)
+    return chosen[0] if len(chosen) == 1 else None
+
+
+def _branch_test(script: Script, stmt: ast.stmt) -> tuple[ast.AST, ast.AST] | None:
+    parent = script.parents.get(id(stmt))
+    if isinstance(parent, ast.If) and any(stmt is n for n in parent.body):
+        test = parent.test
+        if isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq):
+            return test.left, test.comparators[0]
+    return None
 
 
 def _short(node: ast.AST) -> str:
@@ -107,13 +137,30 @@ def _imported(script: Script, name: str, module: str) -> tuple[str | None, str]:
         if file is not None:
             found = definition(file, name)
             if found is not None:
-                return f"{found}:{name}", ""
+                return f"{_module_name(file, mod, found) or found}:{name}", ""
         elif module and not module.startswith("."):
             return f"{module}:{name}", ""
     if script.star_modules:
         return None, (f"not found in the modules the script star-imports ({', '.join(script.star_modules)}): "
                       "name its file in `rewards:`")
     return None, "not a name the script imports or defines"
+
+
+def _module_name(file: Path, module: str, found: Path) -> str | None:
+    """The dotted name grpo imports `found` by when the script imports `module` (a package beside it) absolutely:
+    its own imports then resolve as they do for the script. None for a relative import (a file path is used)."""
+    if module.startswith("."):
+        return None
+    depth = len(module.split(".")) - (0 if file.name == "__init__.py" else 1)
+    root = file.parents[depth]  # pkg/mod.py for `pkg.mod` -> the directory holding pkg
+    try:
+        relative = found.with_suffix("").relative_to(root)
+    except ValueError:
+        return None
+    names = list(relative.parts)
+    if names and names[-1] == "__init__":
+        names.pop()
+    return ".".join(names) or None
 
 
 def module_file(base: Path, module: str) -> Path | None:
@@ -134,7 +181,7 @@ def definition(file: Path, name: str, depth: int = 0) -> Path | None:
     if depth > 6:
         return None
     try:
-        tree = ast.parse(file.read_text(encoding="utf-8"))
+        tree = parse(file.read_text(encoding="utf-8"), file)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
     for node in tree.body:
@@ -152,7 +199,7 @@ def definition(file: Path, name: str, depth: int = 0) -> Path | None:
 def trains_at_import(file: Path) -> tuple[int, str] | None:
     """(line, code) of training that importing `file` runs (rewards.sources.trains_at_import); None if none."""
     try:
-        tree = ast.parse(file.read_text(encoding="utf-8"))
+        tree = parse(file.read_text(encoding="utf-8"), file)
     except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
         return None
     return sources.trains_at_import(tree)
