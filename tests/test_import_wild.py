@@ -225,3 +225,16 @@ def test_references_are_written_relative_to_the_recipe(tmp_path: Path, monkeypat
     ref = yaml.safe_load(out.read_text())["rewards"][0]["function"]
     assert not Path(ref).is_absolute() and (out.parent / ref.rpartition(":")[0]).resolve() == \
         (WILD / "philschmid" / "run_r1_grpo.py").resolve()
+
+
+def test_axolotl_row_transforms_are_carried_where_they_build_a_chat_prompt(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    result, out = _import(tmp_path, monkeypatch, "axolotl", "grpo_code/r1_acecode.yaml")
+    data = yaml.safe_load(out.read_text())["data"]  # grpo_code/transforms.py: question + "\n\n" + SYSTEM_PROMPT
+    assert data["prompt"]["template"].startswith("{question}\n\n\nRespond in the following format:")
+    assert data["prompt"]["chat"] is True and data["columns"] == {"answers": "test_cases"}
+    assert not any("not carried over: datasets[0].type" in line for line in result.output.splitlines())
+    result, out = _import(tmp_path, monkeypatch, "axolotl", "axolotl-cookbook/gsm8k.yaml", name="cookbook.yaml")
+    assert yaml.safe_load(out.read_text())["data"]["prompt"]["template"].endswith("\n\n{text}")
+    dropped = [line for line in result.output.splitlines() if "not carried over: datasets[0].type" in line]
+    assert dropped and "(answer)" in dropped[0]  # label.replace(",", "") is code: named, not guessed

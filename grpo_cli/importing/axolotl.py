@@ -69,7 +69,34 @@ def _model(cfg: dict[str, Any], out: ImportResult) -> None:
         out.put("model.pad_token", pad)
 
 
-def _data(cfg: dict[str, Any], out: ImportResult) -> None:
+def _transform(name: str, base: Path, out: ImportResult) -> None:
+    """`datasets[0].type: module.func`, a row transform: carried as data.prompt / data.answer / data.columns when
+    it builds a chat prompt from the row's columns, else listed."""
+    from grpo_cli.importing.script_rewards import definition, module_file
+    from grpo_cli.importing.script_rows import axolotl_transform
+
+    module, _, func = name.rpartition(".")
+    file = module_file(base, module)
+    found = definition(file, func) if file is not None else None
+    rows, line = axolotl_transform(found, func) if found is not None else (None, 0)
+    if found is None or rows is None or rows.prompt is None:
+        out.drop("datasets[0].type", name, "a Python transform of each row the importer cannot read: grpo assumes "
+                 "it yields a chat `prompt` column (and keeps the others for rewards); write its work as "
+                 "data.prompt / data.columns / data.answer")
+        return
+    out.put("data.prompt", rows.prompt)
+    if rows.answer is not None:
+        out.put("data.answer", rows.answer)
+    if rows.columns:
+        out.put("data.columns", rows.columns)
+    out.notes.append(f"datasets[0].type {name} ({found.name}:{line}) builds a chat prompt from the row: "
+                     "data.prompt" + (", data.columns" if rows.columns else ""))
+    if rows.unread:
+        out.drop("datasets[0].type", name, f"columns it computes ({', '.join(rows.unread)}) are not carried: "
+                 "write them as data.columns / data.answer")
+
+
+def _data(cfg: dict[str, Any], out: ImportResult, base: Path) -> None:
     datasets = cfg.pop("datasets", None) or []
     if not datasets:
         out.drop("datasets", None, "no dataset: a plugin's environment serves the prompts; grpo trains that way "
@@ -88,9 +115,7 @@ def _data(cfg: dict[str, Any], out: ImportResult) -> None:
         out.drop("datasets[0].type", first["type"], "an Axolotl prompt format: grpo reads a chat `prompt` column "
                  "(data.prompt.column) as it is")
     elif first.get("type"):
-        out.drop("datasets[0].type", first["type"], "a Python transform of each row: grpo assumes it yields a chat "
-                 "`prompt` column (and keeps the others for rewards); write its work as data.prompt / data.columns "
-                 "/ data.answer")
+        _transform(str(first["type"]), base, out)
     for i, extra in enumerate(datasets[1:], start=1):
         out.drop(f"datasets[{i}]", extra.get("path"), "several datasets are not mixed: prepare one dataset")
     size = cfg.pop("val_set_size", 0) or 0
@@ -133,7 +158,7 @@ def import_axolotl(cfg: dict[str, Any], source: str) -> ImportResult:
     if cfg.pop("rl", "grpo") != "grpo":
         out.notes.append("the config's `rl:` is not grpo: only its GRPO-relevant keys are carried over")
     _model(cfg, out)
-    _data(cfg, out)
+    _data(cfg, out, Path(source).resolve().parent)
     trl = dict(cfg.pop("trl", None) or {})
     _rewards(trl, out, Path(source).resolve().parent)
     vllm = cfg.pop("vllm", None) or {}

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.importing.script_ast import NO, Script, call_name, keyword, receiver
+from grpo_cli.importing.script_rows import read_row_transform
 
 PASS_THROUGH = {"shuffle", "flatten_indices", "with_format", "cast", "cast_column", "remove_columns"}
 SPLITS = {"train_test_split"}
@@ -20,6 +21,7 @@ class DataFacts:
     cfg: dict[str, Any] = field(default_factory=dict)
     prompt: dict[str, Any] | None = None
     answer: dict[str, Any] | None = None
+    columns: dict[str, str] = field(default_factory=dict)
     lost: list[tuple[str, str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     found: bool = False
@@ -137,107 +139,15 @@ def _load_dataset(script: Script, node: ast.Call, facts: DataFacts) -> None:
 
 def _map(script: Script, call: ast.Call, facts: DataFacts) -> None:
     fn = call.args[0] if call.args else keyword(call, "function")
-    body = _returned_dict(script, fn, call)
+    rows = read_row_transform(script, fn, call)
     where = f"dataset.map at line {call.lineno}"
-    if body is None:
+    if rows is None:
         facts.lost.append((where, script.source(fn or call, 70), "a row transform the importer cannot read: write "
                            "its work as data.prompt / data.columns / data.answer"))
         return
-    param = _parameter(script, fn, call)
-    unread = []
-    for key, value in body.items():
-        if key == "prompt" and (prompt := _chat_prompt(script, value, param)) is not None:
-            facts.prompt = prompt
-        elif key == "answer" and (answer := _answer(script, value, param)) is not None:
-            facts.answer = answer
-        else:
-            unread.append(key)
-    if unread:
-        facts.lost.append((where, ", ".join(unread), "columns built in code: write them as data.prompt / "
+    facts.prompt = rows.prompt or facts.prompt
+    facts.answer = rows.answer or facts.answer
+    facts.columns.update(rows.columns)
+    if rows.unread:
+        facts.lost.append((where, ", ".join(rows.unread), "columns built in code: write them as data.prompt / "
                            "data.columns / data.answer (the recipe reads the raw dataset's columns)"))
-
-
-def _function_of(script: Script, fn: ast.AST | None, at: ast.AST) -> ast.AST | None:
-    if isinstance(fn, ast.Lambda):
-        return fn
-    if isinstance(fn, ast.Name):
-        return script.function(fn.id, at)
-    return None
-
-
-def _parameter(script: Script, fn: ast.AST | None, at: ast.AST) -> str:
-    func = _function_of(script, fn, at)
-    args = func.args.args if isinstance(func, ast.Lambda | ast.FunctionDef | ast.AsyncFunctionDef) else []
-    return args[0].arg if args else ""
-
-
-def _returned_dict(script: Script, fn: ast.AST | None, at: ast.AST) -> dict[str, ast.AST] | None:
-    func = _function_of(script, fn, at)
-    if isinstance(func, ast.Lambda):
-        value: ast.AST | None = func.body
-    elif func is not None:
-        found = [n.value for n in ast.walk(func) if isinstance(n, ast.Return) and n.value is not None]
-        value = found[-1] if len(found) == 1 else None
-    else:
-        value = None
-    if not isinstance(value, ast.Dict) or any(k is None for k in value.keys):
-        return None
-    keys = [script.value(k) for k in value.keys]  # type: ignore[arg-type]
-    if not all(isinstance(k, str) for k in keys):
-        return None
-    return dict(zip(keys, value.values, strict=True))
-
-
-def _column(node: ast.AST, param: str) -> str | None:
-    """`x["question"]` -> "question"."""
-    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == param:
-        key = node.slice
-        if isinstance(key, ast.Constant) and isinstance(key.value, str):
-            return key.value
-    return None
-
-
-def _chat_prompt(script: Script, node: ast.AST, param: str) -> dict[str, Any] | None:
-    """[{"role": "system", "content": S}?, {"role": "user", "content": x[col]}] -> data.prompt."""
-    if not isinstance(node, ast.List) or not 1 <= len(node.elts) <= 2:
-        return None
-    messages = []
-    for element in node.elts:
-        if not isinstance(element, ast.Dict) or any(k is None for k in element.keys):
-            return None
-        messages.append({script.value(k): v for k, v in zip(element.keys, element.values, strict=True)})  # type: ignore[arg-type]
-    roles = [script.value(m.get("role")) for m in messages]
-    if roles not in (["user"], ["system", "user"]):
-        return None
-    column = _column(messages[-1].get("content"), param)  # type: ignore[arg-type]
-    if column is None:
-        return None
-    prompt: dict[str, Any] = {"column": column, "chat": True}
-    if len(messages) == 2:
-        system = script.text(messages[0].get("content"))
-        if system is None:
-            return None
-        prompt["system_prompt"] = system
-    return prompt
-
-
-def _answer(script: Script, node: ast.AST, param: str) -> dict[str, Any] | None:
-    """x[col] -> that column; a GSM8K `#### answer` extraction (inline or in a helper) -> extract: gsm8k."""
-    column = _column(node, param)
-    if column is not None:
-        return {"column": column}
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
-        helper = script.function(node.func.id, node)
-        if helper is not None and "####" in ast.unparse(helper):
-            column = _column(node.args[0], param)
-            first = node.args[0]
-            if column is None and isinstance(first, ast.Name) and first.id == param and helper.args.args:
-                inner = [c for n in ast.walk(helper) if (c := _column(n, helper.args.args[0].arg)) is not None]
-                column = inner[0] if len(set(inner)) == 1 else None  # gold(x): x["answer"] inside the helper
-            if column is not None:
-                return {"column": column, "extract": "gsm8k"}
-    if "####" in ast.unparse(node):
-        inner = [c for n in ast.walk(node) if (c := _column(n, param)) is not None]
-        if inner:
-            return {"column": inner[0], "extract": "gsm8k"}
-    return None

@@ -15,6 +15,7 @@ from grpo_cli.importing.trl_script import (
     CONSTANT_PROMPT,
     ENVIRONMENT,
     SCRIPT_ANSWER,
+    SCRIPT_COLUMNS,
     SCRIPT_PROMPT,
     TRLPARSER,
     UNREAD_REWARDS,
@@ -30,6 +31,7 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
     trlparser, model_needed = cfg.pop(TRLPARSER, False), cfg.pop(MODEL_NEEDED, None)
     unread: list[tuple[str, str]] = cfg.pop(UNREAD_REWARDS, [])
     script_prompt, answer = cfg.pop(SCRIPT_PROMPT, None), cfg.pop(SCRIPT_ANSWER, None)
+    columns = cfg.pop(SCRIPT_COLUMNS, None)
     cfg[FROM_SCRIPT] = True
     out = import_hf_yaml(cfg, str(path) if config_path is None else f"{path} with {config_path}", "trl")
     apply_environment(out, environment, prompt)
@@ -41,6 +43,8 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
                          + (" (with its system prompt)" if "system_prompt" in script_prompt else ""))
     if answer is not None:
         out.put("data.answer", answer)
+    if columns:
+        out.put("data.columns", {**(out.get("data.columns") or {}), **columns})
     if trlparser:
         out.problems.append(f"model, data: {path.name} reads its settings with TrlParser from the YAML it is "
                             "launched with (`--config FILE.yaml`; arguments on its command line are the same keys), "

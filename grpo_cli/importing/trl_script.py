@@ -35,6 +35,8 @@ SCRIPT_PROMPT = "__prompt__"
 """cfg key: data.prompt read from the script's dataset.map."""
 SCRIPT_ANSWER = "__answer__"
 """cfg key: data.answer read from the script's dataset.map."""
+SCRIPT_COLUMNS = "__columns__"
+"""cfg key: data.columns (`new: old`) read from the script's dataset.map."""
 
 
 def _string_constants(tree: ast.Module) -> dict[str, str]:
@@ -192,6 +194,8 @@ def _data(script: Script, trainer: ast.Call, cfg: dict[str, Any], skipped: Impor
         cfg[SCRIPT_PROMPT] = facts.prompt
     if facts.answer is not None:
         cfg[SCRIPT_ANSWER] = facts.answer
+    if facts.columns:
+        cfg[SCRIPT_COLUMNS] = facts.columns
     skipped.notes += facts.notes
     for key, value, why in facts.lost:
         if CONSTANT_PROMPT in cfg and "train_dataset" in key:
