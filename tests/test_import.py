@@ -58,12 +58,14 @@ CASES = [
       "data.prompt.template": "Play 2048 on a 4x4 board. Use the tool `move` with one of: up, down, left, right. "
                               "Maximize the score."}),
     ("axolotl", "axolotl/grpo_qmd/config.yaml", [], True,
-     ["datasets[0].type", "use_data_producer", "vllm_lora_sync", "skip_prepare_dataset", "sequence_len"],
-     {"model.lora": {"r": 32, "alpha": 64, "target_modules": "all-linear"}, "model.pad_token": "<|endoftext|>",
+     ["use_data_producer", "vllm_lora_sync", "skip_prepare_dataset", "sequence_len"],
+     {"data.prompt.column": "question", "data.answer": {"column": "answer", "extract": "gsm8k"},  # its transform
+      "model.lora": {"r": 32, "alpha": 64, "target_modules": "all-linear"}, "model.pad_token": "<|endoftext|>",
       "training.per_device_train_batch_size": 2, "training.optim": "adamw_torch_fused",
       "training.lr_scheduler_type": "cosine", "launch.vllm.max_model_length": 2048}),
-    ("axolotl", "axolotl/rlhf_qmd_gsm8k/config.yaml", [BASE], True, ["datasets[0].type"],
-     {"training.beta": 0.001, "data.config": "main"}),
+    ("axolotl", "axolotl/rlhf_qmd_gsm8k/config.yaml", [BASE], True, [],
+     {"training.beta": 0.001, "data.config": "main", "data.prompt": {"column": "question", "chat": True},
+      "data.answer": {"column": "answer", "extract": "gsm8k"}}),
     ("axolotl", "axolotl/rlhf_qmd_rollout/config.yaml", [BASE], True, ["rollout_func", "datasets[0].type"], {}),
     ("axolotl", "axolotl/rlhf_qmd_async_lora/config.yaml", [], True,
      ["use_data_producer", "replay_buffer_size", "skip_zero_advantage_batches"],

@@ -130,6 +130,8 @@ def _answer(script: Script, node: ast.AST, param: str) -> dict[str, Any] | None:
     column = _column(node, param)
     if column is not None:
         return {"column": column}
+    if isinstance(node, ast.Name) and (found := script.lookup(node.id, node)) is not None and found is not node:
+        return _answer(script, found, param)  # label = x["answer"].split("####")[-1] ...; "answer": label
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.args:
         helper = script.function(node.func.id, node)
         if helper is not None and "####" in ast.unparse(helper):
