@@ -191,5 +191,8 @@ def finishing_command(request: Request, result: ImportResult, processes: int | N
         options["--extract-rewards"] = ""
     for option, value in options.items():
         words += [option, value] if value else [option]
-    words += ["-o", str(request.out)] if request.out is not None else []
+    if request.out is not None:
+        words += ["-o", str(request.out)]
+    elif "--extract-rewards" in options:
+        words += ["-o", "recipe.yaml"]  # the extracted module is written beside the recipe
     return " ".join(w if w.endswith("=...") else shlex.quote(w) for w in words)

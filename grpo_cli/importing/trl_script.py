@@ -183,6 +183,17 @@ def _trainer(script: Script, node: ast.Call, cfg: dict[str, Any], skipped: Impor
         elif kw.arg in ("callbacks", "tools"):
             skipped.drop(f"GRPOTrainer({kw.arg}=...)", ast.unparse(kw.value), "an object built in the script: "
                          "write it as callbacks / tools")
+        elif kw.arg == "eval_dataset" and script.value(kw.value) is not None:
+            skipped.drop("GRPOTrainer(eval_dataset=...)", script.source(kw.value, 60), "evaluation rows built in "
+                         f"the script (line {kw.value.lineno}): give data.eval_split or data.eval_holdout")
+        elif kw.arg not in TRAINER_READ:
+            skipped.drop(f"GRPOTrainer({kw.arg}=...)", script.source(kw.value, 60), f"a trainer argument grpo does "
+                         f"not carry (line {kw.value.lineno})")
+
+
+TRAINER_READ = {"model", "reward_funcs", "train_dataset", "args", "processing_class", "tokenizer", "peft_config",
+                "environment_factory", "rollout_func", None}
+"""GRPOTrainer arguments read above (a tokenizer follows the model; `args` is the GRPOConfig)."""
 
 
 def _data(script: Script, trainer: ast.Call, cfg: dict[str, Any], skipped: ImportResult) -> None:
