@@ -48,9 +48,9 @@ def import_cmd(
         apply_overrides(result, overrides or [])
         outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out,
                                          extract_rewards))
-        render_import(console, result, outcome.text, out, outcome.problems, outcome.warnings, outcome.command)
         if out is not None:
             out.write_text(outcome.text, encoding="utf-8")
+        render_import(console, result, outcome.text, out, outcome.problems, outcome.warnings, outcome.command)
         if outcome.problems:
             raise typer.Exit(2)
 
