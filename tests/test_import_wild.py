@@ -92,7 +92,9 @@ def test_at_least_80_percent_of_the_wild_set_converts_with_at_most_the_printed_c
 def test_model_id_lora_4bit_and_unsloth_vllm_are_read_from_the_calls_that_build_them(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     result, out = _import(tmp_path, monkeypatch, "trl", "aarentai-Qwen/train_grpo.py", "--extract-rewards")
-    assert yaml.safe_load(out.read_text())["model"]["name_or_path"] == "Qwen/Qwen2-0.5B-Instruct"  # from_pretrained
+    recipe = yaml.safe_load(out.read_text())
+    assert recipe["model"]["name_or_path"] == "Qwen/Qwen2-0.5B-Instruct"  # AutoModelForCausalLM.from_pretrained
+    assert recipe["data"]["prompt"] == {"column": "prompt", "chat": False}  # TRL hands trl-lib/tldr's text over as is
     result, out = _import(tmp_path, monkeypatch, "trl", "r1-dynamic-penalty/train.py", name="dynamic.yaml")
     recipe = yaml.safe_load(out.read_text())
     assert recipe["model"]["name_or_path"] == "Qwen/Qwen2.5-3B-Instruct"  # the --model_name default
@@ -105,6 +107,8 @@ def test_model_id_lora_4bit_and_unsloth_vllm_are_read_from_the_calls_that_build_
     # data from get_gsm8k_questions() in dynamic_penalty/data/gsm8k.py: its load_dataset and dataset.map
     assert recipe["data"]["dataset"] == "openai/gsm8k" and recipe["data"]["answer"]["extract"] == "gsm8k"
     assert "Respond in the following format" in recipe["data"]["prompt"]["system_prompt"]
+    assert "eval_split" not in recipe["data"]  # it evaluates on another set (get_gsm8k_questions_eval): listed
+    assert "GRPOTrainer(eval_dataset=...)" in result.output and "eval_strategy = 'steps'" in result.output
     result, out = _import(tmp_path, monkeypatch, "trl", "unsloth/save_merged_grpo_model.py", "--extract-rewards",
                           name="merged.yaml")
     assert result.exit_code == 0, result.output  # not "./final_merged_model", which only evaluates
@@ -128,7 +132,9 @@ def test_unreadable_rewards_never_become_a_placeholder_that_validates(tmp_path: 
     assert "defined inside training_run() (line 298)" in text and "check_numbers" in text
     assert "rewards" not in yaml.safe_load(out.read_text())  # no `accuracy` stand-in
     result, out = _import(tmp_path, monkeypatch, "trl", "philschmid/grpo-qwen-2.5-3b-deepseek-r1-countdown.yaml")
-    assert result.exit_code == 2 and "rewards" not in yaml.safe_load(out.read_text())
+    recipe = yaml.safe_load(out.read_text())
+    assert result.exit_code == 2 and "rewards" not in recipe
+    assert recipe["output"]["push_to_hub"] == "qwen-2.5-3b-r1-countdown"  # no REPLACE/ME: output_dir's name
     assert "grpo import trl run_r1_grpo.py --config grpo-qwen-2.5-3b-deepseek-r1-countdown.yaml" in \
         _finishing_command(result.output)
 
@@ -238,3 +244,11 @@ def test_axolotl_row_transforms_are_carried_where_they_build_a_chat_prompt(
     assert yaml.safe_load(out.read_text())["data"]["prompt"]["template"].endswith("\n\n{text}")
     dropped = [line for line in result.output.splitlines() if "not carried over: datasets[0].type" in line]
     assert dropped and "(answer)" in dropped[0]  # label.replace(",", "") is code: named, not guessed
+
+
+def test_extract_rewards_never_overwrites_a_different_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = tmp_path / "recipe_rewards.py"
+    mine.write_text("# my own rewards\n", encoding="utf-8")
+    result, out = _import(tmp_path, monkeypatch, "trl", "opensloth/minimal_grpo.py", "--extract-rewards")
+    assert result.exit_code == 2 and "exists" in result.output and "Traceback" not in result.output
+    assert mine.read_text(encoding="utf-8") == "# my own rewards\n"
