@@ -183,6 +183,7 @@ def test_dataset_map_is_carried_as_prompt_and_answer_from_the_set_that_feeds_the
     assert "partly" in text and "dataset.map at line 196" in text  # a transform it cannot carry: named, with its line
     recipe = yaml.safe_load(out.read_text())
     assert recipe["data"]["dataset"] == "Jiayi-Pan/Countdown-Tasks-3to4"  # script_args.dataset_id_or_path of the YAML
+    assert recipe["data"]["max_samples"] == 50000 and recipe["data"]["eval_holdout"] == 0.1  # select, split
     assert recipe["model"]["name_or_path"] == "Qwen/Qwen2.5-3B-Instruct"
 
 

@@ -60,7 +60,14 @@ def _trace(script: Script, node: ast.AST, facts: DataFacts, depth: int) -> None:
     elif name == "map" and receiver(node) is not None:
         _map(script, node, facts)
         _trace(script, receiver(node), facts, depth + 1)  # type: ignore[arg-type]
-    elif name in PASS_THROUGH | SPLITS and receiver(node) is not None:
+    elif name in PASS_THROUGH and receiver(node) is not None:
+        _trace(script, receiver(node), facts, depth + 1)  # type: ignore[arg-type]
+    elif name in SPLITS and receiver(node) is not None:
+        _holdout(script, node, facts)
+        _trace(script, receiver(node), facts, depth + 1)  # type: ignore[arg-type]
+    elif name in ("select", "take") and _first_rows(script, node) is not None:
+        facts.cfg["max_samples"] = _first_rows(script, node)
+        facts.notes.append(f"{script.source(node, 60)} (line {node.lineno}) -> data.max_samples (after the shuffle)")
         _trace(script, receiver(node), facts, depth + 1)  # type: ignore[arg-type]
     elif name in ("select", "filter", "take", "skip") and receiver(node) is not None:
         facts.lost.append((f"dataset.{name}(...)", script.source(node, 70), f"rows chosen in code (line "
@@ -68,6 +75,32 @@ def _trace(script: Script, node: ast.AST, facts: DataFacts, depth: int) -> None:
         _trace(script, receiver(node), facts, depth + 1)  # type: ignore[arg-type]
     else:
         _helper(script, node, facts, depth)
+
+
+def _first_rows(script: Script, node: ast.Call) -> int | None:
+    """N of `ds.select(range(N))` / `ds.take(N)`: the first N rows."""
+    arg = node.args[0] if len(node.args) == 1 else None
+    if isinstance(arg, ast.Call) and call_name(arg) == "range" and len(arg.args) == 1:
+        arg = arg.args[0]
+    value = script.value(arg) if arg is not None else NO
+    return value if isinstance(value, int) and value > 0 and receiver(node) is not None else None
+
+
+def _holdout(script: Script, node: ast.Call, facts: DataFacts) -> None:
+    """`ds.train_test_split(test_size=0.1)` feeding the trainer's ["train"]: rows held out -> data.eval_holdout."""
+    size = script.value(keyword(node, "test_size") or (node.args[0] if node.args else None))
+    if isinstance(size, int | float) and size > 0 and "eval_holdout" not in facts.cfg:
+        facts.cfg["eval_holdout"] = size
+        facts.notes.append(f"{script.source(node, 50)} (line {node.lineno}) -> data.eval_holdout: {size}")
+    elif size is not NO:
+        facts.lost.append(("dataset.train_test_split(...)", script.source(node, 60), f"a split made in code (line "
+                           f"{node.lineno}): give data.eval_holdout"))
+
+
+def held_out(script: Script, node: ast.AST) -> bool:
+    """Whether `node` is the "test" side of a `train_test_split` (what data.eval_holdout evaluates on)."""
+    found = script.lookup(node.id, node) if isinstance(node, ast.Name) else node
+    return isinstance(found, ast.Subscript) and script.value(found.slice) == "test" and _splits(script, found.value)
 
 
 def _splits(script: Script, node: ast.AST) -> bool:

@@ -32,6 +32,7 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
     unread: list[tuple[str, str]] = cfg.pop(UNREAD_REWARDS, [])
     script_prompt, answer = cfg.pop(SCRIPT_PROMPT, None), cfg.pop(SCRIPT_ANSWER, None)
     columns = cfg.pop(SCRIPT_COLUMNS, None)
+    cfg_data = {key: cfg.pop(key) for key in ("max_samples", "eval_holdout") if key in cfg}
     cfg[FROM_SCRIPT] = True
     out = import_hf_yaml(cfg, str(path) if config_path is None else f"{path} with {config_path}", "trl")
     apply_environment(out, environment, prompt)
@@ -45,6 +46,9 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
         out.put("data.answer", answer)
     if columns:
         out.put("data.columns", {**(out.get("data.columns") or {}), **columns})
+    for key in ("max_samples", "eval_holdout"):
+        if key in cfg_data:
+            out.put(f"data.{key}", cfg_data[key])
     if trlparser:
         out.problems.append(f"model, data: {path.name} reads its settings with TrlParser from the YAML it is "
                             "launched with (`--config FILE.yaml`; arguments on its command line are the same keys), "

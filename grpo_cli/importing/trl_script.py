@@ -10,7 +10,7 @@ from typing import Any
 
 from grpo_cli.importing.common import ImportResult
 from grpo_cli.importing.script_ast import NO, Script, call_name, keyword
-from grpo_cli.importing.script_data import read_data
+from grpo_cli.importing.script_data import held_out, read_data
 from grpo_cli.importing.script_model import read_model
 from grpo_cli.importing.script_rewards import NESTED, Rewards, read_rewards, trains_at_import
 
@@ -183,7 +183,9 @@ def _trainer(script: Script, node: ast.Call, cfg: dict[str, Any], skipped: Impor
         elif kw.arg in ("callbacks", "tools"):
             skipped.drop(f"GRPOTrainer({kw.arg}=...)", ast.unparse(kw.value), "an object built in the script: "
                          "write it as callbacks / tools")
-        elif kw.arg == "eval_dataset" and script.value(kw.value) is not None:
+        elif kw.arg == "eval_dataset" and (script.value(kw.value) is None or held_out(script, kw.value)):
+            continue  # none, or the rows train_test_split held out: data.eval_holdout
+        elif kw.arg == "eval_dataset":
             skipped.drop("GRPOTrainer(eval_dataset=...)", script.source(kw.value, 60), "evaluation rows built in "
                          f"the script (line {kw.value.lineno}): give data.eval_split or data.eval_holdout")
         elif kw.arg not in TRAINER_READ:
