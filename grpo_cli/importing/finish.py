@@ -18,6 +18,7 @@ from typing import Any
 from grpo_cli.importing.common import ImportResult
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+UNSET = re.compile(r"\$([A-Z][A-Z0-9_]{2,}), which is not set")
 SECTIONS = {"model", "data", "rewards", "tools", "environment", "callbacks", "training", "launch", "output", "eval",
             "description"}
 
@@ -74,7 +75,8 @@ def finish(result: ImportResult, request: Request) -> Outcome:
     text = recipe_yaml(result)
     if not problems:
         return Outcome(text, [], warnings)
-    command = finishing_command(request, result, processes, missing)
+    unset = [n for p in problems for n in UNSET.findall(p) if n not in missing]  # $MORPH_API_KEY, which is not set
+    command = finishing_command(request, result, processes, missing + list(dict.fromkeys(unset)))
     header = ["# NOT VALID: `grpo import` could not finish this recipe; it does not validate yet:"]
     header += [f"#   {p}" for p in problems] + ["# Finish it with:", f"#   {command}"]
     return Outcome("\n".join(header) + "\n" + text, problems, warnings, command)
