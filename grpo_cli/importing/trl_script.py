@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.importing.common import ImportResult
+from grpo_cli.importing.common import NO_REWARD, ImportResult
 from grpo_cli.importing.script_ast import NO, Script, call_name, keyword
 from grpo_cli.importing.script_data import held_out, read_data
 from grpo_cli.importing.script_model import read_model
@@ -241,9 +241,6 @@ def extract_rewards(script: Script, rewards: Rewards, module: Path, skipped: Imp
                              f"(--extract-rewards), so grpo imports them without running {script.path.name}")
 
 
-PLACEHOLDER_NOTE = "the config names no reward: rewards has a placeholder `accuracy` entry"
-
-
 def apply_environment(out: ImportResult, environment: str | None, prompt: str | None) -> None:
     """A script's `environment_factory` class -> `environment:`; rows that are one constant prompt -> the
     environment-only rows (`data.from_environment`), since the environment's reset() serves the task."""
@@ -253,9 +250,9 @@ def apply_environment(out: ImportResult, environment: str | None, prompt: str | 
                              "one-row data file")
         return
     out.put("environment", environment)
-    if PLACEHOLDER_NOTE in out.notes:  # TRL needs no reward function when the environment defines get_reward
-        out.notes.remove(PLACEHOLDER_NOTE)
-        out.recipe.pop("rewards", None)
+    if NO_REWARD in out.problems:  # TRL needs no reward function when the environment defines get_reward
+        out.problems.remove(NO_REWARD)
+        out.needs.pop("rewards", None)
         out.notes.append("no reward functions: the environment's get_reward scores (validate checks it has one)")
     if out.get("data.dataset") is not None or prompt is None:
         return
