@@ -51,18 +51,21 @@ CASES = [
      ["GRPOConfig(vllm_server_host=...)"], {"launch.vllm.mode": "server", "training.per_device_train_batch_size": 4}),
     # TRL's environment example: the class it passes as environment_factory, and its 1000 copies of one prompt as
     # environment-only rows; max_steps is given (the script counts epochs over its copies of that prompt).
-    ("trl", "trl/grpo_2048.py", ["training.max_steps=3000"], True, ["peft_config"],
+    ("trl", "trl/grpo_2048.py", ["training.max_steps=3000"], True, [],
      {"training.chat_template_kwargs": {"enable_thinking": False}, "output.report_to": ["trackio"],
+      "model.lora": {"r": 8, "alpha": 8},  # peft_config=LoraConfig(): peft's defaults
       "environment": f"{FIXTURES / 'trl' / 'grpo_2048.py'}:Game2048Env", "data.from_environment": True,
       "data.prompt.template": "Play 2048 on a 4x4 board. Use the tool `move` with one of: up, down, left, right. "
                               "Maximize the score."}),
     ("axolotl", "axolotl/grpo_qmd/config.yaml", [], True,
-     ["datasets[0].type", "use_data_producer", "vllm_lora_sync", "skip_prepare_dataset", "sequence_len"],
-     {"model.lora": {"r": 32, "alpha": 64, "target_modules": "all-linear"}, "model.pad_token": "<|endoftext|>",
+     ["use_data_producer", "vllm_lora_sync", "skip_prepare_dataset", "sequence_len"],
+     {"data.prompt.column": "question", "data.answer": {"column": "answer", "extract": "gsm8k"},  # its transform
+      "model.lora": {"r": 32, "alpha": 64, "target_modules": "all-linear"}, "model.pad_token": "<|endoftext|>",
       "training.per_device_train_batch_size": 2, "training.optim": "adamw_torch_fused",
       "training.lr_scheduler_type": "cosine", "launch.vllm.max_model_length": 2048}),
-    ("axolotl", "axolotl/rlhf_qmd_gsm8k/config.yaml", [BASE], True, ["datasets[0].type"],
-     {"training.beta": 0.001, "data.config": "main"}),
+    ("axolotl", "axolotl/rlhf_qmd_gsm8k/config.yaml", [BASE], True, [],
+     {"training.beta": 0.001, "data.config": "main", "data.prompt": {"column": "question", "chat": True},
+      "data.answer": {"column": "answer", "extract": "gsm8k"}}),
     ("axolotl", "axolotl/rlhf_qmd_rollout/config.yaml", [BASE], True, ["rollout_func", "datasets[0].type"], {}),
     ("axolotl", "axolotl/rlhf_qmd_async_lora/config.yaml", [], True,
      ["use_data_producer", "replay_buffer_size", "skip_zero_advantage_batches"],
@@ -94,10 +97,11 @@ def test_public_configs_convert_and_validate(tmp_path: Path, kind: str, fixture:
         assert any(key in d for d in dropped), (key, dropped)
     if not left_out:
         assert "fully" in text, result.output
-    if not validates:
-        assert result.exit_code == 2 and not out.exists(), result.output
-        assert "does not validate" in text
-        recipe = yaml.safe_load(result.output[:result.output.index("converted ")])  # printed for hand-editing
+    if not validates:  # still written, marked, with the command that finishes it
+        assert result.exit_code == 2 and out.read_text(encoding="utf-8").startswith("# NOT VALID"), result.output
+        assert "does not validate" in text and "finish it with: grpo import" in text
+        assert run_cli("validate", out).exit_code == 2
+        recipe = yaml.safe_load(out.read_text(encoding="utf-8"))
     else:
         assert result.exit_code == 0, result.output
         recipe = yaml.safe_load(out.read_text(encoding="utf-8"))
@@ -107,7 +111,10 @@ def test_public_configs_convert_and_validate(tmp_path: Path, kind: str, fixture:
         for key in left_out:
             assert key.split("(")[0].split("[")[0] in header  # the file says what it lacks
     for key, value in expected.items():
-        assert _dig(recipe, key) == value, key
+        found = _dig(recipe, key)
+        if key == "environment":  # written relative to the recipe, which is where grpo resolves it
+            found = f"{(out.parent / str(found).rpartition(':')[0]).resolve()}:{str(found).rpartition(':')[2]}"
+        assert found == value, key
 
 
 def test_at_least_twelve_public_configs_convert_to_valid_recipes() -> None:

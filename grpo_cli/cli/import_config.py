@@ -10,8 +10,10 @@ import typer
 from grpo_cli.cli.base import console, run_guarded
 
 IMPORT_EPILOG = ("open-r1: a recipes/*/grpo/config_*.yaml; trl: a `trl grpo --config` YAML, or a training script "
-                 "whose GRPOConfig(...) keywords are literals; axolotl: an `rl: grpo` config. The recipe is "
-                 "validated before it is written; what could not be carried over is listed with the reason.")
+                 "(read, not run: its GRPOConfig, the calls that build its model, data and rewards; a TrlParser "
+                 "script with --config); axolotl: an `rl: grpo` config. The recipe is validated as `grpo validate` "
+                 "does; what could not be carried over is listed with the reason, and a recipe that does not "
+                 "validate is written marked NOT VALID, with the command that finishes it.")
 
 
 def import_cmd(
@@ -27,23 +29,29 @@ def import_cmd(
                                                 "for open-r1's `accelerate launch --config_file zero2.yaml`).")] = None,
     num_processes: Annotated[int | None, typer.Option("--num-processes", help="Training processes the source ran "
                                                       "with (the batch arithmetic depends on it).")] = None,
+    script_config: Annotated[Path | None, typer.Option("--config", help="For a TrlParser script: the YAML it is "
+                                                       "launched with (its model, data and training keys).")] = None,
+    extract_rewards: Annotated[bool, typer.Option("--extract-rewards", help="Copy reward functions grpo cannot "
+                                                  "import in place (defined inside a function, or in a script that "
+                                                  "trains when imported) into RECIPE_rewards.py beside the recipe.")]
+    = False,
 ) -> None:
     """Convert an open-r1, TRL or Axolotl GRPO config into a recipe, and say what it could not map and why."""
 
     def body() -> None:
         from grpo_cli.cli.render.importing import render_import
-        from grpo_cli.importing import apply_overrides, import_config, recipe_yaml, set_launch
-        from grpo_cli.importing.check import check_recipe_text
+        from grpo_cli.importing import apply_overrides, import_config, rewards_module, set_launch
+        from grpo_cli.importing.finish import Request, finish
 
-        result = import_config(kind, config)
+        result = import_config(kind, config, script_config, rewards_module(out) if extract_rewards else None)
         set_launch(result, profile, num_processes)
         apply_overrides(result, overrides or [])
-        text = recipe_yaml(result)
-        problems, warnings = check_recipe_text(text, out or Path.cwd() / "imported.yaml")
-        render_import(console, result, text, out, problems, warnings)
-        if problems:
-            raise typer.Exit(2)
+        outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out,
+                                         extract_rewards))
         if out is not None:
-            out.write_text(text, encoding="utf-8")
+            out.write_text(outcome.text, encoding="utf-8")
+        render_import(console, result, outcome.text, out, outcome.problems, outcome.warnings, outcome.command)
+        if outcome.problems:
+            raise typer.Exit(2)
 
     run_guarded(body)

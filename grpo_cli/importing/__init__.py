@@ -15,7 +15,8 @@ from grpo_cli.importing.common import ImportResult, Unmapped
 
 KINDS = ("open-r1", "trl", "axolotl")
 
-__all__ = ["KINDS", "ImportResult", "Unmapped", "import_config", "apply_overrides", "recipe_yaml", "set_launch"]
+__all__ = ["KINDS", "ImportResult", "Unmapped", "import_config", "apply_overrides", "recipe_yaml", "rewards_module",
+           "set_launch"]
 _Dumper: Any = None
 
 
@@ -48,26 +49,33 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def import_config(kind: str, path: str | Path) -> ImportResult:
-    """Translate one foreign config (a YAML file, or for `trl` also a training script) into a recipe dict."""
+def rewards_module(out: Path | None) -> Path:
+    """Where `--extract-rewards` writes the rewards it copies: beside the recipe, named after it."""
+    if out is None:
+        raise GrpoError("--extract-rewards writes a module beside the recipe, and no recipe file is given",
+                        where="--extract-rewards", fix="Give the recipe's path with -o recipe.yaml.")
+    return out.with_name(f"{out.stem}_rewards.py")
+
+
+def import_config(kind: str, path: str | Path, script_config: str | Path | None = None,
+                  extract_to: Path | None = None) -> ImportResult:
+    """Translate one foreign config (a YAML file, or for `trl` also a training script) into a recipe dict;
+    `script_config` is the YAML a TrlParser script is launched with (`--config`); `extract_to` the module that
+    rewards which cannot be referenced in place are copied into (`--extract-rewards`)."""
     from grpo_cli.importing.axolotl import import_axolotl
     from grpo_cli.importing.hf import import_hf_yaml
 
     path = Path(path)
     if kind not in KINDS:
         raise GrpoError(f"unknown config kind {kind!r}", where="KIND", fix=f"Use one of {', '.join(KINDS)}.")
+    if script_config is not None and not (kind == "trl" and path.suffix == ".py"):
+        raise GrpoError("--config names the YAML a TrlParser script is launched with", where="--config",
+                        fix="Give it with `grpo import trl SCRIPT.py --config FILE.yaml`, or import the YAML alone.")
     if kind == "trl" and path.suffix == ".py":
-        from grpo_cli.importing.trl_script import CONSTANT_PROMPT, ENVIRONMENT, apply_environment, read_script
+        from grpo_cli.importing.script_import import import_script
 
-        cfg, skipped = read_script(path)
-        environment, prompt = cfg.pop(ENVIRONMENT, None), cfg.pop(CONSTANT_PROMPT, None)
-        out = import_hf_yaml(cfg, str(path), "trl")
-        apply_environment(out, environment, prompt)
-        out.unmapped[:0] = skipped.unmapped
-        if any(":" in str(name) for name in cfg.get("reward_funcs", [])):
-            out.notes.append(f"rewards defined in {path.name} are referenced there: importing it runs its top-level "
-                             "code, so keep the training under `if __name__ == '__main__':`")
-        return out
+        launch = _load_yaml(Path(script_config)) if script_config is not None else None
+        return import_script(path, launch, Path(script_config) if script_config is not None else None, extract_to)
     cfg = _load_yaml(path)
     if kind == "axolotl":
         return import_axolotl(cfg, str(path))

@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.importing.common import ImportResult, map_training, map_vllm
+from grpo_cli.importing.common import NO_REWARD, ImportResult, map_hub, map_training, map_vllm, rename_old_keys
 
 # Axolotl's names -> TRL/transformers names (then mapped as any GRPOConfig key).
 RENAMES = {"micro_batch_size": "per_device_train_batch_size", "num_epochs": "num_train_epochs",
            "lr_scheduler": "lr_scheduler_type", "optimizer": "optim", "eval_steps": "eval_steps",
-           "wandb_name": "run_name", "weight_decay": "weight_decay", "max_grad_norm": "max_grad_norm"}
+           "weight_decay": "weight_decay", "max_grad_norm": "max_grad_norm"}
 # Keys that describe Axolotl's own machinery, with why nothing here needs them.
 AXOLOTL_ONLY = {
     "model_type": "the model class follows the model's config", "tokenizer_type": "the tokenizer follows the model",
@@ -19,8 +19,8 @@ AXOLOTL_ONLY = {
     "dataset_prepared_path": "Axolotl's dataset cache", "sequence_len": "Axolotl's packing length: grpo bounds "
     "prompts with data.max_prompt_tokens and completions with training.max_completion_length",
     "sample_packing": "GRPO does not pack", "pad_to_sequence_len": "GRPO does not pack",
-    "flash_attention": "set model.attn_implementation", "sdp_attention": "set model.attn_implementation",
-    "tf32": "a CUDA math setting transformers reads as training.tf32", "plugins": "Axolotl plugins are its own code",
+    "flash_attention": None, "sdp_attention": "set model.attn_implementation",
+    "plugins": "Axolotl plugins are its own code", "wandb_name": None,
     "lora_model_dir": "load the adapter as the model instead", "special_tokens": None,
     "deepspeed": "pick launch.profile zero2/zero3", "fsdp": "pick launch.profile fsdp",
     "fsdp_config": "pick launch.profile fsdp", "val_set_size": None, "wandb_watch": "W&B gradient watching",
@@ -36,6 +36,7 @@ def _model(cfg: dict[str, Any], out: ImportResult) -> None:
     cfg.pop("trust_remote_code", None)
     if cfg.get("flash_attention"):
         out.put("model.attn_implementation", "flash_attention_2")
+        out.notes.append("flash_attention: true -> model.attn_implementation: flash_attention_2")
     if cfg.get("attn_implementation"):
         out.put("model.attn_implementation", cfg.pop("attn_implementation"))
     template = cfg.pop("chat_template", None)
@@ -68,7 +69,34 @@ def _model(cfg: dict[str, Any], out: ImportResult) -> None:
         out.put("model.pad_token", pad)
 
 
-def _data(cfg: dict[str, Any], out: ImportResult) -> None:
+def _transform(name: str, base: Path, out: ImportResult) -> None:
+    """`datasets[0].type: module.func`, a row transform: carried as data.prompt / data.answer / data.columns when
+    it builds a chat prompt from the row's columns, else listed."""
+    from grpo_cli.importing.script_rewards import definition, module_file
+    from grpo_cli.importing.script_rows import axolotl_transform
+
+    module, _, func = name.rpartition(".")
+    file = module_file(base, module)
+    found = definition(file, func) if file is not None else None
+    rows, line = axolotl_transform(found, func) if found is not None else (None, 0)
+    if found is None or rows is None or rows.prompt is None:
+        out.drop("datasets[0].type", name, "a Python transform of each row the importer cannot read: grpo assumes "
+                 "it yields a chat `prompt` column (and keeps the others for rewards); write its work as "
+                 "data.prompt / data.columns / data.answer")
+        return
+    out.put("data.prompt", rows.prompt)
+    if rows.answer is not None:
+        out.put("data.answer", rows.answer)
+    if rows.columns:
+        out.put("data.columns", rows.columns)
+    out.notes.append(f"datasets[0].type {name} ({found.name}:{line}) builds a chat prompt from the row: "
+                     "data.prompt" + (", data.columns" if rows.columns else ""))
+    if rows.unread:
+        out.drop("datasets[0].type", name, f"columns it computes ({', '.join(rows.unread)}) are not carried: "
+                 "write them as data.columns / data.answer")
+
+
+def _data(cfg: dict[str, Any], out: ImportResult, base: Path) -> None:
     datasets = cfg.pop("datasets", None) or []
     if not datasets:
         out.drop("datasets", None, "no dataset: a plugin's environment serves the prompts; grpo trains that way "
@@ -87,9 +115,7 @@ def _data(cfg: dict[str, Any], out: ImportResult) -> None:
         out.drop("datasets[0].type", first["type"], "an Axolotl prompt format: grpo reads a chat `prompt` column "
                  "(data.prompt.column) as it is")
     elif first.get("type"):
-        out.drop("datasets[0].type", first["type"], "a Python transform of each row: grpo assumes it yields a chat "
-                 "`prompt` column (and keeps the others for rewards); write its work as data.prompt / data.columns "
-                 "/ data.answer")
+        _transform(str(first["type"]), base, out)
     for i, extra in enumerate(datasets[1:], start=1):
         out.drop(f"datasets[{i}]", extra.get("path"), "several datasets are not mixed: prepare one dataset")
     size = cfg.pop("val_set_size", 0) or 0
@@ -120,8 +146,8 @@ def _rewards(trl: dict[str, Any], out: ImportResult, base: Path) -> None:
             out.drop(f"trl.{key}", trl.pop(key), "a custom rollout is code: express its tools as `tools:` or an "
                      "`environment:` class")
     if not entries:
-        out.notes.append("the config names no reward (an environment or plugin scores): rewards has a placeholder")
-        entries = [{"name": "accuracy"}]
+        out.refuse(NO_REWARD, "rewards", "[{function: FILE.py:FUNCTION}]")
+        return
     out.put("rewards", entries)
 
 
@@ -132,7 +158,7 @@ def import_axolotl(cfg: dict[str, Any], source: str) -> ImportResult:
     if cfg.pop("rl", "grpo") != "grpo":
         out.notes.append("the config's `rl:` is not grpo: only its GRPO-relevant keys are carried over")
     _model(cfg, out)
-    _data(cfg, out)
+    _data(cfg, out, Path(source).resolve().parent)
     trl = dict(cfg.pop("trl", None) or {})
     _rewards(trl, out, Path(source).resolve().parent)
     vllm = cfg.pop("vllm", None) or {}
@@ -141,6 +167,7 @@ def import_axolotl(cfg: dict[str, Any], source: str) -> ImportResult:
             trl[f"vllm_server_{key}" if key in ("host", "port") else f"vllm_{key}"] = value
         elif key == "max_model_len":
             trl["vllm_max_model_length"] = value
+    rename_old_keys(trl, out)
     map_vllm(trl, out, default_mode="server")
     for key in ("use_data_producer", "vllm_lora_sync", "async_prefetch"):
         if key in trl:
@@ -151,12 +178,19 @@ def import_axolotl(cfg: dict[str, Any], source: str) -> ImportResult:
         out.put("output.report_to", ["wandb"])
     if "output_dir" in cfg:
         out.put("output.dir", str(cfg.pop("output_dir")))
+    if cfg.get("wandb_name"):
+        out.put("output.run_name", cfg["wandb_name"])
+    if cfg.get("hub_model_id"):  # Axolotl uploads whenever a repository is named
+        map_hub({"push_to_hub": True, "hub_model_id": cfg.pop("hub_model_id"),
+                 **{k: cfg.pop(k) for k in ("hub_strategy", "hub_private_repo") if k in cfg}}, out)
     for key in [k for k in list(cfg) if k in AXOLOTL_ONLY]:
         value, why = cfg.pop(key), AXOLOTL_ONLY[key]
         if why and value not in (False, None):
             out.drop(key, value, why)
-    merged = {RENAMES.get(k, k): v for k, v in cfg.items()}
-    map_training({**merged, **trl}, out)
+    merged = {RENAMES.get(k, k): v for k, v in cfg.items() if k != "wandb_name"}
+    merged = {**merged, **trl}
+    rename_old_keys(merged, out)
+    map_training(merged, out)
     if out.get("launch.vllm.mode") and not out.get("launch.profile"):
         out.put("launch.profile", "single")
     return out

@@ -4,11 +4,16 @@ Hugging Face-style keys (TRL's ScriptArguments / ModelConfig / GRPOConfig, which
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from grpo_cli.recipe.hints import NOT_IN_TRL
+from grpo_cli.recipe.hints import NOT_IN_TRL, did_you_mean
 from grpo_cli.recipe.schema.training import OWNED_ELSEWHERE, check_training_fields
 from grpo_cli.recipe.trl_fields import grpo_config_fields
+
+NO_REWARD = ("rewards: the source names no reward function grpo can read, and a recipe without one has nothing "
+             "to train on (a placeholder would validate and train the wrong thing). Give the source's rewards, "
+             "e.g. rewards='[{function: rewards.py:my_reward}]', or a built-in such as rewards='[{name: accuracy}]'")
 
 # Keys whose value changes nothing (the default, or a flag transformers' Trainer never reads).
 _IGNORED = {"do_eval": False}
@@ -32,11 +37,25 @@ class ImportResult:
     recipe: dict[str, Any] = field(default_factory=dict)
     unmapped: list[Unmapped] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """What the import itself knows the recipe lacks, each `key: what (where): fix`; it does not validate."""
+    needs: dict[str, str] = field(default_factory=dict)
+    """section.key -> the value to give on the command line (shown as a placeholder) to finish the recipe."""
+    next_command: str | None = None
+    """A different command finishes the import (a TrlParser YAML: import its script with it)."""
+    processes_hint: int | None = None
+    """Training processes the source's launch implies (open-r1's `vllm_device: cuda:7`: GPUs 0-6 train)."""
 
     @property
     def complete(self) -> bool:
         """Whether every key was carried over (notes are changes of form, not losses)."""
         return not self.unmapped
+
+    def refuse(self, problem: str, key: str | None = None, value: str | None = None) -> None:
+        """A problem the recipe has because of the import; with `key`, the override that finishes it."""
+        self.problems.append(problem)
+        if key is not None:
+            self.needs[key] = value if value is not None else "..."
 
     def drop(self, key: str, value: Any, why: str) -> None:
         self.unmapped.append(Unmapped(key, value, why))
@@ -130,8 +149,15 @@ def map_hub(cfg: dict[str, Any], out: ImportResult) -> None:
     push, repo = cfg.pop("push_to_hub", False), cfg.pop("hub_model_id", None)
     strategy = cfg.pop("hub_strategy", None)
     revision = cfg.pop("hub_model_revision", None)
-    if push:
-        target = str(repo or "REPLACE/ME")
+    if push and not repo and not out.get("output.dir"):
+        out.refuse("output.push_to_hub: the source pushes to the Hub (push_to_hub: true) but names no repository "
+                   "(hub_model_id) nor output_dir, which transformers would name it after: give the repository",
+                   "output.push_to_hub", "USER/REPO")
+    elif push:
+        target = str(repo or Path(str(out.get("output.dir"))).name)
+        if not repo:
+            out.notes.append(f"push_to_hub without hub_model_id: transformers names the repository after "
+                             f"output_dir, {target}")
         out.put("output.push_to_hub", target)
         if "hub_private_repo" in cfg:
             out.put("output.hub_private", bool(cfg.pop("hub_private_repo")))
@@ -162,9 +188,28 @@ def map_vllm(cfg: dict[str, Any], out: ImportResult, default_mode: str) -> None:
         if mode is None:
             out.notes.append(f"use_vllm: true -> launch.vllm.mode: {default_mode} (what the source tool runs by "
                              "default)")
+    device = str(cfg.get("vllm_device", ""))
+    if device.startswith("cuda:") and device[5:].isdigit() and int(device[5:]) > 0:
+        out.processes_hint = int(device[5:])  # vLLM on the last GPU, training on the ones before it
     for key in ("vllm_device", "vllm_dtype"):
         if key in cfg:
             out.drop(key, cfg.pop(key), "not a setting of the installed TRL (vLLM picks its own device and dtype)")
+
+
+RENAMED = {"evaluation_strategy": "eval_strategy", "vllm_max_model_len": "vllm_max_model_length",
+           "use_liger": "use_liger_kernel"}
+"""Older or other tools' names of a TRL setting: carried over under TRL's name, with a note."""
+
+
+def rename_old_keys(cfg: dict[str, Any], out: ImportResult) -> None:
+    for old, new in RENAMED.items():
+        if old in cfg:
+            value = cfg.pop(old)
+            if new in cfg and cfg[new] != value:
+                out.drop(old, value, f"an older name of {new}, which the config also sets ({cfg[new]!r})")
+            else:
+                cfg[new] = value
+                out.notes.append(f"{old}: {value!r} -> {new} (TRL's name for it)")
 
 
 def map_training(cfg: dict[str, Any], out: ImportResult) -> None:
@@ -194,7 +239,10 @@ def map_training(cfg: dict[str, Any], out: ImportResult) -> None:
             out.drop(key, value, f"set by grpo from `{OWNED_ELSEWHERE[key]}`")
             continue
         if key not in fields:
-            out.drop(key, value, NOT_IN_TRL.get(key, "not a setting grpo or the installed TRL's GRPOConfig knows"))
+            guess = did_you_mean(key, fields)
+            why = "not a setting grpo or the installed TRL's GRPOConfig knows" + (f" (did you mean {guess}?)"
+                                                                                  if guess else "")
+            out.drop(key, value, NOT_IN_TRL.get(key, why))
             continue
         values, problems = check_training_fields({key: value})
         if problems:

@@ -3,9 +3,19 @@ GRPOConfig keys. open-r1 adds its reward registry, `system_prompt`, `chat_templa
 
 from __future__ import annotations
 
+import shlex
+from pathlib import Path
 from typing import Any
 
-from grpo_cli.importing.common import ImportResult, map_model, map_output, map_training, map_vllm
+from grpo_cli.importing.common import (
+    NO_REWARD,
+    ImportResult,
+    map_model,
+    map_output,
+    map_training,
+    map_vllm,
+    rename_old_keys,
+)
 
 # open-r1's reward registry (src/open_r1/rewards.py get_reward_funcs) -> grpo built-in, and the script
 # arguments that parameterise it -> the built-in's params.
@@ -92,7 +102,7 @@ def _code_provider(provider: Any, entries: list[dict[str, Any]], out: ImportResu
 def _reward_entry(name: str, script_params: dict[str, Any], out: ImportResult, flavour: str) -> dict[str, Any] | None:
     if flavour == "trl" and name in TRL_REWARDS:
         return {"function": TRL_REWARDS[name]}
-    if ".py:" in name:  # a function defined in the script itself
+    if ":" in name:  # a function of the script, of a file beside it (path.py:func) or of a module (module:func)
         return {"function": name}
     if flavour == "trl" and name == "get_soft_overlong_punishment":
         return {"name": "soft_overlong_punishment", "params": {"max_completion_len": 1280, "soft_punish_cache": 256}}
@@ -126,9 +136,23 @@ def _code_columns(out: ImportResult) -> None:
                          "grpo's code reward runs Python (rows in another language score 0)")
 
 
-def _data(cfg: dict[str, Any], out: ImportResult) -> None:
+FROM_SCRIPT = "__script__"
+"""cfg key: the keys were read from a script (its trainer names its eval data itself)."""
+SCRIPT_KEYS = {"dataset_id_or_path": "dataset", "dataset_splits": "split"}
+"""Keys a TrlParser script defines for itself (philschmid's run_r1_grpo.py and its many copies) that name data."""
+
+
+def _data(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
+    for key, target in SCRIPT_KEYS.items():
+        if key in cfg and isinstance(cfg[key], str):
+            value = cfg.pop(key)
+            name = "dataset_name" if target == "dataset" else "dataset_train_split"
+            cfg.setdefault(name, value)
+            out.notes.append(f"{key}: {value} (the script's own key) -> data.{target}")
     if "dataset_name" in cfg:
-        out.put("data.dataset", cfg.pop("dataset_name"))
+        _dataset(str(cfg.pop("dataset_name")), out)
+    if "dataset_files" in cfg:
+        out.put("data.files", cfg.pop("dataset_files"))
     if cfg.get("dataset_config"):
         out.put("data.config", cfg["dataset_config"])
     cfg.pop("dataset_config", None)
@@ -136,28 +160,59 @@ def _data(cfg: dict[str, Any], out: ImportResult) -> None:
     if split != "train":
         out.put("data.split", split)
     evaluates = str(cfg.get("eval_strategy", "no")) != "no"
-    test = cfg.pop("dataset_test_split", "test" if evaluates else None)  # TRL's ScriptArguments default: test
+    script = cfg.pop(FROM_SCRIPT, False)
+    default = "test" if evaluates and not script else None  # ScriptArguments' default; a script names its own
+    test = cfg.pop("dataset_test_split", default)
     if test and evaluates:
         out.put("data.eval_split", test)
     elif test:
         out.notes.append(f"dataset_test_split {test!r} is left out: the config never evaluates (eval_strategy no)")
+    elif evaluates:
+        out.drop("eval_strategy", cfg.get("eval_strategy"), "the source evaluates on data the config does not name: "
+                 "give data.eval_split (a split of the same dataset) or data.eval_holdout")
+        cfg.pop("eval_strategy", None)
     column = cfg.pop("dataset_prompt_column", "prompt")
-    prompt: dict[str, Any] = {"column": column, "chat": True}
-    if cfg.get("system_prompt"):
-        prompt["system_prompt"] = cfg["system_prompt"]
-    cfg.pop("system_prompt", None)
+    system = cfg.pop("system_prompt", None)
+    # open-r1 always builds a conversation; TRL hands a string prompt to the model as it is
+    prompt: dict[str, Any] = {"column": column, "chat": bool(flavour == "open-r1" or system)}
+    if system:
+        prompt["system_prompt"] = system
     out.put("data.prompt", prompt)
     for key in ("dataset_streaming", "dataset_num_proc"):
         if key in cfg:
             out.drop(key, cfg.pop(key), "grpo loads the dataset itself (not streamed)")
 
 
+def _dataset(name: str, out: ImportResult) -> None:
+    """A hub id -> data.dataset; a local file or directory (`data/train.json`) -> data.files."""
+    local = name.startswith((".", "/", "~")) or name.endswith((".json", ".jsonl", ".csv", ".parquet"))
+    if local:
+        out.put("data.files", name)
+        out.notes.append(f"{name} is a local path: data.files (relative to the recipe)")
+    else:
+        out.put("data.dataset", name)
+
+
+def _trlparser_yaml(out: ImportResult, source: str, keys: list[str]) -> None:
+    """A YAML with a script's own keys and no rewards is a TrlParser script's launch config: point at the script."""
+    from grpo_cli.importing.script_find import trlparser_scripts
+
+    scripts = trlparser_scripts(Path(source), keys)
+    named = f"`{scripts[0]}`" if scripts else "the script it is launched with"
+    out.problems.append(f"rewards: this YAML's own keys ({', '.join(keys)}) are those of a TrlParser script, which "
+                        f"defines the rewards and the prompt: import {named} with this YAML as its --config")
+    script = str(scripts[0]) if scripts else "SCRIPT.py"
+    out.next_command = " ".join(shlex.quote(w) for w in ("grpo", "import", "trl", script, "--config", source))
+
+
 def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str) -> ImportResult:
     """Translate an open-r1 (`flavour` open-r1) or `trl grpo` (trl) YAML config."""
     out = ImportResult(source, flavour)
     cfg = dict(cfg)
+    script_keys = [k for k in SCRIPT_KEYS if k in cfg]
+    rename_old_keys(cfg, out)
     map_model(cfg, out)
-    _data(cfg, out)
+    _data(cfg, out, flavour)
     _rewards(cfg, out, flavour)
     map_vllm(cfg, out, default_mode="server" if flavour == "open-r1" else "colocate")
     map_output(cfg, out)
@@ -167,9 +222,10 @@ def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str) -> ImportResu
     for key in [k for k in list(cfg) if k in OPENR1_ONLY]:
         out.drop(key, cfg.pop(key), OPENR1_ONLY[key])
     map_training(cfg, out)
-    if "rewards" not in out.recipe:
-        out.notes.append("the config names no reward: rewards has a placeholder `accuracy` entry")
-        out.put("rewards", [{"name": "accuracy"}])
+    if "rewards" not in out.recipe and script_keys:
+        _trlparser_yaml(out, source, script_keys)
+    elif "rewards" not in out.recipe:
+        out.refuse(NO_REWARD, "rewards", "[{function: FILE.py:FUNCTION}]")
     if out.get("launch.vllm.mode") and not out.get("launch.profile"):
         out.put("launch.profile", "single")
     return out

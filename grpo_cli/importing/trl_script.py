@@ -1,5 +1,6 @@
-"""A TRL training script read without running it: the literal keywords of its `GRPOConfig(...)`, the model,
-rewards and dataset of its `GRPOTrainer(...)` / `load_dataset(...)` calls, as a `trl grpo` config would say."""
+"""A TRL training script read without running it: the literal keywords of its `GRPOConfig(...)`, and what its
+`*GRPOTrainer(...)` is given: the model (`script_model`), rewards (`script_rewards`), data (`script_data`), as a
+`trl grpo` config would say. A TrlParser script reads its settings from the YAML it is launched with."""
 
 from __future__ import annotations
 
@@ -7,7 +8,11 @@ import ast
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.importing.common import ImportResult
+from grpo_cli.importing.common import NO_REWARD, ImportResult
+from grpo_cli.importing.script_ast import NO, Script, call_name, keyword
+from grpo_cli.importing.script_data import held_out, read_data
+from grpo_cli.importing.script_model import read_model
+from grpo_cli.importing.script_rewards import NESTED, Rewards, read_rewards, trains_at_import
 
 
 def _name(node: ast.AST) -> str:
@@ -22,6 +27,16 @@ ENVIRONMENT = "__environment_factory__"
 """cfg key: the `environment:` class a script's GRPOTrainer(environment_factory=Name) names."""
 CONSTANT_PROMPT = "__constant_prompt__"
 """cfg key: the one user message of every row of a `Dataset.from_dict({"prompt": [[{...}] for _ in ...]})`."""
+TRLPARSER = "__trlparser__"
+"""cfg key: the script reads its settings with TrlParser from a YAML given at launch (`--config`)."""
+UNREAD_REWARDS = "__unread_rewards__"
+"""cfg key: [(expression, why)] of reward functions the trainer gets that cannot be referenced."""
+SCRIPT_PROMPT = "__prompt__"
+"""cfg key: data.prompt read from the script's dataset.map."""
+SCRIPT_ANSWER = "__answer__"
+"""cfg key: data.answer read from the script's dataset.map."""
+SCRIPT_COLUMNS = "__columns__"
+"""cfg key: data.columns (`new: old`) read from the script's dataset.map."""
 
 
 def _string_constants(tree: ast.Module) -> dict[str, str]:
@@ -49,12 +64,6 @@ def constant_prompt(node: ast.AST, tree: ast.Module) -> str | None:
     return text if isinstance(text, str) else None
 
 
-def _imported_from(tree: ast.Module) -> dict[str, str]:
-    """local name -> the module it was imported from."""
-    return {(a.asname or a.name): node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-            for a in node.names}
-
-
 def _literal(node: ast.AST) -> tuple[bool, Any]:
     try:
         return True, ast.literal_eval(node)
@@ -62,95 +71,174 @@ def _literal(node: ast.AST) -> tuple[bool, Any]:
         return False, None
 
 
-def _reward_names(node: ast.AST, imports: dict[str, str], defs: set[str], script: str) -> tuple[list[str], list[str]]:
-    """(reward_funcs entries a `trl grpo` config would hold, expressions that could not be read)."""
-    items = node.elts if isinstance(node, ast.List | ast.Tuple) else [node]
-    names, unread = [], []
-    for item in items:
-        name = _name(item)
-        if isinstance(item, ast.Constant) and isinstance(item.value, str):
-            names.append(f"model={item.value}")  # a reward model id
-        elif name and imports.get(name, "").startswith("trl.rewards"):
-            names.append(name)
-        elif name in defs:
-            names.append(f"{script}:{name}")
-        elif name and name in imports:
-            names.append(f"{imports[name]}.{name}")
-        else:
-            unread.append(ast.unparse(item))
-    return names, unread
-
-
-def read_script(path: Path) -> tuple[dict[str, Any], ImportResult]:
-    """(config keys in `trl grpo` form, a result holding what could not be read statically)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-    imports = _imported_from(tree)
-    defs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
-    cfg: dict[str, Any] = {}
+def read_script(path: Path, config: dict[str, Any] | None = None,
+                extract_to: Path | None = None) -> tuple[dict[str, Any], ImportResult]:
+    """(config keys in `trl grpo` form, a result holding what could not be read statically). `config` is the YAML
+    a TrlParser script is launched with: its keys come first, and `script_args.key` in the script reads them.
+    With `extract_to`, rewards that cannot be referenced in place are copied into that module."""
+    script = Script.parse(path, path.read_text(encoding="utf-8"), config)
+    cfg: dict[str, Any] = dict(config or {})
     skipped = ImportResult(str(path), "trl")
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Call):
-            continue
-        func = _name(node.func)
-        if func == "GRPOConfig":
-            for kw in node.keywords:
-                ok, value = _literal(kw.value)
-                if kw.arg is None:
-                    skipped.drop("GRPOConfig(**...)", ast.unparse(kw.value), "keywords built at run time")
-                elif ok:
-                    cfg[kw.arg] = value
-                else:
-                    skipped.drop(f"GRPOConfig({kw.arg}=...)", ast.unparse(kw.value), "not a literal: computed when "
-                                 "the script runs")
-        elif func == "GRPOTrainer":
-            _trainer(node, cfg, imports, defs, str(path.resolve()), skipped)
-        elif func == "from_dict" and node.args and (text := constant_prompt(node.args[0], tree)) is not None:
+    for call in script.calls("GRPOConfig"):
+        _grpo_config(script, call, cfg, skipped)
+    for call in script.calls("from_dict"):
+        if call.args and (text := constant_prompt(call.args[0], script.tree)) is not None:
             cfg[CONSTANT_PROMPT] = text
-        elif func == "load_dataset" and node.args and "dataset_name" not in cfg:
-            ok, value = _literal(node.args[0])
-            if ok and isinstance(value, str):
-                cfg["dataset_name"] = value
-                for kw in node.keywords:
-                    ok, split = _literal(kw.value)
-                    if kw.arg == "split" and ok and isinstance(split, str):
-                        cfg["dataset_train_split"] = split
-                if len(node.args) > 1 and _literal(node.args[1])[0]:
-                    cfg["dataset_config"] = _literal(node.args[1])[1]
+    trainers = script.calls(*_trainer_names(script))
+    if trainers:
+        _trainer(script, trainers[0], cfg, skipped, extract_to)
+    elif (first := script.calls("load_dataset")) and "dataset_name" not in cfg:
+        _first_dataset(script, first[0], cfg)
+    if script.calls("TrlParser", "parse_args_and_config") and config is None:
+        cfg[TRLPARSER] = True
+    if (note := script.defaults_note()) is not None:
+        skipped.notes.append(note)
+    if any(m.split(".")[0] == "unsloth" for m in script.imports.values()):
+        _unsloth_batch(cfg, skipped)
     return cfg, skipped
 
 
-def _trainer(node: ast.Call, cfg: dict[str, Any], imports: dict[str, str], defs: set[str], script: str,
-             skipped: ImportResult) -> None:
+def _unsloth_batch(cfg: dict[str, Any], skipped: ImportResult) -> None:
+    """Unsloth's GRPOConfig sets per_device_train_batch_size to num_generations when the batch does not divide
+    into groups (unsloth/models/rl.py); TRL would raise, so the recipe says what Unsloth trained with."""
+    size, generations = cfg.get("per_device_train_batch_size"), cfg.get("num_generations", 8)
+    steps = cfg.get("gradient_accumulation_steps", 1)
+    if isinstance(size, int) and isinstance(generations, int) and isinstance(steps, int) and generations > 0 \
+            and (size * steps) % generations:
+        cfg["per_device_train_batch_size"] = generations
+        skipped.notes.append(f"per_device_train_batch_size {size} -> {generations}: Unsloth changes it to "
+                             "num_generations when the batch does not divide into groups, and trained with that")
+
+
+def _trainer_names(script: Script) -> list[str]:
+    """TRL's GRPOTrainer, its subclasses (`*GRPOTrainer`), and names bound to one (`trainer_cls = MyGRPOTrainer`)."""
+    names = {call_name(n) for n in ast.walk(script.tree) if isinstance(n, ast.Call)
+             and call_name(n).endswith("GRPOTrainer")}
+    aliases = {name for (_, name), found in script.assigns.items()
+               if any(isinstance(v, ast.Name) and v.id.endswith("GRPOTrainer") for _, v, _ in found)}
+    return sorted(names | aliases)
+
+
+def _trainer_class(script: Script, node: ast.Call) -> str:
+    name = call_name(node)
+    if not name.endswith("GRPOTrainer") and isinstance(node.func, ast.Name):
+        found = script.lookup(name, node)
+        if isinstance(found, ast.Name):
+            return found.id
+    return name
+
+
+def _grpo_config(script: Script, call: ast.Call, cfg: dict[str, Any], skipped: ImportResult) -> None:
+    for kw in call.keywords:
+        value = script.value(kw.value)
+        if kw.arg is None:
+            skipped.drop("GRPOConfig(**...)", ast.unparse(kw.value), f"keywords built at run time (line {call.lineno})")
+        elif value is not NO:
+            cfg[kw.arg] = value
+        else:
+            skipped.drop(f"GRPOConfig({kw.arg}=...)", script.source(kw.value, 70), f"not a literal: computed when "
+                         f"the script runs (line {kw.value.lineno})")
+
+
+def _first_dataset(script: Script, call: ast.Call, cfg: dict[str, Any]) -> None:
+    name = script.text(call.args[0]) if call.args else None
+    if name is not None:
+        cfg["dataset_name"] = name
+        split = script.text(keyword(call, "split"))
+        if split:
+            cfg["dataset_train_split"] = split
+        if len(call.args) > 1 and script.text(call.args[1]):
+            cfg["dataset_config"] = script.text(call.args[1])
+
+
+def _trainer(script: Script, node: ast.Call, cfg: dict[str, Any], skipped: ImportResult,
+             extract_to: Path | None) -> None:
+    name = _trainer_class(script, node)
+    if name != "GRPOTrainer":
+        where = "defined in the script" if name in script.defs else f"from {script.imports.get(name, 'elsewhere')}"
+        skipped.drop(name, f"line {node.lineno}", f"a GRPOTrainer subclass ({where}): its overrides are its own "
+                     "code, and grpo trains with TRL's GRPOTrainer; its arguments are carried over")
+    read_model(script, node, cfg, skipped)
+    _data(script, node, cfg, skipped)
+    rewards = read_rewards(script, node)
+    if extract_to is not None:
+        extract_rewards(script, rewards, extract_to, skipped)
+    if keyword(node, "reward_funcs") is not None:
+        models = [n.removeprefix("model=") for n in rewards.names if n.startswith("model=")]
+        cfg["reward_funcs"] = [n for n in rewards.names if not n.startswith("model=")]
+        if models:
+            cfg["reward_model_name_or_path"] = models[0]
+        for extra in models[1:]:
+            skipped.drop("GRPOTrainer(reward_funcs=...)", extra, "a second reward model: add it as a `model:` "
+                         "reward by hand")
+        cfg[UNREAD_REWARDS] = rewards.unread
     for kw in node.keywords:
-        if kw.arg == "model":
-            ok, value = _literal(kw.value)
-            if ok and isinstance(value, str):
-                cfg["model_name_or_path"] = value
-            else:
-                skipped.drop("GRPOTrainer(model=...)", ast.unparse(kw.value), "a model object built in the script")
-        elif kw.arg == "reward_funcs":
-            names, unread = _reward_names(kw.value, imports, defs, script)
-            models = [n.removeprefix("model=") for n in names if n.startswith("model=")]
-            cfg["reward_funcs"] = [n for n in names if not n.startswith("model=")]
-            if models:
-                cfg["reward_model_name_or_path"] = models[0]
-            for extra in models[1:]:
-                skipped.drop("GRPOTrainer(reward_funcs=...)", extra, "a second reward model: add it as a `model:` "
-                             "reward by hand")
-            for text in unread:
-                skipped.drop("GRPOTrainer(reward_funcs=...)", text, "not a name the script imports or defines")
-        elif kw.arg == "environment_factory" and _name(kw.value) in defs | set(imports):
-            name = _name(kw.value)
-            cfg[ENVIRONMENT] = f"{script}:{name}" if name in defs else f"{imports[name]}:{name}"
+        if kw.arg == "environment_factory" and _name(kw.value) in set(script.defs) | set(script.imports):
+            env = _name(kw.value)
+            cfg[ENVIRONMENT] = f"{script.path.resolve()}:{env}" if env in script.defs else \
+                f"{script.imports[env]}:{env}"
         elif kw.arg in ("environment_factory", "rollout_func"):
             skipped.drop(f"GRPOTrainer({kw.arg}=...)", ast.unparse(kw.value), "an environment or rollout defined "
                          "in code: name its class in `environment:` (tools as methods)")
-        elif kw.arg in ("peft_config", "callbacks", "tools"):
+        elif kw.arg in ("callbacks", "tools"):
             skipped.drop(f"GRPOTrainer({kw.arg}=...)", ast.unparse(kw.value), "an object built in the script: "
-                         "write it as model.lora / callbacks / tools")
+                         "write it as callbacks / tools")
+        elif kw.arg == "eval_dataset" and (script.value(kw.value) is None or held_out(script, kw.value)):
+            continue  # none, or the rows train_test_split held out: data.eval_holdout
+        elif kw.arg == "eval_dataset":
+            skipped.drop("GRPOTrainer(eval_dataset=...)", script.source(kw.value, 60), "evaluation rows built in "
+                         f"the script (line {kw.value.lineno}): give data.eval_split or data.eval_holdout")
+        elif kw.arg not in TRAINER_READ:
+            skipped.drop(f"GRPOTrainer({kw.arg}=...)", script.source(kw.value, 60), f"a trainer argument grpo does "
+                         f"not carry (line {kw.value.lineno})")
 
 
-PLACEHOLDER_NOTE = "the config names no reward: rewards has a placeholder `accuracy` entry"
+TRAINER_READ = {"model", "reward_funcs", "train_dataset", "args", "processing_class", "tokenizer", "peft_config",
+                "environment_factory", "rollout_func", None}
+"""GRPOTrainer arguments read above (a tokenizer follows the model; `args` is the GRPOConfig)."""
+
+
+def _data(script: Script, trainer: ast.Call, cfg: dict[str, Any], skipped: ImportResult) -> None:
+    facts = read_data(script, trainer)
+    for key, value in facts.cfg.items():
+        if key == "dataset_name" or key not in cfg:
+            cfg[key] = value
+    if facts.prompt is not None:
+        cfg[SCRIPT_PROMPT] = facts.prompt
+    if facts.answer is not None:
+        cfg[SCRIPT_ANSWER] = facts.answer
+    if facts.columns:
+        cfg[SCRIPT_COLUMNS] = facts.columns
+    skipped.notes += facts.notes
+    for key, value, why in facts.lost:
+        if CONSTANT_PROMPT in cfg and "train_dataset" in key:
+            continue  # one constant prompt, copied: environment-only rows (apply_environment)
+        skipped.drop(key, value, why)
+
+
+def extract_rewards(script: Script, rewards: Rewards, module: Path, skipped: ImportResult) -> None:
+    """Copy the rewards grpo cannot import where they are (defs inside a function; the script's own defs when its
+    top-level code trains) into `module`, and point the entries there."""
+    from grpo_cli.importing.extract import extract, write_module
+
+    own = f"{script.path.resolve()}:"
+    trains = trains_at_import(script.path) is not None
+    wanted = {i: (ref.removeprefix(own) if ref else expression) for i, (ref, expression, why) in
+              enumerate(rewards.entries) if (ref is None and why.startswith(NESTED))
+              or (trains and ref is not None and ref.startswith(own))}
+    if not wanted:
+        return
+    found = extract(script, list(dict.fromkeys(wanted.values())))
+    for i, name in wanted.items():
+        _, expression, _ = rewards.entries[i]
+        if name in found.names:
+            rewards.entries[i] = (f"{module.resolve()}:{name}", expression, "")
+        elif name in found.failed:
+            rewards.entries[i] = (None, expression, f"not extracted: {found.failed[name]}")
+    if found.names:
+        write_module(module, found.text)
+        skipped.notes.append(f"rewards {', '.join(found.names)} copied with what they use into {module.name} "
+                             f"(--extract-rewards), so grpo imports them without running {script.path.name}")
 
 
 def apply_environment(out: ImportResult, environment: str | None, prompt: str | None) -> None:
@@ -162,9 +250,9 @@ def apply_environment(out: ImportResult, environment: str | None, prompt: str | 
                              "one-row data file")
         return
     out.put("environment", environment)
-    if PLACEHOLDER_NOTE in out.notes:  # TRL needs no reward function when the environment defines get_reward
-        out.notes.remove(PLACEHOLDER_NOTE)
-        out.recipe.pop("rewards", None)
+    if NO_REWARD in out.problems:  # TRL needs no reward function when the environment defines get_reward
+        out.problems.remove(NO_REWARD)
+        out.needs.pop("rewards", None)
         out.notes.append("no reward functions: the environment's get_reward scores (validate checks it has one)")
     if out.get("data.dataset") is not None or prompt is None:
         return

@@ -23,7 +23,7 @@ from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.recipe.schema.rewards import RewardEntry
 from grpo_cli.rewards.references import import_reference, split_reference
 from grpo_cli.rewards.registry import builtin_names, get_builtin, required_columns
-from grpo_cli.rewards.sources import find_module_file, reexported
+from grpo_cli.rewards.sources import find_module_file, reexported, trains_at_import
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
 TRL_KWARGS = frozenset(
@@ -87,6 +87,12 @@ def _static_function(entry: RewardEntry, base_dir: Path, where: str) -> tuple[st
     except SyntaxError as exc:
         raise GrpoError(f"{path} has a syntax error at line {exc.lineno}: {exc.msg}",
                         where=f"{where}.function") from None
+    training = trains_at_import(tree)
+    if training is not None:
+        raise GrpoError(f"{path} runs training when it is imported (line {training[0]}: `{training[1]}`), and grpo "
+                        f"imports it to call {func}", where=f"{where}.function",
+                        fix=f"Move {func} into a module of its own (or put the file's training under "
+                            "`if __name__ == \"__main__\":`); `grpo import trl SCRIPT.py --extract-rewards` copies it.")
     defs = {n.name: n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
     if func in defs:
         return str(path), _ast_signature(defs[func])

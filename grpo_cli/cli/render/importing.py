@@ -9,11 +9,11 @@ from rich.console import Console
 
 
 def render_import(console: Console, result: Any, text: str, out: Path | None, problems: list[str],
-                  warnings: list[str]) -> None:
+                  warnings: list[str], command: str | None = None) -> None:
     """The recipe (stdout when no -o), then the account of the translation and the validation result."""
-    if out is None or problems:
+    if out is None:
         console.print(text, markup=False, soft_wrap=True)
-    state = "fully" if result.complete else f"with {len(result.unmapped)} key(s) left out"
+    state = "fully" if result.complete else f"partly: {len(result.unmapped)} setting(s) not carried over"
     console.print(f"converted {result.source} ({result.kind}) {state}", markup=False)
     for item in result.unmapped:
         console.print(f"  not carried over: {item.key} = {item.value!r}: {item.why}", markup=False, soft_wrap=True)
@@ -22,8 +22,12 @@ def render_import(console: Console, result: Any, text: str, out: Path | None, pr
     for warning in warnings:
         console.print(f"  validate warns: {warning}", markup=False, soft_wrap=True)
     if problems:
-        console.print("the converted recipe does not validate (nothing written):", markup=False)
+        console.print("the converted recipe does not validate:", markup=False)
         for problem in problems:
             console.print(f"  {problem}", markup=False, soft_wrap=True)
+        if out is not None:
+            console.print(f"wrote {out}, marked NOT VALID at its top", markup=False)
+        if command:
+            console.print(f"finish it with:\n  {command}", markup=False, soft_wrap=True)
     elif out is not None:
         console.print(f"wrote {out}; it validates (`grpo validate {out}`)", markup=False)
