@@ -43,7 +43,7 @@ def parts(dry: bool) -> list[tuple[str, int]]:
         return ([("facts", 60), ("rates", 60), ("demo-amp", 60)] + [(f"case-{c.name}", 60) for c in DRY_CASES]
                 + [("merge", 60)])
     # demo-bf16 (bf16 weights) after the cases: alike on the CPU, and the least needed of the parts on a GPU
-    return ([("facts", 60), ("rates", 40), ("demo-amp", 90)] + [(f"case-{c.name}", 80) for c in CASES]
+    return ([("facts", 60), ("rates", 40), ("demo-amp", 90)] + [(f"case-{c.name}", 90) for c in CASES]
             + [("demo-bf16", 80), ("merge", 60)])
 
 

@@ -130,8 +130,10 @@ def table(work: Path, outdir: Path, names: list[str], dry: bool) -> str:
     facts, rates = results.get("facts", {}), results.get("rates", {})
     peak = spec_peak(facts.get("gpu"))
     lines = _heading(results, dry) + _parts_rows(results, names) + [""] + _demo_rows(results) + [""]
-    lines += ["Memory: the plan (`grpo memory`, its 1 GiB context allowance included) against the measured peak "
-              "(the caching allocator's peak reserved bytes plus what the process holds outside it). "
+    sizes = next((f"{r['batch']} completions of {r['completion_length']} tokens per step, {r['steps']} steps; "
+                  for k, r in results.items() if k.startswith("case-") and r.get("ok")), "")
+    lines += [sizes + "Memory: the plan (`grpo memory`, its 1 GiB context allowance included) against the "
+              "measured peak (the caching allocator's peak reserved bytes plus what the process holds outside it). "
               "Phases: weights before step 1, held after an optimizer step, the peak inside `generate`, the "
               "run's peak.", ""]
     lines += _case_rows(results) + [""]
