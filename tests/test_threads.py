@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_cli.threads import CHOSEN_ENV, choose_threads, free_cores
+from grpo_cli.threads import CHOSEN_ENV, busy_cores, choose_threads, free_cores
 from tests.conftest import RECIPES, ROOT, run_cli
 
 BIG = 500_000_000  # a 0.5B model: threads help it when cores are free
@@ -78,6 +78,45 @@ def test_train_uses_the_threads_it_announces(tmp_path: Path) -> None:
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["hardware"]["torch_threads"] == 2
     assert manifest["threads"].startswith("2 torch threads")
+
+
+def test_a_sample_of_busy_cores_replaces_a_trailing_load_average(no_user_threads: None) -> None:
+    # A minute after other work ended the load average still reads 0.9 on an idle 2-core machine
+    after = choose_threads(cores=2, load=0.9, busy=0.1, model_params=BIG)
+    assert after.torch_threads == 2 and "0.1 busy now (load average 0.9)" in after.reason
+    assert choose_threads(cores=2, load=0.2, busy=1.9, model_params=BIG).torch_threads == 1  # busy now, not then
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="samples /proc/stat (Linux)")
+def test_the_sample_counts_other_processes_and_not_this_one() -> None:
+    import threading
+    import time
+
+    stop = time.monotonic() + 0.8
+    spin = threading.Thread(target=lambda: [None for _ in iter(lambda: time.monotonic() < stop, False)])
+    spin.start()
+    own = busy_cores(0.6)  # this process spinning: its own time is left out
+    spin.join()
+    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.monotonic() + 1.2\n"
+                              "while time.monotonic() < t: pass"])
+    try:
+        time.sleep(0.2)
+        other = busy_cores(0.6)  # another process spinning: a core's worth more
+    finally:
+        child.wait()
+    assert own is not None and other is not None
+    assert other - own > 0.5, (own, other)
+
+
+def test_train_samples_the_cores_free_at_its_start(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", CHOSEN_ENV)}
+    out = tmp_path / "run"
+    proc = subprocess.run([sys.executable, "-m", "grpo_cli", "train", str(RECIPES / "demo.yaml"),
+                           "training.max_steps=1", "eval.before_after=false", "-o", str(out)], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert "busy now (load average" in manifest["threads"], manifest["threads"]
 
 
 def test_a_reward_pool_can_take_the_free_cores(write_recipe, no_user_threads: None) -> None:

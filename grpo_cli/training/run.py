@@ -115,10 +115,11 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
 
 
 def _choose_threads(recipe: Recipe) -> ThreadPlan:
-    """The threads for this process from the cores free now (grpo_cli.threads); applied in `_build`."""
+    """The threads for this process from the cores free now (a short sample, grpo_cli.threads); applied in
+    `_build`."""
     from grpo_cli.validation import thread_plan
 
-    return thread_plan(recipe)
+    return thread_plan(recipe, sample=True)
 
 
 def _say(console: Console | None, text: str) -> None:

@@ -110,11 +110,12 @@ def check_batches_for_world(recipe: Recipe, n: int, gpus: int | None) -> None:
         raise RecipeError(problems, source=recipe.source)
 
 
-def thread_plan(recipe: Recipe, gpus: int | None = None) -> ThreadPlan:
+def thread_plan(recipe: Recipe, gpus: int | None = None, *, sample: bool = False) -> ThreadPlan:
     """The threads each training process of this recipe gets on this machine now (grpo_cli.threads).
 
     The model's parameter count comes from its config (no weights loaded) when it can be found: a
-    tiny model gets one thread per process.
+    tiny model gets one thread per process. `sample`: judge the busy cores by a half-second sample (what
+    `grpo train` does) instead of the load average (what the instant `grpo validate` does).
     """
     from grpo_cli.threads import choose_threads
     from grpo_cli.validation.model_config import find_model_config
@@ -132,4 +133,4 @@ def thread_plan(recipe: Recipe, gpus: int | None = None) -> ThreadPlan:
             params = ModelShape.from_config(config).params
     except (ValueError, KeyError, TypeError, OSError):
         params = None
-    return choose_threads(per_node, override=launch.threads, model_params=params)
+    return choose_threads(per_node, override=launch.threads, model_params=params, sample=sample)
