@@ -23,6 +23,8 @@ def import_cmd(
                                                           show_default=False)] = None,
     out: Annotated[Path | None, typer.Option("-o", "--output", help="Write the recipe here (default: print it).")]
     = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing -o file (never the config itself).")]
+    = False,
     profile: Annotated[str | None, typer.Option("--profile", help="launch.profile the source ran with (e.g. zero2 "
                                                 "for open-r1's `accelerate launch --config_file zero2.yaml`).")] = None,
     num_processes: Annotated[int | None, typer.Option("--num-processes", help="Training processes the source ran "
@@ -31,10 +33,12 @@ def import_cmd(
     """Convert an open-r1, TRL or Axolotl GRPO config into a recipe, and say what it could not map and why."""
 
     def body() -> None:
-        from grpo_cli.cli.render.importing import render_import
+        from grpo_cli.cli.render.importing import render_import, render_written
         from grpo_cli.importing import apply_overrides, import_config, recipe_yaml, set_launch
-        from grpo_cli.importing.check import check_recipe_text
+        from grpo_cli.importing.check import check_output, check_recipe_text, write_recipe
 
+        if out is not None:
+            check_output(out, config, force)
         result = import_config(kind, config)
         set_launch(result, profile, num_processes)
         apply_overrides(result, overrides or [])
@@ -44,6 +48,7 @@ def import_cmd(
         if problems:
             raise typer.Exit(2)
         if out is not None:
-            out.write_text(text, encoding="utf-8")
+            write_recipe(out, text)
+            render_written(console, out)
 
     run_guarded(body)

@@ -50,8 +50,13 @@ def _gguf_checks(recipe: Recipe, path: Path, pf: ModelCheck) -> str:
     converter is installed; all read from the header, nothing dequantised."""
     import importlib.util
 
-    from grpo_cli.gguf_source import cached_conversion, read_header
+    from grpo_cli.gguf_cache import cached_conversion
+    from grpo_cli.gguf_source import read_header
 
+    if path.is_dir():
+        pf.problems.append(Problem("model.name_or_path", f"{path} is a directory, not a GGUF file",
+                                   "Name the .gguf file itself."))
+        return f"GGUF file {path}"
     if not path.is_file():
         pf.problems.append(Problem("model.name_or_path", f"GGUF file {path} not found",
                                    "Check the path (relative to the recipe), or `package:NAME/FILE.gguf` for a "

@@ -25,5 +25,8 @@ def render_import(console: Console, result: Any, text: str, out: Path | None, pr
         console.print("the converted recipe does not validate (nothing written):", markup=False)
         for problem in problems:
             console.print(f"  {problem}", markup=False, soft_wrap=True)
-    elif out is not None:
-        console.print(f"wrote {out}; it validates (`grpo validate {out}`)", markup=False)
+
+
+def render_written(console: Console, out: Path) -> None:
+    """Printed only once the recipe is on disk, whole."""
+    console.print(f"wrote {out}; it validates (`grpo validate {out}`)", markup=False)
