@@ -26,7 +26,7 @@ PACKAGE_PREFIX = "package:"
 """`package:NAME/FILE` names a file shipped inside an installed Python package (e.g. a GGUF model wheel)."""
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 GGUF_SUFFIX = ".gguf"
-"""A reference ending so names a llama.cpp model file (read by grpo_cli.gguf_source, converted by grpo_cli.gguf_cache)."""
+"""A reference ending so names a llama.cpp model file (read by gguf_source, converted by gguf_cache)."""
 
 
 def is_gguf_reference(reference: str) -> bool:
