@@ -44,6 +44,7 @@ def import_cmd(
         apply_overrides(result, overrides or [])
         text = recipe_yaml(result)
         problems, warnings = check_recipe_text(text, out or Path.cwd() / "imported.yaml")
+        problems = [*result.typos, *problems]
         render_import(console, result, text, out, problems, warnings)
         if problems:
             raise typer.Exit(2)

@@ -41,21 +41,55 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(read_text(path, what="config", where=str(path)))
     except yaml.YAMLError as exc:
-        raise GrpoError(f"not valid YAML: {str(exc).splitlines()[0]}", where=str(path),
-                        fix="Give the config file the source tool reads.") from None
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        opened = getattr(exc, "context_mark", None)
+        if opened is not None and mark is not None and opened.line != mark.line and getattr(exc, "context", None):
+            problem += f" ({exc.context} opened at line {opened.line + 1}, column {opened.column + 1})"
+        raise GrpoError(f"not valid YAML{at}: {problem}", where=str(path),
+                        fix="Fix the YAML there (the config file the source tool reads).") from None
+    if data is None:
+        raise GrpoError("the config is empty", where=str(path), fix="Give the config file the source tool reads.")
     if not isinstance(data, dict):
-        raise GrpoError(f"expected a mapping of settings, got {type(data).__name__}", where=str(path))
+        raise GrpoError(f"expected a mapping of settings (key: value lines), got a {type(data).__name__}",
+                        where=str(path), fix="Give the config file the source tool reads.")
     return data
+
+
+_AXOLOTL_KEYS = ("rl", "base_model", "datasets", "micro_batch_size", "num_epochs")
+_HF_KEYS = ("model_name_or_path", "dataset_name", "reward_funcs", "per_device_train_batch_size")
+
+
+def _check_kind(kind: str, cfg: dict[str, Any], path: Path) -> None:
+    """A config given as the wrong kind fails as "model is required": say which kind it looks like instead."""
+    axolotl = [k for k in _AXOLOTL_KEYS if k in cfg]
+    hf = [k for k in _HF_KEYS if k in cfg]
+    if kind != "axolotl" and axolotl and "model_name_or_path" not in cfg:
+        raise GrpoError(f"this looks like an Axolotl config ({', '.join(axolotl)}), not an `{kind}` config",
+                        where=str(path), fix=f"Use `grpo import axolotl {path}`.")
+    if kind == "axolotl" and hf and "base_model" not in cfg:
+        raise GrpoError(f"this looks like an open-r1 or `trl grpo` config ({', '.join(hf)}), not an Axolotl one",
+                        where=str(path), fix=f"Use `grpo import open-r1 {path}` (or `grpo import trl {path}`).")
 
 
 def import_config(kind: str, path: str | Path) -> ImportResult:
     """Translate one foreign config (a YAML file, or for `trl` also a training script) into a recipe dict."""
-    from grpo_cli.importing.axolotl import import_axolotl
-    from grpo_cli.importing.hf import import_hf_yaml
-
     path = Path(path)
     if kind not in KINDS:
         raise GrpoError(f"unknown config kind {kind!r}", where="KIND", fix=f"Use one of {', '.join(KINDS)}.")
+    try:
+        return _import(kind, path)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a shape no importer check foresaw
+        raise GrpoError(f"a value has a form the {kind} importer cannot read ({type(exc).__name__}: {exc})",
+                        where=str(path), fix="Compare the config with the source tool's documented format; "
+                        "`grpo --debug import ...` shows where it failed.") from None
+
+
+def _import(kind: str, path: Path) -> ImportResult:
+    from grpo_cli.importing.axolotl import import_axolotl
+    from grpo_cli.importing.hf import import_hf_yaml
+
     if kind == "trl" and path.suffix == ".py":
         from grpo_cli.importing.trl_script import CONSTANT_PROMPT, ENVIRONMENT, apply_environment, read_script
 
@@ -69,6 +103,7 @@ def import_config(kind: str, path: str | Path) -> ImportResult:
                              "code, so keep the training under `if __name__ == '__main__':`")
         return out
     cfg = _load_yaml(path)
+    _check_kind(kind, cfg, path)
     if kind == "axolotl":
         return import_axolotl(cfg, str(path))
     return import_hf_yaml(cfg, str(path), kind)

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_cli.importing.common import ImportResult, map_model, map_output, map_training, map_vllm
+from grpo_cli.importing.common import (
+    ImportResult,
+    as_list,
+    map_model,
+    map_output,
+    map_training,
+    map_vllm,
+    number,
+)
 
 # open-r1's reward registry (src/open_r1/rewards.py get_reward_funcs) -> grpo built-in, and the script
 # arguments that parameterise it -> the built-in's params.
@@ -50,8 +58,9 @@ OPENR1_ONLY = {
 
 
 def _rewards(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
-    names = cfg.pop("reward_funcs", None) or []
-    weights = list(cfg.pop("reward_weights", None) or [1.0] * len(names))
+    names = as_list(cfg.pop("reward_funcs", None), "reward_funcs", out.source)
+    given = as_list(cfg.pop("reward_weights", None), "reward_weights", out.source)
+    weights = [number(w, f"reward_weights[{i}]", out.source) for i, w in enumerate(given)] or [1.0] * len(names)
     params_by_arg = {arg: (name, param) for name, (_, args) in OPENR1_REWARDS.items() for arg, param in args.items()}
     script_params = {k: cfg.pop(k) for k in list(cfg) if k in params_by_arg}
     entries: list[dict[str, Any]] = []
@@ -163,7 +172,7 @@ def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str) -> ImportResu
     map_output(cfg, out)
     if cfg.get("num_processes"):  # `trl grpo` launches accelerate with this many processes (DDP)
         out.put("launch.profile", "ddp")
-        out.put("launch.num_processes", int(cfg.pop("num_processes")))
+        out.put("launch.num_processes", number(cfg.pop("num_processes"), "num_processes", source, int))
     for key in [k for k in list(cfg) if k in OPENR1_ONLY]:
         out.drop(key, cfg.pop(key), OPENR1_ONLY[key])
     map_training(cfg, out)

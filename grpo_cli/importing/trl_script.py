@@ -81,9 +81,26 @@ def _reward_names(node: ast.AST, imports: dict[str, str], defs: set[str], script
     return names, unread
 
 
+def _parse(path: Path) -> ast.Module:
+    """The script's syntax tree; a file that is not Python source (binary, Latin-1, a directory, a syntax error)
+    is one paragraph naming the file and line."""
+    from grpo_cli.errors import GrpoError
+    from grpo_cli.paths import read_text
+
+    text = read_text(path, what="TRL script", where=str(path))
+    try:
+        return ast.parse(text, filename=str(path))
+    except SyntaxError as exc:
+        raise GrpoError(f"not valid Python at line {exc.lineno}, column {exc.offset}: {exc.msg}", where=str(path),
+                        fix="Give the training script as it runs (`python SCRIPT` must accept it), or its "
+                            "`trl grpo --config` YAML.") from None
+    except ValueError as exc:  # e.g. source with a NUL byte past the binary sniff
+        raise GrpoError(f"not Python source: {exc}", where=str(path), fix="Give the training script.") from None
+
+
 def read_script(path: Path) -> tuple[dict[str, Any], ImportResult]:
     """(config keys in `trl grpo` form, a result holding what could not be read statically)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    tree = _parse(path)
     imports = _imported_from(tree)
     defs = {n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
     cfg: dict[str, Any] = {}
