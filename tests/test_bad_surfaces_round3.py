@@ -50,7 +50,8 @@ def test_import_of_a_trl_script_that_is_not_python_source(tmp_path: Path, name: 
     ("open-r1", "model_name_or_path: [Qwen,\n  x: y\n", ["not valid YAML at line 3", "opened at line 1"]),
     ("open-r1", "base_model: Q/Q\nrl: grpo\ndatasets: [{path: a/b}]\n", ["looks like an Axolotl config",
                                                                         "grpo import axolotl"]),
-    ("axolotl", "model_name_or_path: Q/Q\nreward_funcs: [accuracy]\n", ["looks like an open-r1", "grpo import open-r1"]),
+    ("axolotl", "model_name_or_path: Q/Q\nreward_funcs: [accuracy]\n", ["looks like an open-r1",
+                                                                      "grpo import open-r1"]),
 ])
 def test_import_of_a_config_with_the_wrong_shape(tmp_path: Path, kind: str, text: str, needles: list[str]) -> None:
     path = tmp_path / "config.yaml"
