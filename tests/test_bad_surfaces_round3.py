@@ -174,3 +174,22 @@ def test_an_interrupted_first_conversion_leaves_no_temporary_directory(tmp_path:
     assert proc.wait(timeout=120) == 130, proc.stderr.read() if proc.stderr else ""
     left = sorted(p.name for p in (cache / "gguf").iterdir() if p.is_dir())
     assert left == [f".busy-0123.{os.getpid()}.tmp"], left  # the dead one removed, the live one kept, no half model
+
+
+# ---------------------------------------------------------------------------- vllm-serve, report, push
+
+
+def test_vllm_serve_on_a_busy_port_says_so_before_starting_anything() -> None:
+    import socket
+
+    from tests.conftest import RECIPES
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        started = time.monotonic()
+        result = run_cli("vllm-serve", RECIPES / "demo.yaml", "launch.vllm.mode=server", "launch.vllm.host=127.0.0.1",
+                         f"launch.vllm.port={port}")
+        _paragraph(result, "launch.vllm.port", f"port {port} on 127.0.0.1 is already in use", "launch.vllm.port=PORT")
+        assert time.monotonic() - started < 60
