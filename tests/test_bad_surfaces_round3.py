@@ -193,3 +193,41 @@ def test_vllm_serve_on_a_busy_port_says_so_before_starting_anything() -> None:
                          f"launch.vllm.port={port}")
         _paragraph(result, "launch.vllm.port", f"port {port} on 127.0.0.1 is already in use", "launch.vllm.port=PORT")
         assert time.monotonic() - started < 60
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    """A finished run's top level: a real (tiny) safetensors model, its config, a manifest and metrics."""
+    import torch
+    from safetensors.torch import save_file
+
+    run = tmp_path / "run"
+    run.mkdir()
+    save_file({"w": torch.zeros(64, 64)}, str(run / "model.safetensors"))
+    (run / "config.json").write_text('{"model_type": "llama"}\n')
+    (run / "manifest.json").write_text('{"status": "completed"}\n')
+    (run / "metrics.jsonl").write_text("".join(f'{{"step": {i}, "loss": 0.1, "reward": 0.{i}}}\n'
+                                               for i in range(1, 6)))
+    return run
+
+
+def test_report_on_a_metrics_file_with_a_string_step_names_the_line(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path)
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[2] = lines[2].replace('"step": 3', '"step": "three"')
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    _paragraph(run_cli("report", run), "metrics.jsonl is damaged", "line 3 has step 'three'", "whole number")
+
+
+def test_push_dry_run_refuses_a_junk_manifest_and_truncated_weights_before_writing(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path)
+    ok = run_cli("push", run, "user/model", "--dry-run")
+    assert ok.exit_code == 0, ok
+    (run / "README.md").unlink()
+    (run / "manifest.json").write_bytes(b"\x7fELF\xd0\xcf" * 50)
+    _paragraph(run_cli("push", run, "user/model", "--dry-run"), "manifest.json is damaged", "UTF-8 JSON")
+    (run / "manifest.json").write_text('{"status": "completed"}\n')
+    weights = run / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    _paragraph(run_cli("push", run, "user/model", "--dry-run"), "model.safetensors is damaged or truncated",
+               "the file has 1,000")
+    assert not (run / "README.md").exists()  # refused before the card is written
