@@ -231,3 +231,43 @@ def test_push_dry_run_refuses_a_junk_manifest_and_truncated_weights_before_writi
     _paragraph(run_cli("push", run, "user/model", "--dry-run"), "model.safetensors is damaged or truncated",
                "the file has 1,000")
     assert not (run / "README.md").exists()  # refused before the card is written
+
+
+# ---------------------------------------------------------------------------- the code reward's remote backends
+
+CODE_ROWS = ('{"prompt": "Write add(a, b).", "tests": ["assert add(1, 2) == 3"], '
+             '"solution": "```python\\ndef add(a, b):\\n    return a + b\\n```"}\n')
+
+
+def _code_recipe(tmp_path: Path, url: str) -> Path:
+    (tmp_path / "data.jsonl").write_text(CODE_ROWS * 2, encoding="utf-8")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text('model: {name_or_path: "bundled:tiny-arith"}\n'
+                      "data: {files: data.jsonl, prompt: {column: prompt, chat: false}}\n"
+                      f"rewards: [{{name: code, params: {{backend: piston, backend_url: '{url}', timeout: 0.5}}}}]\n"
+                      "training: {num_generations: 2, per_device_train_batch_size: 2, max_steps: 1}\n"
+                      "launch: {profile: cpu}\n", encoding="utf-8")
+    return recipe
+
+
+@pytest.mark.parametrize("url", ["not a url", "localhost:2000", "http://", "http://host:port"])
+def test_a_backend_url_that_is_no_address_fails_validate(tmp_path: Path, url: str) -> None:
+    _paragraph(run_cli("validate", _code_recipe(tmp_path, url)), "rewards[0].params.backend_url",
+               "is not an http(s) address")
+
+
+@pytest.mark.slow
+def test_a_sandbox_that_never_answers_is_a_violation_not_a_pass(tmp_path: Path) -> None:
+    """A server that takes the connection and never answers: one wait (timeout + 30 s), then every later call fails
+    at once, and check-rewards reports the reward instead of "all rewards pass"."""
+    import socket
+
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)  # the kernel accepts connections; nobody reads or answers
+        started = time.monotonic()
+        result = run_cli("check-rewards", _code_recipe(tmp_path, f"http://127.0.0.1:{silent.getsockname()[1]}"))
+    assert result.exit_code == 1, result
+    flat = " ".join(result.output.split())
+    assert "accepted a request but sent no answer" in flat and "all rewards pass" not in flat
+    assert time.monotonic() - started < 120  # one wait of 30.5 s, not one per test and call

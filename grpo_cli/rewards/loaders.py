@@ -195,11 +195,27 @@ def _check_code_backend(entry: RewardEntry, where: str) -> None:
     from grpo_cli.rewards.builtins.code_cloud import CLOUD, config_problem
 
     backend = str(entry.params.get("backend", "local"))
+    url = entry.params.get("backend_url")
+    if isinstance(url, str) and not _is_http_url(url):
+        raise GrpoError(f"backend_url {url!r} is not an http(s) address", where=f"{where}.params.backend_url",
+                        fix="Give the server's base address, e.g. `backend_url: http://localhost:2000` (Piston) or "
+                            "`http://sandbox.internal:8080` (SandboxFusion).")
     problem = config_problem(backend, entry.params.get("backend_image"))
     if problem:
         raise GrpoError(problem, where=f"{where}.params.backend",
                         fix=f"Export {CLOUD[backend][0]} before `grpo validate` and `grpo train` (keys stay out of the "
                             "recipe), give what is missing, or use `backend: local`.")
+
+
+def _is_http_url(url: str) -> bool:
+    from urllib.parse import urlparse
+
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        return False
+    return parsed.scheme in ("http", "https") and bool(parsed.hostname) and not any(c.isspace() for c in url)
 
 
 def _builtin_columns(entry: RewardEntry) -> list[tuple[str, ...]]:
