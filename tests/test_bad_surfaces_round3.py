@@ -271,3 +271,13 @@ def test_a_sandbox_that_never_answers_is_a_violation_not_a_pass(tmp_path: Path) 
     flat = " ".join(result.output.split())
     assert "accepted a request but sent no answer" in flat and "all rewards pass" not in flat
     assert time.monotonic() - started < 120  # one wait of 30.5 s, not one per test and call
+
+
+def test_samples_of_records_without_prompt_or_completion_are_not_empty_rows(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path)
+    path = run / "completions.jsonl"
+    path.write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "rewards": {"accuracy": 1.0}}\n')
+    _paragraph(run_cli("samples", run), "completions.jsonl is damaged", "none of its 2 record(s) has a prompt")
+    path.write_text('{"step": 1, "reward": 0.5}\n{"step": 1, "prompt": "1+1", "completion": "2", "reward": 1.0}\n')
+    shown = run_cli("samples", run)
+    assert shown.exit_code == 0 and "1+1" in shown.output, shown
