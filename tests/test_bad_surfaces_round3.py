@@ -281,3 +281,26 @@ def test_samples_of_records_without_prompt_or_completion_are_not_empty_rows(tmp_
     path.write_text('{"step": 1, "reward": 0.5}\n{"step": 1, "prompt": "1+1", "completion": "2", "reward": 1.0}\n')
     shown = run_cli("samples", run)
     assert shown.exit_code == 0 and "1+1" in shown.output, shown
+
+
+def test_a_damaged_conversion_cache_names_the_directory_to_delete(tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from grpo_cli.errors import GrpoError
+    from grpo_cli.gguf_cache import MARKER
+    from grpo_cli.models.sources import load_base
+
+    converted = tmp_path / "m-0123456789abcdef"
+    shutil.copytree(ROOT / "grpo_cli" / "assets" / "tiny-arith", converted)
+    weights = converted / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    with pytest.raises(GrpoError) as plain:
+        load_base(str(converted), dtype="float32")
+    assert "download the weights again" in plain.value.render()
+    (converted / MARKER).write_text(json.dumps({"source": "/models/m.gguf"}))
+    with pytest.raises(GrpoError) as cached:
+        load_base(str(converted), dtype="float32")
+    text = cached.value.render()
+    assert "converted copy of /models/m.gguf" in text and f"delete the directory {converted}" in text
+    assert "download" not in text
