@@ -304,3 +304,12 @@ def test_a_damaged_conversion_cache_names_the_directory_to_delete(tmp_path: Path
     text = cached.value.render()
     assert "converted copy of /models/m.gguf" in text and f"delete the directory {converted}" in text
     assert "download" not in text
+
+
+def test_memory_refuses_a_gguf_transformers_cannot_convert(tmp_path: Path) -> None:
+    from tests.test_gguf import SHAPE, write_gguf
+
+    write_gguf(tmp_path / "odd.gguf", "rwkv7", [("token_embd.weight", (64, 100), 1)], SHAPE)
+    flat = _paragraph(run_cli("memory", _gguf_recipe(tmp_path, "odd.gguf")), "model.name_or_path",
+                      "architecture `rwkv7`")
+    assert "GiB" not in flat  # no plan for a model that cannot load
