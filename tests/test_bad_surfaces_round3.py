@@ -313,3 +313,19 @@ def test_memory_refuses_a_gguf_transformers_cannot_convert(tmp_path: Path) -> No
     flat = _paragraph(run_cli("memory", _gguf_recipe(tmp_path, "odd.gguf")), "model.name_or_path",
                       "architecture `rwkv7`")
     assert "GiB" not in flat  # no plan for a model that cannot load
+
+
+def test_an_unreachable_sandbox_in_training_names_the_recipe_key_and_the_url(tmp_path: Path) -> None:
+    """The rewards as the trainer gets them (tiny models write no code block, so a real run never calls out)."""
+    from grpo_cli.errors import GrpoError
+    from grpo_cli.recipe.loader import load_recipe
+    from grpo_cli.rewards.build import build_reward_funcs
+
+    recipe = load_recipe(_code_recipe(tmp_path, "http://127.0.0.1:9"), ["rewards=[{name: format}, {name: code, "
+                         "params: {backend: piston, backend_url: 'http://127.0.0.1:9'}}]"])
+    reward = build_reward_funcs(recipe)[1]
+    with pytest.raises(GrpoError) as err:
+        reward(prompts=["Write add."], completions=["```python\ndef add(a, b):\n    return a + b\n```"],
+               tests=[["assert add(1, 2) == 3"]])
+    text = err.value.render()
+    assert text.startswith("rewards[1].params.backend_url: cannot reach the code sandbox at http://127.0.0.1:9"), text

@@ -278,7 +278,9 @@ class BoundReward:
             error.label, error.seconds = exc.label, exc.seconds
             return error
         if isinstance(exc, GrpoError):
-            return exc
+            from grpo_cli.rewards.calling import locate
+
+            return locate(exc, self.where)
         return explain_in_training(self.__name__, self.where, f"raised {type(exc).__name__}: {exc}", kwargs)
 
     def __repr__(self) -> str:

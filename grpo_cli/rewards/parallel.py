@@ -16,7 +16,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.recipe.schema.rewards import RewardEntry
-from grpo_cli.rewards.calling import explain_in_training, run_with_timeout, training_problem
+from grpo_cli.rewards.calling import explain_in_training, locate, run_with_timeout, training_problem
 
 _WORKER_REWARD: Any = None
 _LOCAL_ONLY = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
@@ -103,6 +103,8 @@ class ParallelReward:
             if isinstance(exc, Exception) and self.where and not isinstance(exc, GrpoError):
                 raise explain_in_training(self.__name__, self.where, f"raised {type(exc).__name__}: {exc}",
                                           kwargs) from exc
+            if isinstance(exc, GrpoError):
+                raise locate(exc, self.where) from None
             raise
         problem = training_problem(out, len(kwargs["completions"])) if self.where else ""
         if problem:
