@@ -270,6 +270,7 @@ def test_a_sandbox_that_never_answers_is_a_violation_not_a_pass(tmp_path: Path) 
     assert result.exit_code == 1, result
     flat = " ".join(result.output.split())
     assert "accepted a request but sent no answer" in flat and "all rewards pass" not in flat
+    assert "rewards[0].params.backend_url" in flat
     assert time.monotonic() - started < 120  # one wait of 30.5 s, not one per test and call
 
 

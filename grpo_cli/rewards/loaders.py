@@ -248,6 +248,7 @@ class BoundReward:
         self.__doc__ = getattr(func, "__doc__", None)
         self.timeout = timeout
         self.where = ""
+        self.entry_where = ""  # `rewards[i]`, set by build_reward_funcs
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
         from grpo_cli.rewards.calling import run_with_timeout  # asyncio: not for `grpo validate`
@@ -269,6 +270,10 @@ class BoundReward:
     def _explain(self, exc: Exception, kwargs: dict[str, Any]) -> Exception:
         from grpo_cli.rewards.calling import explain_in_training
 
+        if isinstance(exc, GrpoError) and not isinstance(exc, RewardTimeoutError):
+            from grpo_cli.rewards.calling import locate
+
+            return locate(exc, self.where or self.entry_where)
         if not self.where:
             return exc
         if isinstance(exc, RewardTimeoutError):
@@ -277,10 +282,6 @@ class BoundReward:
             assert isinstance(error, RewardTimeoutError)
             error.label, error.seconds = exc.label, exc.seconds
             return error
-        if isinstance(exc, GrpoError):
-            from grpo_cli.rewards.calling import locate
-
-            return locate(exc, self.where)
         return explain_in_training(self.__name__, self.where, f"raised {type(exc).__name__}: {exc}", kwargs)
 
     def __repr__(self) -> str:

@@ -78,6 +78,7 @@ class ParallelReward:
         self.workers = workers
         self.__name__ = entry.label
         self.where = ""  # set for training, as on BoundReward
+        self.entry_where = ""
         self._pool: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:
@@ -103,8 +104,8 @@ class ParallelReward:
             if isinstance(exc, Exception) and self.where and not isinstance(exc, GrpoError):
                 raise explain_in_training(self.__name__, self.where, f"raised {type(exc).__name__}: {exc}",
                                           kwargs) from exc
-            if isinstance(exc, GrpoError):
-                raise locate(exc, self.where) from None
+            if isinstance(exc, GrpoError) and not isinstance(exc, RewardTimeoutError):
+                raise locate(exc, self.where or self.entry_where) from None
             raise
         problem = training_problem(out, len(kwargs["completions"])) if self.where else ""
         if problem:
