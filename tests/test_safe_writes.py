@@ -206,3 +206,15 @@ def test_gpus_per_node_that_would_sit_idle_is_refused(tmp_path: Path, monkeypatc
     _paragraph(result, "--gpus-per-node", "reserves 1 GPU(s) on each node that nothing uses", "--gpus-per-node 2",
                "launch.num_processes=6")
     assert not (tmp_path / "j.sbatch").exists()
+
+
+def test_a_launch_file_is_never_written_over_its_recipe(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    recipe = tmp_path / "demo.yaml"
+    shutil.copy(DEMO, recipe)
+    before = recipe.read_bytes()
+    args = ["demo.yaml", "launch.profile=ddp", "launch.num_processes=2"]
+    _paragraph(run_cli("launch", "slurm", *args, "--gpus-per-node", "0", "-o", "demo.yaml", "--force"),
+               "--out", "is the recipe")
+    _paragraph(run_cli("launch", "skypilot", *args, "-o", "demo.yaml", "--force"), "--out", "is the recipe")
+    assert recipe.read_bytes() == before

@@ -276,7 +276,7 @@ def write_skypilot(plan: ClusterPlan, out: Path | None, *, accelerator: str, rec
     path = (out or Path(f"{plan.name}.sky.yaml")).resolve()
     check_accelerator(accelerator)
     return write_file(path, skypilot_task(plan, accelerator=accelerator, workdir=Path.cwd(), recipe=recipe),
-                      force=force)
+                      force=force, source=plan.recipe_path)
 
 
 def _written_by_grpo(path: Path) -> bool:
@@ -291,11 +291,16 @@ def _written_by_grpo(path: Path) -> bool:
 _HEADER_MARK = b"# Written by `grpo launch "
 
 
-def write_file(path: Path, text: str, mode: int | None = None, force: bool = False) -> Path:
+def write_file(path: Path, text: str, mode: int | None = None, force: bool = False,
+               source: Path | None = None) -> Path:
     """Write whole or not at all: an unwritable --out is bad input (exit 2), never a half file or a traceback.
 
-    An existing file is replaced only when grpo wrote it (a regenerated launch file) or with --force.
+    An existing file is replaced only when grpo wrote it (a regenerated launch file) or with --force, and never
+    when it is the recipe (`source`) the file is made from.
     """
+    if source is not None and path.exists() and path.resolve() == source.resolve():
+        raise GrpoError(f"{path} is the recipe the launch file is made from", where="--out",
+                        fix="Write the launch file elsewhere, e.g. `-o job.sbatch`.")
     if path.is_dir():
         raise GrpoError(f"{path} is a directory", where="--out", fix="Give the path of the file to write.")
     if path.exists() and not force and not _written_by_grpo(path):

@@ -148,4 +148,4 @@ def write_slurm(plan: ClusterPlan, out: Path | None, *, setup: str | None, sbatc
     path = (out or Path(f"{plan.name}.sbatch")).resolve()
     text = slurm_script(plan, workdir=Path.cwd(), setup=default_setup() if setup is None else setup,
                         log_dir=path.parent)
-    return write_file(path, text, mode=0o755, force=force)
+    return write_file(path, text, mode=0o755, force=force, source=plan.recipe_path)
