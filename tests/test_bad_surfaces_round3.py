@@ -330,3 +330,13 @@ def test_an_unreachable_sandbox_in_training_names_the_recipe_key_and_the_url(tmp
                tests=[["assert add(1, 2) == 3"]])
     text = err.value.render()
     assert text.startswith("rewards[1].params.backend_url: cannot reach the code sandbox at http://127.0.0.1:9"), text
+
+
+@pytest.mark.parametrize("override, needles", [
+    ("model.name_or_path.x=1", ["'model.name_or_path.x' sets a key inside a value that is not a section"]),
+    ("training.seed=[1,", ["'training.seed=[1,' is not valid YAML"]),
+])
+def test_import_overrides_that_cannot_apply(tmp_path: Path, override: str, needles: list[str]) -> None:
+    config = ROOT / "tests" / "fixtures" / "imports" / "trl" / "clis_grpo_config.yaml"
+    _paragraph(run_cli("import", "trl", config, override, "-o", tmp_path / "r.yaml"), "command line", *needles)
+    assert not (tmp_path / "r.yaml").exists()

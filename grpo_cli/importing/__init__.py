@@ -129,7 +129,16 @@ def apply_overrides(result: ImportResult, overrides: list[str]) -> None:
         if not sep or not key.strip():
             raise GrpoError(f"{item!r} is not a section.key=value setting", where="command line",
                             fix="Write e.g. model.name_or_path=Qwen/Qwen2.5-1.5B-Instruct.")
-        result.put(key.strip(), yaml.safe_load(value))
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise GrpoError(f"the value of {item!r} is not valid YAML ({str(exc).splitlines()[0]})",
+                            where="command line", fix="Quote it, e.g. key='[1, 2]', or give a plain value.") from None
+        try:
+            result.put(key.strip(), parsed)
+        except (TypeError, AttributeError):
+            raise GrpoError(f"{key.strip()!r} sets a key inside a value that is not a section", where="command line",
+                            fix="Set the value itself (e.g. model.name_or_path=ORG/NAME).") from None
         result.notes.append(f"{key.strip()} set on the command line")
 
 
