@@ -135,6 +135,7 @@ class _Reader:
         self.buf = f.read(1 << 22)
         self.pos = 0
         self.base = 0  # the file offset of buf[0]
+        self.size = os.fstat(f.fileno()).st_size
 
     @property
     def offset(self) -> int:
@@ -142,6 +143,8 @@ class _Reader:
         return self.base + self.pos
 
     def need(self, n: int) -> None:
+        if self.base + self.pos + n > self.size:  # a length field past the end (damaged): never try to read it
+            raise ValueError("the file ends inside its header (truncated, or a length field is damaged)")
         if self.pos + n > len(self.buf):
             more = self.f.read(max(n, 1 << 22))
             if not more:

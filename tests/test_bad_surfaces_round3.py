@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -340,3 +341,18 @@ def test_import_overrides_that_cannot_apply(tmp_path: Path, override: str, needl
     config = ROOT / "tests" / "fixtures" / "imports" / "trl" / "clis_grpo_config.yaml"
     _paragraph(run_cli("import", "trl", config, override, "-o", tmp_path / "r.yaml"), "command line", *needles)
     assert not (tmp_path / "r.yaml").exists()
+
+
+def _key(text: str) -> bytes:
+    return struct.pack("<Q", len(text)) + text.encode()
+
+
+@pytest.mark.parametrize("body", [
+    struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", 2**62) + b"abc",  # a key claiming 4 EiB
+    struct.pack("<IQQ", 3, 0, 1) + _key("k") + struct.pack("<IIQ", 9, 4, 2**61),  # an array of 2^61 uint32
+    struct.pack("<IQQ", 3, 1, 0) + _key("t") + struct.pack("<I", 2**31),  # a tensor of 2^31 dimensions
+    struct.pack("<IQQ", 3, 0, 2**62),  # 2^62 metadata keys
+], ids=["huge-string", "huge-array", "huge-dims", "huge-kv-count"])
+def test_a_gguf_with_a_damaged_length_field_is_one_paragraph(tmp_path: Path, body: bytes) -> None:
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF" + body)
+    _paragraph(run_cli("validate", _gguf_recipe(tmp_path, "bad.gguf")), "bad.gguf", "length field is damaged")
