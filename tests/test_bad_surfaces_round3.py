@@ -356,3 +356,12 @@ def _key(text: str) -> bytes:
 def test_a_gguf_with_a_damaged_length_field_is_one_paragraph(tmp_path: Path, body: bytes) -> None:
     (tmp_path / "bad.gguf").write_bytes(b"GGUF" + body)
     _paragraph(run_cli("validate", _gguf_recipe(tmp_path, "bad.gguf")), "bad.gguf", "length field is damaged")
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:notaport", "10.0.0.7:8000", "ftp://host:1"])
+def test_a_vllm_base_url_that_is_no_url_fails_validate_and_vllm_serve(url: str) -> None:
+    from tests.conftest import RECIPES
+
+    for verb in ("validate", "vllm-serve"):
+        _paragraph(run_cli(verb, RECIPES / "demo.yaml", "launch.vllm.mode=server", f"launch.vllm.base_url={url}"),
+                   "launch.vllm.base_url", "is not an http(s) URL")
