@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import struct
 import subprocess
@@ -232,6 +233,10 @@ def test_push_dry_run_refuses_a_junk_manifest_and_truncated_weights_before_writi
     _paragraph(run_cli("push", run, "user/model", "--dry-run"), "model.safetensors is damaged or truncated",
                "the file has 1,000")
     assert not (run / "README.md").exists()  # refused before the card is written
+    (tmp_path / "again").mkdir()
+    shutil.copy(_run_dir(tmp_path / "again") / "model.safetensors", weights)
+    (run / "README.md").mkdir()  # found re-sweeping: IsADirectoryError
+    _paragraph(run_cli("push", run, "user/model", "--dry-run"), "cannot write the model card", "is a directory")
 
 
 # ---------------------------------------------------------------------------- the code reward's remote backends
