@@ -2,30 +2,21 @@
 
 A `.gguf` reference (a path, or `package:NAME/FILE.gguf` for a file shipped inside an installed Python package)
 names a llama.cpp model file. `grpo validate` and `grpo memory` read its shape and quantisation from the header
-alone (a small parser here: no numpy, no torch). Everything that loads weights asks `materialize()`, which
+alone (a small parser here: no numpy, no torch). Everything that loads weights asks `gguf_cache.materialize()`, which
 dequantises the file once with transformers + `gguf` and saves an ordinary safetensors model directory (config,
 weights, tokenizer, chat template) in the cache, keyed by the file's SHA-256; every later load reads that directory.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import struct
-import sys
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache, partial
+from functools import cache
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from grpo_cli.errors import GrpoError
-
-CACHE_ENV = "GRPO_CACHE_DIR"
-"""Where converted models live: $GRPO_CACHE_DIR/gguf, default ~/.cache/grpo/gguf."""
-MARKER = "grpo-gguf.json"
-"""Written last into a converted directory: a directory without it is an interrupted conversion."""
 
 # The GGUF architectures transformers can dequantise into a model class (transformers 5.x,
 # modeling_gguf_pytorch_utils.GGUF_SUPPORTED_ARCHITECTURES less its `general`/`tokenizer` keys); a test holds this
@@ -50,6 +41,7 @@ _SHAPE_KEYS = {"embedding_length": "hidden_size", "feed_forward_length": "interm
                "block_count": "num_hidden_layers", "attention.head_count": "num_attention_heads",
                "attention.head_count_kv": "num_key_value_heads", "context_length": "max_position_embeddings",
                "vocab_size": "vocab_size", "attention.key_length": "head_dim"}
+_REQUIRED_SHAPE = ("embedding_length", "block_count", "attention.head_count")
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 _STRING, _ARRAY = 8, 9
 
@@ -95,6 +87,20 @@ class GgufInfo:
         if bad:
             out.append(f"tensor type(s) {', '.join(bad)} cannot be dequantised by the `gguf` package "
                        f"(it reads {', '.join(DEQUANTISABLE)})")
+        return out + self.incomplete()
+
+    def incomplete(self) -> list[str]:
+        """What a model file needs and this header lacks: tensors, the shape keys transformers builds the config
+        from, a tokenizer (a header-only or hand-made file otherwise validates as a 0.0M-parameter model)."""
+        out = []
+        if not self.parameters:
+            out.append("the file holds no tensors")
+        missing = [f"{self.architecture}.{k}" for k in _REQUIRED_SHAPE if f"{self.architecture}.{k}" not in
+                   self.metadata]
+        if missing:
+            out.append(f"its header lacks {', '.join(missing)}, which transformers builds the model's config from")
+        if "tokenizer.ggml.model" not in self.metadata:
+            out.append("it carries no tokenizer (tokenizer.ggml.model)")
         return out
 
     def config(self) -> dict[str, Any]:
@@ -128,12 +134,22 @@ class _Reader:
         self.f = f
         self.buf = f.read(1 << 22)
         self.pos = 0
+        self.base = 0  # the file offset of buf[0]
+        self.size = os.fstat(f.fileno()).st_size
+
+    @property
+    def offset(self) -> int:
+        """Where in the file the next field starts."""
+        return self.base + self.pos
 
     def need(self, n: int) -> None:
+        if self.base + self.pos + n > self.size:  # a length field past the end (damaged): never try to read it
+            raise ValueError("the file ends inside its header (truncated, or a length field is damaged)")
         if self.pos + n > len(self.buf):
             more = self.f.read(max(n, 1 << 22))
             if not more:
                 raise ValueError("the file ends inside its header (truncated)")
+            self.base += self.pos
             self.buf = self.buf[self.pos:] + more
             self.pos = 0
             self.need(n)
@@ -191,6 +207,33 @@ class _Reader:
         raise ValueError(f"unknown metadata value type {vtype}")
 
 
+# ggml type -> (elements per block, bytes per block), as gguf.constants.GGML_QUANT_SIZES (a test holds them equal).
+TYPE_SIZES = {"F32": (1, 4), "F16": (1, 2), "BF16": (1, 2), "F64": (1, 8), "I8": (1, 1), "I16": (1, 2),
+              "I32": (1, 4), "I64": (1, 8), "Q4_0": (32, 18), "Q4_1": (32, 20), "Q5_0": (32, 22), "Q5_1": (32, 24),
+              "Q8_0": (32, 34), "Q8_1": (32, 40), "Q2_K": (256, 84), "Q3_K": (256, 110), "Q4_K": (256, 144),
+              "Q5_K": (256, 176), "Q6_K": (256, 210), "Q8_K": (256, 292), "IQ2_XXS": (256, 66), "IQ2_XS": (256, 74),
+              "IQ3_XXS": (256, 98), "IQ1_S": (256, 50), "IQ4_NL": (32, 18), "IQ3_S": (256, 110), "IQ2_S": (256, 82),
+              "IQ4_XS": (256, 136), "IQ1_M": (256, 56), "TQ1_0": (256, 54), "TQ2_0": (256, 66), "MXFP4": (32, 17),
+              "NVFP4": (64, 36), "Q1_0": (128, 18)}
+
+
+def _tensor_bytes(tname: str, count: int) -> int:
+    """Bytes a tensor of `count` elements takes (0 for a type not in the table: only its offset is checked)."""
+    block, size = TYPE_SIZES.get(tname, (1, 0))
+    return -(-count // block) * size
+
+
+def _check_size(f: BinaryIO, header_end: int, metadata: dict[str, Any], data_end: int) -> None:
+    """A file cut after its header (an interrupted download) parses; its tensors would then be read past the end.
+    The tensor data starts at the header's end, aligned to `general.alignment` (default 32)."""
+    align = metadata.get("general.alignment")
+    align = align if isinstance(align, int) and align > 0 else 32
+    need = -(-header_end // align) * align + data_end
+    size = os.fstat(f.fileno()).st_size
+    if size < need:
+        raise ValueError(f"the file is truncated: its tensor table needs {need:,} bytes and the file has {size:,}")
+
+
 def read_header(path: Path) -> GgufInfo:
     """The header of `path`, parsed once per process while the file is unchanged (validate's model checks and its
     memory plan both ask for it)."""
@@ -225,12 +268,12 @@ def _parse_header(path: Path) -> GgufInfo:
                 (vtype,) = r.unpack("<I")
                 metadata[key] = r.value(vtype)
             types: dict[str, int] = {}
-            params, has_output = 0, False
+            params, has_output, data_end = 0, False, 0
             for _ in range(n_tensors):
                 name = r.string()
                 (n_dims,) = r.unpack("<I")
                 dims = r.unpack(f"<{n_dims}Q")
-                ttype, _offset = r.unpack("<IQ")
+                ttype, offset = r.unpack("<IQ")
                 tname = GGML_TYPES.get(ttype, f"type {ttype}")
                 types[tname] = types.get(tname, 0) + 1
                 count = 1
@@ -238,153 +281,11 @@ def _parse_header(path: Path) -> GgufInfo:
                     count *= d
                 params += count
                 has_output = has_output or name == "output.weight"
+                data_end = max(data_end, offset + _tensor_bytes(tname, count))
+            _check_size(f, r.offset, metadata, data_end)
     except (OSError, ValueError, struct.error, UnicodeDecodeError) as exc:
         raise GrpoError(f"cannot read the GGUF file {path}: {exc}", where=str(path),
                         fix="Check that the file is a complete GGUF model (an interrupted download leaves a "
                             "truncated file).") from None
     arch = metadata.get("general.architecture")
     return GgufInfo(path, str(arch or "unknown"), metadata, types, params, has_output)
-
-
-# ---------------------------------------------------------------------------- the converted-model cache
-
-
-def cache_root() -> Path:
-    """$GRPO_CACHE_DIR/gguf, default ~/.cache/grpo/gguf."""
-    base = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "grpo")
-    return Path(base) / "gguf"
-
-
-def file_sha256(path: Path) -> str:
-    """The file's SHA-256, remembered per (path, size, mtime) so a second load does not re-read a large file."""
-    st = path.stat()
-    memo = cache_root() / "hashes.json"
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    try:
-        known = json.loads(memo.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        known = {}
-    if isinstance(known, dict) and isinstance(known.get(key), str):
-        return str(known[key])
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 22), b""):
-            digest.update(block)
-    value = digest.hexdigest()
-    known = known if isinstance(known, dict) else {}
-    known[key] = value
-    try:
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(known), encoding="utf-8")
-        os.replace(tmp, memo)
-    except OSError:
-        pass  # a read-only cache still works, it only hashes again next time
-    return value
-
-
-def converted_dir(path: Path) -> Path:
-    """Where the conversion of `path` lives (whether or not it exists yet)."""
-    return cache_root() / f"{path.stem}-{file_sha256(path)[:16]}"
-
-
-def cached_conversion(path: Path) -> Path | None:
-    """The converted directory when a complete conversion exists, else None (never converts)."""
-    target = converted_dir(path)
-    return target if (target / MARKER).is_file() else None
-
-
-def _quiet_conversion_bar() -> Callable[[], None]:
-    """Silence transformers' own per-tensor conversion bar when stderr is not a terminal (it ignores the hf
-    progress-bar switch, and piped it is one long line of carriage returns); returns the undo."""
-    import transformers.modeling_gguf_pytorch_utils as gguf_utils
-
-    if sys.stderr.isatty() or not hasattr(gguf_utils, "tqdm"):
-        return lambda: None
-    original = gguf_utils.tqdm
-    gguf_utils.tqdm = partial(original, disable=True)
-    return lambda: setattr(gguf_utils, "tqdm", original)
-
-
-def materialize(path: Path, *, where: str = "model.name_or_path") -> Path:
-    """The safetensors model directory for GGUF file `path`, converting it once (locked against a parallel run)."""
-    import fcntl
-
-    if not path.is_file():
-        raise GrpoError(f"GGUF file {path} not found", where=where, fix="Check the path or install the package "
-                        "that ships it.")
-    info = read_header(path)
-    why = info.unsupported()
-    if why:
-        raise GrpoError(f"{path.name} cannot be loaded: {'; '.join(why)}", where=where,
-                        fix="Use a GGUF of a supported architecture with F16/BF16/Q4_K/Q8_0-style tensors, or the "
-                            "model's safetensors checkpoint.")
-    target = converted_dir(path)
-    if (target / MARKER).is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with open(target.parent / f"{target.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / MARKER).is_file():
-            _convert(path, info, target, where)
-    return target
-
-
-def _convert(path: Path, info: GgufInfo, target: Path, where: str) -> None:
-    import shutil
-    import time
-
-    try:
-        import gguf  # noqa: F401
-    except ImportError:
-        raise GrpoError(f"loading {path.name} needs the `gguf` package, which is not installed", where=where,
-                        fix="pip install gguf   (or: pip install 'grpo-cli[gguf]')") from None
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from transformers.utils import logging as hf_logging
-
-    print(f"grpo: converting {path.name} ({info.quantization}) to a safetensors model once; cached in {target}",
-          file=sys.stderr, flush=True)
-    start = time.monotonic()
-    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    was = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    quiet_bar = _quiet_conversion_bar()
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=torch.float32)
-        # transformers marks a GGUF-loaded model as quantised and refuses to save it; its weights are already
-        # dequantised float32, so drop the marks and save an ordinary checkpoint.
-        model.hf_quantizer = None  # type: ignore[assignment]
-        model.is_quantized = False  # type: ignore[assignment]
-        if hasattr(model.config, "quantization_config"):
-            del model.config.quantization_config
-        model.config.name_or_path = str(path)
-        model.save_pretrained(str(tmp))
-        tokenizer.save_pretrained(str(tmp))
-    except (OSError, ValueError, RuntimeError) as exc:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise GrpoError(f"cannot convert {path.name}: {str(exc).splitlines()[0]}", where=where,
-                        fix="Check that transformers and gguf are current (`pip install -U transformers gguf`), "
-                            "or use the model's safetensors checkpoint.") from None
-    finally:
-        quiet_bar()
-        if was:
-            hf_logging.enable_progress_bar()
-    record = {"source": str(path), "sha256": file_sha256(path), "architecture": info.architecture,
-              "quantization": info.quantization, "parameters": info.parameters,
-              "seconds": round(time.monotonic() - start, 1)}
-    (tmp / MARKER).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
-    print(f"grpo: converted {path.name} in {record['seconds']} s", file=sys.stderr, flush=True)
-
-
-def conversion_record(model_dir: Path) -> dict[str, Any] | None:
-    """What a converted directory was made from (its marker), or None for an ordinary model directory."""
-    try:
-        data = json.loads((model_dir / MARKER).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None

@@ -11,8 +11,12 @@ looked up in the local Hugging Face cache by path only (never downloaded).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from grpo_cli.errors import GrpoError
@@ -22,7 +26,7 @@ PACKAGE_PREFIX = "package:"
 """`package:NAME/FILE` names a file shipped inside an installed Python package (e.g. a GGUF model wheel)."""
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 GGUF_SUFFIX = ".gguf"
-"""A reference ending so names a llama.cpp model file (read and converted by grpo_cli.gguf_source)."""
+"""A reference ending so names a llama.cpp model file (read by gguf_source, converted by gguf_cache)."""
 
 
 def is_gguf_reference(reference: str) -> bool:
@@ -95,9 +99,10 @@ def is_hub_id(reference: str, *, owner: bool = False) -> bool:
 
 
 def local_dir(reference: str, base_dir: Path | None = None) -> Path | None:
-    """The local path a model reference names (it exists or looks like a path), else None: a hub id."""
+    """The local path a model reference names (it exists, looks like a path, or names a `.gguf` file, which no hub
+    id does), else None: a hub id."""
     path = resolve(reference, base_dir)
-    return path if path.exists() or looks_like_path(reference) else None
+    return path if path.exists() or looks_like_path(reference) or is_gguf_reference(reference) else None
 
 
 def hub_cache_file(repo_id: str, filename: str, revision: str | None = None) -> str | None:
@@ -212,3 +217,57 @@ def read_text(path: Path, *, what: str, where: str, missing_fix: str = "") -> st
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise GrpoError(decode_error(data, exc, f"{what}"), where=where, fix=_UTF8_FIX) from None
+
+
+# ---------------------------------------------------------------------------- writing a user's file
+# A file grpo writes for the user (an imported recipe, a launch script) is whole or absent: it is written to a
+# temporary file beside the target and renamed over it, and Ctrl-C or SIGTERM on the way removes the temporary file.
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt() -> Iterator[None]:
+    """Within the block SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so `finally` clauses clean up (by
+    default SIGTERM ends the process on the spot and leaves temporary files behind). Main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
+
+
+def _new_file_mode() -> int:
+    """What `open()` would give a new file: 0o666 less the umask (mkstemp makes 0o600)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
+    """Write `text` to `path` whole or not at all (temp file in the same directory, then `os.replace`); an
+    existing file keeps its mode unless `mode` is given. Raises OSError; the caller says which flag it was."""
+    import tempfile
+
+    if mode is None:
+        mode = path.stat().st_mode & 0o7777 if path.is_file() else _new_file_mode()
+    tmp: str | None = None
+    with terminate_as_interrupt():
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.chmod(tmp, mode)
+            os.replace(tmp, path)
+            tmp = None
+        finally:
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)

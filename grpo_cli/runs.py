@@ -133,9 +133,10 @@ def suite_completions(suite: str) -> str:
     return f"eval-{suite}-completions.jsonl"
 
 
-def read_jsonl(path: Path, garbled: list[int] | None = None) -> list[dict[str, Any]]:
+def read_jsonl(path: Path, garbled: list[int] | None = None, lines: list[int] | None = None) -> list[dict[str, Any]]:
     """Records of a run's JSON-lines file (metrics, health, completions); a line cut short or garbled, as a
-    killed run leaves, is skipped (its number is added to `garbled`), and a missing file has none."""
+    killed run leaves, is skipped (its number is added to `garbled`), and a missing file has none. `lines`
+    receives each record's line number."""
     if not path.is_file():
         return []
     out = []
@@ -146,6 +147,8 @@ def read_jsonl(path: Path, garbled: list[int] | None = None) -> list[dict[str, A
             record = None
         if isinstance(record, dict):
             out.append(record)
+            if lines is not None:
+                lines.append(number)
         elif line.strip() and garbled is not None:
             garbled.append(number)
     return out

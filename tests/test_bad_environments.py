@@ -35,6 +35,8 @@ class Vault:
             time.sleep(600)
         if self.mode == "reset_exit":
             sys.exit(4)
+        if self.mode == "reset_dict":
+            return {"board": [0, 0]}
         return " go"
 
     def try_code(self, code: str) -> str:
@@ -52,6 +54,8 @@ class Vault:
             raise KeyError("score")
         if self.mode == "reward_hang":
             time.sleep(600)
+        if self.mode == "reward_str":
+            return "high"
         return 0.5
 '''
 
@@ -88,6 +92,8 @@ def _flat(result) -> str:
     ("reset_exit", ("Vault.reset called sys.exit(4)",)),
     ("reward", ("Vault.get_reward raised KeyError",)),
     ("reward_hang", ("Vault.get_reward did not return within environment.timeout (1 s)",)),
+    ("reset_dict", ("Vault.reset returned dict", "must be a string (or None)", "prompt is 'open vault 0'")),
+    ("reward_str", ("Vault.get_reward returned str 'high'", "must be a number")),
 ])
 def test_check_tools_names_a_broken_reset_or_get_reward(tmp_path: Path, mode: str, needles: tuple[str, ...]) -> None:
     started = time.perf_counter()
@@ -111,6 +117,8 @@ def test_check_tools_survives_a_tool_that_calls_sys_exit(tmp_path: Path) -> None
     ("reset_hang", "environment.timeout", ("Vault.reset did not return within environment.timeout (1 s)",
                                            "on the row whose prompt is 'open vault")),
     ("reward", "environment.factory", ("Vault.get_reward raised KeyError: 'score'", "prompt is 'open vault")),
+    ("reset_dict", "environment.factory", ("Vault.reset returned dict", "must be a string (or None)")),
+    ("reward_str", "environment.factory", ("Vault.get_reward returned str 'high'", "must be a number")),
 ])
 def test_train_stops_with_a_paragraph_and_the_fixed_rerun_needs_no_flag(tmp_path: Path, mode: str, where: str,
                                                                         needles: tuple[str, ...]) -> None:

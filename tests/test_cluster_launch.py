@@ -65,9 +65,11 @@ def test_slurm_gpu_layout_and_a_dedicated_vllm_node(tmp_path: Path, monkeypatch)
     words = _srun_train(text)
     assert "launch.vllm.host=$VLLM_NODE" in words and "launch.vllm.server_gpus=0" in words
     assert "srun --het-group=0 " in text and subprocess.run(["bash", "-n", str(tmp_path / "z.sh")]).returncode == 0
-    regenerate = re.search(r"regenerate it with: (.*)\" >&2", text).group(1)
-    assert regenerate.startswith(f"grpo launch slurm {RECIPES / 'gsm8k-zero3.yaml'} launch.num_processes=16 --nodes")
-    assert regenerate.endswith("--vllm-node")
+    echo = next(x for x in text.splitlines() if "regenerate it with" in x)  # run it as the job's shell would
+    said = subprocess.run(["bash", "-c", echo], env={"TRAIN_TASKS": "3"}, capture_output=True, text=True).stderr
+    regenerate = said.split("regenerate it with: ", 1)[1].strip()
+    recipe = RECIPES / "gsm8k-zero3.yaml"
+    assert regenerate == f"grpo launch slurm {recipe} launch.num_processes=16 --nodes 3 --vllm-node"
 
 
 def test_every_cluster_problem_at_once_with_the_command_that_fixes_them(tmp_path: Path, monkeypatch) -> None:

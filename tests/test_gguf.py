@@ -27,15 +27,30 @@ def _string(text: str) -> bytes:
 
 
 def write_gguf(path: Path, arch: str, tensors: list[tuple[str, tuple[int, ...], int]],
-               extra: dict[str, int] | None = None) -> Path:
-    """A GGUF v3 header (metadata + tensor table, no tensor data): all the header reader looks at."""
+               extra: dict[str, int] | None = None, tokenizer: bool = True) -> Path:
+    """A GGUF v3 file: metadata, tensor table and zeroed tensor data of the right size (the header reader checks
+    that every tensor lies inside the file)."""
+    from gguf.constants import GGML_QUANT_SIZES, GGMLQuantizationType
+
     kvs = [_string("general.architecture") + struct.pack("<I", 8) + _string(arch)]
+    if tokenizer:
+        kvs.append(_string("tokenizer.ggml.model") + struct.pack("<I", 8) + _string("gpt2"))
     for key, value in (extra or {}).items():
         kvs.append(_string(f"{arch}.{key}") + struct.pack("<I", 4) + struct.pack("<I", value))
     body = b"GGUF" + struct.pack("<IQQ", 3, len(tensors), len(kvs)) + b"".join(kvs)
+    offset = 0
     for name, dims, ttype in tensors:
         body += _string(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
-        body += struct.pack("<IQ", ttype, 0)
+        body += struct.pack("<IQ", ttype, offset)
+        count = 1
+        for d in dims:
+            count *= d
+        try:
+            block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ttype)]
+        except ValueError:
+            block, size = 1, 1
+        offset += -(-(-(-count // block) * size) // 32) * 32
+    body += b"\0" * (-len(body) % 32) + b"\0" * offset
     path.write_bytes(body)
     return path
 
@@ -138,7 +153,7 @@ def test_conversion_bar_is_silent_when_piped_and_restored_after(capsys: pytest.C
     """transformers draws its GGUF conversion bar with tqdm directly; piped, that is one long line of `\\r`."""
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
-    from grpo_cli.gguf_source import _quiet_conversion_bar
+    from grpo_cli.gguf_cache import _quiet_conversion_bar
 
     undo = _quiet_conversion_bar()  # capsys: stderr is not a terminal, as when piped
     list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))

@@ -48,7 +48,7 @@ def _import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, fixture:
             name: str = "recipe.yaml") -> tuple[object, Path]:
     monkeypatch.chdir((WILD / fixture).parent)  # as a user runs it, beside the config and its code
     out = tmp_path / name
-    return run_cli("import", kind, (WILD / fixture).name, *extra, "-o", out), out
+    return run_cli("import", kind, (WILD / fixture).name, *extra, "-o", out, "--force"), out  # re-imports replace
 
 
 def _finishing_command(output: str) -> str:

@@ -228,6 +228,15 @@ def write_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) 
     image = (run_dir or target) / runs.REPORT_IMAGE
     if image.is_file() and not (target / runs.REPORT_IMAGE).exists():
         shutil.copy2(image, target / runs.REPORT_IMAGE)
+    from grpo_cli.paths import write_atomic
+
     path = target / CARD_FILE
-    path.write_text(text, encoding="utf-8")
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(21, "it is a directory")
+        write_atomic(path, text)  # whole or not at all: a push interrupted here leaves the old card
+    except OSError as exc:
+        raise GrpoError(f"cannot write the model card {path}: {exc.strerror or exc}", where=str(target),
+                        fix=f"The card is grpo's {CARD_FILE} of the run: move what is at {path} aside, or make "
+                            f"{target} writable.") from None
     return path

@@ -108,6 +108,7 @@ def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None) 
     if base_model is not None and not is_hub_id(base_model, owner=True):
         raise GrpoError(f"{base_model!r} is not a Hub model id", where="--base-model",
                         fix="Name the base model as the Hub does, `org/name` (e.g. Qwen/Qwen2.5-0.5B-Instruct).")
+    _check_files(folder)
     write_card(folder, run_dir=run_dir_, base=base_model or base, adapter=adapter)
     card = ModelCard.load(folder / CARD_FILE)  # the Hub's own parser: bad front matter raises here
     if "grpo" not in (card.data.tags or []):
@@ -120,6 +121,38 @@ def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None) 
             f"{s.get('suite')} problems (`--limit`): the card shows it as a smoke test and leaves it out of the "
             f"Hub metadata; run `grpo eval --suite {s.get('suite')}` without --limit for a result to publish.")
     return staged
+
+
+def safetensors_problem(path: Path) -> str | None:
+    """Why a .safetensors file is not whole (header length, header JSON, tensor offsets against the file size),
+    or None; read from its header alone."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        head = f.read(8)
+        length = int.from_bytes(head, "little") if len(head) == 8 else -1
+        if length < 0 or 8 + length > size:
+            return f"its header does not fit in the file ({size:,} bytes)"
+        try:
+            header = json.loads(f.read(length))
+            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+            return "its header is not a safetensors tensor table"
+    if 8 + length + end != size:
+        return f"its tensors need {8 + length + end:,} bytes and the file has {size:,}"
+    return None
+
+
+def _check_files(folder: Path) -> None:
+    """Before anything is written or sent: every weights file whole, every file scrubbed for paths readable."""
+    from grpo_cli.models.publish import sanitized
+
+    for name in staged_files(folder):
+        if name.endswith(".safetensors") and (why := safetensors_problem(folder / name)):
+            raise GrpoError(f"{folder / name} is damaged or truncated: {why}", where="RUN_DIR",
+                            fix="Push the run again after re-saving the model (`grpo train --resume` finishes it, "
+                                "`grpo merge` writes a merged copy), or restore the file.")
+        if name in ("adapter_config.json", runs.MANIFEST, runs.RECIPE):
+            sanitized(folder / name)
 
 
 def _scrub_local_paths(staged: StagedPush, base: str, base_model: str | None) -> None:
@@ -151,7 +184,7 @@ def _recipe_base(folder: Path) -> str | None:
 
     try:
         recipe = yaml.safe_load((folder / runs.RECIPE).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
+    except (OSError, ValueError, yaml.YAMLError):
         return None
     model = recipe.get("model") if isinstance(recipe, dict) else None
     name = model.get("name_or_path") if isinstance(model, dict) else None

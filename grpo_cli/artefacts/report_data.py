@@ -59,7 +59,9 @@ def load_run(output_dir: str | Path) -> RunData:
                         fix="Give the output directory of a `grpo train` run; it writes metrics.jsonl from the "
                             "first logging step (training.logging_steps).")
     garbled: list[int] = []
-    records = runs.read_jsonl(metrics, garbled)
+    lines: list[int] = []
+    records = runs.read_jsonl(metrics, garbled, lines)
+    _check_steps(metrics, records, lines)
     train = [r for r in records if not any(k.startswith("eval_") for k in r) and ("loss" in r or "reward" in r)]
     evals = [r for r in records if any(k.startswith("eval_") for k in r)]
     if not records and garbled:
@@ -74,6 +76,17 @@ def load_run(output_dir: str | Path) -> RunData:
     manifest = mark_if_killed(out) or runs.read_manifest(out)
     tasks = [r for r in records if any(k.startswith("task/") for k in r)]
     return RunData(out, train, evals, runs.read_jsonl(out / runs.HEALTH), manifest, tasks)
+
+
+def _check_steps(metrics: Path, records: list[dict[str, Any]], lines: list[int]) -> None:
+    """grpo logs `step` as a whole number; any other value (a string, a list) is a damaged or hand-edited file,
+    and plotting it would fail on the first such record."""
+    for record, line in zip(records, lines, strict=True):
+        step = record.get("step", 0)
+        if isinstance(step, bool) or not (isinstance(step, int) or (isinstance(step, float) and step.is_integer())):
+            raise GrpoError(f"{metrics} is damaged: line {line} has step {step!r}, not a whole number",
+                            where="OUTPUT_DIR", fix="grpo train writes whole step numbers; fix or delete that line "
+                            "(the others are read as they are), or restore the file from a copy.")
 
 
 def reward_keys(records: list[dict[str, Any]], prefix: str = "") -> list[str]:

@@ -93,7 +93,14 @@ def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | N
                         fix="Give the output dir of a `grpo train` run; it writes completion samples at every "
                             "logging step (output.completions_per_log > 0).")
     garbled: list[int] = []
-    rows = unique_rows(runs.read_jsonl(path, garbled))
+    records = runs.read_jsonl(path, garbled)
+    # A record with neither prompt nor completion is no sample (a hand-edited or foreign file): shown, it is an
+    # empty row that reads like a model that said nothing.
+    rows = unique_rows(r for r in records if r.get("prompt") is not None or r.get("completion") is not None)
+    if records and not rows:
+        raise GrpoError(f"{path} is damaged: none of its {len(records)} record(s) has a prompt or a completion",
+                        where="RUN_DIR", fix="grpo train writes step, prompt, completion and rewards per line; "
+                        "restore the file from a copy, or train again.")
     steps = sorted({int(r["step"]) for r in rows if isinstance(r.get("step"), int)})
     if not rows and garbled:
         raise runs.damaged_jsonl(path, garbled, "RUN_DIR")

@@ -25,6 +25,8 @@ def import_cmd(
                                                           show_default=False)] = None,
     out: Annotated[Path | None, typer.Option("-o", "--output", help="Write the recipe here (default: print it).")]
     = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace an existing -o file (never the config itself).")]
+    = False,
     profile: Annotated[str | None, typer.Option("--profile", help="launch.profile the source ran with (e.g. zero2 "
                                                 "for open-r1's `accelerate launch --config_file zero2.yaml`).")] = None,
     num_processes: Annotated[int | None, typer.Option("--num-processes", help="Training processes the source ran "
@@ -41,15 +43,19 @@ def import_cmd(
     def body() -> None:
         from grpo_cli.cli.render.importing import render_import
         from grpo_cli.importing import apply_overrides, import_config, rewards_module, set_launch
+        from grpo_cli.importing.check import check_output, write_recipe
         from grpo_cli.importing.finish import Request, finish
 
+        if out is not None:
+            check_output(out, config, force)  # before anything is converted or written
         result = import_config(kind, config, script_config, rewards_module(out) if extract_rewards else None)
         set_launch(result, profile, num_processes)
         apply_overrides(result, overrides or [])
+        result.problems[:0] = result.typos  # a typo'd key is a problem, never a quiet loss
         outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out,
                                          extract_rewards))
         if out is not None:
-            out.write_text(outcome.text, encoding="utf-8")
+            write_recipe(out, outcome.text)  # whole or not at all; "wrote" is said only after this
         render_import(console, result, outcome.text, out, outcome.problems, outcome.warnings, outcome.command)
         if outcome.problems:
             raise typer.Exit(2)

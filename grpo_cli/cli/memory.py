@@ -23,8 +23,10 @@ def memory(
     def body() -> None:
         from grpo_cli.cli.render import render_memory_plan
         from grpo_cli.validation import memory_plan
+        from grpo_cli.validation.model_checks import check_model_reference
 
         loaded = load(recipe, overrides, profile=profile, num_processes=num_processes)
+        check_model_reference(loaded)
         plan, why = memory_plan(loaded, gpu_memory_gb="auto" if gpu_memory_gb is None else gpu_memory_gb)
         render_memory_plan(console, loaded, plan, why)
 

@@ -42,11 +42,36 @@ def _load_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(read_text(path, what="config", where=str(path)))
     except yaml.YAMLError as exc:
-        raise GrpoError(f"not valid YAML: {str(exc).splitlines()[0]}", where=str(path),
-                        fix="Give the config file the source tool reads.") from None
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        opened = getattr(exc, "context_mark", None)
+        if opened is not None and mark is not None and opened.line != mark.line and getattr(exc, "context", None):
+            problem += f" ({exc.context} opened at line {opened.line + 1}, column {opened.column + 1})"
+        raise GrpoError(f"not valid YAML{at}: {problem}", where=str(path),
+                        fix="Fix the YAML there (the config file the source tool reads).") from None
+    if data is None:
+        raise GrpoError("the config is empty", where=str(path), fix="Give the config file the source tool reads.")
     if not isinstance(data, dict):
-        raise GrpoError(f"expected a mapping of settings, got {type(data).__name__}", where=str(path))
+        raise GrpoError(f"expected a mapping of settings (key: value lines), got a {type(data).__name__}",
+                        where=str(path), fix="Give the config file the source tool reads.")
     return data
+
+
+_AXOLOTL_KEYS = ("rl", "base_model", "datasets", "micro_batch_size", "num_epochs")
+_HF_KEYS = ("model_name_or_path", "dataset_name", "reward_funcs", "per_device_train_batch_size")
+
+
+def _check_kind(kind: str, cfg: dict[str, Any], path: Path) -> None:
+    """A config given as the wrong kind fails as "model is required": say which kind it looks like instead."""
+    axolotl = [k for k in _AXOLOTL_KEYS if k in cfg]
+    hf = [k for k in _HF_KEYS if k in cfg]
+    if kind != "axolotl" and axolotl and "model_name_or_path" not in cfg:
+        raise GrpoError(f"this looks like an Axolotl config ({', '.join(axolotl)}), not an `{kind}` config",
+                        where=str(path), fix=f"Use `grpo import axolotl {path}`.")
+    if kind == "axolotl" and hf and "base_model" not in cfg:
+        raise GrpoError(f"this looks like an open-r1 or `trl grpo` config ({', '.join(hf)}), not an Axolotl one",
+                        where=str(path), fix=f"Use `grpo import open-r1 {path}` (or `grpo import trl {path}`).")
 
 
 def rewards_module(out: Path | None) -> Path:
@@ -62,21 +87,31 @@ def import_config(kind: str, path: str | Path, script_config: str | Path | None 
     """Translate one foreign config (a YAML file, or for `trl` also a training script) into a recipe dict;
     `script_config` is the YAML a TrlParser script is launched with (`--config`); `extract_to` the module that
     rewards which cannot be referenced in place are copied into (`--extract-rewards`)."""
-    from grpo_cli.importing.axolotl import import_axolotl
-    from grpo_cli.importing.hf import import_hf_yaml
-
     path = Path(path)
     if kind not in KINDS:
         raise GrpoError(f"unknown config kind {kind!r}", where="KIND", fix=f"Use one of {', '.join(KINDS)}.")
     if script_config is not None and not (kind == "trl" and path.suffix == ".py"):
         raise GrpoError("--config names the YAML a TrlParser script is launched with", where="--config",
                         fix="Give it with `grpo import trl SCRIPT.py --config FILE.yaml`, or import the YAML alone.")
+    try:
+        return _import(kind, path, script_config, extract_to)
+    except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a shape no importer check foresaw
+        raise GrpoError(f"a value has a form the {kind} importer cannot read ({type(exc).__name__}: {exc})",
+                        where=str(path), fix="Compare the config with the source tool's documented format; "
+                        "`grpo --debug import ...` shows where it failed.") from None
+
+
+def _import(kind: str, path: Path, script_config: str | Path | None, extract_to: Path | None) -> ImportResult:
+    from grpo_cli.importing.axolotl import import_axolotl
+    from grpo_cli.importing.hf import import_hf_yaml
+
     if kind == "trl" and path.suffix == ".py":
         from grpo_cli.importing.script_import import import_script
 
         launch = _load_yaml(Path(script_config)) if script_config is not None else None
         return import_script(path, launch, Path(script_config) if script_config is not None else None, extract_to)
     cfg = _load_yaml(path)
+    _check_kind(kind, cfg, path)
     if kind == "axolotl":
         return import_axolotl(cfg, str(path))
     return import_hf_yaml(cfg, str(path), kind)
@@ -102,7 +137,16 @@ def apply_overrides(result: ImportResult, overrides: list[str]) -> None:
         if not sep or not key.strip():
             raise GrpoError(f"{item!r} is not a section.key=value setting", where="command line",
                             fix="Write e.g. model.name_or_path=Qwen/Qwen2.5-1.5B-Instruct.")
-        result.put(key.strip(), yaml.safe_load(value))
+        try:
+            parsed = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise GrpoError(f"the value of {item!r} is not valid YAML ({str(exc).splitlines()[0]})",
+                            where="command line", fix="Quote it, e.g. key='[1, 2]', or give a plain value.") from None
+        try:
+            result.put(key.strip(), parsed)
+        except (TypeError, AttributeError):
+            raise GrpoError(f"{key.strip()!r} sets a key inside a value that is not a section", where="command line",
+                            fix="Set the value itself (e.g. model.name_or_path=ORG/NAME).") from None
         result.notes.append(f"{key.strip()} set on the command line")
 
 

@@ -6,7 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.importing.common import NO_REWARD, ImportResult, map_hub, map_training, map_vllm, rename_old_keys
+from grpo_cli.importing.common import (
+    NO_REWARD,
+    ImportResult,
+    as_list,
+    as_mapping,
+    map_hub,
+    map_training,
+    map_vllm,
+    number,
+    rename_old_keys,
+)
 
 # Axolotl's names -> TRL/transformers names (then mapped as any GRPOConfig key).
 RENAMES = {"micro_batch_size": "per_device_train_batch_size", "num_epochs": "num_train_epochs",
@@ -64,7 +74,7 @@ def _model(cfg: dict[str, Any], out: ImportResult) -> None:
     for key in ("bf16", "fp16"):
         if cfg.get(key) is True:
             out.put("model.dtype", "bfloat16" if key == "bf16" else "float16")
-    pad = (cfg.pop("special_tokens", None) or {}).get("pad_token")
+    pad = as_mapping(cfg.pop("special_tokens", None), "special_tokens", out.source).get("pad_token")
     if pad:
         out.put("model.pad_token", pad)
 
@@ -97,7 +107,8 @@ def _transform(name: str, base: Path, out: ImportResult) -> None:
 
 
 def _data(cfg: dict[str, Any], out: ImportResult, base: Path) -> None:
-    datasets = cfg.pop("datasets", None) or []
+    datasets = [as_mapping(d, f"datasets[{i}]", out.source) for i, d in
+                enumerate(as_list(cfg.pop("datasets", None), "datasets", out.source))]
     if not datasets:
         out.drop("datasets", None, "no dataset: a plugin's environment serves the prompts; grpo trains that way "
                  "from an `environment:` class with no `data:` (environment-only rows), which the config does not "
@@ -118,9 +129,9 @@ def _data(cfg: dict[str, Any], out: ImportResult, base: Path) -> None:
         _transform(str(first["type"]), base, out)
     for i, extra in enumerate(datasets[1:], start=1):
         out.drop(f"datasets[{i}]", extra.get("path"), "several datasets are not mixed: prepare one dataset")
-    size = cfg.pop("val_set_size", 0) or 0
-    if float(size) > 0:  # a fraction, or (>= 1) a number of rows
-        out.put("data.eval_holdout", float(size) if float(size) < 1 else int(size))
+    size = number(cfg.pop("val_set_size", 0) or 0, "val_set_size", out.source)
+    if size > 0:  # a fraction, or (>= 1) a number of rows
+        out.put("data.eval_holdout", size if size < 1 else int(size))
 
 
 def _reference(name: str, base: Path) -> dict[str, Any]:
@@ -133,13 +144,15 @@ def _reference(name: str, base: Path) -> dict[str, Any]:
 
 
 def _rewards(trl: dict[str, Any], out: ImportResult, base: Path) -> None:
-    names = trl.pop("reward_funcs", None) or []
-    weights = list(trl.pop("reward_weights", None) or [1.0] * len(names))
+    names = as_list(trl.pop("reward_funcs", None), "trl.reward_funcs", out.source)
+    weights = [number(w, f"trl.reward_weights[{i}]", out.source) for i, w in
+               enumerate(as_list(trl.pop("reward_weights", None), "trl.reward_weights", out.source))]
+    weights = weights or [1.0] * len(names)
     entries = []
     for name, weight in zip(names, weights, strict=False):
         entry = _reference(str(name), base)
-        if float(weight) != 1.0:
-            entry["weight"] = float(weight)
+        if weight != 1.0:
+            entry["weight"] = weight
         entries.append(entry)
     for key in ("rollout_func", "environment_factory"):
         if key in trl:
@@ -159,9 +172,9 @@ def import_axolotl(cfg: dict[str, Any], source: str) -> ImportResult:
         out.notes.append("the config's `rl:` is not grpo: only its GRPO-relevant keys are carried over")
     _model(cfg, out)
     _data(cfg, out, Path(source).resolve().parent)
-    trl = dict(cfg.pop("trl", None) or {})
+    trl = as_mapping(cfg.pop("trl", None), "trl", source)
     _rewards(trl, out, Path(source).resolve().parent)
-    vllm = cfg.pop("vllm", None) or {}
+    vllm = as_mapping(cfg.pop("vllm", None), "vllm", source)
     for key, value in vllm.items():
         if key in ("host", "port", "gpu_memory_utilization", "tensor_parallel_size") and f"vllm_{key}" not in trl:
             trl[f"vllm_server_{key}" if key in ("host", "port") else f"vllm_{key}"] = value

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.recipe.hints import NOT_IN_TRL, did_you_mean
+from grpo_cli.errors import GrpoError
+from grpo_cli.recipe.hints import NOT_IN_TRL
 from grpo_cli.recipe.schema.training import OWNED_ELSEWHERE, check_training_fields
 from grpo_cli.recipe.trl_fields import grpo_config_fields
 
@@ -45,6 +46,8 @@ class ImportResult:
     """A different command finishes the import (a TrlParser YAML: import its script with it)."""
     processes_hint: int | None = None
     """Training processes the source's launch implies (open-r1's `vllm_device: cuda:7`: GPUs 0-6 train)."""
+    typos: list[str] = field(default_factory=list)
+    """Keys that are one slip from a known setting: problems (the recipe does not validate), not quiet losses."""
 
     @property
     def complete(self) -> bool:
@@ -75,6 +78,41 @@ class ImportResult:
                 return None
             node = node[part]
         return node
+
+
+def number(value: Any, key: str, source: str, kind: type[int] | type[float] = float) -> Any:
+    """`value` as an int or float; a word where a number belongs is the config's mistake, named by its key."""
+    if not isinstance(value, bool) and isinstance(value, int | float | str):
+        try:
+            return kind(value)
+        except ValueError:
+            pass
+    what = "a whole number" if kind is int else "a number"
+    raise GrpoError(f"{key} is {value!r}, which is not {what}", where=source,
+                    fix=f"Give {key} as {what} in the config"
+                        + ("." if "[" in key else f" (e.g. `{key}: {4 if kind is int else 1.0}`)."))
+
+
+def as_list(value: Any, key: str, source: str) -> list[Any]:
+    """A list setting; one value is a list of one (`reward_funcs: accuracy`, not its characters)."""
+    if value is None:
+        return []
+    if isinstance(value, str | int | float):
+        return [value]
+    if isinstance(value, list | tuple):
+        return list(value)
+    raise GrpoError(f"{key} is {value!r}, where a list belongs", where=source,
+                    fix=f"Write {key} as a YAML list, e.g. `{key}: [a, b]`.")
+
+
+def as_mapping(value: Any, key: str, source: str) -> dict[str, Any]:
+    """A section of settings (`trl:`, `vllm:`, one `datasets` entry)."""
+    if value is None:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    raise GrpoError(f"{key} is {value!r}, where a mapping of settings (key: value lines) belongs", where=source,
+                    fix=f"Write {key} as indented `key: value` lines, as the source tool's documentation shows.")
 
 
 def _dtype(value: Any) -> str | None:
@@ -227,11 +265,11 @@ def map_training(cfg: dict[str, Any], out: ImportResult) -> None:
                      "eval split) to evaluate during training")
             continue
         if key == "max_prompt_length":
-            out.put("data.max_prompt_tokens", int(value))
+            out.put("data.max_prompt_tokens", number(value, key, out.source, int))
             continue
         if key == "warmup_ratio":
             if value:
-                out.put("training.warmup_steps", float(value))
+                out.put("training.warmup_steps", number(value, key, out.source))
                 out.notes.append(f"warmup_ratio: {value} -> training.warmup_steps: {value} (transformers 5 reads "
                                  "a value below 1 as a ratio)")
             continue
@@ -239,13 +277,26 @@ def map_training(cfg: dict[str, Any], out: ImportResult) -> None:
             out.drop(key, value, f"set by grpo from `{OWNED_ELSEWHERE[key]}`")
             continue
         if key not in fields:
-            guess = did_you_mean(key, fields)
-            why = "not a setting grpo or the installed TRL's GRPOConfig knows" + (f" (did you mean {guess}?)"
-                                                                                  if guess else "")
-            out.drop(key, value, NOT_IN_TRL.get(key, why))
+            _unknown(key, value, fields, out)
             continue
         values, problems = check_training_fields({key: value})
         if problems:
             out.drop(key, value, f"the installed TRL rejects it: {problems[0][1]}")
             continue
         out.put(f"training.{key}", values[key])
+
+
+def _unknown(key: str, value: Any, fields: Any, out: ImportResult) -> None:
+    """A key the installed TRL does not know: left out with the reason, and a problem when it is one slip from a
+    setting it does know (`learning_rat`), since the value the user meant would otherwise be lost quietly."""
+    import difflib
+
+    if key in NOT_IN_TRL:
+        out.drop(key, value, NOT_IN_TRL[key])
+        return
+    close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.85)
+    if close:
+        out.typos.append(f"{out.source}: {key} is not a setting the installed TRL knows; did you mean {close[0]}? "
+                         f"Fix the key in the config (or give it as the override training.{close[0]}=VALUE).")
+    out.drop(key, value, "not a setting grpo or the installed TRL's GRPOConfig knows"
+             + (f" (did you mean {close[0]}?)" if close else ""))

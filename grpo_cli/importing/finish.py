@@ -177,8 +177,10 @@ def merge_problems(own: list[str], validation: list[str]) -> list[str]:
 
 def finishing_command(request: Request, result: ImportResult, processes: int | None, env: list[str]) -> str:
     """`grpo import ...` as the user ran it, plus what finishes it (placeholders in capitals)."""
+    # -o: the refused recipe is written there, marked NOT VALID, so finishing it replaces that file (--force)
+    again = f" -o {shlex.quote(str(request.out))} --force" if request.out is not None else ""
     if result.next_command is not None:
-        return result.next_command + (f" -o {shlex.quote(str(request.out))}" if request.out is not None else "")
+        return result.next_command + again
     words = [f"{name}=..." for name in env] + ["grpo", "import", request.kind, str(request.config)]
     words += request.overrides
     words += [f"{k}={v}" for k, v in result.needs.items() if not k.startswith("--")]
@@ -194,7 +196,7 @@ def finishing_command(request: Request, result: ImportResult, processes: int | N
     for option, value in options.items():
         words += [option, value] if value else [option]
     if request.out is not None:
-        words += ["-o", str(request.out)]
+        words += ["-o", str(request.out), "--force"]
     elif "--extract-rewards" in options:
         words += ["-o", "recipe.yaml"]  # the extracted module is written beside the recipe
     return " ".join(w if w.endswith("=...") else shlex.quote(w) for w in words)

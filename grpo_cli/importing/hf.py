@@ -10,10 +10,12 @@ from typing import Any
 from grpo_cli.importing.common import (
     NO_REWARD,
     ImportResult,
+    as_list,
     map_model,
     map_output,
     map_training,
     map_vllm,
+    number,
     rename_old_keys,
 )
 
@@ -60,8 +62,9 @@ OPENR1_ONLY = {
 
 
 def _rewards(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
-    names = cfg.pop("reward_funcs", None) or []
-    weights = list(cfg.pop("reward_weights", None) or [1.0] * len(names))
+    names = as_list(cfg.pop("reward_funcs", None), "reward_funcs", out.source)
+    given = as_list(cfg.pop("reward_weights", None), "reward_weights", out.source)
+    weights = [number(w, f"reward_weights[{i}]", out.source) for i, w in enumerate(given)] or [1.0] * len(names)
     params_by_arg = {arg: (name, param) for name, (_, args) in OPENR1_REWARDS.items() for arg, param in args.items()}
     script_params = {k: cfg.pop(k) for k in list(cfg) if k in params_by_arg}
     entries: list[dict[str, Any]] = []
@@ -218,7 +221,7 @@ def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str) -> ImportResu
     map_output(cfg, out)
     if cfg.get("num_processes"):  # `trl grpo` launches accelerate with this many processes (DDP)
         out.put("launch.profile", "ddp")
-        out.put("launch.num_processes", int(cfg.pop("num_processes")))
+        out.put("launch.num_processes", number(cfg.pop("num_processes"), "num_processes", source, int))
     for key in [k for k in list(cfg) if k in OPENR1_ONLY]:
         out.drop(key, cfg.pop(key), OPENR1_ONLY[key])
     map_training(cfg, out)

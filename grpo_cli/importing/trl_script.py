@@ -71,12 +71,29 @@ def _literal(node: ast.AST) -> tuple[bool, Any]:
         return False, None
 
 
+def _parse(path: Path, config: dict[str, Any] | None) -> Script:
+    """The script, parsed; a file that is not Python source (binary, Latin-1, a directory, a syntax error) is one
+    paragraph naming the file and line."""
+    from grpo_cli.errors import GrpoError
+    from grpo_cli.paths import read_text
+
+    text = read_text(path, what="TRL script", where=str(path))
+    try:
+        return Script.parse(path, text, config)
+    except SyntaxError as exc:
+        raise GrpoError(f"not valid Python at line {exc.lineno}, column {exc.offset}: {exc.msg}", where=str(path),
+                        fix="Give the training script as it runs (`python SCRIPT` must accept it), or its "
+                            "`trl grpo --config` YAML.") from None
+    except ValueError as exc:  # e.g. source with a NUL byte past the binary sniff
+        raise GrpoError(f"not Python source: {exc}", where=str(path), fix="Give the training script.") from None
+
+
 def read_script(path: Path, config: dict[str, Any] | None = None,
                 extract_to: Path | None = None) -> tuple[dict[str, Any], ImportResult]:
     """(config keys in `trl grpo` form, a result holding what could not be read statically). `config` is the YAML
     a TrlParser script is launched with: its keys come first, and `script_args.key` in the script reads them.
     With `extract_to`, rewards that cannot be referenced in place are copied into that module."""
-    script = Script.parse(path, path.read_text(encoding="utf-8"), config)
+    script = _parse(path, config)
     cfg: dict[str, Any] = dict(config or {})
     skipped = ImportResult(str(path), "trl")
     for call in script.calls("GRPOConfig"):

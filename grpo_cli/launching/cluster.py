@@ -12,7 +12,6 @@ address, plus, with `--vllm-node`, one extra node running the vLLM server for th
 
 from __future__ import annotations
 
-import contextlib
 import shlex
 import sys
 from collections.abc import Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.launching.script_values import check_accelerator, check_plain, job_name
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -154,22 +154,29 @@ def _layout(recipe: Recipe, recipe_path: Path, overrides: list[str], nodes: int,
         processes, gpus = gpus_per_node * nodes, gpus_per_node
     if server_here and gpus_per_node is None:
         gpus += launch.vllm.server_gpus  # the server shares the one node, on GPUs of its own
-    _check_gpus_per_node(processes // nodes, launch.vllm.server_gpus if server_here else 0, gpus_per_node)
+    _check_gpus_per_node(processes // nodes, launch.vllm.server_gpus if server_here else 0, gpus_per_node, nodes)
     server_node_gpus = max(launch.vllm.server_gpus, launch.vllm.tensor_parallel_size) if vllm_node else 0
     return ClusterPlan(recipe_path, list(overrides), nodes, processes, gpus, vllm_node,
-                       name=f"grpo-{recipe_path.stem}", server_here=server_here,
+                       name=job_name(recipe_path.stem), server_here=server_here,
                        server_gpus=launch.vllm.server_gpus if server_here else 0,
                        server_node_gpus=server_node_gpus if gpus else 0, gpus_per_node_given=gpus_per_node)
 
 
-def _check_gpus_per_node(per_node: int, server_gpus: int, gpus_per_node: int | None) -> None:
-    """A node runs one training process per GPU, plus the server's GPUs when the server shares it."""
-    if not gpus_per_node or per_node + server_gpus <= gpus_per_node:
+def _check_gpus_per_node(per_node: int, server_gpus: int, gpus_per_node: int | None, nodes: int) -> None:
+    """A node runs one training process per GPU, plus the server's GPUs when the server shares it: fewer GPUs
+    cannot run, more are reserved and left idle."""
+    need_gpus = per_node + server_gpus
+    if not gpus_per_node or need_gpus == gpus_per_node:
         return
     need = f"{per_node} training process(es)" + (f" + {server_gpus} vLLM server GPU(s)" if server_gpus else "")
-    raise GrpoError(f"each node needs {need}, but --gpus-per-node is {gpus_per_node}", where="--gpus-per-node",
-                    fix=f"Pass `--gpus-per-node {per_node + server_gpus}`, or lower launch.num_processes "
-                        "(or use more --nodes).")
+    if need_gpus > gpus_per_node:
+        raise GrpoError(f"each node needs {need}, but --gpus-per-node is {gpus_per_node}", where="--gpus-per-node",
+                        fix=f"Pass `--gpus-per-node {need_gpus}`, or lower launch.num_processes "
+                            "(or use more --nodes).")
+    raise GrpoError(f"--gpus-per-node {gpus_per_node} reserves {gpus_per_node - need_gpus} GPU(s) on each node "
+                    f"that nothing uses: each node runs {need}", where="--gpus-per-node",
+                    fix=f"Pass `--gpus-per-node {need_gpus}`, or train on every GPU with the override "
+                        f"`launch.num_processes={(gpus_per_node - server_gpus) * nodes}`.")
 
 
 def validate_for_cluster(recipe_path: Path, overrides: list[str], plan: ClusterPlan) -> Any:
@@ -255,6 +262,8 @@ def _install_spec(workdir: Path, extras: list[str]) -> str:
 def prepare_cluster(recipe: Recipe, recipe_path: Path, overrides: list[str], *, nodes: int, vllm_node: bool,
                     gpus_per_node: int | None, verb: str = "slurm", flags: Sequence[str] = ()) -> ClusterPlan:
     """The cluster layout, after the recipe passed `grpo validate` for that layout."""
+    check_plain(str(recipe_path.resolve()), "RECIPE", "the recipe path")
+    check_plain(str(Path.cwd()), "the current directory", "the directory")
     plan = plan_cluster(recipe, recipe_path.resolve(), overrides, nodes=nodes, vllm_node=vllm_node,
                         gpus_per_node=gpus_per_node, verb=verb, flags=flags)
     validate_for_cluster(recipe_path, overrides, plan)
@@ -265,8 +274,9 @@ def write_skypilot(plan: ClusterPlan, out: Path | None, *, accelerator: str, rec
                    force: bool = False) -> Path:
     """Write the SkyPilot task to `out` (default `<name>.sky.yaml` here); returns its path."""
     path = (out or Path(f"{plan.name}.sky.yaml")).resolve()
+    check_accelerator(accelerator)
     return write_file(path, skypilot_task(plan, accelerator=accelerator, workdir=Path.cwd(), recipe=recipe),
-                      force=force)
+                      force=force, source=plan.recipe_path)
 
 
 def _written_by_grpo(path: Path) -> bool:
@@ -281,25 +291,26 @@ def _written_by_grpo(path: Path) -> bool:
 _HEADER_MARK = b"# Written by `grpo launch "
 
 
-def write_file(path: Path, text: str, mode: int | None = None, force: bool = False) -> Path:
+def write_file(path: Path, text: str, mode: int | None = None, force: bool = False,
+               source: Path | None = None) -> Path:
     """Write whole or not at all: an unwritable --out is bad input (exit 2), never a half file or a traceback.
 
-    An existing file is replaced only when grpo wrote it (a regenerated launch file) or with --force.
+    An existing file is replaced only when grpo wrote it (a regenerated launch file) or with --force, and never
+    when it is the recipe (`source`) the file is made from.
     """
+    if source is not None and path.exists() and path.resolve() == source.resolve():
+        raise GrpoError(f"{path} is the recipe the launch file is made from", where="--out",
+                        fix="Write the launch file elsewhere, e.g. `-o job.sbatch`.")
     if path.is_dir():
         raise GrpoError(f"{path} is a directory", where="--out", fix="Give the path of the file to write.")
     if path.exists() and not force and not _written_by_grpo(path):
         raise GrpoError(f"{path} already exists and was not written by `grpo launch`; refusing to overwrite it",
                         where="--out", fix="Choose another --out, or pass --force to replace it.")
-    tmp = path.with_name(f".{path.name}.tmp")
+    from grpo_cli.paths import write_atomic
+
     try:
-        tmp.write_text(text, encoding="utf-8")
-        if mode is not None:
-            tmp.chmod(mode)
-        tmp.replace(path)
+        write_atomic(path, text, mode=mode)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
         raise GrpoError(f"cannot write {path}: {exc.strerror or exc}", where="--out",
                         fix="Pass -o a path in a directory that exists and you can write to (e.g. `-o job.sbatch` "
                             "here), or create the directory first.") from None

@@ -25,20 +25,22 @@ from grpo_cli.launching.cluster import (
     train_flags,
     write_file,
 )
+from grpo_cli.launching.script_values import check_partition, check_plain, check_sbatch_path, check_time, echo_words
 
 
 def _header(plan: ClusterPlan, log_dir: Path) -> list[str]:
     lines = ["#!/bin/bash",
              f"# GRPO on Slurm: {plan.nodes} training node(s) x {plan.per_node} process(es)"
              + (f" + 1 vLLM server node ({plan.server_node_gpus} GPU(s))" if plan.vllm_node else "") + ".",
-             f"# Written by `grpo launch slurm` from {plan.recipe_path}; regenerate it after editing the recipe.",
+             f"# Written by `grpo launch slurm` from {check_plain(str(plan.recipe_path), 'RECIPE', 'the recipe path')}"
+             "; regenerate it after editing the recipe.",
              f"#SBATCH --job-name={plan.name}", f"#SBATCH --nodes={plan.nodes}", f"#SBATCH --ntasks={plan.nodes}",
              "#SBATCH --ntasks-per-node=1",
              "#SBATCH --signal=TERM@300"]  # 5 minutes before the time limit: every node saves a checkpoint
     if plan.gpus_per_node:
         lines.append(f"#SBATCH --gpus-per-node={plan.gpus_per_node}")
     lines += [f"#SBATCH --{k}={v}" for k, v in plan.extra_sbatch.items()]
-    lines.append(f'#SBATCH --output="{log_dir}/%x-%j.out"')
+    lines.append(f'#SBATCH --output="{check_sbatch_path(log_dir, "--out")}/%x-%j.out"')
     if plan.vllm_node:  # the server's node: a component of its own, with only the GPUs the server uses
         lines += ["#SBATCH hetjob", "#SBATCH --nodes=1", "#SBATCH --ntasks=1", "#SBATCH --ntasks-per-node=1"]
         if plan.server_node_gpus:
@@ -47,13 +49,25 @@ def _header(plan: ClusterPlan, log_dir: Path) -> list[str]:
     return lines
 
 
-def regenerate_command(plan: ClusterPlan, nodes: str) -> str:
-    """The `grpo launch slurm` command that writes this script again for `nodes` training machines."""
+def regenerate_command(plan: ClusterPlan) -> tuple[str, str]:
+    """The `grpo launch slurm` command that writes this script again, split around the number of nodes
+    (shell-quoted words: the text before `--nodes N` and after it)."""
     words = ["grpo", "launch", "slurm", shown_path(plan.recipe_path), *plan.overrides]
-    flags = " --vllm-node" if plan.vllm_node else ""
+    flags = ["--vllm-node"] if plan.vllm_node else []
     if plan.gpus_per_node_given is not None:
-        flags += f" --gpus-per-node {plan.gpus_per_node_given}"
-    return f"{shlex.join(words)} --nodes {nodes}{flags}"
+        flags += ["--gpus-per-node", str(plan.gpus_per_node_given)]
+    return shlex.join(words) + " --nodes ", (" " + shlex.join(flags)) if flags else ""
+
+
+def _task_count_check(plan: ClusterPlan, group: str) -> list[str]:
+    """Shell lines: stop with the regenerating command when the job has another number of training tasks. The
+    command is single-quoted text (an override holding `$(...)` or a backquote is printed, never run)."""
+    before, after = regenerate_command(plan)
+    message = echo_words((f"grpo: this script trains on {plan.nodes} machine(s), the job has ", False),
+                         ("$TRAIN_TASKS", True), (" training task(s); regenerate it with: " + before, False),
+                         ("$TRAIN_TASKS", True), (after, False))
+    return [f'TRAIN_TASKS="$SLURM_NTASKS{group}"', f'if [ "$TRAIN_TASKS" -ne {plan.nodes} ]; then',
+            f"  echo {message} >&2", "  exit 2", "fi"]
 
 
 def slurm_script(plan: ClusterPlan, *, workdir: Path, setup: str, log_dir: Path) -> str:
@@ -63,12 +77,7 @@ def slurm_script(plan: ClusterPlan, *, workdir: Path, setup: str, log_dir: Path)
         lines.append(setup)
     group = "_HET_GROUP_0" if plan.vllm_node else ""
     lines += [f'NODES=($(scontrol show hostnames "$SLURM_JOB_NODELIST{group}"))',
-              'export MAIN_NODE="${NODES[0]}"',
-              f'TRAIN_TASKS="$SLURM_NTASKS{group}"',
-              f'if [ "$TRAIN_TASKS" -ne {plan.nodes} ]; then',
-              f'  echo "grpo: this script trains on {plan.nodes} machine(s), the job has $TRAIN_TASKS training '
-              f'task(s); regenerate it with: {regenerate_command(plan, "$TRAIN_TASKS")}" >&2',
-              "  exit 2", "fi"]
+              'export MAIN_NODE="${NODES[0]}"', *_task_count_check(plan, group)]
     train_extra = [*train_flags(plan, main="$MAIN_NODE", rank="$SLURM_PROCID"),
                    *server_node_overrides(plan, "$VLLM_NODE")]
     het = ""
@@ -134,8 +143,9 @@ def submit_sbatch(script: Path) -> str:
 def write_slurm(plan: ClusterPlan, out: Path | None, *, setup: str | None, sbatch: dict[str, Any],
                 force: bool = False) -> Path:
     """Write the sbatch script (executable) to `out` (default `<name>.sbatch` here); returns its path."""
-    plan.extra_sbatch = {k: str(v) for k, v in sbatch.items() if v is not None}
+    checks = {"partition": check_partition, "time": check_time}
+    plan.extra_sbatch = {k: checks.get(k, str)(str(v)) for k, v in sbatch.items() if v is not None}
     path = (out or Path(f"{plan.name}.sbatch")).resolve()
     text = slurm_script(plan, workdir=Path.cwd(), setup=default_setup() if setup is None else setup,
                         log_dir=path.parent)
-    return write_file(path, text, mode=0o755, force=force)
+    return write_file(path, text, mode=0o755, force=force, source=plan.recipe_path)

@@ -115,9 +115,41 @@ def server_gpu_env(recipe: Recipe, gpus: int | None = None, environ: dict[str, s
     return {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in range(gpus - k, gpus))}
 
 
+def check_port_free(recipe: Recipe) -> None:
+    """The server's address must be free before vLLM starts: on a busy port vLLM loads the model for about a
+    minute and then dies with its own traceback. Bound with SO_REUSEADDR, as vLLM's server binds, so a port
+    left in TIME_WAIT by a stopped server still counts as free."""
+    import errno
+    import socket
+
+    host, port = _bind_address(recipe)
+    where = "launch.vllm.base_url" if recipe.launch.vllm.base_url else "launch.vllm.port"
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise GrpoError(f"the server host {host!r} cannot be resolved: {exc.strerror}", where="launch.vllm.host",
+                        fix="Use 0.0.0.0 (every interface) or an address of this machine.") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise GrpoError(f"port {port} on {host} is already in use (another vLLM server, or another program)",
+                                where=where, fix=f"Stop what listens there (`ss -ltnp 'sport = :{port}'` names it), "
+                                "or pick a free port with the override `launch.vllm.port=PORT` (give training the "
+                                "same override).") from None
+            raise GrpoError(f"cannot listen on {host}:{port}: {exc.strerror or exc}", where="launch.vllm.host",
+                            fix="Use 0.0.0.0 (every interface) or an address of this machine.") from None
+
+
 def exec_server(cmd: list[str], extra_env: dict[str, str], recipe: Recipe | None = None) -> None:
     """Replace this process with the server (signals and exit code then belong to vLLM)."""
     from grpo_cli.validation.topology import installed
+
+    if recipe is not None:
+        check_port_free(recipe)
 
     if not installed("vllm"):
         raise GrpoError("`grpo vllm-serve` needs vLLM, which is not installed", where="vllm-serve",

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_source import materialize
+from grpo_cli.gguf_cache import materialize
 from grpo_cli.models.sources import check_hub_access, damaged_weights_error
 from grpo_cli.paths import is_gguf_reference
 from grpo_cli.recipe.profiles import launch_profile

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.paths import is_hub_id
 
 
@@ -60,12 +61,20 @@ def is_full_suite(summary: dict[str, Any]) -> bool:
 
 
 def sanitized(path: Path) -> tuple[bytes, list[str]]:
-    """The JSON or YAML file with local paths scrubbed, and the paths that were there."""
-    text = path.read_text(encoding="utf-8")
-    if path.suffix == ".json":
-        data = json.loads(text)
-        return (json.dumps(scrub(data), indent=2) + "\n").encode(), local_paths(data)
+    """The JSON or YAML file with local paths scrubbed, and the paths that were there. A file that is not valid
+    UTF-8 JSON/YAML would be uploaded as junk (or crash the scrubbing): one paragraph naming it instead."""
     import yaml
 
-    data = yaml.safe_load(text)
+    try:
+        text = path.read_text(encoding="utf-8")
+        if path.suffix == ".json":
+            data = json.loads(text)
+            return (json.dumps(scrub(data), indent=2) + "\n").encode(), local_paths(data)
+        data = yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        why = exc.strerror if isinstance(exc, OSError) else str(exc).splitlines()[0][:120]
+        raise GrpoError(f"{path} is damaged: not readable UTF-8 {kind} ({why})", where="RUN_DIR",
+                        fix=f"It would be uploaded with the model: restore it from a copy, or delete {path.name} "
+                            "(the upload then goes without it).") from None
     return yaml.safe_dump(scrub(data), sort_keys=False).encode(), local_paths(data)

@@ -16,7 +16,7 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_source import conversion_record, materialize
+from grpo_cli.gguf_cache import conversion_record, materialize
 from grpo_cli.paths import (
     ASSETS_DIR,
     BUNDLED_PREFIX,
@@ -287,9 +287,12 @@ def check_hub_access(reference: str, revision: str | None, where: str) -> None:
 def damaged_weights_error(ref: str, exc: Exception, where: str) -> GrpoError:
     """The paragraph for weights safetensors cannot read (a truncated copy or download, a corrupt header)."""
     files = sorted(p.name for p in Path(ref).glob("*.safetensors")) if Path(ref).is_dir() else []
+    record = conversion_record(Path(ref)) if Path(ref).is_dir() else None
+    fix = ("Copy or download the weights again (an interrupted copy leaves a truncated file).") if record is None \
+        else (f"This is grpo's converted copy of {record.get('source', 'a GGUF file')}: delete the directory {ref} "
+              "and the next run converts the GGUF file again.")
     return GrpoError(f"cannot load the model {ref}: a weights file ({', '.join(files) or 'safetensors'}) is "
-                     f"damaged or truncated: {str(exc).splitlines()[0]}", where=where,
-                     fix="Copy or download the weights again (an interrupted copy leaves a truncated file).")
+                     f"damaged or truncated: {str(exc).splitlines()[0]}", where=where, fix=fix)
 
 
 def load_base(weights: str, *, dtype: str, device: str = "cpu", revision: str | None = None,

@@ -25,7 +25,9 @@ def build_reward_funcs(recipe: Recipe, *, training: bool = True) -> list[Any]:
             func: Any = ParallelReward(entry, recipe.base_dir, workers, index=i)
         else:
             func = load_reward(entry, recipe.base_dir, i)
-        if training and isinstance(func, BoundReward | ParallelReward):
-            func.where = f"rewards[{i}]"
+        if isinstance(func, BoundReward | ParallelReward):
+            func.entry_where = f"rewards[{i}]"  # names the entry in a built-in's own errors (check-rewards too)
+            if training:
+                func.where = func.entry_where
         funcs.append(func)
     return funcs

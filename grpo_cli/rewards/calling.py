@@ -305,6 +305,17 @@ def training_problem(result: Any, n: int) -> str:
     return ""
 
 
+def locate(exc: GrpoError, where: str) -> GrpoError:
+    """A built-in's error names its own param as `rewards (code).params.KEY`, not knowing its place in the recipe;
+    the trainer's wrapper does (`rewards[1]`): put it there, so the paragraph names the key to change."""
+    for problem in exc.problems:
+        if where and problem.where.startswith("rewards ("):
+            problem.where = where + problem.where.partition(")")[2]
+    if where:
+        exc.args = (exc.render(),)
+    return exc
+
+
 def explain_in_training(label: str, where: str, what: str, kwargs: dict[str, Any],
                         error: type[GrpoError] = GrpoError) -> GrpoError:
     """The paragraph a training run stops with: which reward, what it did, at which step, on which prompt."""

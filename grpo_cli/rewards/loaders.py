@@ -201,11 +201,27 @@ def _check_code_backend(entry: RewardEntry, where: str) -> None:
     from grpo_cli.rewards.builtins.code_cloud import CLOUD, config_problem
 
     backend = str(entry.params.get("backend", "local"))
+    url = entry.params.get("backend_url")
+    if isinstance(url, str) and not _is_http_url(url):
+        raise GrpoError(f"backend_url {url!r} is not an http(s) address", where=f"{where}.params.backend_url",
+                        fix="Give the server's base address, e.g. `backend_url: http://localhost:2000` (Piston) or "
+                            "`http://sandbox.internal:8080` (SandboxFusion).")
     problem = config_problem(backend, entry.params.get("backend_image"))
     if problem:
         raise GrpoError(problem, where=f"{where}.params.backend",
                         fix=f"Export {CLOUD[backend][0]} before `grpo validate` and `grpo train` (keys stay out of the "
                             "recipe), give what is missing, or use `backend: local`.")
+
+
+def _is_http_url(url: str) -> bool:
+    from urllib.parse import urlparse
+
+    try:
+        parsed = urlparse(url)
+        parsed.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        return False
+    return parsed.scheme in ("http", "https") and bool(parsed.hostname) and not any(c.isspace() for c in url)
 
 
 def _builtin_columns(entry: RewardEntry) -> list[tuple[str, ...]]:
@@ -238,6 +254,7 @@ class BoundReward:
         self.__doc__ = getattr(func, "__doc__", None)
         self.timeout = timeout
         self.where = ""
+        self.entry_where = ""  # `rewards[i]`, set by build_reward_funcs
 
     def __call__(self, **kwargs: Any) -> list[float | None]:
         from grpo_cli.rewards.calling import run_with_timeout  # asyncio: not for `grpo validate`
@@ -259,6 +276,10 @@ class BoundReward:
     def _explain(self, exc: Exception, kwargs: dict[str, Any]) -> Exception:
         from grpo_cli.rewards.calling import explain_in_training
 
+        if isinstance(exc, GrpoError) and not isinstance(exc, RewardTimeoutError):
+            from grpo_cli.rewards.calling import locate
+
+            return locate(exc, self.where or self.entry_where)
         if not self.where:
             return exc
         if isinstance(exc, RewardTimeoutError):
@@ -267,8 +288,6 @@ class BoundReward:
             assert isinstance(error, RewardTimeoutError)
             error.label, error.seconds = exc.label, exc.seconds
             return error
-        if isinstance(exc, GrpoError):
-            return exc
         return explain_in_training(self.__name__, self.where, f"raised {type(exc).__name__}: {exc}", kwargs)
 
     def __repr__(self) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.recipe.schema.rewards import RewardEntry
-from grpo_cli.rewards.calling import explain_in_training, run_with_timeout, training_problem
+from grpo_cli.rewards.calling import explain_in_training, locate, run_with_timeout, training_problem
 
 _WORKER_REWARD: Any = None
 _LOCAL_ONLY = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
@@ -78,6 +78,7 @@ class ParallelReward:
         self.workers = workers
         self.__name__ = entry.label
         self.where = ""  # set for training, as on BoundReward
+        self.entry_where = ""
         self._pool: ProcessPoolExecutor | None = None
 
     def _executor(self) -> ProcessPoolExecutor:
@@ -103,6 +104,8 @@ class ParallelReward:
             if isinstance(exc, Exception) and self.where and not isinstance(exc, GrpoError):
                 raise explain_in_training(self.__name__, self.where, f"raised {type(exc).__name__}: {exc}",
                                           kwargs) from exc
+            if isinstance(exc, GrpoError) and not isinstance(exc, RewardTimeoutError):
+                raise locate(exc, self.where or self.entry_where) from None
             raise
         problem = training_problem(out, len(kwargs["completions"])) if self.where else ""
         if problem:

@@ -57,6 +57,23 @@ def _failure(label: str, exc: BaseException, timeout: float | None, row: str, wh
     return EnvironmentCallError(f"environment {label} {describe(exc)}{row}", where=where, fix=fix)
 
 
+def _check_result(label: str, method: str, value: Any, row: str, where: str) -> Any:
+    """TRL appends what `reset` returns to the prompt (a string, content parts, or None) and sums what
+    `get_reward` returns as a float: anything else dies inside TRL with its own traceback, so stop here."""
+    if method == "reset" and not isinstance(value, str | list | type(None)):
+        raise EnvironmentCallError(f"environment {label} returned {type(value).__name__} {str(value)[:80]!r}{row}; "
+                                   "TRL appends what reset returns to the prompt, so it must be a string (or None)",
+                                   where=where, fix="Return the observation text from reset (e.g. "
+                                   "`return json.dumps(state)` for a dict). " + _FIX)
+    numeric = value is None or (hasattr(value, "__float__") and not isinstance(value, str | bytes))
+    if method == "get_reward" and not numeric:
+        raise EnvironmentCallError(f"environment {label} returned {type(value).__name__} {str(value)[:80]!r}{row}; "
+                                   "TRL adds it up as the rollout's reward, so it must be a number",
+                                   where=where, fix="Return a float from get_reward (e.g. 1.0 for a solved task). "
+                                   + _FIX)
+    return value
+
+
 def _remember(instance: Any, row: str) -> None:
     with contextlib.suppress(AttributeError, TypeError):  # __slots__ or a frozen class: messages name no row
         object.__setattr__(instance, _ROW, row)
@@ -81,13 +98,13 @@ def lifecycle_guard(func: Any, cls_name: str, method: str, timeout: float | None
             try:
                 call = func(self, *args, **kwargs)
                 if not timeout:
-                    return await call
+                    return _check_result(label, method, await call, row, where)
                 task = asyncio.ensure_future(call)
                 done, _ = await asyncio.wait({task}, timeout=timeout)
                 if not done:
                     task.cancel()
                     raise RewardTimeoutError(f"{label} timed out")  # ours, not one the user's code raised
-                return task.result()
+                return _check_result(label, method, task.result(), row, where)
             except (Exception, SystemExit) as exc:
                 raise _failure(label, exc, timeout, row, where) from None
 
@@ -97,7 +114,8 @@ def lifecycle_guard(func: Any, cls_name: str, method: str, timeout: float | None
     def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
         row = row_of(self, kwargs)
         try:
-            return run_with_timeout(lambda: func(self, *args, **kwargs), timeout, label, "environment method")
+            value = run_with_timeout(lambda: func(self, *args, **kwargs), timeout, label, "environment method")
+            return _check_result(label, method, value, row, where)
         except (Exception, SystemExit) as exc:
             raise _failure(label, exc, timeout, row, where) from None
 

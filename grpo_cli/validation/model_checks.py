@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.errors import GrpoError, Problem, RecipeError
 from grpo_cli.paths import is_gguf_reference
 from grpo_cli.recipe.schema import Recipe
 
@@ -45,13 +45,26 @@ def model_checks(recipe: Recipe) -> ModelCheck:
     return pf
 
 
+def check_model_reference(recipe: Recipe) -> None:
+    """RecipeError when the model reference cannot be used (a GGUF file missing, a directory, truncated, of an
+    architecture transformers cannot convert): `grpo memory` would otherwise plan for it, or say "no plan", exit 0."""
+    problems = [p for p in model_checks(recipe).problems if p.where == "model.name_or_path"]
+    if problems:
+        raise RecipeError(problems, source=recipe.source)
+
+
 def _gguf_checks(recipe: Recipe, path: Path, pf: ModelCheck) -> str:
     """A GGUF model: the file exists, transformers can convert its architecture and tensor types, and the
     converter is installed; all read from the header, nothing dequantised."""
     import importlib.util
 
-    from grpo_cli.gguf_source import cached_conversion, read_header
+    from grpo_cli.gguf_cache import cached_conversion
+    from grpo_cli.gguf_source import read_header
 
+    if path.is_dir():
+        pf.problems.append(Problem("model.name_or_path", f"{path} is a directory, not a GGUF file",
+                                   "Name the .gguf file itself."))
+        return f"GGUF file {path}"
     if not path.is_file():
         pf.problems.append(Problem("model.name_or_path", f"GGUF file {path} not found",
                                    "Check the path (relative to the recipe), or `package:NAME/FILE.gguf` for a "

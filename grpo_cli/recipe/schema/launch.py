@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from grpo_cli.recipe.profiles import LaunchProfile, Profile, launch_profile
 from grpo_cli.recipe.schema.common import Section, omitted_section
@@ -34,6 +34,24 @@ class VllmSection(Section):
     """Colocate mode: offload vLLM weights and cache during the optimizer step to save memory (GPU only)."""
     max_model_length: int | None = Field(None, gt=0)
     """Context length for vLLM; defaults to the model's."""
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        """The trainer and `grpo vllm-serve` both parse it; a port that is not a number crashed the latter."""
+        if value is None:
+            return value
+        from urllib.parse import urlparse
+
+        try:
+            parsed = urlparse(value)
+            port = parsed.port
+        except ValueError:
+            port, parsed = -1, urlparse("")
+        if parsed.scheme not in ("http", "https") or not parsed.hostname or port == -1 or value != value.strip():
+            raise ValueError(f"{value!r} is not an http(s) URL with a host (and a numeric port, if any), e.g. "
+                             "http://10.0.0.7:8000")
+        return value
 
 
 class LaunchSection(Section):

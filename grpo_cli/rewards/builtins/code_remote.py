@@ -40,7 +40,13 @@ class RemoteRun:
     reason: str | None = None
 
 
+_UNANSWERED: dict[str, GrpoError] = {}
+"""Servers that took a request and never answered, this process: later calls fail at once, not after another wait."""
+
+
 def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+    if url in _UNANSWERED:
+        raise _UNANSWERED[url]
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
     try:
@@ -52,7 +58,16 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
                             where="rewards (code).params.backend_url",
                             fix="Check that backend_url points at the server's base address and that the "
                                 "server runs Python.") from None
-        if isinstance(exc, TimeoutError | urllib.error.HTTPError):
+        if isinstance(exc, TimeoutError) or isinstance(getattr(exc, "reason", None), TimeoutError):
+            # A server that takes requests and never answers would score every test 0 after this wait, and
+            # check-rewards would then call the reward fine: stop instead.
+            _UNANSWERED[url] = GrpoError(
+                f"the code sandbox at {url} accepted a request but sent no answer within {timeout:g} s (the test's "
+                "timeout + 30 s)", where="rewards (code).params.backend_url",
+                fix="Check the server (its logs, its workers), point backend_url at a working one, or use "
+                    "`backend: local`.")
+            raise _UNANSWERED[url] from None
+        if isinstance(exc, urllib.error.HTTPError):
             return {"_error": f"{type(exc).__name__}: {exc}"}
         raise GrpoError(f"cannot reach the code sandbox at {url}: {getattr(exc, 'reason', exc)}",
                         where="rewards (code).params.backend_url",
