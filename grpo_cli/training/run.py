@@ -253,6 +253,7 @@ def _make_trainer(run: _Run, config: GRPOConfig) -> GRPOTrainer:
     from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
     from grpo_cli.training.health import health_callbacks
     from grpo_cli.training.sampler import resumable
+    from grpo_cli.training.shared_prefill import share_prompt_prefill
     from grpo_cli.training.sharding import ShardingProbe
     from grpo_cli.training.step_timing import step_timer
 
@@ -287,6 +288,7 @@ def _make_trainer(run: _Run, config: GRPOConfig) -> GRPOTrainer:
                                          **(run.toolset.trainer_kwargs() if run.toolset else {}))
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     timer.attach(trainer)
+    share_prompt_prefill(trainer.model)  # a group's prompt prefilled once, not num_generations times
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
     return trainer
