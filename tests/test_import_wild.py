@@ -290,6 +290,7 @@ def test_a_marimo_app_is_read_cell_by_cell(tmp_path: Path, monkeypatch: pytest.M
     namespace: dict = {}
     exec((tmp_path / "recipe_rewards.py").read_text(), namespace)  # RustTool and helpers of other cells, copied
     assert "RustTool" in namespace and "setup_and_test_rust_project" in namespace
+    assert namespace["cargo_toml_file"]().startswith('\n    [package]\n    name = "rust-program"')  # as in the cell
     code = "```rust\nfn add(a: i32, b: i32) -> i32 { a + b }\n#[cfg(test)]\nmod tests {\n    use super::*;\n" \
         "    #[test]\n    fn t() {\n        assert_eq!(add(1, 2), 3);\n    }\n}\n```"
     completions = [[{"content": code}], [{"content": "no code"}]]

@@ -71,8 +71,18 @@ def _definition(script: Script, name: str) -> ast.FunctionDef | ast.AsyncFunctio
 
 
 def _source(node: ast.AST, script: Script) -> str:
-    text = ast.get_source_segment(script.text_source, node) or ast.unparse(node)
-    return textwrap.dedent(" " * getattr(node, "col_offset", 0) + text)
+    """The def's text moved to the left margin; the inside lines of a multi-line string keep their indentation,
+    which is part of the string's value (a def in a marimo cell or a function is indented)."""
+    text = ast.get_source_segment(script.text_source, node)
+    if text is None:
+        return ast.unparse(node)
+    col = getattr(node, "col_offset", 0)
+    inside = {line for n in ast.walk(node) if isinstance(n, ast.Constant | ast.JoinedStr)
+              and (n.end_lineno or n.lineno) > n.lineno for line in range(n.lineno + 1, (n.end_lineno or 0) + 1)}
+    lines = (" " * col + text).splitlines(keepends=True)
+    start = getattr(node, "lineno", 1)
+    return "".join(line if start + i in inside else line[min(col, len(line) - len(line.lstrip(" "))):]
+                   for i, line in enumerate(lines))
 
 
 def _add_def(script: Script, func: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, pieces: _Pieces,
