@@ -296,3 +296,12 @@ def test_a_marimo_app_is_read_cell_by_cell(tmp_path: Path, monkeypatch: pytest.M
     completions = [[{"content": code}], [{"content": "no code"}]]
     assert namespace["test_block_count_reward_func"]([], completions) == [0.5, 0.0]
     assert namespace["non_empty_reward_func"]([], completions) == [1.0, 0.0]
+
+
+def test_an_override_answers_the_refusal_that_asked_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Giving what the refusal asks for (here the dataset of rows built in code) finishes the import; the refusal
+    and its placeholder stayed before, so the printed command could never validate."""
+    result, out = _import(tmp_path, monkeypatch, "trl", "unsloth/run_grpo_t4.py", "data.dataset=openai/gsm8k")
+    assert result.exit_code == 0, result.output
+    assert "builds its training rows" not in result.output and "HUB_DATASET_ID" not in result.output
+    assert yaml.safe_load(out.read_text())["data"]["dataset"] == "openai/gsm8k"
