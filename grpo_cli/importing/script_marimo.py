@@ -57,7 +57,8 @@ def cell_index(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctio
     for node in tree.body:
         if _is_cell(node):
             for name in _defined(node):  # type: ignore[arg-type]
-                index.setdefault(name, node)  # type: ignore[arg-type]
+                if not name.startswith("_"):  # marimo keeps `_name` to its cell
+                    index.setdefault(name, node)  # type: ignore[arg-type]
     return index
 
 
