@@ -277,6 +277,7 @@ def test_a_marimo_app_is_read_cell_by_cell(tmp_path: Path, monkeypatch: pytest.M
     assert data["columns"] == {"test_list": "rust_test_list"}
     assert recipe["training"]["num_generations"] == 4 and recipe["training"]["save_steps"] == 100  # widgets
     assert "model_name_ui (line 26), num_generations (line 30)" in text and "a marimo app" in text
+    assert "use_peft_checkbox (line 31)" in text  # the LoRA is the branch its initial value takes
     import pyarrow as pa
     import pyarrow.parquet as pq
 

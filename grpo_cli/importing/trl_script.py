@@ -112,11 +112,25 @@ def read_script(path: Path, config: dict[str, Any] | None = None,
     if (note := script.defaults_note()) is not None:
         skipped.notes.append(note)
     if script.cells:
+        _gating_widgets(script)
         skipped.notes += app_note(path.name, script.cells, script.widgets_used)
     _downloads(script, cfg, skipped)
     if any(m.split(".")[0] == "unsloth" for m in script.imports.values()):
         _unsloth_batch(cfg, skipped)
     return cfg, skipped
+
+
+GATED = {"LoraConfig", "get_peft_model", "GRPOConfig", "from_pretrained", "load_dataset", "BitsAndBytesConfig"}
+"""Calls whose reading depends on the branch an `if widget.value:` takes (`if use_peft_checkbox.value:` LoRA)."""
+
+
+def _gating_widgets(script: Script) -> None:
+    """A marimo input that decides whether a read call runs (the LoRA under `if use_peft_checkbox.value:`) is
+    listed with the widgets read: the recipe follows the branch its initial value takes."""
+    for node in ast.walk(script.tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Attribute) and node.test.attr == "value" and \
+                any(isinstance(n, ast.Call) and call_name(n) in GATED for n in ast.walk(node)):
+            script.value(node.test)
 
 
 def _downloads(script: Script, cfg: dict[str, Any], skipped: ImportResult) -> None:
