@@ -1,4 +1,4 @@
-"""`grpo import` on 22 public GRPO sources from repositories it was not built on (tests/fixtures/imports/wild,
+"""`grpo import` on 23 public GRPO sources from repositories it was not built on (tests/fixtures/imports/wild,
 sources and licences in SOURCES.md): each is imported as a new user would, from its own directory; it validates,
 or it is refused with the one command that finishes it (which then validates), or with the reason it cannot."""
 
@@ -41,6 +41,8 @@ CASES = [
     ("trl", "unsloth/run_grpo_t4.py", [], REFUSED, "data.dataset=HUB_DATASET_ID"),
     ("trl", "opensloth/minimal_grpo.py", [], COMMAND, "--extract-rewards"),
     ("trl", "open-r1-multimodal/grpo.py", [], REFUSED, "--config LAUNCH.yaml"),
+    ("trl", "Oxen-GRPO-With-Cargo-Feedback/train.py", [], REFUSED, "downloads cargo_test_passed_train.parquet from "
+     "RemoteRepo('ox/Rust') when it is missing"),
 ]
 
 
@@ -253,3 +255,54 @@ def test_extract_rewards_never_overwrites_a_different_file(tmp_path: Path, monke
     result, out = _import(tmp_path, monkeypatch, "trl", "opensloth/minimal_grpo.py", "--extract-rewards")
     assert result.exit_code == 2 and "exists" in result.output and "Traceback" not in result.output
     assert mine.read_text(encoding="utf-8") == "# my own rewards\n"
+
+
+def test_a_marimo_app_is_read_cell_by_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Oxen.ai's marimo app: model, data, LoRA and GRPOConfig values live in cells and input widgets, the rewards
+    are defs inside the training cell using helpers of other cells; the parquet it downloads is not kept."""
+    app = "Oxen-GRPO-With-Cargo-Feedback/train.py"
+    result, out = _import(tmp_path, monkeypatch, "trl", app)
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "names no reward" not in text
+    assert "defined inside a marimo cell (the cell at line 96, the def at line 177)" in text
+    assert "--extract-rewards" in _finishing_command(result.output)
+    recipe = yaml.safe_load(out.read_text())
+    assert recipe["model"]["name_or_path"] == "Qwen/Qwen2.5-Coder-1.5B-Instruct"  # mo.ui.text(value=...) in a cell
+    assert recipe["model"]["lora"] == {"r": 16, "alpha": 64, "dropout": 0.05, "target_modules": "all-linear"}
+    assert text.count("LoRA from LoraConfig") == 1  # reached through get_peft_model and peft_config=, said once
+    data = recipe["data"]
+    assert data["files"] == {"train": "cargo_test_passed_train.parquet"}  # create_dataset(train_file_ui.value, ...)
+    assert data["prompt"]["column"] == "rust_prompt" and data["prompt"]["chat"] is True
+    assert data["prompt"]["system_prompt"].startswith("You are a pragmatic Rust programmer")  # SYSTEM_PROMPT's cell
+    assert data["columns"] == {"test_list": "rust_test_list"}
+    assert recipe["training"]["num_generations"] == 4 and recipe["training"]["save_steps"] == 100  # widgets
+    assert "model_name_ui (line 26), num_generations (line 30)" in text and "a marimo app" in text
+    assert "use_peft_checkbox (line 31)" in text  # the LoRA is the branch its initial value takes
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    row = {"task_id": [1], "rust_prompt": ["Add two numbers."], "rust_test_list": [["assert_eq!(add(1, 2), 3);"]]}
+    pq.write_table(pa.table(row), tmp_path / "cargo_test_passed_train.parquet")  # what the app downloads
+    second = run_cli(*shlex.split(_finishing_command(result.output))[1:])
+    assert second.exit_code == 0, second.output
+    assert run_cli("validate", out).exit_code == 0
+    text = " ".join(second.output.split())
+    assert "@experiment.log(...)" in text and "cargo_build_reward_func (line 176)" in text  # left off, listed
+    namespace: dict = {}
+    exec((tmp_path / "recipe_rewards.py").read_text(), namespace)  # RustTool and helpers of other cells, copied
+    assert "RustTool" in namespace and "setup_and_test_rust_project" in namespace
+    assert namespace["cargo_toml_file"]().startswith('\n    [package]\n    name = "rust-program"')  # as in the cell
+    code = "```rust\nfn add(a: i32, b: i32) -> i32 { a + b }\n#[cfg(test)]\nmod tests {\n    use super::*;\n" \
+        "    #[test]\n    fn t() {\n        assert_eq!(add(1, 2), 3);\n    }\n}\n```"
+    completions = [[{"content": code}], [{"content": "no code"}]]
+    assert namespace["test_block_count_reward_func"]([], completions) == [0.5, 0.0]
+    assert namespace["non_empty_reward_func"]([], completions) == [1.0, 0.0]
+
+
+def test_an_override_answers_the_refusal_that_asked_for_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Giving what the refusal asks for (here the dataset of rows built in code) finishes the import; the refusal
+    and its placeholder stayed before, so the printed command could never validate."""
+    result, out = _import(tmp_path, monkeypatch, "trl", "unsloth/run_grpo_t4.py", "data.dataset=openai/gsm8k")
+    assert result.exit_code == 0, result.output
+    assert "builds its training rows" not in result.output and "HUB_DATASET_ID" not in result.output
+    assert yaml.safe_load(out.read_text())["data"]["dataset"] == "openai/gsm8k"

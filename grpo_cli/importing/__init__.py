@@ -147,6 +147,7 @@ def apply_overrides(result: ImportResult, overrides: list[str]) -> None:
         except (TypeError, AttributeError):
             raise GrpoError(f"{key.strip()!r} sets a key inside a value that is not a section", where="command line",
                             fix="Set the value itself (e.g. model.name_or_path=ORG/NAME).") from None
+        result.answered(key.strip())
         result.notes.append(f"{key.strip()} set on the command line")
 
 

@@ -16,6 +16,9 @@ NO_REWARD = ("rewards: the source names no reward function grpo can read, and a 
              "to train on (a placeholder would validate and train the wrong thing). Give the source's rewards, "
              "e.g. rewards='[{function: rewards.py:my_reward}]', or a built-in such as rewards='[{name: accuracy}]'")
 
+ANSWERED_BY = {"data.files": "data.dataset"}
+"""An override that answers another key's need: local files instead of the hub dataset asked for."""
+
 # Keys whose value changes nothing (the default, or a flag transformers' Trainer never reads).
 _IGNORED = {"do_eval": False}
 
@@ -46,6 +49,8 @@ class ImportResult:
     """A different command finishes the import (a TrlParser YAML: import its script with it)."""
     processes_hint: int | None = None
     """Training processes the source's launch implies (open-r1's `vllm_device: cuda:7`: GPUs 0-6 train)."""
+    answers: dict[str, str] = field(default_factory=dict)
+    """section.key of a need -> the problem that giving it answers (an override of that key clears it)."""
     typos: list[str] = field(default_factory=list)
     """Keys that are one slip from a known setting: problems (the recipe does not validate), not quiet losses."""
 
@@ -59,6 +64,16 @@ class ImportResult:
         self.problems.append(problem)
         if key is not None:
             self.needs[key] = value if value is not None else "..."
+            self.answers[key] = problem
+
+    def answered(self, key: str) -> None:
+        """`key` was given (a command-line override): the problem asking for it is no longer one (validation still
+        judges the value)."""
+        need = ANSWERED_BY.get(key, key)
+        problem = self.answers.pop(need, None)
+        if problem is not None and problem in self.problems:
+            self.problems.remove(problem)
+            self.needs.pop(need, None)
 
     def drop(self, key: str, value: Any, why: str) -> None:
         self.unmapped.append(Unmapped(key, value, why))

@@ -26,6 +26,8 @@ class Extracted:
     text: str = ""
     names: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
+    decorators: list[tuple[str, str, int]] = field(default_factory=list)
+    """(function, decorator, line) left off the copies: what they wrapped the function in is not copied."""
 
 
 @dataclass
@@ -33,6 +35,7 @@ class _Pieces:
     imports: dict[str, str] = field(default_factory=dict)
     code: dict[int, tuple[int, str]] = field(default_factory=dict)  # id(node) -> (line, source)
     done: set[tuple[int, str]] = field(default_factory=set)
+    decorators: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 class CannotExtract(Exception):
@@ -48,7 +51,7 @@ def extract(script: Script, functions: list[str]) -> Extracted:
         if func is None:
             out.failed[name] = "its def is not in the script"
             continue
-        trial = _Pieces(dict(pieces.imports), dict(pieces.code), set(pieces.done))
+        trial = _Pieces(dict(pieces.imports), dict(pieces.code), set(pieces.done), list(pieces.decorators))
         try:
             _add_def(script, func, trial, 0)
         except CannotExtract as exc:
@@ -58,6 +61,7 @@ def extract(script: Script, functions: list[str]) -> Extracted:
         out.names.append(name)
     if out.names:
         out.text = _module_text(script, pieces)
+        out.decorators = pieces.decorators
     return out
 
 
@@ -67,16 +71,28 @@ def _definition(script: Script, name: str) -> ast.FunctionDef | ast.AsyncFunctio
 
 
 def _source(node: ast.AST, script: Script) -> str:
-    text = ast.get_source_segment(script.text_source, node) or ast.unparse(node)
-    return textwrap.dedent(" " * getattr(node, "col_offset", 0) + text)
+    """The def's text moved to the left margin; the inside lines of a multi-line string keep their indentation,
+    which is part of the string's value (a def in a marimo cell or a function is indented)."""
+    text = ast.get_source_segment(script.text_source, node)
+    if text is None:
+        return ast.unparse(node)
+    col = getattr(node, "col_offset", 0)
+    inside = {line for n in ast.walk(node) if isinstance(n, ast.Constant | ast.JoinedStr)
+              and (n.end_lineno or n.lineno) > n.lineno for line in range(n.lineno + 1, (n.end_lineno or 0) + 1)}
+    lines = (" " * col + text).splitlines(keepends=True)
+    start = getattr(node, "lineno", 1)
+    return "".join(line if start + i in inside else line[min(col, len(line) - len(line.lstrip(" "))):]
+                   for i, line in enumerate(lines))
 
 
-def _add_def(script: Script, func: ast.FunctionDef | ast.AsyncFunctionDef, pieces: _Pieces, depth: int) -> None:
+def _add_def(script: Script, func: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, pieces: _Pieces,
+             depth: int) -> None:
     if id(func) in pieces.code:
         return
     if depth > 20:
         raise CannotExtract("what it uses goes too deep")
-    source = _source(func, script)
+    source = _source(func, script)  # the def without its decorators (ast puts them before the def's line)
+    pieces.decorators += [(func.name, " ".join(ast.unparse(d).split()), d.lineno) for d in func.decorator_list]
     pieces.code[id(func)] = (func.lineno, source)
     for name in _free_names(source):
         _resolve(script, name, func, pieces, depth + 1)
@@ -109,7 +125,7 @@ def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int
     if name in script.imports or _imported_module(script, name):
         _add_import(script, name, pieces)
         return
-    func = script.function(name, at)
+    func = script.function(name, at) or _class(script, name, at)
     if func is not None:
         _add_def(script, func, pieces, depth)
         return
@@ -128,6 +144,14 @@ def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int
     for inner in _free_names(source):
         if inner != name:
             _resolve(script, inner, stmt, pieces, depth + 1)
+
+
+def _class(script: Script, name: str, at: ast.AST) -> ast.ClassDef | None:
+    """A class the function uses (`RustTool("build")`), defined where it can see it: copied like a def."""
+    scopes = script.scopes_for(name, at)
+    found = [d for d in script.defs.get(name, []) if isinstance(d, ast.ClassDef)
+             and any(script.scope(d) is s for s in scopes)]
+    return found[0] if len(found) == 1 else None
 
 
 SAFE_CALLS = {"compile", "str", "int", "float", "bool", "len", "set", "frozenset", "list", "dict", "tuple",

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.importing.script_marimo import cell_index, widget
+
 
 def parse(text: str, path: Path) -> ast.Module:
     """ast.parse without the SyntaxWarnings of someone else's code (invalid escapes in docstrings)."""
@@ -62,6 +64,12 @@ class Script:
     arg_defaults: dict[str, ast.Call] = field(default_factory=dict)
     """argparse dest -> its `add_argument(...)`: `args.model_name` reads the default when nothing is passed."""
     defaults_used: set[str] = field(default_factory=set)
+    cells: dict[str, ast.AST] = field(default_factory=dict)
+    """A marimo app's name -> the `@app.cell` function that defines it (script_marimo); empty for a script."""
+    widgets_used: dict[str, int] = field(default_factory=dict)
+    """marimo input widgets whose initial `.value` was read -> their line."""
+    bound: dict[tuple[int, str], ast.AST] = field(default_factory=dict)
+    """(id of a def, parameter) -> the argument the call being followed passes it."""
 
     @classmethod
     def parse(cls, path: Path, text: str, config: dict[str, Any] | None = None) -> Script:
@@ -71,6 +79,7 @@ class Script:
                 script.parents[id(child)] = node
         for node in ast.walk(script.tree):
             script._index(node)
+        script.cells = dict(cell_index(script.tree))
         return script
 
     def _index(self, node: ast.AST) -> None:
@@ -120,9 +129,27 @@ class Script:
             out.append(self.scope(out[-1]))
         return out
 
+    def scopes_for(self, name: str, at: ast.AST) -> list[ast.AST]:
+        """The scopes `name` is looked up in from `at`; in a marimo app the cell defining it comes before the module
+        (a cell's parameters are the names other cells define)."""
+        out = self.scopes(at)
+        cell = self.cells.get(name)
+        if cell is not None and all(cell is not s for s in out):
+            out.insert(len(out) - 1, cell)
+        return out
+
+    def bind(self, func: ast.AST, call: ast.Call) -> None:
+        """Follow `func` as called by `call`: its parameters hold the call's arguments."""
+        params = func.args.args if isinstance(func, ast.FunctionDef | ast.AsyncFunctionDef) else []
+        for param, arg in zip(params, call.args, strict=False):
+            self.bound[(id(func), param.arg)] = arg
+        for kw in call.keywords:
+            if kw.arg is not None and any(p.arg == kw.arg for p in params):
+                self.bound[(id(func), kw.arg)] = kw.value
+
     def assignments(self, name: str, at: ast.AST) -> list[tuple[int, ast.AST, ast.stmt]]:
         """Where `name`, as used at `at`, may have been set: its own scope's assignments, else an outer one's."""
-        for scope in self.scopes(at):
+        for scope in self.scopes_for(name, at):
             found = self.assigns.get((id(scope), name))
             if found:
                 return found
@@ -132,10 +159,15 @@ class Script:
         """The value `name` holds at `at`: the last assignment before that line in the nearest scope that sets it
         (a module constant set after a function that uses it still counts)."""
         line = getattr(at, "lineno", 10**9)
-        for scope in self.scopes(at):
+        own = self.scopes(at)
+        for scope in self.scopes_for(name, at):
             found = self.assigns.get((id(scope), name))
+            if not found and (id(scope), name) in self.bound:
+                return self.bound[(id(scope), name)]
             if not found:
                 continue
+            if all(scope is not s for s in own):  # another marimo cell: what it leaves the name holding
+                return found[-1][1]
             before = [value for _, value, stmt in found if (stmt.end_lineno or stmt.lineno) < line
                       and not self.exclusive(stmt, at)]
             if before:
@@ -171,6 +203,14 @@ class Script:
         if isinstance(node, ast.Name):
             found = self.lookup(node.id, node)
             return self.value(found, depth + 1) if found is not None else NO
+        if isinstance(node, ast.Attribute) and node.attr == "value" and isinstance(node.value, ast.Name) and \
+                (initial := widget(self.lookup(node.value.id, node))) is not None:
+            found = self.value(initial, depth + 1)  # a marimo input as the app starts
+            if found is not NO:
+                self.widgets_used[node.value.id] = getattr(initial, "lineno", 0)
+            return found
+        if isinstance(node, ast.Dict | ast.List | ast.Tuple):
+            return self._container(node, depth)
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.attr in self.config:
             return self.config[node.attr]  # script_args.dataset_id_or_path, model_args.model_name_or_path
         if isinstance(node, ast.Attribute) and node.attr in self.arg_defaults:
@@ -186,6 +226,21 @@ class Script:
             if isinstance(left, str) and isinstance(right, str):
                 return left + right
         return NO
+
+    def _container(self, node: ast.Dict | ast.List | ast.Tuple, depth: int) -> Any:
+        """`{"train": path}`, `[a, b]` whose parts are known."""
+        if isinstance(node, ast.Dict):
+            if any(k is None for k in node.keys):
+                return NO
+            keys = [self.value(k, depth + 1) for k in node.keys]
+            values = [self.value(v, depth + 1) for v in node.values]
+            if any(x is NO for x in keys + values) or not all(isinstance(k, str | int) for k in keys):
+                return NO
+            return dict(zip(keys, values, strict=True))
+        items = [self.value(e, depth + 1) for e in node.elts]
+        if any(x is NO for x in items):
+            return NO
+        return items if isinstance(node, ast.List) else tuple(items)
 
     def _fstring(self, node: ast.JoinedStr, depth: int) -> Any:
         parts = []
@@ -208,7 +263,7 @@ class Script:
     def function(self, name: str, at: ast.AST) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
         """The def `name` used at `at` refers to: one in an enclosing function first, then a module-level one."""
         candidates = [d for d in self.defs.get(name, []) if isinstance(d, ast.FunctionDef | ast.AsyncFunctionDef)]
-        scopes = self.scopes(at)
+        scopes = self.scopes_for(name, at)
         for scope in scopes:
             for candidate in candidates:
                 if self.scope(candidate) is scope:

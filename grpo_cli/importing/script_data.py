@@ -122,7 +122,9 @@ def _helper(script: Script, call: ast.Call, facts: DataFacts, depth: int) -> Non
                and where.scope(n) is func]
     if not returns:
         return
-    if where is not script:
+    if where is script:
+        script.bind(func, call)  # create_dataset(path, SYSTEM_PROMPT): its parameters hold what the call passes
+    else:
         facts.notes.append(f"data from {call.func.id}() in {where.path.name}"  # type: ignore[attr-defined]
                            f" (line {func.lineno}), which {script.path.name} imports")
     _trace(where, returns[-1], facts, depth + 1)

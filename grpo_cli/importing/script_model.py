@@ -16,6 +16,8 @@ MODEL_NEEDED = "__model_needed__"
 ID_KEYWORDS = ("model_name", "pretrained_model_name_or_path", "model_name_or_path", "model_id")
 LORA_KEYS = {"r": "lora_r", "lora_alpha": "lora_alpha", "lora_dropout": "lora_dropout",
              "target_modules": "lora_target_modules"}
+MOVES = {"to", "cuda", "train", "bfloat16", "half", "float"}
+"""Calls on a built model that return it (placed, cast, put in training mode): the model is what they are called on."""
 PRETRAINED_KEYS = {"torch_dtype": "torch_dtype", "dtype": "torch_dtype", "attn_implementation": "attn_implementation",
                    "trust_remote_code": "trust_remote_code", "load_in_4bit": "load_in_4bit",
                    "load_in_8bit": "load_in_8bit"}
@@ -77,6 +79,8 @@ def _trace(script: Script, node: ast.AST, facts: ModelFacts, depth: int) -> None
             _trace(script, base, facts, depth + 1)
     elif name == "prepare_model_for_kbit_training" and node.args:
         _trace(script, node.args[0], facts, depth + 1)
+    elif name in MOVES and receiver(node) is not None:  # from_pretrained(...).to(device)
+        _trace(script, receiver(node), facts, depth + 1)  # type: ignore[arg-type]
     elif name == "from_pretrained":
         _pretrained(script, node, facts)
     else:
@@ -193,7 +197,9 @@ def _lora_keywords(script: Script, call: ast.Call, facts: ModelFacts) -> None:
         elif kw.arg is not None and kw.arg != "use_gradient_checkpointing" and _lora_loss(script, kw):
             facts.lost.append((f"{call_name(call)}({kw.arg}=...)", script.source(kw.value, 50),
                                f"a LoRA option model.lora does not carry (line {call.lineno})"))
-    facts.notes.append(f"LoRA from {call_name(call)}(...) (line {call.lineno}) -> model.lora")
+    note = f"LoRA from {call_name(call)}(...) (line {call.lineno}) -> model.lora"
+    if note not in facts.notes:  # one LoraConfig reached twice (get_peft_model and peft_config=)
+        facts.notes.append(note)
 
 
 def _lora_loss(script: Script, kw: ast.keyword) -> bool:

@@ -124,8 +124,11 @@ def reference(script: Script, item: ast.AST) -> tuple[str | None, str]:
         return f"{script.path.resolve()}:{name}", ""
     if local is not None:
         outer = script.scope(local)
-        return None, (f"{NESTED}{getattr(outer, 'name', 'a function')}() (line {local.lineno}), where "
-                      f"grpo cannot import it: move `def {name}` to the top level of a module")
+        where = f"a marimo cell (the cell at line {getattr(outer, 'lineno', '?')}, the def at line {local.lineno})" \
+            if any(outer is c for c in script.cells.values()) else \
+            f"{getattr(outer, 'name', 'a function')}() (line {local.lineno})"
+        return None, (f"{NESTED}{where}, where grpo cannot import it: move `def {name}` to the top level of a "
+                      "module")
     return _imported(script, name, module)
 
 

@@ -9,8 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.importing.common import NO_REWARD, ImportResult
-from grpo_cli.importing.script_ast import NO, Script, call_name, keyword
+from grpo_cli.importing.script_ast import NO, Script, call_name, keyword, receiver
 from grpo_cli.importing.script_data import held_out, read_data
+from grpo_cli.importing.script_marimo import app_note
 from grpo_cli.importing.script_model import read_model
 from grpo_cli.importing.script_rewards import NESTED, Rewards, read_rewards, trains_at_import
 
@@ -110,9 +111,44 @@ def read_script(path: Path, config: dict[str, Any] | None = None,
         cfg[TRLPARSER] = True
     if (note := script.defaults_note()) is not None:
         skipped.notes.append(note)
+    if script.cells:
+        _gating_widgets(script)
+        skipped.notes += app_note(path.name, script.cells, script.widgets_used)
+    _downloads(script, cfg, skipped)
     if any(m.split(".")[0] == "unsloth" for m in script.imports.values()):
         _unsloth_batch(cfg, skipped)
     return cfg, skipped
+
+
+GATED = {"LoraConfig", "get_peft_model", "GRPOConfig", "from_pretrained", "load_dataset", "BitsAndBytesConfig"}
+"""Calls whose reading depends on the branch an `if widget.value:` takes (`if use_peft_checkbox.value:` LoRA)."""
+
+
+def _gating_widgets(script: Script) -> None:
+    """A marimo input that decides whether a read call runs (the LoRA under `if use_peft_checkbox.value:`) is
+    listed with the widgets read: the recipe follows the branch its initial value takes."""
+    for node in ast.walk(script.tree):
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Attribute) and node.test.attr == "value" and \
+                any(isinstance(n, ast.Call) and call_name(n) in GATED for n in ast.walk(node)):
+            script.value(node.test)
+
+
+def _downloads(script: Script, cfg: dict[str, Any], skipped: ImportResult) -> None:
+    """A data file the script fetches when it is missing (`repo.download(train_file)`): say from where, since the
+    recipe reads the file and nothing fetches it."""
+    files = cfg.get("dataset_files")
+    wanted = set(files.values()) if isinstance(files, dict) else {files} if isinstance(files, str) else set()
+    for call in script.calls("download"):
+        name = script.value(call.args[0]) if call.args else NO
+        if not isinstance(name, str) or name not in wanted:
+            continue
+        owner = receiver(call)
+        built = script.lookup(owner.id, owner) if isinstance(owner, ast.Name) else None
+        origin = script.value(built.args[0]) if isinstance(built, ast.Call) and built.args else NO
+        source = f" from {call_name(built)}({origin!r})" if isinstance(origin, str) else ""  # type: ignore[arg-type]
+        skipped.notes.append(f"data.files: {script.path.name} downloads {name}{source} when it is missing "
+                             f"(`{script.source(call, 50)}`, line {call.lineno}): fetch it beside the recipe before "
+                             "training")
 
 
 def _unsloth_batch(cfg: dict[str, Any], skipped: ImportResult) -> None:
@@ -252,6 +288,13 @@ def extract_rewards(script: Script, rewards: Rewards, module: Path, skipped: Imp
             rewards.entries[i] = (f"{module.resolve()}:{name}", expression, "")
         elif name in found.failed:
             rewards.entries[i] = (None, expression, f"not extracted: {found.failed[name]}")
+    by_decorator: dict[str, list[str]] = {}
+    for func, decorator, line in found.decorators:
+        by_decorator.setdefault(decorator.split("(")[0], []).append(f"{func} (line {line})")
+    for decorator, funcs in by_decorator.items():
+        skipped.drop(f"@{decorator}(...)", ", ".join(funcs), f"a decorator the copies leave off: the wrapper it puts "
+                     f"around each (here {decorator}) is code of {script.path.name} that grpo does not run: the "
+                     "copies are the undecorated functions")
     if found.names:
         write_module(module, found.text)
         skipped.notes.append(f"rewards {', '.join(found.names)} copied with what they use into {module.name} "
