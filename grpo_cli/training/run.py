@@ -253,8 +253,8 @@ def _make_trainer(run: _Run, config: GRPOConfig) -> GRPOTrainer:
     from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
     from grpo_cli.training.health import health_callbacks
     from grpo_cli.training.sampler import resumable
-    from grpo_cli.training.shared_prefill import share_prompt_prefill
     from grpo_cli.training.sharding import ShardingProbe
+    from grpo_cli.training.shared_prefill import share_prompt_prefill
     from grpo_cli.training.step_timing import step_timer
 
     recipe = run.recipe
