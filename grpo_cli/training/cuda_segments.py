@@ -2,7 +2,7 @@
 
 A GRPO step allocates a KV cache that grows token by token, then frees it for a training pass whose activations
 have other sizes. With fixed segments the allocator keeps blocks it cannot reuse: on an H100 the peak reserved
-memory ran 7-31 % above the peak allocated (3.1 GiB on Qwen2.5-0.5B), with expandable segments 1-7 %, and that
+memory ran 6-31 % above the peak allocated (3.1 GiB on Qwen2.5-0.5B), with expandable segments 1-9 %, and that
 is what `grpo memory` plans for (docs/performance.md, "GPU"). A user's own allocator settings win, and colocated
 vLLM is left alone: its sleep mode allocates from a memory pool that expandable segments break.
 """
