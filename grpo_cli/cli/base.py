@@ -128,6 +128,12 @@ def run_check(make: Callable[[], tuple[Any, Renderer]], as_json: bool) -> None:
     exit_with(run_guarded(body))
 
 
+def say_first(text: str, *, stderr: bool = False) -> None:
+    """A command's first line, printed before the seconds of importing torch, TRL or matplotlib (15 s under
+    load), so no command starts in silence; on stderr when stdout carries a JSON document."""
+    (err_console if stderr else console).print(text, markup=False, soft_wrap=True)
+
+
 def exit_with(code: int | None) -> None:
     """End a command with `code` (nothing to do for 0 or None)."""
     if code:

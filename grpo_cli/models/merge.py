@@ -240,9 +240,7 @@ def _processing_class(source: ModelSource) -> tuple[Any, bool]:
 def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: str = "auto", force: bool = False,
                   max_shard_size: str | int = "5GB", console: Console | None = None) -> MergeResult:
     """Fold the adapter at `ref` into its base, verify logits, and save a standalone model in `out`."""
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
-    source = _adapter_source(ref, base)
+    source = _adapter_source(ref, base)  # a full fine-tune or an empty dir is refused before torch loads
     assert source.adapter is not None
     out = Path(out).expanduser()
     _check_out(out, source, force)
@@ -255,7 +253,8 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
     dtype = _pick_dtype(dtype, source.weights)
     notes = _qlora_notes(source, dtype)
     say = console.print if console is not None else (lambda *a, **k: None)
-    say(f"merging {source.adapter} into {source.weights} ({dtype})", markup=False)
+    say(f"merging {source.adapter} into {source.base_reference or source.weights} ({dtype})", markup=False)
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     tokenizer, vision = _processing_class(source)
     model = attach_adapter(load_base(source.weights, dtype=dtype, where="--base"), source, where="--base")
