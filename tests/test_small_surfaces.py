@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.conftest import RECIPES, ROOT, run_cli
 
@@ -43,3 +44,20 @@ def test_an_option_that_is_a_recipe_key_gets_its_override() -> None:
     proc = subprocess.run([sys.executable, "-m", "grpo_cli", "validate", str(DEMO), "--bogus"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 2 and "No such option: --bogus" in proc.stderr  # no recipe key: Click's own word
+
+
+def test_check_rewards_shows_one_row_per_probe_and_a_verdict_per_reward(tmp_path: Path) -> None:
+    (tmp_path / "flat.py").write_text("def flat(completions, **kwargs):\n    return [0.5 for _ in completions]\n",
+                                      encoding="utf-8")
+    recipe = tmp_path / "two.yaml"
+    recipe.write_text(f"extends: {DEMO}\nrewards:\n  - {{name: accuracy, params: {{answer_format: first_number}}}}\n"
+                      "  - {function: flat.py:flat}\n", encoding="utf-8")
+    result = run_cli("check-rewards", recipe, "--samples", "8")
+    assert result.exit_code == 1, result  # the flat reward is a violation
+    lines = result.output.splitlines()
+    assert "score per probe over 8 data rows" in result.output
+    assert sum(1 for ln in lines if ln.startswith("│ reference ")) == 1  # not one per data row
+    accuracy = next(ln for ln in lines if ln.startswith("│ accuracy "))
+    flat = next(ln for ln in lines if ln.startswith("│ flat ") or ln.startswith("│ flat.py"))
+    assert "✓ pass (reference 1, wrong 0)" in accuracy, accuracy
+    assert "✗ constant" in flat, flat
