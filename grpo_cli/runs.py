@@ -103,6 +103,15 @@ def hardware() -> dict[str, Any]:
     return info
 
 
+def share_weights(directory: Path) -> None:
+    """safetensors writes through a private temp file (mode 0600) while every other file follows the umask:
+    give the weights (checkpoints and best/ included) the same mode, so a shared run or served model reads."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in directory.rglob("*.safetensors"):
+        path.chmod(0o666 & ~mask)
+
+
 def now() -> str:
     """UTC timestamp for the manifest."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

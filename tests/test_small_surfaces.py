@@ -3,9 +3,12 @@ names the override, an option that is a recipe key gets its override, weight fil
 
 from __future__ import annotations
 
+import stat
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import RECIPES, ROOT, run_cli
 
@@ -61,3 +64,25 @@ def test_check_rewards_shows_one_row_per_probe_and_a_verdict_per_reward(tmp_path
     flat = next(ln for ln in lines if ln.startswith("│ flat ") or ln.startswith("│ flat.py"))
     assert "✓ pass (reference 1, wrong 0)" in accuracy, accuracy
     assert "✗ constant" in flat, flat
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.slow
+def test_weight_files_are_as_readable_as_the_rest(tmp_path: Path) -> None:
+    from grpo_cli import load_recipe, train
+
+    out = tmp_path / "run"
+    result = train(load_recipe(DEMO, ["training.max_steps=2", "training.per_device_train_batch_size=8",
+                                      "training.num_generations=4", "eval.before_after=false", "model.lora.r=4",
+                                      "training.save_strategy=steps", "training.save_steps=1"]), output_dir=out)
+    assert result.status == "completed"
+    expected = _mode(out / "adapter_config.json")
+    assert expected & stat.S_IROTH  # the umask here (022) makes the rest world-readable
+    weights = list(out.rglob("*.safetensors"))
+    assert len(weights) >= 3 and all(_mode(w) == expected for w in weights), {str(w): oct(_mode(w)) for w in weights}
+    merged = tmp_path / "merged"
+    assert run_cli("merge", out, "--out", merged).exit_code == 0
+    assert _mode(merged / "model.safetensors") == _mode(merged / "config.json") == expected

@@ -269,6 +269,7 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
         with quiet_loading():
             merged.save_pretrained(str(tmp), max_shard_size=max_shard_size)
         tokenizer.save_pretrained(str(tmp))
+        runs.share_weights(tmp)
         del merged
         with quiet_loading():
             reloaded = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(

@@ -374,6 +374,7 @@ def _finish(run: _Run) -> TrainResult:
                         eval_before=result.eval_before.summary() if result.eval_before else None,
                         eval_after=result.eval_after.summary() if result.eval_after else None)
     if is_main_process():
+        runs.share_weights(out)
         runs.write_manifest(out / runs.MANIFEST, run.manifest)
         from grpo_cli.artefacts.report import report_after_training
 
