@@ -58,7 +58,8 @@ WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safeten
 # Per-step logs a resumed run writes again from its checkpoint's step on.
 STEP_LOGS = (METRICS, HEALTH, COMPLETIONS)
 # Entries that do not make a directory "a previous run" (grpo's own bookkeeping).
-BOOKKEEPING = frozenset({LOCK})
+LAUNCH_DIR = "launch"  # `grpo launch slurm` writes its script and the job's logs here, beside the run it starts
+BOOKKEEPING = frozenset({LOCK, LAUNCH_DIR})
 _CHECKPOINT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
 PACKAGES = ("grpo-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers",
@@ -104,8 +105,7 @@ def hardware() -> dict[str, Any]:
 
 
 def share_weights(directory: Path) -> None:
-    """safetensors writes through a private temp file (mode 0600) while every other file follows the umask:
-    give the weights (checkpoints and best/ included) the same mode, so a shared run or served model reads."""
+    """Weights (checkpoints, best/) get the umask's mode like the rest: safetensors writes them 0600."""
     mask = os.umask(0)
     os.umask(mask)
     for path in directory.rglob("*.safetensors"):

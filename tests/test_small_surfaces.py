@@ -86,3 +86,24 @@ def test_weight_files_are_as_readable_as_the_rest(tmp_path: Path) -> None:
     merged = tmp_path / "merged"
     assert run_cli("merge", out, "--out", merged).exit_code == 0
     assert _mode(merged / "model.safetensors") == _mode(merged / "config.json") == expected
+
+
+def test_launch_slurm_writes_into_the_run_and_asks_no_gpus_for_the_cpu_demo(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    refused = run_cli("launch", "slurm", DEMO)
+    assert refused.exit_code == 2 and "On CPU nodes" in refused.output
+    corrected = " ".join(refused.output.split()).split("Corrected command: ", 1)[1]
+    assert corrected.endswith("launch.profile=ddp launch.num_processes=2 --nodes 1 --gpus-per-node 0"), corrected
+    result = run_cli(*shlex.split(corrected)[1:])
+    assert result.exit_code == 0, result
+    script = tmp_path / "outputs" / "demo" / "launch" / "grpo-demo.sbatch"
+    text = script.read_text()
+    assert "--gpus-per-node" not in "".join(ln for ln in text.splitlines() if ln.startswith("#SBATCH"))
+    assert f'#SBATCH --output="{script.parent}/%x-%j.out"' in text
+    assert not list(tmp_path.glob("*.sbatch"))
+    from grpo_cli.runs import plan_output_dir
+
+    assert not plan_output_dir(script.parent.parent, resume=None, force=False, policy="fail").replace
