@@ -53,3 +53,15 @@ def test_a_run_with_one_log_says_why_first_and_last_agree(tmp_path: Path) -> Non
     assert "One training log: first and final are the same step" in report
     longer = run_cli("train", DEMO, *SMALL, "training.max_steps=2", "training.logging_steps=1", "-o", out, "--force")
     assert longer.exit_code == 0 and "the run logged one step" not in longer.output
+
+
+@pytest.mark.slow
+def test_card_and_report_label_the_windows_alike(tmp_path: Path) -> None:
+    from grpo_cli import load_recipe, train
+
+    out = tmp_path / "run"
+    result = train(load_recipe(DEMO, [*SMALL, "training.max_steps=10", "training.logging_steps=1"]), output_dir=out)
+    assert result.status == "completed"
+    card, report = (out / runs.CARD).read_text(), (out / runs.REPORT_SUMMARY).read_text()
+    assert "| metric | first (steps 1–2) | final (steps 9–10) |" in card, card
+    assert "| metric | first (steps 1–2) | best (" in report and "final (steps 9–10) |" in report, report

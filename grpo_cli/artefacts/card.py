@@ -18,7 +18,7 @@ import yaml
 
 from grpo_cli import runs
 from grpo_cli.artefacts.report_data import number_text
-from grpo_cli.artefacts.summary import first_and_last, summary_keys, summary_window, training_logs
+from grpo_cli.artefacts.summary import first_and_last, step_span, summary_keys, summary_window, training_logs
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import read_header
 from grpo_cli.models.publish import gguf_file, hub_base_id, is_full_suite, is_local_path, public_base, scrub
@@ -112,8 +112,9 @@ def _training_lines(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
         return lines
     keys = summary_keys(logs)
     size = summary_window(len(logs))  # the windows `grpo train` and `grpo report` use
-    lines += ["", f"| metric | first (step {logs[size - 1].get('step')}) | final (step {logs[-1].get('step')}) |",
-              "|---|---:|---:|"]
+    first, final = logs[:size], logs[-size:]  # labelled as `grpo report` labels them
+    lines += ["", f"| metric | first ({step_span(first[0].get('step'), first[-1].get('step'))}) | final "
+                  f"({step_span(final[0].get('step'), final[-1].get('step'))}) |", "|---|---:|---:|"]
     for k, a, b in first_and_last(logs, keys):
         if a is not None or b is not None:
             lines.append(f"| {k} | {'-' if a is None else f'{a:.4f}'} | {'-' if b is None else f'{b:.4f}'} |")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.artefacts.report_data import RunData, load_run, num, number_text, reward_keys, series, task_keys
-from grpo_cli.artefacts.summary import summary_keys, summary_window, window_mean
+from grpo_cli.artefacts.summary import step_span, summary_keys, summary_window, window_mean
 from grpo_cli.artefacts.time_split import time_split_markdown
 from grpo_cli.tools import stats_markdown
 
@@ -87,7 +87,7 @@ def _f(value: Any) -> str:
 
 
 def _steps(w: Window) -> str:
-    return f"step {w.first_step}" if w.first_step == w.last_step else f"steps {w.first_step}–{w.last_step}"
+    return step_span(w.first_step, w.last_step)
 
 
 def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
