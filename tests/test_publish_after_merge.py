@@ -118,3 +118,43 @@ def test_a_base_with_no_hub_name_is_asked_for(tmp_path: Path) -> None:
     assert "the card's metadata names no Hub base model (bundled:tiny-arith" in text and "--base-model" in text
     merged = run_cli("merge", out, "--out", tmp_path / "merged")
     assert "pass `--base-model ORG/NAME` to `grpo push`" in " ".join(merged.output.split())
+
+
+def test_gguf_export_round_trips_and_the_card_says_so(merged: tuple[Path, Path], tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import ModelCard
+
+    from grpo_cli.artefacts.hub import stage_run
+    from grpo_cli.gguf_source import read_header
+
+    run, out = merged
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # the read-back conversions go here
+    for kind, quant in (("q8_0", "Q8_0"), ("f16", "F16")):
+        result = run_cli("export", out, "--gguf", "--type", kind)
+        assert result.exit_code == 0, result
+        path = out / f"sm-merged-{kind}.gguf"
+        info = read_header(path)
+        assert info.architecture == "llama" and info.quantization == quant and info.chat_template
+        assert "verified: read back through grpo's GGUF loader" in " ".join(result.output.split())
+    card = ModelCard.load(out / "README.md")
+    assert "## GGUF" in card.text and "`sm-merged-q8_0.gguf` (Q8_0, in this repository)" in card.text
+    assert all(s in card.text for s in SECTIONS) and card.data.base_model == HUB_BASE
+    staged = stage_run(out, "someone/sm-merged")
+    assert {"sm-merged-f16.gguf", "sm-merged-q8_0.gguf"} <= set(staged.files)
+    again = run_cli("export", out, "--gguf")
+    assert again.exit_code == 2 and "already exists" in again.output
+
+    lora = run_cli("export", run, "--gguf")
+    assert lora.exit_code == 2 and "Merge it first: grpo merge" in " ".join(lora.output.split())
+    assert run_cli("export", out).exit_code == 2  # no format named
+
+
+def test_a_gguf_that_does_not_reproduce_the_model_is_not_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from grpo_cli.paths import ASSETS_DIR
+
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
+    target = tmp_path / "tiny.gguf"
+    # The bundled toy's character vocabulary has no merges: read back, its tokenizer splits text differently.
+    result = run_cli("export", ASSETS_DIR / "tiny-arith", "--gguf", "-o", target)
+    assert result.exit_code == 2 and "does not reproduce the model" in result.output, result
+    assert not target.exists() and not list(tmp_path.glob(".tiny.gguf*"))

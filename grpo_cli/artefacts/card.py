@@ -25,6 +25,8 @@ from grpo_cli.models.publish import gguf_file, hub_base_id, is_full_suite, is_lo
 from grpo_cli.paths import is_gguf_reference, is_hub_id, resolve
 
 CARD_FILE = runs.CARD
+GGUF_RECORD = "grpo_gguf.json"
+"""What `grpo export --gguf` verified, per file; the card's GGUF section reads it."""
 SUITE_DATASETS = {"gsm8k": ("openai/gsm8k", "GSM8K", "test"), "math500": ("HuggingFaceH4/MATH-500", "MATH-500", "test"),
                   "svamp": ("ChilleD/SVAMP", "SVAMP", "test")}
 
@@ -223,10 +225,45 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, 
         lines += ["## Training curves", "", "![training curves](report.png)", ""]
     if recipe:
         lines += ["## Recipe", "", "```yaml", yaml.safe_dump(recipe, sort_keys=False).rstrip(), "```", ""]
+    lines += gguf_lines(target)
     versions = manifest.get("versions") or {}
     if versions:
         lines += ["## Framework versions", "", *(f"- {k}: {v}" for k, v in versions.items()), ""]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)).content
+
+
+def gguf_lines(target: Path) -> list[str]:
+    """The card's GGUF section: each file `grpo export --gguf` wrote and verified (grpo_gguf.json)."""
+    entries = _read(target / GGUF_RECORD)
+    entries = [e for e in entries if isinstance(e, dict) and e.get("file")] if isinstance(entries, list) else []
+    if not entries:
+        return []
+    lines = ["## GGUF", ""]
+    for e in entries:
+        where = "in this repository" if e.get("in_model_dir") else "written beside it"
+        lines.append(f"- `{e['file']}` ({str(e.get('type', '?')).upper()}, {where}): read back through transformers' "
+                     f"GGUF loader, its logits are within {float(e.get('max_logit_diff', 0)):.3g} of this model's "
+                     f"(tolerance {float(e.get('tolerance', 0)):.3g}); runs with llama.cpp and Ollama.")
+    return [*lines, ""]
+
+
+def refresh_gguf_section(target: Path) -> None:
+    """Put the GGUF section into an existing grpo card in place (a merged model's card is not rebuilt without its
+    run), before its framework versions."""
+    path = target / CARD_FILE
+    if not path.is_file():
+        return
+    text = path.read_text(encoding="utf-8")
+    if "grpo-cli" not in text.split("\n---", 1)[0]:
+        return  # not a card grpo wrote
+    head, sep, rest = text.partition("\n## GGUF\n")
+    if sep:  # drop the old section: up to the next heading
+        after = rest.split("\n## ", 1)
+        text = head + ("\n## " + after[1] if len(after) > 1 else "\n")
+    section = "\n".join(gguf_lines(target))
+    marker = "## Framework versions"
+    text = text.replace(marker, section + marker, 1) if marker in text else text.rstrip("\n") + "\n\n" + section
+    path.write_text(text, encoding="utf-8")
 
 
 def write_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, name: str | None = None) -> Path:

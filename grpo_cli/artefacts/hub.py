@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 UPLOAD_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
                    "adapter_config.json", "tokenizer*", "special_tokens_map.json", "vocab.*", "merges.txt",
                    "chat_template.*", "added_tokens.json", CARD_FILE, runs.REPORT_IMAGE, runs.REPORT_SUMMARY,
-                   runs.RECIPE, runs.MANIFEST, runs.suite_result("*"), runs.MERGE_INFO)
+                   runs.RECIPE, runs.MANIFEST, runs.suite_result("*"), runs.MERGE_INFO, "*.gguf", "grpo_gguf.json")
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
 
 
