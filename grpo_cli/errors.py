@@ -41,13 +41,14 @@ class GrpoError(Exception):
 class RecipeError(GrpoError):
     """One or more problems found in a recipe; all are reported at once."""
 
-    def __init__(self, problems: list[Problem], *, source: str = "") -> None:
+    def __init__(self, problems: list[Problem], *, source: str = "", head: str = "") -> None:
         self.problems = list(problems)
         self.source = source
+        self.head = head
         Exception.__init__(self, self.render())
 
     def render(self) -> str:
-        head = f"Recipe {self.source} is not valid" if self.source else "The recipe is not valid"
+        head = self.head or (f"Recipe {self.source} is not valid" if self.source else "The recipe is not valid")
         if len(self.problems) == 1:
             return f"{head}: {self.problems[0].render()}"
         lines = [f"{head} ({len(self.problems)} problems):"]

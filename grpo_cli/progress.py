@@ -1,9 +1,11 @@
 """Progress of a long phase (held-out sampling, tool episodes) on the console, in a terminal and when piped.
 
 A phase opens `reporting(console, label, total)`; the loops deep inside (batched generation, tool
-episodes) call `advance(n)` and know nothing about consoles. In a terminal that is a transient rich
-bar; when the output is piped (a log file, CI) it is a plain line at most every `PIPED_EVERY_S`
-seconds, so a long evaluation is never silent. With no phase open, `advance` does nothing.
+episodes) call `advance(n, detail)` and know nothing about consoles. In a terminal that is a transient rich
+bar that refreshes itself (its clock moves while a batch of 32 long answers is generated); when the output
+is piped (a log file, CI) it is a plain line at most every `PIPED_EVERY_S` seconds, written on any
+`advance`, `advance(0)` included, so a generation loop that calls it per token is never silent. With no
+phase open, `advance` does nothing.
 """
 
 from __future__ import annotations
@@ -25,28 +27,29 @@ class _Reporter:
     def __init__(self, console: Console, label: str, total: int, unit: str) -> None:
         self.console, self.label, self.total, self.unit = console, label, total, unit
         self.done = 0
+        self.detail = ""
         self.started = self._last = time.monotonic()
         self.bar: Any = None
         if console.is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
             self.bar = Progress(TextColumn(f"{label}"), BarColumn(), MofNCompleteColumn(), TextColumn(unit),
-                                TimeElapsedColumn(), console=console, transient=True, auto_refresh=False)
+                                TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console,
+                                transient=True, auto_refresh=True, refresh_per_second=2)
+            self.task = self.bar.add_task(label, total=total, detail="")
             self.bar.start()
-            self.task = self.bar.add_task(label, total=total)
-            self.bar.refresh()
 
-    def advance(self, n: int) -> None:
+    def advance(self, n: int, detail: str | None = None) -> None:
         self.done = min(self.total, self.done + n)
+        if detail is not None:
+            self.detail = detail
         now = time.monotonic()
         if self.bar is not None:
-            self.bar.update(self.task, completed=self.done)
-            if now - self._last > 0.2:
-                self._last = now
-                self.bar.refresh()
+            self.bar.update(self.task, completed=self.done, detail=self.detail)
         elif now - self._last >= PIPED_EVERY_S and self.done < self.total:
             self._last = now
-            self.console.print(f"  {self.label}: {self.done}/{self.total} {self.unit}, "
+            more = f", {self.detail}" if self.detail else ""
+            self.console.print(f"  {self.label}: {self.done}/{self.total} {self.unit}{more}, "
                                f"{now - self.started:.0f} s", markup=False, soft_wrap=True)
 
     def close(self) -> None:
@@ -69,11 +72,17 @@ def reporting(console: Console | None, label: str, total: int, unit: str = "") -
         reporter.close()
 
 
-def advance(n: int = 1) -> None:
-    """`n` more units of the current phase are done (no-op outside `reporting`)."""
+def advance(n: int = 1, detail: str | None = None) -> None:
+    """`n` more units of the current phase are done, `detail` says where within the unit the work is
+    (e.g. "batch 1/1, token 120/512"); no-op outside `reporting`."""
     reporter = _current.get()
     if reporter is not None:
-        reporter.advance(n)
+        reporter.advance(n, detail)
+
+
+def active() -> bool:
+    """Whether a phase is open, so a loop skips the bookkeeping for progress nobody sees."""
+    return _current.get() is not None
 
 
 def silence_cpu_accelerator_notice() -> None:

@@ -58,7 +58,8 @@ WEIGHT_FILES = ("model.safetensors", "adapter_model.safetensors", "model.safeten
 # Per-step logs a resumed run writes again from its checkpoint's step on.
 STEP_LOGS = (METRICS, HEALTH, COMPLETIONS)
 # Entries that do not make a directory "a previous run" (grpo's own bookkeeping).
-BOOKKEEPING = frozenset({LOCK})
+LAUNCH_DIR = "launch"  # `grpo launch slurm` writes its script and the job's logs here, beside the run it starts
+BOOKKEEPING = frozenset({LOCK, LAUNCH_DIR})
 _CHECKPOINT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
 
 PACKAGES = ("grpo-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers",
@@ -101,6 +102,14 @@ def hardware() -> dict[str, Any]:
     except ImportError:
         pass
     return info
+
+
+def share_weights(directory: Path) -> None:
+    """Weights (checkpoints, best/) get the umask's mode like the rest: safetensors writes them 0600."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in directory.rglob("*.safetensors"):
+        path.chmod(0o666 & ~mask)
 
 
 def now() -> str:

@@ -94,7 +94,7 @@ def test_the_readme_cluster_example_works_as_printed(tmp_path: Path, monkeypatch
     (tmp_path / "recipes").symlink_to(RECIPES)
     result = run_cli(*shlex.split(line.split("#")[0])[1:])
     assert result.exit_code == 0, result.output
-    assert list(tmp_path.glob("*.sbatch"))
+    assert list(tmp_path.glob("outputs/*/launch/*.sbatch"))  # with the run, not in the repository
 
 
 def test_launch_refuses_what_cannot_run_and_writes_nothing(tmp_path: Path, monkeypatch) -> None:

@@ -60,3 +60,16 @@ def test_readme_python_snippet_trains_as_it_says(tmp_path) -> None:
     status, before, after = out.stdout.strip().splitlines()[-1].split()
     assert status == "completed" and 0.0 <= float(before) <= 1.0 and 0.0 <= float(after) <= 1.0
     assert (tmp_path / "outputs" / "notebook" / "manifest.json").is_file()
+
+
+def test_each_setup_command_has_its_cpu_torch_variant_right_after_it() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    quick = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    cpu = "--extra-index-url https://download.pytorch.org/whl/cpu"
+    for block in _bash_blocks():
+        after = quick.split(block, 1)[1].split("```", 2)[1]  # the text between this block and the next one
+        variant = next(line for line in after.splitlines() if cpu in line)
+        assert variant.strip(" .`").replace("`", "").split(": ", 1)[-1].replace(f" {cpu}", "") == block, variant
+    assert "minutes" in quick.split("Run the tests", 1)[1].split("```", 1)[0]  # what the test command costs
+    quick_check = re.search(r"pytest -q ((?:tests/\S+\.py ?)+)", quick)
+    assert quick_check and all((ROOT / f).is_file() for f in quick_check.group(1).split())

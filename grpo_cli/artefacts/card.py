@@ -18,13 +18,15 @@ import yaml
 
 from grpo_cli import runs
 from grpo_cli.artefacts.report_data import number_text
-from grpo_cli.artefacts.summary import first_and_last, summary_keys, summary_window, training_logs
+from grpo_cli.artefacts.summary import first_and_last, step_span, summary_keys, summary_window, training_logs
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import read_header
-from grpo_cli.models.publish import is_full_suite, public_base, scrub
+from grpo_cli.models.publish import gguf_file, hub_base_id, is_full_suite, is_local_path, public_base, scrub
 from grpo_cli.paths import is_gguf_reference, is_hub_id, resolve
 
 CARD_FILE = runs.CARD
+GGUF_RECORD = "grpo_gguf.json"
+"""What `grpo export --gguf` verified, per file; the card's GGUF section reads it."""
 SUITE_DATASETS = {"gsm8k": ("openai/gsm8k", "GSM8K", "test"), "math500": ("HuggingFaceH4/MATH-500", "MATH-500", "test"),
                   "svamp": ("ChilleD/SVAMP", "SVAMP", "test")}
 
@@ -42,9 +44,10 @@ def base_license(base: str) -> str | None:
     a GGUF file's `general.license`."""
     from huggingface_hub import ModelCard
 
-    if is_gguf_reference(base):
+    gguf = gguf_file(base)  # a GGUF reference, or the cache directory converted from one
+    if gguf is not None or is_gguf_reference(base):
         try:
-            value = read_header(resolve(base)).metadata.get("general.license")
+            value = read_header(gguf or resolve(base)).metadata.get("general.license")
         except GrpoError:
             return None
         return value if isinstance(value, str) else None
@@ -86,8 +89,9 @@ def _front_matter(recipe: dict[str, Any], base: str, adapter: bool, name: str,
                         metric_value=round(float(s["accuracy"]), 4))
              for s in suites if s.get("suite") in SUITE_DATASETS and isinstance(s.get("accuracy"), (int, float))
              and is_full_suite(s)]  # a `--limit` smoke test is not a benchmark result
+    hub = hub_base_id(base)
     return ModelCardData(
-        base_model=base if is_hub_id(base, owner=True) else None,
+        base_model=hub[0] if hub else None,
         library_name="peft" if adapter else "transformers",
         tags=["grpo", "trl", "grpo-cli", *(["lora"] if adapter else [])],
         datasets=[data_ref] if isinstance(data_ref, str) and is_hub_id(data_ref, owner=True) else None,
@@ -110,8 +114,9 @@ def _training_lines(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
         return lines
     keys = summary_keys(logs)
     size = summary_window(len(logs))  # the windows `grpo train` and `grpo report` use
-    lines += ["", f"| metric | first (step {logs[size - 1].get('step')}) | final (step {logs[-1].get('step')}) |",
-              "|---|---:|---:|"]
+    first, final = logs[:size], logs[-size:]  # labelled as `grpo report` labels them
+    lines += ["", f"| metric | first ({step_span(first[0].get('step'), first[-1].get('step'))}) | final "
+                  f"({step_span(final[0].get('step'), final[-1].get('step'))}) |", "|---|---:|---:|"]
     for k, a, b in first_and_last(logs, keys):
         if a is not None or b is not None:
             lines.append(f"| {k} | {'-' if a is None else f'{a:.4f}'} | {'-' if b is None else f'{b:.4f}'} |")
@@ -179,8 +184,9 @@ def _eval_lines(manifest: dict[str, Any], suites: list[dict[str, Any]], recipe: 
                      "`grpo eval --suite NAME` on the run dir before writing the card)."]
 
 
-def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) -> str:
-    """The card's text for the model in `target`, made by the run in `run_dir` (None: only what target holds)."""
+def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, name: str | None = None) -> str:
+    """The card's text for the model in `target`, made by the run in `run_dir` (None: only what target holds);
+    `name` titles it when target is not where the model will live (`grpo merge` writes into a temporary dir)."""
     from huggingface_hub import ModelCard
 
     run = run_dir or target
@@ -189,18 +195,21 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) 
     recipe = recipe if isinstance(recipe, dict) else {}  # a hand-edited file must not break the card
     manifest = manifest if isinstance(manifest, dict) else {}
     suites = suite_results(target, run)
-    name = target.resolve().name
+    name = name or target.resolve().name
     from grpo_cli.models.vision import is_vision_language
 
     vision = any((d / n).is_file() for d in (target, run) for n in ("preprocessor_config.json", "processor_config.json")
                  ) or is_vision_language((recipe.get("model") or {}).get("kind", "auto") if recipe else "auto", base,
                                          local_only=True)
     data = _front_matter(recipe, base, adapter, name, suites, vision)
-    base = public_base(base)  # never this machine's path: a Hub id, `bundled:NAME`, or the folder's name
+    shown = public_base(base)  # never this machine's path: a Hub id, `bundled:NAME`, or the folder's name
+    hub = data.base_model
+    named = f"`{hub or shown}`" + (f" (trained from `{shown}`)" if hub and hub != shown and not is_local_path(base)
+                                   else "")
     recipe = scrub(recipe)
     what = "a LoRA adapter for" if adapter else "a fine-tune of"
     trl = (manifest.get("versions") or {}).get("trl")
-    lines = [f"# {name}", "", f"{name} is {what} `{base}`, trained with GRPO (Group Relative Policy Optimization) "
+    lines = [f"# {name}", "", f"{name} is {what} {named}, trained with GRPO (Group Relative Policy Optimization) "
              f"using TRL{f' {trl}' if trl else ''} through grpo-cli.", ""]
     rewards = recipe.get("rewards") or []
     if rewards:
@@ -216,15 +225,50 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) 
         lines += ["## Training curves", "", "![training curves](report.png)", ""]
     if recipe:
         lines += ["## Recipe", "", "```yaml", yaml.safe_dump(recipe, sort_keys=False).rstrip(), "```", ""]
+    lines += gguf_lines(target)
     versions = manifest.get("versions") or {}
     if versions:
         lines += ["## Framework versions", "", *(f"- {k}: {v}" for k, v in versions.items()), ""]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)).content
 
 
-def write_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool) -> Path:
+def gguf_lines(target: Path) -> list[str]:
+    """The card's GGUF section: each file `grpo export --gguf` wrote and verified (grpo_gguf.json)."""
+    entries = _read(target / GGUF_RECORD)
+    entries = [e for e in entries if isinstance(e, dict) and e.get("file")] if isinstance(entries, list) else []
+    if not entries:
+        return []
+    lines = ["## GGUF", ""]
+    for e in entries:
+        where = "in this repository" if e.get("in_model_dir") else "written beside it"
+        lines.append(f"- `{e['file']}` ({str(e.get('type', '?')).upper()}, {where}): read back through transformers' "
+                     f"GGUF loader, its logits are within {float(e.get('max_logit_diff', 0)):.3g} of this model's "
+                     f"(tolerance {float(e.get('tolerance', 0)):.3g}); runs with llama.cpp and Ollama.")
+    return [*lines, ""]
+
+
+def refresh_gguf_section(target: Path) -> None:
+    """Put the GGUF section into an existing grpo card in place (a merged model's card is not rebuilt without its
+    run), before its framework versions."""
+    path = target / CARD_FILE
+    if not path.is_file():
+        return
+    text = path.read_text(encoding="utf-8")
+    if "grpo-cli" not in text.split("\n---", 1)[0]:
+        return  # not a card grpo wrote
+    head, sep, rest = text.partition("\n## GGUF\n")
+    if sep:  # drop the old section: up to the next heading
+        after = rest.split("\n## ", 1)
+        text = head + ("\n## " + after[1] if len(after) > 1 else "\n")
+    section = "\n".join(gguf_lines(target))
+    marker = "## Framework versions"
+    text = text.replace(marker, section + marker, 1) if marker in text else text.rstrip("\n") + "\n\n" + section
+    path.write_text(text, encoding="utf-8")
+
+
+def write_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, name: str | None = None) -> Path:
     """Write target/README.md (and copy the report image beside it when it lives elsewhere)."""
-    text = build_card(target, run_dir=run_dir, base=base, adapter=adapter)
+    text = build_card(target, run_dir=run_dir, base=base, adapter=adapter, name=name)
     image = (run_dir or target) / runs.REPORT_IMAGE
     if image.is_file() and not (target / runs.REPORT_IMAGE).exists():
         shutil.copy2(image, target / runs.REPORT_IMAGE)

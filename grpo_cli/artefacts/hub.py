@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from grpo_cli import runs
 from grpo_cli.artefacts.card import CARD_FILE, suite_results, write_card
 from grpo_cli.errors import GrpoError
-from grpo_cli.models.publish import is_full_suite, is_local_path
+from grpo_cli.models.publish import is_full_suite, is_local_path, public_base
 from grpo_cli.paths import is_hub_id
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 UPLOAD_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
                    "adapter_config.json", "tokenizer*", "special_tokens_map.json", "vocab.*", "merges.txt",
                    "chat_template.*", "added_tokens.json", CARD_FILE, runs.REPORT_IMAGE, runs.REPORT_SUMMARY,
-                   runs.RECIPE, runs.MANIFEST, runs.suite_result("*"), runs.MERGE_INFO)
+                   runs.RECIPE, runs.MANIFEST, runs.suite_result("*"), runs.MERGE_INFO, "*.gguf", "grpo_gguf.json")
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
 
 
@@ -92,29 +92,23 @@ def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None) 
     if not any((folder / w).is_file() for w in WEIGHTS):
         raise GrpoError(f"{folder} holds no final model (no {' or '.join(WEIGHTS[::2])})", where="RUN_DIR",
                         fix="Push a finished run, a checkpoint's parent after training completed, or a merged model.")
-    from grpo_cli.models.sources import read_json
-
     adapter = (folder / "adapter_config.json").is_file()
-    run_dir_ = folder if (folder / runs.RECIPE).is_file() else None
-    if adapter:
-        base = str(read_json(folder / "adapter_config.json").get("base_model_name_or_path") or "unknown")
-        named = _recipe_base(folder)
-        if is_local_path(base) and named and not is_local_path(named):
-            base = named  # PEFT wrote where the base sat on disk; the recipe says what it is (hub id, bundled:)
-    else:
-        recipe = (read_json(folder / runs.MERGE_INFO).get("base") if (folder / runs.MERGE_INFO).is_file()
-                  else None)
-        base = recipe or _recipe_base(folder) or "unknown"
+    base = _base_of(folder, adapter)
     if base_model is not None and not is_hub_id(base_model, owner=True):
         raise GrpoError(f"{base_model!r} is not a Hub model id", where="--base-model",
                         fix="Name the base model as the Hub does, `org/name` (e.g. Qwen/Qwen2.5-0.5B-Instruct).")
     _check_files(folder)
-    write_card(folder, run_dir=run_dir_, base=base_model or base, adapter=adapter)
+    kept = _card(folder, base, base_model, adapter)
     card = ModelCard.load(folder / CARD_FILE)  # the Hub's own parser: bad front matter raises here
     if "grpo" not in (card.data.tags or []):
         raise GrpoError(f"the model card in {folder} lost its tags", where=CARD_FILE)
     staged = StagedPush(folder, staged_files(folder), repo_id)
+    if kept:
+        staged.warnings.append(kept)
     _scrub_local_paths(staged, base, base_model)
+    if not card.data.base_model:
+        staged.warnings.append(f"the card's metadata names no Hub base model ({public_base(base)} does not say which "
+                               "Hub model it is); pass `--base-model ORG/NAME` so the Hub links the base")
     for s in (s for s in suite_results(folder) if not is_full_suite(s)):
         staged.warnings.append(
             f"{runs.suite_result(str(s.get('suite')))} covers {s.get('problems')} of {s.get('suite_size', '?')} "
@@ -155,28 +149,84 @@ def _check_files(folder: Path) -> None:
             sanitized(folder / name)
 
 
-def _scrub_local_paths(staged: StagedPush, base: str, base_model: str | None) -> None:
-    """Send adapter_config.json, manifest.json and recipe.yaml without this machine's paths, and say so."""
-    from grpo_cli.models.publish import public_base, sanitized
+def _merge_info(folder: Path) -> dict[str, Any]:
+    from grpo_cli.models.sources import read_json
 
-    named = public_base(base, base_model)
-    for name in ("adapter_config.json", runs.MANIFEST, runs.RECIPE):
+    return read_json(folder / runs.MERGE_INFO) if (folder / runs.MERGE_INFO).is_file() else {}
+
+
+def _base_of(folder: Path, adapter: bool) -> str:
+    """The base model as the run named it: a recipe's reference over PEFT's local path; a merge's record."""
+    from grpo_cli.models.sources import read_json
+
+    if adapter:
+        base = str(read_json(folder / "adapter_config.json").get("base_model_name_or_path") or "unknown")
+        named = _recipe_base(folder)
+        if is_local_path(base) and named and not is_local_path(named):
+            base = named  # PEFT wrote where the base sat on disk; the recipe says what it is (hub id, bundled:)
+        return base
+    return str(_merge_info(folder).get("base") or _recipe_base(folder) or "unknown")
+
+
+def _card(folder: Path, base: str, base_model: str | None, adapter: bool) -> str | None:
+    """(Re)write the card from the run's files; a merged model whose run is not on this machine keeps the card
+    `grpo merge` wrote (every section), with only `base_model` set from --base-model. Returns a note then."""
+    run = folder if (folder / runs.RECIPE).is_file() else None
+    recorded = _merge_info(folder).get("run_dir")
+    if run is None and isinstance(recorded, str) and (Path(recorded) / runs.RECIPE).is_file():
+        run = Path(recorded)
+    existing = folder / CARD_FILE
+    if run is None and (folder / runs.MERGE_INFO).is_file() and existing.is_file():
+        from huggingface_hub import ModelCard
+
+        card = ModelCard.load(existing)
+        if "grpo-cli" in (card.data.tags or []):
+            if base_model:
+                card.data.base_model = base_model
+                card.save(existing)
+            return (f"{CARD_FILE} is kept as `grpo merge` wrote it: the run it came from is not on this machine, "
+                    "so results evaluated since are not added")
+    write_card(folder, run_dir=run, base=base_model or base, adapter=adapter)
+    return None
+
+
+def _scrub_local_paths(staged: StagedPush, base: str, base_model: str | None) -> None:
+    """Send adapter_config.json, manifest.json, recipe.yaml, grpo_merge.json and report.md without this machine's
+    paths, and adapter_config.json naming its base by a Hub id when one is known; say so."""
+    from grpo_cli.models.publish import sanitized
+
+    for name in ("adapter_config.json", runs.MANIFEST, runs.RECIPE, runs.MERGE_INFO, runs.REPORT_SUMMARY):
         if name not in staged.files:
             continue
         content, paths = sanitized(staged.folder / name)
-        if name == "adapter_config.json" and paths:
-            data = json.loads(content)
-            data["base_model_name_or_path"] = named
-            content = (json.dumps(data, indent=2) + "\n").encode()
-            hint = "" if is_hub_id(named, owner=True) else (
-                ", which PEFT cannot load from the Hub; pass `--base-model ORG/NAME` with the base model's Hub id")
-            staged.warnings.append(f"adapter_config.json names the base model by its path on this machine "
-                                   f"({paths[0]}): it is sent as {named!r}{hint}")
-        if paths:
+        if name == "adapter_config.json":
+            content = _adapter_config(staged, content, paths, base, base_model)
+        if paths or content != (staged.folder / name).read_bytes():
             staged.replaced[name] = content
     others = [n for n in staged.replaced if n != "adapter_config.json"]
     if others:
         staged.warnings.append(f"local paths in {', '.join(others)} are sent as their last component only")
+
+
+def _adapter_config(staged: StagedPush, content: bytes, paths: list[str], base: str, base_model: str | None
+                    ) -> bytes:
+    """adapter_config.json as sent: its base a Hub id (--base-model, or what the base's files name) whenever
+    the saved one is a path, `bundled:` or `package:` reference that nobody else can load."""
+    from grpo_cli.models.publish import hub_base_id
+
+    on_disk = json.loads((staged.folder / "adapter_config.json").read_text(encoding="utf-8"))
+    saved = str(on_disk.get("base_model_name_or_path") or "")
+    if is_hub_id(saved, owner=True) and not paths and not base_model:
+        return content
+    data = json.loads(content)
+    found = (base_model, "--base-model") if base_model else hub_base_id(base) or hub_base_id(saved)
+    named = found[0] if found else public_base(base)
+    data["base_model_name_or_path"] = named
+    where = f"its path on this machine ({paths[0]})" if paths else repr(saved)
+    how = (f" (from {found[1]})" if found[1] != "--base-model" else "") if found else (
+        ", which PEFT cannot load from the Hub; pass `--base-model ORG/NAME` with the base model's Hub id")
+    staged.warnings.append(f"adapter_config.json names the base model by {where}: it is sent as {named!r}{how}")
+    return (json.dumps(data, indent=2) + "\n").encode()
 
 
 def _recipe_base(folder: Path) -> str | None:

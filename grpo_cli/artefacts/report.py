@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.artefacts.report_data import RunData, load_run, num, number_text, reward_keys, series, task_keys
-from grpo_cli.artefacts.summary import summary_keys, summary_window, window_mean
+from grpo_cli.artefacts.summary import step_span, summary_keys, summary_window, window_mean
 from grpo_cli.artefacts.time_split import time_split_markdown
 from grpo_cli.tools import stats_markdown
 
@@ -87,7 +87,7 @@ def _f(value: Any) -> str:
 
 
 def _steps(w: Window) -> str:
-    return f"step {w.first_step}" if w.first_step == w.last_step else f"steps {w.first_step}–{w.last_step}"
+    return step_span(w.first_step, w.last_step)
 
 
 def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
@@ -106,6 +106,9 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines.append(f"- {len(logs)} training log{plural}, steps {logs[0].get('step')}–{last.get('step')}"
                  + (f", {last['time']:.0f} s" if num(last.get("time")) is not None else ""))
     lines += ["", f"## Training (windows of {summary.size} logging step{'s' if summary.size > 1 else ''})", ""]
+    if len(logs) == 1:  # a run shorter than logging_steps: say why the columns agree and the curves are dots
+        lines += ["One training log: first and final are the same step (training.max_steps is not above "
+                  "training.logging_steps); set training.logging_steps=1 for curves.", ""]
     cols = [(name, w) for name, w in (("first", summary.first), ("best", summary.best), ("final", summary.final))
             if w is not None]
     lines.append("| metric | " + " | ".join(f"{n} ({_steps(w)})" for n, w in cols) + " |")

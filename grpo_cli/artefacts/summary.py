@@ -21,6 +21,11 @@ def summary_window(num_logs: int) -> int:
     return max(1, num_logs // 5)
 
 
+def step_span(first: Any, last: Any) -> str:
+    """How a window is labelled everywhere (`grpo report`, the model card): `step 4` or `steps 1–4`."""
+    return f"step {first}" if first == last else f"steps {first}–{last}"
+
+
 def training_logs(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The training records of a run's logs (the ones that carry a reward; evaluation rows do not)."""
     return [r for r in records if "reward" in r]

@@ -128,6 +128,12 @@ def run_check(make: Callable[[], tuple[Any, Renderer]], as_json: bool) -> None:
     exit_with(run_guarded(body))
 
 
+def say_first(text: str, *, stderr: bool = False) -> None:
+    """A command's first line, printed before the seconds of importing torch, TRL or matplotlib (15 s under
+    load), so no command starts in silence; on stderr when stdout carries a JSON document."""
+    (err_console if stderr else console).print(text, markup=False, soft_wrap=True)
+
+
 def exit_with(code: int | None) -> None:
     """End a command with `code` (nothing to do for 0 or None)."""
     if code:
@@ -165,6 +171,26 @@ def load(recipe: Path, overrides: list[str] | None, **launch: Any) -> Any:
 _FAST_EXIT = {"validate", "schema", "--help", "--version"}
 
 
+def _option_hint(app: typer.Typer, argv: list[str]) -> str | None:
+    """The override to write for an `--option` that is a recipe key (`--max-steps 3`), before Click refuses it."""
+    verb = next((a for a in argv if not a.startswith("-")), None)
+    rest = argv[argv.index(verb) + 1:] if verb else []
+    if not any(a.startswith("--") and a not in ("--help", "--json") for a in rest):
+        return None
+    import typer.main
+
+    commands = getattr(typer.main.get_command(app), "commands", None) or {}  # Typer may vendor its own Click
+    command = commands.get(verb or "")
+    if command is None or hasattr(command, "commands"):  # not a verb here, or one with sub-verbs
+        return None
+    from rich.markup import escape
+
+    from grpo_cli.cli.option_hints import unknown_option_hint
+
+    found = unknown_option_hint(command, rest, verb or "")
+    return escape(found) if found else None
+
+
 def run_app(app: typer.Typer) -> None:
     """Run `app` on the command line; commands that only read and print skip interpreter teardown, keep the
     garbage collector off (`main` turned it off) and never import DeepSpeed, whose CPU notice the others
@@ -172,6 +198,10 @@ def run_app(app: typer.Typer) -> None:
     if not _FAST_EXIT.intersection(sys.argv[1:3]):
         gc.enable()
         silence_cpu_accelerator_notice()
+    hint = _option_hint(app, sys.argv[1:])
+    if hint:
+        err_console.print(f"[bold red]error:[/] {hint}", soft_wrap=True, markup=True, highlight=False)
+        sys.exit(2)
     try:
         app()
     except SystemExit as exc:

@@ -7,7 +7,16 @@ from typing import Annotated, Any
 
 import typer
 
-from grpo_cli.cli.base import RECIPE_EPILOG, OverridesArg, RecipeArg, Renderer, ReportJsonOpt, load, run_check
+from grpo_cli.cli.base import (
+    RECIPE_EPILOG,
+    OverridesArg,
+    RecipeArg,
+    Renderer,
+    ReportJsonOpt,
+    load,
+    run_check,
+    say_first,
+)
 
 CHECK_EPILOG = (
     RECIPE_EPILOG + " Completions come from built-in probes for each sampled row (reference answer, wrong "
@@ -31,6 +40,8 @@ def check_rewards_command(
     """Call every reward exactly as TRL will, on probes or given completions; flag broken or hackable rewards."""
 
     def report() -> tuple[Any, Renderer]:
+        say_first(f"grpo check-rewards {recipe}: " + ("sampling from the recipe's model" if generate else
+                  "scoring completions" if completions else "scoring probe completions"), stderr=as_json)
         from grpo_cli.cli.render import render_check_report
         from grpo_cli.rewards.check import check_rewards
 

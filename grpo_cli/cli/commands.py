@@ -25,6 +25,7 @@ VERBS: list[tuple[str, str, str, str | None]] = [
     ("train", "train", "train", "RECIPE_EPILOG"),
     ("eval", "eval", "eval_cmd", "EVAL_EPILOG"),
     ("merge", "merge", "merge", None),
+    ("export", "export", "export", None),
     ("report", "report", "report", None),
     ("samples", "samples", "samples", None),
     ("push", "push", "push", None),

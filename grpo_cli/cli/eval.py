@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, console, run_guarded
+from grpo_cli.cli.base import OverridesArg, console, run_guarded, say_first
 
 EVAL_EPILOG = (
     "Models can be hub ids, model dirs, LoRA adapter dirs (base read from adapter_config.json), grpo output "
@@ -56,6 +56,8 @@ def eval_cmd(
     """Sample completions for held-out prompts and score them: the recipe's rewards, or a benchmark suite."""
 
     def body() -> None:
+        what = f"--suite {suite} " if suite else ""
+        say_first(f"grpo eval {what}{recipe or model or ''}".rstrip())
         from grpo_cli.cli.render import render_eval_outcome
         from grpo_cli.evaluation import EvalRequest, evaluate
 

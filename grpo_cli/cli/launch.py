@@ -51,7 +51,8 @@ def slurm(
         plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=vllm_node,
                                gpus_per_node=gpus_per_node, verb="slurm", flags=flags)
         path = write_slurm(plan, out, setup=setup,
-                           sbatch={"partition": partition, "time": time, "cpus-per-task": cpus_per_task}, force=force)
+                           sbatch={"partition": partition, "time": time, "cpus-per-task": cpus_per_task}, force=force,
+                           run_dir=Path(loaded.output.dir))
         job = submit_sbatch(path) if submit else None
         render_launch_file(console, path, f"sbatch {path}", job=job)
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import console, run_guarded
+from grpo_cli.cli.base import console, run_guarded, say_first
 
 
 def merge(
@@ -26,6 +26,7 @@ def merge(
     """Fold a LoRA adapter into its base and save a standalone model (checked: logits must match)."""
 
     def body() -> None:
+        say_first(f"grpo merge {adapter_dir} --out {out}")
         from grpo_cli.cli.render import render_merge
         from grpo_cli.models.merge import merge_adapter
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import console, run_guarded
+from grpo_cli.cli.base import console, run_guarded, say_first
 
 
 def report(
@@ -18,6 +18,7 @@ def report(
     """Plot a run's reward, spread, length, KL/entropy and learning-rate curves (PNG) and summarise it (Markdown)."""
 
     def body() -> None:
+        say_first(f"grpo report {output_dir}: drawing the curves (matplotlib loads first)")
         from grpo_cli.artefacts.report import load_run, write_report
         from grpo_cli.cli.render import render_report_written
 

@@ -70,15 +70,18 @@ def label_models(results: list[Any]) -> None:
 
 def evaluate(req: EvalRequest, console: Console | None = None) -> EvalOutcome:
     """Run `grpo eval`: the benchmark named by --suite or the recipe's eval.suite, else the recipe's eval."""
-    if req.suite is not None and not req.suite.strip():
-        from grpo_cli.evaluation.suites import get_suite
+    from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
 
+    if req.suite is not None and not req.suite.strip():
         get_suite(req.suite)  # `--suite ''` is a bad name, not "no suite" (others are checked with suite_files)
+    recipe, model = _target(req)
+    suite = req.suite or (recipe.eval.suite if recipe is not None else None)
+    if suite:
+        get_suite(suite, files=recipe_suite_files(recipe))  # a typo is refused before torch loads (seconds)
+    check_backend(req.backend)
     from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()  # grpo says what matters (a context too short for the prompts) in its own words
-    recipe, model = _target(req)
-    suite = req.suite or (recipe.eval.suite if recipe is not None else None)
     if suite:
         return _suite(req, suite, recipe, model, console)
     return _recipe(req, recipe, console)

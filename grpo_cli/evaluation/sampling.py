@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_cli.progress import advance
+from grpo_cli.progress import active, advance
 
 
 def prompt_texts(prompts: list[Any], tokenizer: Any) -> list[str]:
@@ -39,6 +39,27 @@ def _text_batches(tokenizer: Any, prompts: list[Any], batch_size: int) -> Any:
     special = not (prompts and isinstance(prompts[0], list))
     for start in range(0, len(texts), batch_size):
         yield tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True, add_special_tokens=special)
+
+
+def _ticker(prompt_len: int, eos: int | None, per_row: int, batch: str, max_new_tokens: int) -> list[Any]:
+    """A stopping criterion that stops nothing: called after every generated token, it moves the progress by the
+    completions that reached EOS and names the token, so a batch of 32 answers of 512 tokens (minutes on a CPU)
+    shows movement inside the batch and a piped log gets its line every few seconds. Returns the rest of the
+    batch's count to `advance` when it ends."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class Ticker(StoppingCriteria):
+        finished = 0
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            done = int((input_ids[:, prompt_len:] == eos).any(dim=1).sum()) if eos is not None else 0
+            step = input_ids.shape[1] - prompt_len
+            advance((done - self.finished) * per_row, f"batch {batch}, token {step}/{max_new_tokens}")
+            self.finished = done
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return [Ticker()] if active() else []
 
 
 def generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, temperature: float, top_p: float,
@@ -81,38 +102,48 @@ def _generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, tempera
         extra["suppress_tokens"] = [image_token]
     old_side = tokenizer.padding_side
     tokenizer.padding_side = "left"
-    eos = tokenizer.eos_token_id
     was_training = model.training
     model.eval()
-    out_texts: list[str] = []
-    out_ids: list[list[int]] = []
-    truncated: list[bool] = []
+    sample = temperature > 0
+    settings = dict(do_sample=sample, temperature=temperature if sample else None, top_p=top_p if sample else None,
+                    top_k=0 if sample else None, max_new_tokens=max_new_tokens,
+                    num_return_sequences=per_call if sample else 1, pad_token_id=tokenizer.pad_token_id,
+                    eos_token_id=tokenizer.eos_token_id, **extra,
+                    # One process evaluates a whole model; under a ZeRO-3 launch transformers
+                    # would otherwise wait at every token for ranks that are not generating.
+                    synced_gpus=False)
+    repeat = k if not sample and per_call > 1 else 1  # greedy is deterministic: k copies of the one answer
+    n_batches = -(-len(prompts) // max(batch_size, 1))
+    out: list[list[int]] = []
     try:
-        for enc in batches:
+        for b, enc in enumerate(batches):
             enc = enc.to(device)
-            sample = temperature > 0
+            ticker = _ticker(enc["input_ids"].shape[1], tokenizer.eos_token_id, repeat, f"{b + 1}/{n_batches}",
+                             max_new_tokens)
             with torch.inference_mode():
-                gen = model.generate(**enc, do_sample=sample, temperature=temperature if sample else None,
-                                     top_p=top_p if sample else None, top_k=0 if sample else None,
-                                     max_new_tokens=max_new_tokens, num_return_sequences=per_call if sample else 1,
-                                     pad_token_id=tokenizer.pad_token_id, eos_token_id=eos, **extra,
-                                     # One process evaluates a whole model; under a ZeRO-3 launch transformers
-                                     # would otherwise wait at every token for ranks that are not generating.
-                                     synced_gpus=False)
-            if not sample and per_call > 1:  # greedy is deterministic: k copies of the one answer
-                gen = gen.repeat_interleave(k, dim=0)
-            new = gen[:, enc["input_ids"].shape[1]:].tolist()
-            advance(len(new))
-            for ids in new:
-                if eos in ids:
-                    ids = ids[:ids.index(eos) + 1]
-                    truncated.append(False)
-                else:
-                    ids = [t for t in ids if t != tokenizer.pad_token_id] if tokenizer.pad_token_id != eos else ids
-                    truncated.append(True)
-                out_ids.append(ids)
-                out_texts.append(tokenizer.decode(ids, skip_special_tokens=True))
+                gen = model.generate(**enc, stopping_criteria=ticker, **settings)
+            new = gen.repeat_interleave(repeat, dim=0)[:, enc["input_ids"].shape[1]:].tolist()
+            advance(len(new) - (ticker[0].finished * repeat if ticker else 0))
+            out += new
     finally:
         tokenizer.padding_side = old_side
         model.train(was_training)
+    return _decoded(tokenizer, out)
+
+
+def _decoded(tokenizer: Any, generated: list[list[int]]) -> tuple[list[str], list[list[int]], list[bool]]:
+    """Texts, ids cut after EOS, and whether each ran to the token limit without one."""
+    eos = tokenizer.eos_token_id
+    out_texts: list[str] = []
+    out_ids: list[list[int]] = []
+    truncated: list[bool] = []
+    for ids in generated:
+        if eos in ids:
+            ids = ids[:ids.index(eos) + 1]
+            truncated.append(False)
+        else:
+            ids = [t for t in ids if t != tokenizer.pad_token_id] if tokenizer.pad_token_id != eos else ids
+            truncated.append(True)
+        out_ids.append(ids)
+        out_texts.append(tokenizer.decode(ids, skip_special_tokens=True))
     return out_texts, out_ids, truncated

@@ -59,11 +59,16 @@ def plan_cluster(recipe: Recipe, recipe_path: Path, overrides: list[str], *, nod
     problems: list[Problem] = []
     add: dict[str, str] = {}  # overrides the corrected command adds
     add_vllm_node = vllm_node
+    cpu = launch.spec.cpu_only and gpus_per_node in (None, 0)  # the CPU demo: CPU nodes, no GPUs asked for
     if not launch.spec.multi_process:
+        fix = ("On CPU nodes: add `launch.profile=ddp` with `launch.num_processes` (processes in all) and "
+               "`--gpus-per-node 0`." if cpu else "Add the override `launch.profile=ddp` (or zero2, zero3, fsdp).")
         problems.append(Problem("launch.profile", f"profile {launch.profile!r} runs one process; a cluster launch "
-                                "needs a multi-process profile", "Add the override `launch.profile=ddp` (or zero2, "
-                                "zero3, fsdp)."))
+                                "needs a multi-process profile", fix))
         add["launch.profile"] = "ddp"
+        if cpu:
+            add.setdefault("launch.num_processes", str(launch.num_processes or 2 * nodes))
+            gpus_per_node = 0
     if vllm_node and launch.vllm.mode != "server":
         problems.append(Problem("launch.vllm.mode", f"--vllm-node runs a vLLM server, but launch.vllm.mode is "
                                 f"{launch.vllm.mode!r}", "Add the override `launch.vllm.mode=server`, or drop "
@@ -93,7 +98,7 @@ def plan_cluster(recipe: Recipe, recipe_path: Path, overrides: list[str], *, nod
                                 "per node must be given", "Pass `--gpus-per-node G` (G training processes per "
                                 "node), or set `launch.num_processes`."))
         flags = [*flags, "--gpus-per-node", "G"]  # only the user knows G: the command says where it goes
-    if launch.num_processes is None and gpus_per_node is not None and gpus_per_node < 1:
+    if launch.num_processes is None and gpus_per_node is not None and gpus_per_node < 1 and not cpu:
         problems.append(Problem("--gpus-per-node", "--gpus-per-node 0 needs `launch.num_processes` (processes per "
                                 "CPU node)", "Set launch.num_processes, e.g. `launch.num_processes=2`."))
     if problems:

@@ -8,12 +8,14 @@ node does not reserve (and leave idle) as many GPUs as a training node.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.launching.cluster import (
     ClusterPlan,
@@ -141,11 +143,15 @@ def submit_sbatch(script: Path) -> str:
 
 
 def write_slurm(plan: ClusterPlan, out: Path | None, *, setup: str | None, sbatch: dict[str, Any],
-                force: bool = False) -> Path:
-    """Write the sbatch script (executable) to `out` (default `<name>.sbatch` here); returns its path."""
+                force: bool = False, run_dir: Path | None = None) -> Path:
+    """Write the sbatch script (executable) to `out`, default `RUN_DIR/launch/<name>.sbatch` (the recipe's
+    output.dir: the script and the job's logs stay with the run, not in the repository); returns its path."""
     checks = {"partition": check_partition, "time": check_time}
     plan.extra_sbatch = {k: checks.get(k, str)(str(v)) for k, v in sbatch.items() if v is not None}
-    path = (out or Path(f"{plan.name}.sbatch")).resolve()
+    path = (out or (run_dir or Path()) / runs.LAUNCH_DIR / f"{plan.name}.sbatch").resolve()
+    if out is None:
+        with contextlib.suppress(OSError):  # an unwritable place is write_file's one-paragraph error
+            path.parent.mkdir(parents=True, exist_ok=True)
     text = slurm_script(plan, workdir=Path.cwd(), setup=default_setup() if setup is None else setup,
                         log_dir=path.parent)
     return write_file(path, text, mode=0o755, force=force, source=plan.recipe_path)

@@ -196,6 +196,16 @@ def _qlora_notes(source: ModelSource, dtype: str) -> list[str]:
             f"the full-precision {dtype} base, as is usual for QLoRA"]
 
 
+def _hub_base_note(base: str) -> list[str]:
+    """Ask for the base's Hub id when nothing on this machine names one (the card's `base_model` stays empty)."""
+    from grpo_cli.models.publish import hub_base_id
+
+    if hub_base_id(base) is not None:
+        return []
+    return [f"the card names no Hub base model: {base} does not say which Hub model it is; pass "
+            "`--base-model ORG/NAME` to `grpo push` so the card links it"]
+
+
 def _staging_dir(out: Path) -> Path:
     """A hidden sibling of `out` to write into, renamed into place only once verified.
 
@@ -230,9 +240,7 @@ def _processing_class(source: ModelSource) -> tuple[Any, bool]:
 def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: str = "auto", force: bool = False,
                   max_shard_size: str | int = "5GB", console: Console | None = None) -> MergeResult:
     """Fold the adapter at `ref` into its base, verify logits, and save a standalone model in `out`."""
-    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
-    source = _adapter_source(ref, base)
+    source = _adapter_source(ref, base)  # a full fine-tune or an empty dir is refused before torch loads
     assert source.adapter is not None
     out = Path(out).expanduser()
     _check_out(out, source, force)
@@ -245,7 +253,8 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
     dtype = _pick_dtype(dtype, source.weights)
     notes = _qlora_notes(source, dtype)
     say = console.print if console is not None else (lambda *a, **k: None)
-    say(f"merging {source.adapter} into {source.weights} ({dtype})", markup=False)
+    say(f"merging {source.adapter} into {source.base_reference or source.weights} ({dtype})", markup=False)
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     tokenizer, vision = _processing_class(source)
     model = attach_adapter(load_base(source.weights, dtype=dtype, where="--base"), source, where="--base")
@@ -260,6 +269,7 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
         with quiet_loading():
             merged.save_pretrained(str(tmp), max_shard_size=max_shard_size)
         tokenizer.save_pretrained(str(tmp))
+        runs.share_weights(tmp)
         del merged
         with quiet_loading():
             reloaded = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(
@@ -273,10 +283,13 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
                                 where=str(source.adapter),
                                 fix="Retry with --dtype float32; if it persists, the adapter uses a layer type "
                                     "that peft cannot merge exactly (e.g. DoRA on a quantized base).")
-        info = {"base": source.weights, "adapter": str(source.adapter.resolve()), "dtype": dtype,
+        base_ref = source.base_reference or source.weights  # `package:…gguf`, not the cache dir it converted to
+        info = {"base": base_ref, "base_weights": source.weights, "adapter": str(source.adapter.resolve()),
+                "run_dir": str(source.run_dir.resolve()) if source.run_dir else None, "dtype": dtype,
                 "max_logit_diff": diff, "tolerance": tolerance}
         (tmp / runs.MERGE_INFO).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
-        write_card(tmp, run_dir=source.run_dir, base=source.weights, adapter=False)
+        write_card(tmp, run_dir=source.run_dir, base=base_ref, adapter=False, name=out.resolve().name)
+        notes += _hub_base_note(base_ref)
         files = sorted(p.name for p in tmp.iterdir())
         _install(tmp, out)
     except BaseException:

@@ -38,7 +38,10 @@ def resolve_recipe(path: str | Path, overrides: list[str] | None = None) -> dict
 def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
     """Load, resolve and validate a recipe file. Raises GrpoError/RecipeError on bad input."""
     data = resolve_recipe(path, overrides)
-    recipe = validate_recipe(data, source=str(path))
+    try:
+        recipe = validate_recipe(data, source=str(path))
+    except RecipeError as exc:
+        raise _blame_overrides(exc, overrides or []) from None
     recipe._base_dir = Path(path).resolve().parent
     recipe._source = str(path)
     return recipe
@@ -50,6 +53,29 @@ def validate_recipe(data: dict[str, Any], *, source: str = "") -> Recipe:
         return Recipe.model_validate(data)
     except ValidationError as exc:
         raise RecipeError(problems_from_validation(exc), source=source) from None
+
+
+def _override_for(where: str, overrides: list[str]) -> str | None:
+    """The command-line override that put the key at `where` into the recipe (the last one wins, as it does)."""
+    for item in reversed(overrides):
+        key = item.split("=", 1)[0].strip().lstrip("+~")
+        if key == where or key.startswith((f"{where}.", f"{where}[")) or where.startswith((f"{key}.", f"{key}[")):
+            return item
+    return None
+
+
+def _blame_overrides(exc: RecipeError, overrides: list[str]) -> RecipeError:
+    """Name the override a problem came from: a typo in `traning.max_steps=3` is not the recipe file's fault."""
+    blamed = [_override_for(p.where, overrides) for p in exc.problems]
+    if not any(blamed):
+        return exc
+    named = sorted({o for o in blamed if o})
+    if len(named) == 1 and all(blamed):
+        return RecipeError(exc.problems, source=exc.source, head=f"The command-line override `{named[0]}` is not valid")
+    problems = [Problem(f"{p.where} (override `{o}`)" if o else p.where, p.what, p.fix)
+                for p, o in zip(exc.problems, blamed, strict=True)]
+    return RecipeError(problems, source=exc.source, head=f"Recipe {exc.source} with its command-line overrides is not "
+                       "valid")
 
 
 def _fmt_loc(loc: tuple[Any, ...]) -> str:

@@ -14,6 +14,10 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
 
 PRIMED_BYTES = 4 << 20
 USER_SETTINGS = ("MALLOC_", "GLIBC_TUNABLES")
@@ -43,3 +47,12 @@ def raise_mmap_threshold(nbytes: int = PRIMED_BYTES) -> bool:
         return False
     libc.free(block)
     return True
+
+
+def prepare_allocators(recipe: Recipe) -> None:
+    """Both allocators set once before training: PyTorch's CUDA segments (`cuda_segments.py`, before CUDA starts)
+    and glibc's thresholds (above); each leaves a user's own settings alone."""
+    from grpo_cli.training.cuda_segments import expand_cuda_segments
+
+    expand_cuda_segments(recipe)
+    raise_mmap_threshold()

@@ -168,12 +168,10 @@ def _build(run: _Run) -> None:
     """Load model, data and rewards, then (only now) replace an old run and write recipe and manifest."""
     _announce(run)
     from grpo_cli.threads import apply_torch_threads
-    from grpo_cli.training.cuda_segments import expand_cuda_segments
-    from grpo_cli.training.heap import raise_mmap_threshold
+    from grpo_cli.training.heap import prepare_allocators
 
-    expand_cuda_segments(run.recipe)  # before torch is imported: the CUDA allocator reads it once
     apply_torch_threads(run.threads)
-    raise_mmap_threshold()
+    prepare_allocators(run.recipe)  # before the first CUDA allocation and the first step
     import warnings
 
     # transformers 5 warns on every run that TRL's `gradient_checkpointing` is an alias; not the user's doing.
@@ -377,6 +375,7 @@ def _finish(run: _Run) -> TrainResult:
                         eval_before=result.eval_before.summary() if result.eval_before else None,
                         eval_after=result.eval_after.summary() if result.eval_after else None)
     if is_main_process():
+        runs.share_weights(out)
         runs.write_manifest(out / runs.MANIFEST, run.manifest)
         from grpo_cli.artefacts.report import report_after_training
 

@@ -76,6 +76,13 @@ class MemoryPlan:
     activations_full: float = 0.0
     activations_checkpointed: float = 0.0
     notes: list[str] = field(default_factory=list)
+    host: bool = False
+    """Held on the CPU (profile cpu): the bytes are host RAM, and there is no GPU to divide them by."""
+
+    @property
+    def per(self) -> str:
+        """What the numbers are per: a GPU, or the host's RAM for the cpu profile."""
+        return "in host RAM" if self.host else "per GPU"
 
     def item(self, name: str) -> MemoryItem | None:
         return next((i for i in self.items if i.name == name), None)
@@ -108,7 +115,7 @@ class MemoryPlan:
         fits = ""
         if self.gpu_memory_gb is not None:
             fits = f"of {self.gpu_memory_gb:.1f} GiB: " + ("fits" if self.warning is None else "DOES NOT FIT")
-        rows.append(("total per GPU", f"{self.total_gb:.2f}", fits or "static + max(generation, training pass)"))
+        rows.append((f"total {self.per}", f"{self.total_gb:.2f}", fits or "static + max(generation, training pass)"))
         return rows
 
 
@@ -194,9 +201,8 @@ def _plan(recipe: Recipe, shape: ModelShape, world: int, gpu_gb: float | None, s
     if not profile.cpu_only:
         items.append(MemoryItem("CUDA context & workspace", OVERHEAD_BYTES, "allowance (0.76 GiB measured on an "
                                 "H100); fragmentation not counted: grpo train sets expandable segments"))
-    else:
-        notes.append("profile cpu: these are bytes of host RAM")
-    return MemoryPlan(items, shape.params, trainable, world, dtype, source, gpu_gb, full, ckpt, notes)
+    return MemoryPlan(items, shape.params, trainable, world, dtype, source, gpu_gb, full, ckpt, notes,
+                      host=profile.cpu_only)
 
 
 def _static_items(recipe: Recipe, shape: ModelShape, world: int, dtype: str,

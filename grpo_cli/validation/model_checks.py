@@ -84,8 +84,10 @@ def _gguf_checks(recipe: Recipe, path: Path, pf: ModelCheck) -> str:
                                    "chat template (tokenizer.chat_template)",
                                    "Use an instruct GGUF, or set `chat: false` with a `template`."))
     if importlib.util.find_spec("gguf") is None and cached_conversion(path) is None:
-        pf.warnings.append(f"model.name_or_path: converting {path.name} needs the `gguf` package, which is not "
-                           "installed here: pip install gguf")
+        # A problem, not a warning: `grpo train` would stop at the conversion, seconds of imports later.
+        pf.problems.append(Problem("model.name_or_path", f"converting {path.name} to safetensors needs the `gguf` "
+                                   "package, which is not installed here (and no converted copy is cached)",
+                                   "pip install gguf   (or pip install 'grpo-cli[gguf]')"))
     return info.describe()
 
 

@@ -138,6 +138,18 @@ def hub_problems(recipe: Recipe) -> tuple[list[Problem], list[str]]:
     return problems, warnings
 
 
+def logging_warnings(training: TrainingSection) -> list[str]:
+    """A run shorter than one logging interval: transformers logs no step at all (grpo logs the last one), so the
+    plots get one dot and the first-vs-last table compares a step with itself; said before the run, not after."""
+    steps, every = training.max_steps, training.logging_steps
+    if training.logging_strategy != "steps" or steps <= 0 or every < 1 or steps >= every:
+        return []
+    return [f"training.max_steps={steps} is below training.logging_steps={every:g}: no step would be logged at its "
+            "interval; grpo logs the last step only, so report.png has one point per curve and the first-vs-last "
+            f"table compares that step with itself; set training.logging_steps=1 (or a divisor of {steps}) for "
+            "curves"]
+
+
 def eval_flag_problems(recipe: Recipe) -> list[Problem]:
     """`do_eval: true` alone evaluates nothing: transformers' Trainer reads eval_strategy, not do_eval."""
     t = recipe.training

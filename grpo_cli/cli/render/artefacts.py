@@ -72,6 +72,15 @@ def render_merge(console: Console, result: Any) -> None:
                   soft_wrap=True)
 
 
+def render_export(console: Console, result: Any) -> None:
+    """`grpo export --gguf`: the file, and how closely the copy read back reproduces the model."""
+    console.print(f"verified: read back through grpo's GGUF loader, largest logit difference {result.max_diff:.3g} "
+                  f"(tolerance {result.tolerance:.3g}, {result.kind}), tokenizer identical on the probe texts",
+                  soft_wrap=True)
+    console.print(f"[green]wrote[/] {escape(str(result.path))}; run it with llama.cpp (llama-cli -m FILE) or "
+                  "Ollama (a Modelfile `FROM ./FILE`)", soft_wrap=True)
+
+
 def render_push(console: Console, staged: Any, *, dry_run: bool) -> None:
     """`grpo push`: the checked card and what was (or would be) uploaded."""
     from grpo_cli import runs

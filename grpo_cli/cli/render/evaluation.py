@@ -76,6 +76,8 @@ def render_suite_results(console: Console, results: list[Any]) -> None:
     if k > 1:
         table.add_column(f"pass@{k}", justify="right")
     table.add_column("no answer", justify="right")
+    # Answers that ran to the token limit are where an evaluation's time goes, and are usually wrong.
+    table.add_column(f"cut at {first.settings.max_new_tokens} tokens", justify="right")
     if len(results) > 1:
         table.add_column("Δ accuracy", justify="right")
     for r in results:
@@ -85,7 +87,14 @@ def render_suite_results(console: Console, results: list[Any]) -> None:
         if k > 1:
             cells.append(_pct1(s.get(f"pass@{k}")))
         cells.append(_pct1(s["no_answer_rate"]))
+        cells.append(_pct1(s.get("truncation_rate")))
         if len(results) > 1:
             cells.append("" if r is first else f"{100 * (r.accuracy - first.accuracy):+.1f}pp")
         table.add_row(*cells)
     print_table(console, table)
+    cut = max((r.summary().get("truncation_rate") or 0.0 for r in results), default=0.0)
+    if cut >= 0.1:
+        console.print(f"note: {100 * cut:.0f}% of answers ran to the {first.settings.max_new_tokens}-token limit "
+                      "without finishing; they take the most time and usually score wrong: raise --max-new-tokens "
+                      "if they were still reasoning, or look at them in the completions file if they loop",
+                      markup=False, soft_wrap=True)

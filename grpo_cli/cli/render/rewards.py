@@ -29,24 +29,10 @@ def render_check_report(out: Console, report: Any) -> None:
     errors = {r.name: {i for _, idx in r.problems.values() for i in idx} for r in report.rewards}
     source = f"probes written as {report.probe_format}" if report.probe_format else report.source
     out.print(escape(f"{len(report.samples)} completions ({source}) in {report.groups} groups"), soft_wrap=True)
-    scores = Table()
-    scores.add_column("row", justify="right")
-    scores.add_column("completion" if report.source != "probes" else "probe")
-    scores.add_column("text", no_wrap=True, overflow="ellipsis", max_width=32)
-    for name in names:
-        scores.add_column(name, justify="right")
-    scores.add_column("total", justify="right", style="bold")
-    last_group = None
-    for i, s in enumerate(report.samples):
-        cells = ["[red]ERR[/]" if i in errors[r.name] else _fmt_score(r.values[i]) for r in report.rewards]
-        new_group = last_group is not None and s.group != last_group
-        if new_group:
-            scores.add_section()
-        last_group = s.group
-        row = "" if s.row is None else str(s.row)
-        scores.add_row(row, s.probe, escape(_preview(s.text)), *cells, _fmt_score(report.totals[i]))
-    print_table(out, scores)
-
+    if report.source == "probes":
+        _render_probe_table(out, report, errors)
+    else:
+        _render_sample_table(out, report, errors)
     _render_reward_stats(out, report)
     if len(names) > 1:
         corr = Table(title="correlation between rewards", title_justify="left")
@@ -68,22 +54,93 @@ def render_check_report(out: Console, report: Any) -> None:
         out.print(f"  [red]{v.kind}[/] {escape(v.message)}", soft_wrap=True)
 
 
+def _render_sample_table(out: Console, report: Any, errors: dict[str, set[int]]) -> None:
+    """One row per completion (given or generated: each is its own text)."""
+    scores = Table()
+    scores.add_column("row", justify="right")
+    scores.add_column("completion")
+    scores.add_column("text", no_wrap=True, overflow="ellipsis", max_width=32)
+    for r in report.rewards:
+        scores.add_column(escape(r.name), justify="right")
+    scores.add_column("total", justify="right", style="bold")
+    last_group = None
+    for i, s in enumerate(report.samples):
+        cells = ["[red]ERR[/]" if i in errors[r.name] else _fmt_score(r.values[i]) for r in report.rewards]
+        if last_group is not None and s.group != last_group:
+            scores.add_section()
+        last_group = s.group
+        row = "" if s.row is None else str(s.row)
+        scores.add_row(row, s.probe, escape(_preview(s.text)), *cells, _fmt_score(report.totals[i]))
+    print_table(out, scores)
+
+
+def _spread(values: list[float | None], bad: bool) -> str:
+    """One cell for a probe over its rows: the score when every row agrees, else its range."""
+    if bad:
+        return "[red]ERR[/]"
+    got = [v for v in values if v is not None]
+    if not got:
+        return "—"
+    lo, hi = min(got), max(got)
+    text = _fmt_score(lo) if hi - lo <= 1e-12 else f"{_fmt_score(lo)}–{_fmt_score(hi)}"
+    return text + (" (some —)" if len(got) < len(values) else "")
+
+
+def _render_probe_table(out: Console, report: Any, errors: dict[str, set[int]]) -> None:
+    """One row per probe over every sampled data row (they agree for most rewards: 8 rows x 7 probes were 56
+    near-identical lines); `--json` keeps every completion."""
+    probes: dict[str, list[int]] = {}
+    for i, s in enumerate(report.samples):
+        probes.setdefault(s.probe, []).append(i)
+    rows = len({s.group for s in report.samples})
+    table = Table(title=f"score per probe over {rows} data rows (a range where rows differ; --json lists every "
+                        "completion)", title_justify="left")
+    table.add_column("probe")
+    table.add_column("example", no_wrap=True, overflow="ellipsis", max_width=32)
+    for r in report.rewards:
+        table.add_column(escape(r.name), justify="right")
+    table.add_column("total", justify="right", style="bold")
+    for probe, idx in probes.items():
+        cells = [_spread([r.values[i] for i in idx], any(i in errors[r.name] for i in idx)) for r in report.rewards]
+        table.add_row(probe, escape(_preview(report.samples[idx[0]].text)), *cells,
+                      _spread([report.totals[i] for i in idx], False))
+    print_table(out, table)
+
+
+def _verdict(report: Any, reward: Any) -> str:
+    """One reward's verdict: its violations by kind, or a pass with what the probes showed."""
+    kinds = sorted({v.kind for v in report.violations if v.reward == reward.name})
+    if kinds:
+        return f"[red]✗ {', '.join(kinds)}[/]"
+    if report.source != "probes":
+        return "[green]✓ pass[/]"
+
+    def mean(probe: str) -> float | None:
+        got = [v for v, s in zip(reward.values, report.samples, strict=True) if s.probe == probe and v is not None]
+        return sum(got) / len(got) if got else None
+
+    ref, wrong = mean("reference"), mean("wrong")
+    if ref is None or wrong is None:
+        return "[green]✓ pass[/]"
+    return f"[green]✓ pass[/] (reference {_fmt_score(ref)}, wrong {_fmt_score(wrong)})"
+
+
 def _render_reward_stats(out: Console, report: Any) -> None:
     """Per-reward statistics of check-rewards, then the weighted total."""
     stats = Table(title="per reward", title_justify="left")
-    for col in ("reward", "weight", "mean", "std", "min", "max", "None", "errors", "ms/call", "zero-std"):
-        stats.add_column(col, justify="left" if col == "reward" else "right", no_wrap=col == "reward")
+    for col in ("reward", "weight", "mean", "std", "min", "max", "None", "errors", "ms/call", "zero-std", "verdict"):
+        stats.add_column(col, justify="left" if col in ("reward", "verdict") else "right", no_wrap=col == "reward")
     for r in report.rewards:
         d = r.to_dict()
         stats.add_row(escape(r.name), f"{r.weight:g}", *(_fmt_score(d[k]) for k in ("mean", "std", "min", "max")),
                       str(d["none"]), str(r.errors) if not r.errors else f"[red]{r.errors}[/]",
-                      _ms(d["seconds_per_call"]), _pct(r.zero_std))
+                      _ms(d["seconds_per_call"]), _pct(r.zero_std), _verdict(report, r))
     from grpo_cli.rewards.check import describe
 
     total = describe([t for t in report.totals if t is not None])
     stats.add_section()
     stats.add_row("[bold]total[/]", "", _fmt_score(total["mean"]), _fmt_score(total["std"]), _fmt_score(total["min"]),
-                  _fmt_score(total["max"]), "", "", "", _pct(report.frac_zero_std))
+                  _fmt_score(total["max"]), "", "", "", _pct(report.frac_zero_std), "")
     print_table(out, stats)
     out.print("total = weighted sum of the rewards (None counts 0, as in TRL; — when every reward skipped it); "
               f"groups with zero std (TRL's frac_reward_zero_std): {_pct(report.frac_zero_std)} of {report.groups}",

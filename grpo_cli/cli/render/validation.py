@@ -29,11 +29,11 @@ def render_preflight(console: Console, pf: Any, *, as_json: bool = False) -> Non
 
 
 def render_memory_plan(console: Console, loaded: Any, plan: Any, why: str | None) -> None:
-    """The per-GPU memory table of `grpo memory`, or why there is none."""
+    """The memory table of `grpo memory` (per GPU, or host RAM on the cpu profile), or why there is none."""
     if plan is None:
         console.print(f"[yellow]no memory plan:[/] {escape(why or 'unknown')}", soft_wrap=True)
         return
-    title = (f"memory per GPU: {escape(loaded.model.name_or_path)}, profile {loaded.launch.profile}, "
+    title = (f"memory {plan.per}: {escape(loaded.model.name_or_path)}, profile {loaded.launch.profile}, "
              f"{plan.world_size} process{'es' if plan.world_size != 1 else ''}")
     table = Table(title=title, title_justify="left")
     table.add_column("item")

@@ -284,6 +284,9 @@ class TrainingSection(Section):
     push_to_hub: ClassVar[TrlValue[bool]] = TrlValue(bool, False)
     hub_model_id: ClassVar[TrlValue[str | None]] = TrlValue(str, None)
     optim: ClassVar[TrlValue[str]] = TrlValue(_enum_value, "adamw_torch")
+    logging_steps: ClassVar[TrlValue[float]] = TrlValue(float, 10.0)
+    """Steps between logs; below 1 a fraction of the run's steps (transformers' rule)."""
+    logging_strategy: ClassVar[TrlValue[str]] = TrlValue(_enum_value, "steps")
 
     @property
     def lr_scheduler_kwargs(self) -> dict[str, Any] | str:
