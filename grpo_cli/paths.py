@@ -271,3 +271,11 @@ def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+
+
+def share_weights(directory: Path) -> None:
+    """Weights (checkpoints, best/) get the umask's mode like the rest: safetensors writes them 0600."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in directory.rglob("*.safetensors"):
+        path.chmod(0o666 & ~mask)

@@ -104,14 +104,6 @@ def hardware() -> dict[str, Any]:
     return info
 
 
-def share_weights(directory: Path) -> None:
-    """Weights (checkpoints, best/) get the umask's mode like the rest: safetensors writes them 0600."""
-    mask = os.umask(0)
-    os.umask(mask)
-    for path in directory.rglob("*.safetensors"):
-        path.chmod(0o666 & ~mask)
-
-
 def now() -> str:
     """UTC timestamp for the manifest."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -29,6 +29,7 @@ from grpo_cli.models.sources import (
     resolve_model_source,
     saved_dtype,
 )
+from grpo_cli.paths import share_weights
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -269,7 +270,7 @@ def merge_adapter(ref: str, out: str | Path, *, base: str | None = None, dtype: 
         with quiet_loading():
             merged.save_pretrained(str(tmp), max_shard_size=max_shard_size)
         tokenizer.save_pretrained(str(tmp))
-        runs.share_weights(tmp)
+        share_weights(tmp)
         del merged
         with quiet_loading():
             reloaded = (AutoModelForImageTextToText if vision else AutoModelForCausalLM).from_pretrained(

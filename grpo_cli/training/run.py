@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from grpo_cli import runs
 from grpo_cli.artefacts.summary import run_summary
 from grpo_cli.errors import GrpoError
+from grpo_cli.paths import share_weights
 from grpo_cli.recipe.loader import dump_yaml
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.training.config import grpo_config_kwargs, tracking_environment
@@ -375,7 +376,7 @@ def _finish(run: _Run) -> TrainResult:
                         eval_before=result.eval_before.summary() if result.eval_before else None,
                         eval_after=result.eval_after.summary() if result.eval_after else None)
     if is_main_process():
-        runs.share_weights(out)
+        share_weights(out)
         runs.write_manifest(out / runs.MANIFEST, run.manifest)
         from grpo_cli.artefacts.report import report_after_training
 
