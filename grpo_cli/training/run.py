@@ -286,6 +286,9 @@ def _make_trainer(run: _Run, config: GRPOConfig) -> GRPOTrainer:
                                          **(run.toolset.trainer_kwargs() if run.toolset else {}))
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     timer.attach(trainer)
+    from grpo_cli.training.dynamic_sampling import attach_sampling
+
+    attach_sampling(trainer, recipe)  # `sampling:` (off by default: then nothing is wrapped)
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
     return trainer
