@@ -31,7 +31,8 @@ def skip_problems(trainer: Any) -> list[str]:
         (getattr(trainer, "aux_loss_enabled", True), "the MoE router loss is on"),
         (getattr(trainer, "top_entropy_quantile", 0.0) != 1.0, "top_entropy_quantile is below 1"),
         (getattr(trainer, "off_policy_mask_threshold", 0.0) is not None, "the off-policy mask is on"),
-        (getattr(trainer, "loss_type", None) not in SKIP_LOSS_TYPES, f"loss_type {getattr(trainer, 'loss_type', None)!r}"),
+        (getattr(trainer, "loss_type", None) not in SKIP_LOSS_TYPES,
+         f"loss_type {getattr(trainer, 'loss_type', None)!r}"),
         (not hasattr(trainer, "compute_loss"), "GRPOTrainer has no compute_loss"),
     ]
     return [why for bad, why in checks if bad]
@@ -43,7 +44,8 @@ def attach_zero_advantage_skip(trainer: Any) -> None:
     if problems:
         raise GrpoError(f"zero-advantage completions would still move the model here ({'; '.join(problems)})",
                         where="sampling.skip_zero_advantage",
-                        fix="Remove `sampling.skip_zero_advantage`, or change what is named (`grpo validate` lists it).")
+                        fix="Remove `sampling.skip_zero_advantage`, or change what is named (`grpo validate` "
+                            "lists it).")
     original: Callable[..., Any] = trainer.compute_loss
 
     def compute_loss(model: Any, inputs: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
@@ -78,6 +80,7 @@ def _scale(loss_type: str, inputs: dict[str, Any], live: Any) -> float:
     if loss_type in ROW_SCALED:
         return float(live.sum()) / live.numel()
     if loss_type == "bnpo":
-        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        mask = inputs["completion_mask"]
+        mask = mask * inputs["tool_mask"] if "tool_mask" in inputs else mask
         return float(mask[live].sum().clamp(min=1.0)) / float(mask.sum().clamp(min=1.0))
     return 1.0  # dapo, cispo: num_items_in_batch spans the generation batch and stays in the inputs
