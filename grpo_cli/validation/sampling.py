@@ -129,12 +129,12 @@ def sampling_plan(recipe: Recipe) -> dict[str, str]:
         zero = last_zero_std_share(recipe)
         cap = d.max_rounds - 1
         if zero is None:
-            cost = (f"extra generation up to +{cap * 100} % per step (no earlier run in {recipe.output.dir} to "
+            cost = (f"extra generation up to +{cap:.0%} per step (no earlier run in {recipe.output.dir} to "
                     "estimate from)")
         else:
             extra = min(zero / max(1.0 - zero, 1e-9), float(cap))
             cost = (f"last run had {zero:.0%} zero-std groups: about +{extra:.0%} generation per step "
-                    f"(at most +{cap * 100} %)")
+                    f"(at most +{cap:.0%})")
         plan["sampling"] = f"{head}; {cost}"
     if s.skip_zero_advantage:
         plan["zero-advantage skip"] = "completions with advantage exactly 0 skip forward and backward (same update)"
