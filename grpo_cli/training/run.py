@@ -250,7 +250,7 @@ def _make_trainer(run: _Run, config: GRPOConfig) -> GRPOTrainer:
     from trl import GRPOTrainer
 
     from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
-    from grpo_cli.training.health import health_callbacks
+    from grpo_cli.training.health_signal import all_health_callbacks
     from grpo_cli.training.sampler import resumable
     from grpo_cli.training.sharding import ShardingProbe
     from grpo_cli.training.step_timing import step_timer
@@ -266,7 +266,7 @@ def _make_trainer(run: _Run, config: GRPOConfig) -> GRPOTrainer:
         run.callbacks.insert(0, ToolResultCuts(run.toolset.stats))
     if run.aside is not None:
         run.callbacks.append(OnFirstStep(run.aside.discard))
-    run.callbacks += health_callbacks(recipe, run.out, console=run.console)
+    run.callbacks += all_health_callbacks(recipe, run.out, console=run.console)
     from grpo_cli.training.task_metric import run_callbacks
 
     extras = run_callbacks(recipe, run.out, run.manifest, run.loaded.processing_class, run.data.eval, run.console)
