@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -48,9 +49,9 @@ def test_the_hook_matches_the_installed_trl() -> None:
     score = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     assert "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)" in score
     assert "rewards.view(-1, num_generations)" in score  # groups are consecutive rows
-    keys = set(__import__("re").findall(r'output\["(\w+)"\]', score)) | {"prompt_ids", "prompt_mask",
-                                                                         "completion_ids", "completion_mask",
-                                                                         "advantages", "num_items_in_batch"}
+    first = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch"}
+    assert all(f'"{key}":' in score for key in first)  # the output dict's literal keys
+    keys = set(re.findall(r'output\["(\w+)"\]', score)) | first
     images = {"pixel_values", "image_grid_thw", "pixel_attention_mask", "spatial_shapes", "image_sizes",
               "token_type_ids", "mm_token_type_ids", "image_position_ids", "num_images", "num_tiles"}
     assert keys - images <= set(PADDING) | set(RECOMPUTED), keys - images - set(PADDING) - set(RECOMPUTED)
