@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -68,6 +69,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, nargs="+", default=[200, 100])
     parser.add_argument("--max-rounds", type=int, default=3)
     parser.add_argument("--set", nargs="*", default=[], help="More overrides for every run (KEY=VALUE).")
+    parser.add_argument("--repeats", type=int, default=1, help="Runs per row (same seed); times are medians.")
     add_no_append(parser)
     args = parser.parse_args()
     dynamic = [f"sampling.dynamic={{max_rounds: {args.max_rounds}}}", *DYNAMIC]
@@ -76,7 +78,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="grpo-dyn-") as tmp:
         for steps in args.steps:
             for name, extra in (("plain GRPO", []), (f"dynamic (max_rounds {args.max_rounds}) + skip", dynamic)):
-                m = _run(args.recipe, steps, [*args.set, *extra], Path(tmp) / f"{len(lines)}")
+                runs = [_run(args.recipe, steps, [*args.set, *extra], Path(tmp) / f"{len(lines)}-{i}")
+                        for i in range(args.repeats)]
+                m = {**runs[0], "train_s": statistics.median(r["train_s"] for r in runs),
+                     "wall_s": statistics.median(r["wall_s"] for r in runs)}
                 lines.append(f"| {name} | {steps} | {m['train_s']:.1f} | {m['wall_s']:.1f} | {m['generated']:,.0f} | "
                              f"{_cell(m['zero_generated'], '.1%')} | {_cell(m['zero_trained'], '.1%')} | "
                              f"{_cell(m['before'], '.3f')} -> {_cell(m['after'], '.3f')} |")
@@ -85,7 +90,8 @@ def main() -> None:
     print(table)
     if not args.no_append:
         header = (f"### Dynamic sampling vs plain GRPO: {args.recipe}{' ' + ' '.join(args.set) if args.set else ''} "
-                  f"({stamp()}, {platform.machine()}, {os.cpu_count()} cores, load {load(all_three=True)}; "
+                  f"({stamp()}, {args.repeats} run(s) a row, {platform.machine()}, {os.cpu_count()} cores, "
+                  f"load {load(all_three=True)}; "
                   f"`python benchmarks/dynamic_sampling.py`)\n\n")
         append(header + table + "\n")
 
