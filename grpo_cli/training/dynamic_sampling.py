@@ -117,7 +117,10 @@ class DynamicSampler:
             missing = target - have
             rate = max(have / generated, 1.0 / target)
             batch = self.more_prompts(min(target, math.ceil(missing / rate)), inputs[0].keys())
-        batch_out, filler = self.join(kept, dropped, target)
+        if rounds == 1 and have == target:  # nothing dropped: TRL's own batch, untouched
+            batch_out, filler = kept[0][0], 0
+        else:
+            batch_out, filler = self.join(kept, dropped, target)
         self.log(dropped_groups=sum(len(d) for _, d in dropped), rounds=rounds, generated_groups=generated,
                  zero_std_trained=filler / target)
         return batch_out
