@@ -92,6 +92,12 @@ def _panels(run: RunData) -> list[Panel]:
         panels.append(Panel("tool calls", [Curve("tools/call_frequency", "calls per completion")],
                             "calls per completion", [Curve("tools/failure_frequency", "failed calls")],
                             "share of calls that failed", right_limits=(-0.02, 1.02), from_zero=True))
+    if any(k.startswith("dynamic_sampling/") for r in run.train for k in r):  # sampling.dynamic
+        panels.append(Panel("dynamic sampling", [Curve("dynamic_sampling/dropped_groups", "dropped groups"),
+                                                 Curve("dynamic_sampling/rounds", "generation rounds")],
+                            "groups / rounds per batch",
+                            [Curve("dynamic_sampling/zero_std_trained", "zero-std groups trained")],
+                            "share of trained groups", right_limits=(-0.02, 1.02), from_zero=True))
     return panels
 
 

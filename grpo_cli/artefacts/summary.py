@@ -10,8 +10,9 @@ from typing import Any
 
 from grpo_cli.artefacts.report_data import num, reward_keys
 
-HEADLINE = ("reward_std", "frac_reward_zero_std", "completions/mean_length", "completions/clipped_ratio", "kl",
-            "entropy", "loss")
+HEADLINE = ("reward_std", "frac_reward_zero_std", "dynamic_sampling/zero_std_trained",
+            "dynamic_sampling/dropped_groups", "completions/mean_length", "completions/clipped_ratio", "kl", "entropy",
+            "loss")
 """What a run's summary shows after the reward and each reward function's mean (`grpo train`, the model card;
 `grpo report` adds the optimizer's and the tools' metrics)."""
 

@@ -7,7 +7,6 @@ before the model loads, and nothing is written until those checks pass.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,66 +17,12 @@ from grpo_cli.paths import share_weights
 from grpo_cli.recipe.loader import dump_yaml
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.training.config import grpo_config_kwargs, tracking_environment
+from grpo_cli.training.run_state import RunState, TrainResult, is_main_process
 
 if TYPE_CHECKING:
     from rich.console import Console
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
 
-    from grpo_cli.data.mapping import MappedData
-    from grpo_cli.evaluation.held_out import EvalResult
-    from grpo_cli.evaluation.suite_run import SuiteResult
-    from grpo_cli.models.loading import LoadedModel
     from grpo_cli.threads import ThreadPlan
-    from grpo_cli.tools.loading import Toolset
-    from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl
-    from grpo_cli.training.sharding import ShardingProbe
-
-@dataclass
-class TrainResult:
-    """What a run did: where it wrote, how it ended, and what it measured."""
-
-    output_dir: Path
-    status: str
-    global_step: int
-    metrics: list[dict[str, Any]] = field(default_factory=list, repr=False)
-    summary: list[tuple[str, float, float]] = field(default_factory=list)
-    eval_before: EvalResult | SuiteResult | None = None
-    eval_after: EvalResult | SuiteResult | None = None
-    data_stats: dict[str, Any] = field(default_factory=dict)
-    message: str = ""
-
-
-def is_main_process() -> bool:
-    """Rank 0 (or a single process): the one that writes files and prints summaries."""
-    return int(os.environ.get("RANK", "0")) == 0
-
-
-@dataclass
-class _Run:
-    """Everything one run holds between its phases."""
-
-    recipe: Recipe
-    out: Path
-    console: Console | None
-    ckpt: Path | None = None
-    replace: bool = False
-    resume_command: str | None = None
-    aside: runs.SetAside | None = None
-    threads: ThreadPlan = field(init=False)
-    # Set by _build, in this order; read only after it (a failure before then never reaches them).
-    loaded: LoadedModel = field(init=False)
-    data: MappedData = field(init=False)
-    reward_funcs: list[Any] = field(default_factory=list)  # functions, reward models, or their hub ids
-    toolset: Toolset | None = None
-    callbacks: list[TrainerCallback] = field(default_factory=list)
-    metrics: MetricsJsonl = field(init=False)
-    stopper: GracefulStop = field(init=False)
-    probe: ShardingProbe = field(init=False)
-    trainer: GRPOTrainer | None = None
-    manifest: dict[str, Any] = field(default_factory=dict)
-    result: TrainResult | None = None
-
 
 def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool | str | None = None,
           force: bool = False, console: Console | None = None, resume_command: str | None = None) -> TrainResult:
@@ -128,7 +73,7 @@ def _say(console: Console | None, text: str) -> None:
         console.print(text, markup=False, soft_wrap=True)
 
 
-def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Console | None) -> _Run:
+def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Console | None) -> RunState:
     """Everything that can fail cheaply, before any model loads and before anything is written.
 
     A manifest still saying `running` in a directory whose lock this process now holds belongs to
@@ -151,10 +96,10 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
         from grpo_cli.launching.vllm_server import server_base_url, wait_for_server
 
         wait_for_server(server_base_url(recipe), recipe.launch.vllm.server_timeout, recipe_source=recipe.source)
-    return _Run(recipe, out, console, plan.checkpoint, plan.replace)
+    return RunState(recipe, out, console, plan.checkpoint, plan.replace)
 
 
-def _announce(run: _Run) -> None:
+def _announce(run: RunState) -> None:
     """The run's first lines, before the seconds of importing torch and TRL."""
     if run.console is None or not is_main_process():
         return
@@ -165,7 +110,7 @@ def _announce(run: _Run) -> None:
     _say(run.console, "importing torch, transformers and TRL")
 
 
-def _build(run: _Run) -> None:
+def _build(run: RunState) -> None:
     """Load model, data and rewards, then (only now) replace an old run and write recipe and manifest."""
     _announce(run)
     from grpo_cli.threads import apply_torch_threads
@@ -220,10 +165,12 @@ def _build(run: _Run) -> None:
             console.print("before training: " + ", ".join(f"{k} {v:.4f}" for k, v in headline.items()),
                           markup=False)
     _say(console, "starting TRL's GRPOTrainer")
-    run.trainer = _make_trainer(run, config)
+    from grpo_cli.training.trainer import make_trainer
+
+    run.trainer = make_trainer(run, config)
 
 
-def _start_run_dir(run: _Run, seed: int) -> None:
+def _start_run_dir(run: RunState, seed: int) -> None:
     """Set the previous run aside (only now that everything loaded) and write recipe.yaml and the manifest.
 
     A resumed run first drops what was logged after its checkpoint (a hard kill leaves that behind).
@@ -244,61 +191,12 @@ def _start_run_dir(run: _Run, seed: int) -> None:
         runs.write_manifest(out / runs.MANIFEST, run.manifest)
 
 
-def _make_trainer(run: _Run, config: GRPOConfig) -> GRPOTrainer:
-    """TRL's GRPOTrainer with grpo's callbacks (metrics, graceful stop, console, health guards)."""
-    from transformers.trainer_callback import PrinterCallback
-    from trl import GRPOTrainer
-
-    from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
-    from grpo_cli.training.health import health_callbacks
-    from grpo_cli.training.sampler import resumable
-    from grpo_cli.training.sharding import ShardingProbe
-    from grpo_cli.training.shared_prefill import share_prompt_prefill
-    from grpo_cli.training.step_timing import step_timer
-
-    recipe = run.recipe
-    run.metrics = MetricsJsonl(run.out / runs.METRICS)
-    run.stopper = GracefulStop()
-    run.probe = ShardingProbe(evaluates_during_training=bool(recipe.eval.every_steps))
-    timer = step_timer()
-    run.callbacks = [timer, run.probe, run.metrics, run.stopper,
-                     RichConsole(run.console, show_kl=recipe.training.beta > 0)]
-    if run.toolset is not None:  # first: the writers and the console see the key it adds
-        run.callbacks.insert(0, ToolResultCuts(run.toolset.stats))
-    if run.aside is not None:
-        run.callbacks.append(OnFirstStep(run.aside.discard))
-    run.callbacks += health_callbacks(recipe, run.out, console=run.console)
-    from grpo_cli.training.task_metric import run_callbacks
-
-    extras = run_callbacks(recipe, run.out, run.manifest, run.loaded.processing_class, run.data.eval, run.console)
-    run.callbacks += extras
-    from grpo_cli.training.user_callbacks import load_callbacks
-
-    run.callbacks += load_callbacks(recipe)  # the recipe's own, after grpo's (they see the same events)
-    data = run.data
-    from grpo_cli.training.vllm_cpu import vllm_on_cpu
-
-    with vllm_on_cpu(recipe.launch.vllm.mode, run.loaded.device):  # vLLM's CPU build: environment and weight sync
-        trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
-                                         train_dataset=data.train,
-                                         eval_dataset=data.eval if config.eval_strategy != "no" else None,
-                                         processing_class=run.loaded.processing_class,
-                                         peft_config=run.loaded.peft_config, callbacks=run.callbacks,
-                                         **(run.toolset.trainer_kwargs() if run.toolset else {}))
-    trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
-    timer.attach(trainer)
-    share_prompt_prefill(trainer.model)  # a group's prompt prefilled once, not num_generations times
-    for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
-        extra.trainer = trainer
-    return trainer
-
-
-def _held_out(run: _Run) -> bool:
+def _held_out(run: RunState) -> bool:
     """eval.before_after applies: a suite, or an eval split to score."""
     return run.recipe.eval.before_after and (run.data.eval is not None or run.recipe.eval.suite is not None)
 
 
-def _fit(run: _Run) -> None:
+def _fit(run: RunState) -> None:
     """Train; on any failure mark the manifest failed and still write the report."""
     assert run.trainer is not None
     run.stopper.install()
@@ -318,7 +216,7 @@ def _fit(run: _Run) -> None:
                 f.close()
 
 
-def _mark_failed(run: _Run, exc: BaseException) -> None:
+def _mark_failed(run: RunState, exc: BaseException) -> None:
     """Record a run that stopped on an error as `failed`, with the error's first line as its message."""
     if run.manifest.get("status") != "running":
         return  # nothing written yet, or already recorded
@@ -332,7 +230,7 @@ def _mark_failed(run: _Run, exc: BaseException) -> None:
         runs.write_manifest(run.out / runs.MANIFEST, run.manifest)
 
 
-def _finish(run: _Run) -> TrainResult:
+def _finish(run: RunState) -> TrainResult:
     """Decide how the run ended, save the model of a completed run, evaluate it, write manifest and report."""
     from grpo_cli.training.sharding import gather_layout
 
@@ -388,7 +286,7 @@ def _finish(run: _Run) -> TrainResult:
     return result
 
 
-def _saved_model(run: _Run) -> Any:
+def _saved_model(run: RunState) -> Any:
     """The model just saved in the run directory, loaded whole: a sharded model can only generate with
     every rank taking part, so rank 0 evaluates the saved copy instead (which also proves it loads)."""
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config

@@ -11,6 +11,7 @@ from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.loaders import RewardInfo, inspect_reward
 from grpo_cli.validation.batching import BatchPlan, plan_batches
 from grpo_cli.validation.model_checks import model_checks
+from grpo_cli.validation.sampling import sampling_checks
 from grpo_cli.validation.vision import vision_checks
 
 
@@ -283,9 +284,9 @@ def preflight(recipe: Recipe) -> Preflight:
     _eval_checks(recipe, pf)
     _push_check(recipe, pf)
     vision_checks(recipe, pf)
-    if tools:
-        pf.plan["tools"] = tools
+    pf.plan.update({"tools": tools} if tools else {})
     _vllm_checks(recipe, pf)
+    sampling_checks(recipe, pf)
     _memory(recipe, pf)
     return pf
 

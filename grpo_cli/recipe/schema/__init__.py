@@ -19,6 +19,7 @@ from grpo_cli.recipe.schema.launch import LaunchSection, VllmSection
 from grpo_cli.recipe.schema.model import LoraSection, ModelSection
 from grpo_cli.recipe.schema.output import OutputSection
 from grpo_cli.recipe.schema.rewards import RewardEntry
+from grpo_cli.recipe.schema.sampling import DynamicSamplingSection, SamplingSection
 from grpo_cli.recipe.schema.tools import EnvironmentSection, ToolEntry
 from grpo_cli.recipe.schema.training import TrainingSection
 
@@ -26,6 +27,7 @@ __all__ = [
     "AnswerSection",
     "CallbackEntry",
     "DataSection",
+    "DynamicSamplingSection",
     "EnvironmentSection",
     "EvalSection",
     "ImagesSection",
@@ -37,6 +39,7 @@ __all__ = [
     "PromptSection",
     "Recipe",
     "RewardEntry",
+    "SamplingSection",
     "ToolEntry",
     "TrainingSection",
     "VllmSection",
@@ -69,6 +72,8 @@ class Recipe(Section):
     """Environments whose methods are tools (TRL's `environment_factory`); see docs/tools.md."""
     training: TrainingSection = omitted_section()
     """TRL GRPOConfig fields."""
+    sampling: SamplingSection = omitted_section()
+    """Which generated groups a step learns from: dynamic sampling, skipping zero-advantage completions (off)."""
     launch: LaunchSection = omitted_section()
     """Processes, distributed profile and vLLM."""
     output: OutputSection = omitted_section()

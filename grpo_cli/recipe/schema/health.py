@@ -119,6 +119,33 @@ class NoToolCallsGuard(Guard):
     """Fire when no completion called a tool for this many consecutive logging steps."""
 
 
+class RewardGamingSettings(Guard):
+    """The training reward rises while the task metric falls: a reward being gamed (or a proxy that stopped
+    measuring the task).
+
+    Watches the task metric (`task/<eval|suite>/<eval.metric>`, logged only with `eval.every_steps`) against the
+    mean training `reward` of the logs before each evaluation.
+    """
+
+    task_drop: float = Field(0.05, gt=0.0)
+    """Fire when the task metric is at least this far below its best evaluation so far ..."""
+    reward_rise: float = Field(0.05, gt=0.0)
+    """... while the mean training reward since the previous evaluation is at least this far above the mean before
+    the best one."""
+    window: int = Field(1, ge=1)
+    """Consecutive evaluations the condition must hold."""
+
+
+class BottleneckSettings(Section):
+    """At the end of a run, the part of a step that took most of its time, with what to try (from `time/*`)."""
+
+    enabled: bool = True
+    """Print and record the advice (never stops a run: it is given after the last step)."""
+    threshold: float = Field(0.5, gt=0.0, le=1.0)
+    """Advise when one part (generation, reward, log-probabilities, forward, backward, optimizer, other) took at
+    least this share of the mean step."""
+
+
 class HealthSection(Section):
     """Guards that watch each training log; events go to OUTPUT_DIR/health.jsonl and the console."""
 
@@ -140,3 +167,7 @@ class HealthSection(Section):
     """Most tool calls fail."""
     no_tool_calls: NoToolCallsGuard = omitted_section()
     """The model never calls a tool."""
+    reward_gaming: RewardGamingSettings = omitted_section()
+    """The training reward rises while the task metric falls (needs `eval.every_steps`)."""
+    bottleneck: BottleneckSettings = omitted_section()
+    """End-of-run advice on the part of a step that dominated its time."""

@@ -1,0 +1,109 @@
+"""Guards that read the learning signal, beside the per-log guards of `health.py`.
+
+- `reward_gaming`: the task metric (`eval.every_steps`) falls from its best while the training reward rises, the
+  shape of a reward being gamed; a HealthGuard like the others (warn or stop, health.jsonl, the report).
+- `bottleneck`: at the end of a run, the part of a step (`time/*`, from `step_timing.py`) that took most of its
+  time, and what to try; printed, and written in report.md's time split (`artefacts/time_split.py`), never a
+  stop and never a health event (a healthy run has a largest part too).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from transformers import TrainerCallback
+
+from grpo_cli.artefacts.time_split import bottleneck_advice
+from grpo_cli.training.health import HealthEvents, HealthGuard, Observation, finite, health_callbacks
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from grpo_cli.recipe.schema import Recipe
+
+
+class RewardGamingGuard(HealthGuard):
+    """Each evaluation of the task metric against the mean training reward of the logs since the previous one."""
+
+    name = "reward_gaming"
+
+    def __init__(self, settings: Any, recipe: Recipe, events: HealthEvents) -> None:
+        super().__init__(settings, recipe, events)
+        from grpo_cli.training.task_metric import metric_name
+
+        self.metric = metric_name(recipe)
+        self.sign = 1.0 if recipe.eval.greater_is_better else -1.0
+        self.rewards: list[float] = []  # training rewards since the last evaluation
+        self.evals: list[tuple[int, float, float | None]] = []  # (step, task value, mean reward before it)
+        self.step = 0
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.step = int(state.global_step)
+
+    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, Any] | None = None, **kw: Any) -> Any:
+        if logs and "reward" in logs and finite(logs["reward"]):
+            self.rewards.append(float(logs["reward"]))
+        if logs and self.metric in logs:
+            return super().on_log(args, state, control, logs={**logs, "reward": logs.get("reward", 0.0)}, **kw)
+        return None
+
+    def observe(self, logs: dict[str, Any]) -> Observation | None:
+        value = logs.get(self.metric)
+        if not finite(value):
+            return None
+        reward = sum(self.rewards) / len(self.rewards) if self.rewards else None
+        self.rewards = []
+        self.evals.append((self.step, float(value), reward))
+        best, base = self.best()
+        drop = self.sign * (best[1] - float(value))
+        rise = reward - base if reward is not None and base is not None else None
+        bad = drop >= self.settings.task_drop and rise is not None and rise >= self.settings.reward_rise
+        return Observation(self.metric, float(value), bad)
+
+    def best(self) -> tuple[tuple[int, float, float | None], float | None]:
+        """The best evaluation so far and the training reward at it: the mean of the logs before it, or for the
+        baseline before training (no logs yet), of the first logs after it."""
+        index = max(range(len(self.evals)), key=lambda i: self.sign * self.evals[i][1])
+        base = next((e[2] for e in self.evals[index:] if e[2] is not None), None)
+        return self.evals[index], base
+
+    def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
+        step, value, reward = self.evals[-1]
+        best, base = self.best()
+        return (f"{self.metric} fell from {best[1]:.3f} (step {best[0]}) to {value:.3f} (step {step}) while the "
+                f"training reward rose from {base or 0.0:.3f} to {reward or 0.0:.3f} (mean of the training logs "
+                "around each evaluation): the reward is being gamed, or measures something other than the task",
+                f"read the completions of the last steps (`grpo samples {self.events.path.parent}`) for what earns "
+                "the reward; weight the outcome reward up or the shaping rewards down; score the task in the "
+                f"reward itself; keep the best model (kept in {self.events.path.parent}/best) and stop here")
+
+
+class BottleneckAdvice(TrainerCallback):
+    """At the end of training: the part of a step that took at least `threshold` of it, and what to try."""
+
+    def __init__(self, recipe: Recipe, console: Console | None) -> None:
+        self.threshold = recipe.health.bottleneck.threshold
+        self.console = console
+        self.advice = ""
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.advice = bottleneck_advice(list(state.log_history), self.threshold) or ""
+        if self.advice and state.is_world_process_zero and self.console is not None:
+            self.console.print(f"[bold]where the time went[/]: {self.advice}", soft_wrap=True, highlight=False)
+
+
+def all_health_callbacks(recipe: Recipe, output_dir: str | Path,
+                         console: Console | None = None) -> list[TrainerCallback]:
+    """`health.py`'s guards, then the reward-gaming guard (with `eval.every_steps`) and the bottleneck advice."""
+    guards = health_callbacks(recipe, output_dir, console=console)
+    health = recipe.health
+    if not health.enabled:
+        return guards
+    if health.reward_gaming.enabled and recipe.eval.every_steps:
+        events = guards[0].events if guards and isinstance(guards[0], HealthGuard) else HealthEvents(
+            Path(output_dir), console)
+        guards.append(RewardGamingGuard(health.reward_gaming, recipe, events))
+    if health.bottleneck.enabled:
+        guards.append(BottleneckAdvice(recipe, console))
+    return guards

@@ -1,0 +1,181 @@
+"""`sampling.dynamic` (DAPO dynamic sampling): the hook pinned to the installed TRL, real training on the bundled
+model (flat groups are not trained, the batch is refilled, LoRA composes), what `grpo validate` refuses and
+prices, and a recipe without `sampling:` training exactly as before."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from tests.conftest import RECIPES, ROOT, run_cli
+
+DEMO = RECIPES / "demo.yaml"
+STEPS = ["training.max_steps=4", "training.per_device_train_batch_size=16", "training.num_generations=4",
+         "training.logging_steps=1", "training.temperature=0.7", "eval.before_after=false"]
+
+
+def _records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _train(out: Path, *overrides: str) -> list[dict]:
+    from grpo_cli import load_recipe, train
+
+    result = train(load_recipe(DEMO, [*STEPS, *overrides]), output_dir=out)
+    assert result.status == "completed"
+    return [r for r in _records(out) if "reward" in r]
+
+
+def test_the_hook_matches_the_installed_trl() -> None:
+    """What dynamic sampling and the zero-advantage skip rely on in TRL's GRPOTrainer: a change fails here."""
+    from trl import GRPOTrainer
+
+    from grpo_cli.training.group_rows import PADDING, RECOMPUTED
+
+    def params(name: str) -> list[str]:
+        return list(inspect.signature(getattr(GRPOTrainer, name)).parameters)
+
+    assert params("_generate_and_score_completions") == ["self", "inputs"]
+    assert params("_calculate_rewards") == ["self", "inputs", "prompts", "completions", "completion_ids_list"]
+    assert params("compute_loss")[:3] == ["self", "model", "inputs"]
+    prepare = inspect.getsource(GRPOTrainer._prepare_inputs)
+    assert "self._generate_and_score_completions(generation_batch)" in prepare  # called through the instance
+    assert "split_tensor_dict(generation_batch, self.args.steps_per_generation)" in prepare
+    score = inspect.getsource(GRPOTrainer._generate_and_score_completions)
+    assert "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)" in score
+    assert "rewards.view(-1, num_generations)" in score  # groups are consecutive rows
+    first = {"prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch"}
+    assert all(f'"{key}":' in score for key in first)  # the output dict's literal keys
+    keys = set(re.findall(r'output\["(\w+)"\]', score)) | first
+    images = {"pixel_values", "image_grid_thw", "pixel_attention_mask", "spatial_shapes", "image_sizes",
+              "token_type_ids", "mm_token_type_ids", "image_position_ids", "num_images", "num_tiles"}
+    assert keys - images <= set(PADDING) | set(RECOMPUTED), keys - images - set(PADDING) - set(RECOMPUTED)
+    loss = inspect.getsource(GRPOTrainer._compute_loss)  # the normalisers zero_advantage.py rescales
+    assert 'inputs["num_items_in_batch"].clamp(min=1.0)' in loss
+    assert "(per_token_loss.size(0) * self.max_completion_length)" in loss
+    assert "/ mask.sum().clamp(min=1.0)" in loss and "/ mask.sum(-1).clamp(min=1.0)).mean()" in loss
+
+
+def _fake_trainer(rewards: list[list[float]]) -> SimpleNamespace:
+    import torch
+
+    from grpo_cli.training.dynamic_sampling import DynamicSampler
+
+    trainer = SimpleNamespace(num_generations=4, reward_func_names=["accuracy", "fmt"],
+                              reward_weights=torch.tensor([1.0, 0.5]))
+    sampler = DynamicSampler(trainer, "accuracy", 0.0, 3, seed=0)
+    sampler.last_rewards = torch.tensor(rewards)
+    return SimpleNamespace(trainer=trainer, sampler=sampler)
+
+
+def test_the_filter_reads_the_chosen_reward_not_the_total() -> None:
+    # group 0: all wrong, but the format reward differs (a phantom signal in the total); group 1: mixed accuracy
+    rows = [[0.0, 0.0], [0.0, 1.0], [0.0, 0.5], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0], [1.0, 1.0], [0.0, 1.0]]
+    fake = _fake_trainer(rows)
+    assert fake.sampler.split_groups() == ([1], [0])
+    fake.sampler.metric = "reward"
+    assert fake.sampler.split_groups() == ([0, 1], [])
+    fake.sampler.metric, fake.sampler.min_std = "accuracy", 0.6  # accuracy's std in group 1 is 0.5
+    assert fake.sampler.split_groups() == ([], [0, 1])
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_trains_no_flat_group_where_plain_grpo_does(tmp_path: Path) -> None:
+    plain = _train(tmp_path / "plain")
+    assert max(r["frac_reward_zero_std"] for r in plain) > 0, "no flat group to drop: the test proves nothing"
+    assert not any(k.startswith("dynamic_sampling/") for r in plain for k in r)
+    dynamic = _train(tmp_path / "dynamic", "sampling.dynamic={max_rounds: 6}")
+    assert all(r["dynamic_sampling/zero_std_trained"] == 0 for r in dynamic)
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in dynamic) > 0
+    assert max(r["dynamic_sampling/rounds"] for r in dynamic) > 1  # refilled from further prompts
+    for r in dynamic:  # four groups trained per step: every dropped one was replaced by a generated one
+        assert r["dynamic_sampling/generated_groups"] >= 4 + r["dynamic_sampling/dropped_groups"]
+    report = (tmp_path / "dynamic" / "report.md").read_text()
+    assert "dynamic_sampling/zero_std_trained" in report
+
+
+@pytest.mark.slow
+def test_one_round_filters_and_a_short_batch_is_filled_with_zero_advantage_groups(tmp_path: Path) -> None:
+    logs = _train(tmp_path / "once", "sampling.dynamic={max_rounds: 1, metric: accuracy}",
+                  "sampling.skip_zero_advantage=true")
+    assert all(r["dynamic_sampling/rounds"] == 1 and r["dynamic_sampling/generated_groups"] == 4 for r in logs)
+    for r in logs:  # what could not be refilled is trained as filler, with zero advantage, and said so
+        assert r["dynamic_sampling/zero_std_trained"] == pytest.approx(r["dynamic_sampling/dropped_groups"] / 4)
+        assert r["zero_advantage/skipped"] == pytest.approx(r["frac_reward_zero_std"])
+    assert any(r["dynamic_sampling/zero_std_trained"] > 0 for r in logs)
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_composes_with_lora(tmp_path: Path) -> None:
+    out = tmp_path / "lora"
+    result = run_cli("train", DEMO, *STEPS, "model.lora.r=4", "model.lora.alpha=8", "model.lora.dropout=0.0",
+                     "sampling.dynamic={max_rounds: 4}", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "adapter_model.safetensors").exists()
+    logs = [r for r in _records(out) if "reward" in r]
+    assert all(r["dynamic_sampling/zero_std_trained"] == 0 for r in logs)
+
+
+@pytest.mark.slow
+def test_a_recipe_without_sampling_trains_exactly_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from safetensors.torch import load_file
+
+    import grpo_cli.training.dynamic_sampling as hooks
+
+    with_feature_code = _train(tmp_path / "now", "training.max_steps=3")
+    monkeypatch.setattr(hooks, "attach_sampling", lambda trainer, recipe: None)  # as before the feature existed
+    before = _train(tmp_path / "before", "training.max_steps=3")
+
+    def same(r: dict) -> dict:
+        return {k: v for k, v in r.items() if not k.startswith("time") and k != "step_time"}  # clocks
+
+    assert [same(r) for r in with_feature_code] == [same(r) for r in before]
+    a, b = load_file(str(tmp_path / "now" / "model.safetensors")), load_file(str(tmp_path / "before" /
+                                                                                   "model.safetensors"))
+    import torch
+
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_validate_names_the_setting_and_its_cost(tmp_path: Path) -> None:
+    out = tmp_path / "last"
+    result = run_cli("validate", DEMO, "sampling.dynamic={max_rounds: 3}", f"output.dir={out}")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "dynamic, on accuracy (drop groups with std <= 0), up to 3 generation rounds" in text
+    assert "up to +200% per step" in text
+    out.mkdir()
+    (out / "metrics.jsonl").write_text("\n".join(json.dumps({"step": s, "frac_reward_zero_std": z})
+                                                 for s, z in ((1, 0.4), (2, 0.6))) + "\n")
+    text = " ".join(run_cli("validate", DEMO, "sampling.dynamic={}", f"output.dir={out}").output.split())
+    assert "last run had 50% zero-std groups: about +100% generation per step" in text
+
+
+@pytest.mark.parametrize(("overrides", "expected"), [
+    (["launch.profile=ddp", "launch.num_processes=2"], "runs on one process only"),
+    (["training.beta=0.04"], "needs beta: 0"),
+    (["sampling.dynamic.metric=format"], "'format' is not a reward of this recipe"),
+    (["training.num_iterations=2"], "needs on-policy batches"),
+])
+def test_validate_refuses_what_dynamic_sampling_cannot_do_yet(overrides: list[str], expected: str) -> None:
+    result = run_cli("validate", DEMO, "sampling.dynamic={}", *overrides)
+    assert result.exit_code == 2, result.output
+    text = " ".join(result.output.split())
+    assert "sampling.dynamic" in text and expected in text and "Traceback" not in text
+
+
+def test_validate_asks_which_reward_when_several_could_be_meant(write_recipe) -> None:
+    text = (DEMO.read_text().replace("  - name: accuracy\n    params: {answer_format: first_number}\n",
+                                     "  - {function: r.py:a}\n  - {function: r.py:b}\n")
+            .replace("bundled:tiny-arith-data", str(ROOT / "grpo_cli" / "assets" / "tiny-arith-data")))
+    recipe = write_recipe(text + "sampling:\n  dynamic: {}\n")
+    (recipe.parent / "r.py").write_text("def a(completions, **kw):\n    return [0.0] * len(completions)\n"
+                                        "def b(completions, **kw):\n    return [0.0] * len(completions)\n")
+    result = run_cli("validate", recipe)
+    assert result.exit_code == 2, result.output
+    assert "Name the outcome reward: one of a, b" in " ".join(result.output.split())
