@@ -156,6 +156,24 @@ def run_guarded(func: Callable[[], Any]) -> Any:
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         raise typer.Exit(130) from None
+    except Exception as exc:  # Ctrl-C or SIGTERM inside a library that wraps it (pydantic building a validator)
+        if _state["debug"] or not _interrupted(exc):
+            raise
+        err_console.print("[yellow]interrupted[/]")
+        raise typer.Exit(130) from None
+
+
+def _interrupted(exc: BaseException) -> bool:
+    """An exception raised because a KeyboardInterrupt went through it: in its cause or context chain, or, for
+    pydantic-core's SchemaError, only in its message (its Rust side keeps the text, not the exception)."""
+    seen: set[int] = set()
+    link: BaseException | None = exc
+    while link is not None and id(link) not in seen:
+        if isinstance(link, KeyboardInterrupt) or str(link).rstrip().endswith("KeyboardInterrupt:"):
+            return True
+        seen.add(id(link))
+        link = link.__cause__ or link.__context__
+    return False
 
 
 def load(recipe: Path, overrides: list[str] | None, **launch: Any) -> Any:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
     from grpo_cli.threads import ThreadPlan
 
+
 def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool | str | None = None,
           force: bool = False, console: Console | None = None, resume_command: str | None = None) -> TrainResult:
     """Validate, load, and train; returns when training ends, is stopped, or is interrupted.
