@@ -150,6 +150,17 @@ def run_guarded(func: Callable[[], Any]) -> Any:
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         raise typer.Exit(130) from None
+    except RuntimeError as exc:  # pathlib's resolve() on a link that points back to itself, wherever a path is
+        loop = str(exc).removeprefix("Symlink loop from ")
+        if _state["debug"] or loop == str(exc):
+            raise
+        return run_guarded(lambda: _raise(GrpoError(
+            "is a symbolic link that points back to itself (a loop)", where=loop.strip("'"),
+            fix="Point the link at a real file or directory, or give the path of the file itself.")))
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
 
 
 def load(recipe: Path, overrides: list[str] | None, **launch: Any) -> Any:

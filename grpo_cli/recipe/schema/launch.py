@@ -70,7 +70,7 @@ class LaunchSection(Section):
     """Address of the main node (multi-node only)."""
     main_process_port: int = Field(29500, ge=1, le=65535)
     """Rendezvous port on the main node."""
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, le=4096)
     """torch threads per training process (intra-op). Default: chosen at start from the cores that other
     work leaves free (load average), shared between the processes, one for a model under 20M parameters;
     `OMP_NUM_THREADS` set by you is honoured. The `code` reward's sandboxes get the free cores too

@@ -173,6 +173,9 @@ def check_training_fields(values: dict[str, Any]) -> tuple[dict[str, Any], list[
         if key in BOUNDS and isinstance(value, (int, float)) and not isinstance(value, bool):
             low, inclusive = BOUNDS[key]
             bad = math.isnan(value) or (value < low if inclusive else value <= low)
+            if math.isinf(value) and key != "max_grad_norm":  # inf gradient norm: no clipping, as TRL allows
+                problems.append((key, f"{value} is not a finite number", "Give a finite value."))
+                continue
             if bad:
                 relation = ">=" if inclusive else ">"
                 problems.append((key, f"{value} is out of range", f"It must be {relation} {low:g}."))
