@@ -271,3 +271,25 @@ def write_atomic(path: Path, text: str, *, mode: int | None = None) -> None:
             if tmp is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp)
+
+
+def check_writable_dir(path: Path, where: str) -> None:
+    """Refuse, before any work, an output directory that cannot be written: a file in the way, a read-only or
+    forbidden place. Probes by creating it (and a file in it) and removes what the probe created."""
+    import tempfile
+
+    if path.exists() and not path.is_dir():
+        raise GrpoError(f"{path} exists and is a file", where=where, fix="Give a directory path.")
+    created = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise GrpoError(f"cannot write to {path}: {exc.strerror or exc}", where=where,
+                        fix="Choose a directory you can write (not a read-only filesystem, nor one under a file).") \
+            from None
+    finally:
+        for made in created:  # deepest first
+            with contextlib.suppress(OSError):
+                made.rmdir()
