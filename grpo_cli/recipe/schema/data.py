@@ -193,7 +193,7 @@ class DataSection(Section):
     """What to do with longer prompts: drop the row, or keep its last max_prompt_tokens tokens."""
     shuffle: bool = True
     """Shuffle the rows once (deterministically, with `seed`) before max_samples is applied."""
-    seed: int = 42
+    seed: int = Field(42, ge=0, le=2**32 - 1)
     """Seed for shuffling and the holdout split."""
     max_samples: int | None = Field(None, gt=0)
     """Use at most this many training rows."""
