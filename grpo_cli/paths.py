@@ -205,6 +205,9 @@ def read_text(path: Path, *, what: str, where: str, missing_fix: str = "") -> st
     if path.is_dir():
         raise GrpoError(f"{what} is a directory, not a file", where=where,
                         fix="Give the path of a file inside it.")
+    if not path.is_file():  # reading /dev/zero, /dev/urandom or a named pipe would never end
+        raise GrpoError(f"{what} is not a regular file (a device, a named pipe or a socket)", where=where,
+                        fix="Give a file saved on disk (to use a stream, save it to a file first).")
     try:
         data = path.read_bytes()
     except OSError as exc:
