@@ -220,6 +220,7 @@ def write_report(output_dir: str | Path, out: str | Path | None = None, *, force
     paths = report_paths(output_dir, out)
     _check_targets(paths, out is not None, force)
     text = render_markdown(run, summarize_run(run), paths)
+    paths.image.parent.mkdir(parents=True, exist_ok=True)  # --out into a new directory (probed writable above)
     with terminate_as_interrupt():
         fd, tmp = tempfile.mkstemp(prefix=f".{paths.image.name}.", suffix=".tmp", dir=paths.image.parent)
         os.close(fd)
