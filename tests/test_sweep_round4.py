@@ -231,3 +231,10 @@ def test_gpu_wheels_never_deletes_a_wheel_it_did_not_write(tmp_path: Path) -> No
     assert mine.read_text() == "my wheel"
     done = _script("gpu_wheels.sh", mine)
     assert done.returncode == 2 and "is not a directory" in done.stderr
+
+
+def test_an_empty_repo_id_and_a_data_directory_are_named_as_such(lora_run: Path, tmp_path: Path) -> None:
+    _paragraph(run_cli("push", lora_run, "", "--dry-run"), "REPO_ID", "the repository id is empty")
+    (tmp_path / "rows").mkdir()
+    _paragraph(run_cli("validate", DEMO, f"data.files.train={tmp_path / 'rows'}"), "for a directory of files",
+               "rows/train.jsonl")

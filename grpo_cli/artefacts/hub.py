@@ -205,6 +205,8 @@ def _recipe_base(folder: Path) -> str | None:
 def push_run(run_dir: str | Path, repo_id: str, *, private: bool = True, dry_run: bool = False,
              base_model: str | None = None, force: bool = False) -> StagedPush:
     """Stage, then create the repo (if needed) and upload the staged files in one commit."""
+    if not repo_id.strip("/ "):
+        raise GrpoError("the repository id is empty", where="REPO_ID", fix="Give it as `user/name` or `org/name`.")
     if "/" not in repo_id and not dry_run:
         from huggingface_hub import HfApi
 

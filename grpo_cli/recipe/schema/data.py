@@ -213,7 +213,8 @@ class DataSection(Section):
                 paths += [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)]
         for p in paths:
             if not p.endswith(LOCAL_SUFFIXES):
-                raise ValueError(f"{p!r} is not a supported data file: use one of {', '.join(LOCAL_SUFFIXES)}")
+                raise ValueError(f"{p!r} is not a supported data file: use one of {', '.join(LOCAL_SUFFIXES)} "
+                                 f"(for a directory of files, list them, e.g. {p.rstrip('/')}/train.jsonl)")
         return value
 
     @model_validator(mode="before")
