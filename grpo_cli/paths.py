@@ -205,6 +205,9 @@ def read_text(path: Path, *, what: str, where: str, missing_fix: str = "") -> st
     if path.is_dir():
         raise GrpoError(f"{what} is a directory, not a file", where=where,
                         fix="Give the path of a file inside it.")
+    if not path.is_file():  # reading /dev/zero, /dev/urandom or a named pipe would never end
+        raise GrpoError(f"{what} is not a regular file (a device, a named pipe or a socket)", where=where,
+                        fix="Give a file saved on disk (to use a stream, save it to a file first).")
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -279,3 +282,25 @@ def share_weights(directory: Path) -> None:
     os.umask(mask)
     for path in directory.rglob("*.safetensors"):
         path.chmod(0o666 & ~mask)
+
+
+def check_writable_dir(path: Path, where: str) -> None:
+    """Refuse, before any work, an output directory that cannot be written: a file in the way, a read-only or
+    forbidden place. Probes by creating it (and a file in it) and removes what the probe created."""
+    import tempfile
+
+    if path.exists() and not path.is_dir():
+        raise GrpoError(f"{path} exists and is a file", where=where, fix="Give a directory path.")
+    created = [p for p in (path, *path.parents) if not p.exists()]
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path):
+            pass
+    except OSError as exc:
+        raise GrpoError(f"cannot write to {path}: {exc.strerror or exc}", where=where,
+                        fix="Choose a directory you can write (not a read-only filesystem, nor one under a file).") \
+            from None
+    finally:
+        for made in created:  # deepest first
+            with contextlib.suppress(OSError):
+                made.rmdir()

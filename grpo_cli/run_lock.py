@@ -45,8 +45,13 @@ class RunLock:
             raise GrpoError(f"{self.out} exists and is a file, not a directory", where="--output-dir",
                             fix="Choose a directory path for the run.")
         self._created_dir = not self.out.exists()
-        self.out.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            self.out.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise GrpoError(f"cannot write the run directory {self.out}: {exc.strerror or exc}", where="--output-dir",
+                            fix="Choose a directory you can write (a read-only or full filesystem cannot hold a "
+                                "run), e.g. --output-dir outputs/NAME.") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -23,6 +23,7 @@ from pathlib import Path
 THREADS_ENV = "OMP_NUM_THREADS"
 CHOSEN_ENV = "GRPO_CHOSEN_THREADS"  # set by grpo for processes it starts; not a user's setting
 RELAUNCHED_ENV = "GRPO_RELAUNCHED"  # set in workers `grpo train` started under accelerate (launching/relaunch.py)
+MAX_THREADS = 4096  # more than any machine's cores; torch.set_num_threads overflows near 2**31
 SMALL_MODEL_PARAMS = 20_000_000  # below this, one thread per process: its matmuls are too small to split
 
 
@@ -143,6 +144,12 @@ def choose_threads(processes: int = 1, *, override: int | None = None, model_par
     if chosen is not None:
         return ThreadPlan(chosen, max(1, min(cores, chosen * processes)), "chosen by the launching `grpo train`")
     user = _user_setting()
+    if user is not None and user > MAX_THREADS:
+        from grpo_cli.errors import GrpoError
+
+        raise GrpoError(f"{THREADS_ENV}={user} asks for more threads per process than any machine has cores",
+                        where=THREADS_ENV, fix=f"Unset it (grpo then picks from the free cores: {cores} here) or "
+                                               f"set at most {MAX_THREADS}.")
     if user is not None:
         return ThreadPlan(user, max(1, min(cores, user * processes)), f"{THREADS_ENV}={user}")
     load = load_average() if load is None else load

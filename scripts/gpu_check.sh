@@ -13,20 +13,34 @@
 # with tiny sizes, in this environment, without wheels (tests/test_gpu_kit.py runs it).
 # Record a real run with `python benchmarks/gpu_check.py record OUTDIR` (docs/performance.md, "GPU").
 set -uo pipefail
+usage="usage: scripts/gpu_check.sh [--dry-run] OUTDIR"
 dry=()
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then echo "$usage"; exit 0; fi
 if [[ ${1:-} == --dry-run ]]; then dry=(--dry-run); shift; fi
-if [[ $# -ne 1 ]]; then
-  echo "usage: scripts/gpu_check.sh [--dry-run] OUTDIR" >&2
+if [[ $# -ne 1 || $1 == -* || -z $1 ]]; then
+  echo "$usage" >&2
+  [[ ${1:-} == -* ]] && echo "gpu_check.sh: unknown option $1 (an OUTDIR starting with '-' needs ./ before it)" >&2
   exit 2
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
-mkdir -p "$1" || exit 2
-out=$(cd "$1" && pwd)
+if [[ -e $1 && ! -d $1 ]]; then
+  echo "gpu_check.sh: OUTDIR $1 exists and is not a directory; give a directory (it is created if missing)" >&2
+  exit 2
+fi
+mkdir -p -- "$1" || { echo "gpu_check.sh: cannot create OUTDIR $1; give a directory you can write" >&2; exit 2; }
+out=$(cd -- "$1" && pwd)
+if ! ( : >"$out/gpu_check.log" ) 2>/dev/null; then
+  echo "gpu_check.sh: cannot write into OUTDIR $out (read-only or not yours); give a directory you can write" >&2
+  exit 2
+fi
 py=${PYTHON:-python3}
 [[ -z ${PYTHON:-} && ${#dry[@]} -eq 1 && -x $root/.venv/bin/python ]] && py=$root/.venv/bin/python
 budget=${GRPO_GPU_CHECK_SECONDS:-450}
 began=$(date +%s)
 work=$(mktemp -d "${TMPDIR:-/tmp}/grpo-gpu-check.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 log=$out/gpu_check.log
 : >"$log"
 say() { echo "[gpu_check $(( $(date +%s) - began ))s] $*" | tee -a "$log"; }

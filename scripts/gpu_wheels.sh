@@ -29,8 +29,30 @@ if missing:
              "(the README's test command) first, or set PYTHON to an environment that has them")
 PY
 )
-mkdir -p "$dir"
-rm -f "$dir"/*.whl
+if [[ -e $dir && ! -d $dir ]]; then
+  echo "gpu_wheels.sh: $dir exists and is not a directory; give a directory for the wheels" >&2
+  exit 2
+fi
+mkdir -p -- "$dir" || { echo "gpu_wheels.sh: cannot create $dir; give a directory you can write" >&2; exit 2; }
+# Only wheels this script wrote are replaced: those listed in DIR/.gpu_wheels (or any in the default .whl, which
+# is its own). A wheel of the user's in DIR is never deleted.
+list=$dir/.gpu_wheels
+if [[ $dir != "$root/.whl" ]]; then
+  foreign=()
+  for w in "$dir"/*.whl; do
+    [[ -e $w ]] || continue
+    grep -qxF -- "$(basename -- "$w")" "$list" 2>/dev/null || foreign+=("$(basename -- "$w")")
+  done
+  if (( ${#foreign[@]} )); then
+    echo "gpu_wheels.sh: $dir holds wheels this script did not write (${foreign[*]}); it replaces the wheels" \
+         "in DIR, so give an empty or new directory (or the default .whl)" >&2
+    exit 2
+  fi
+fi
+if [[ -f $list ]]; then
+  while read -r w; do [[ -n $w && $w != */* ]] && rm -f -- "$dir/$w"; done <"$list"
+fi
+[[ $dir == "$root/.whl" ]] && rm -f -- "$dir"/*.whl
 platforms=()
 for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_24_x86_64 manylinux_2_17_x86_64 \
          manylinux2014_x86_64 manylinux1_x86_64; do
@@ -39,6 +61,7 @@ done
 # shellcheck disable=SC2086
 "$py" -m pip download -q --no-deps --only-binary=:all: --python-version "${GRPO_GPU_PYTHON_VERSION:-3.12}" --implementation cp \
   "${platforms[@]}" -d "$dir" $pins 2> >(grep -v "^WARNING: Location" >&2)
+(cd -- "$dir" && ls -- *.whl) >"$list"
 count=$(find "$dir" -type f -name '*.whl' | wc -l)
 wheels_kib=$(du -sk "$dir" | cut -f1)
 tree_kib=$(cd "$root" && git ls-files -co --exclude-standard -z | xargs -0 du -ck 2>/dev/null | tail -1 | cut -f1)

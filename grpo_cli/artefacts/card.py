@@ -184,6 +184,10 @@ def _eval_lines(manifest: dict[str, Any], suites: list[dict[str, Any]], recipe: 
                      "`grpo eval --suite NAME` on the run dir before writing the card)."]
 
 
+CARD_MARK = "through grpo-cli"
+"""In every card grpo writes: a README.md without it is the user's own, which push never replaces unforced."""
+
+
 def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, name: str | None = None) -> str:
     """The card's text for the model in `target`, made by the run in `run_dir` (None: only what target holds);
     `name` titles it when target is not where the model will live (`grpo merge` writes into a temporary dir)."""
@@ -210,7 +214,7 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, 
     what = "a LoRA adapter for" if adapter else "a fine-tune of"
     trl = (manifest.get("versions") or {}).get("trl")
     lines = [f"# {name}", "", f"{name} is {what} {named}, trained with GRPO (Group Relative Policy Optimization) "
-             f"using TRL{f' {trl}' if trl else ''} through grpo-cli.", ""]
+             f"using TRL{f' {trl}' if trl else ''} {CARD_MARK}.", ""]
     rewards = recipe.get("rewards") or []
     if rewards:
         lines += ["## Rewards", "", "| reward | weight |", "|---|---:|"]

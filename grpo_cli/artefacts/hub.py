@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
-from grpo_cli.artefacts.card import CARD_FILE, suite_results, write_card
+from grpo_cli.artefacts.card import CARD_FILE, CARD_MARK, suite_results, write_card
 from grpo_cli.errors import GrpoError
 from grpo_cli.models.publish import is_full_suite, is_local_path, public_base
 from grpo_cli.paths import is_hub_id
@@ -77,7 +77,17 @@ def check_repo_id(repo_id: str, where: str = "REPO_ID", *, bare_ok: bool = False
                             "without '--' or '..'.")
 
 
-def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None) -> StagedPush:
+def _check_own_card(folder: Path, force: bool) -> None:
+    """A README.md grpo did not write (the user's own card) is never replaced without --force."""
+    path = folder / CARD_FILE
+    if force or not path.is_file() or CARD_MARK in path.read_bytes().decode("utf-8", "replace"):
+        return
+    raise GrpoError(f"{path} is not a model card grpo wrote (your own, or one edited past recognition); pushing "
+                    "writes grpo's card there", where="RUN_DIR",
+                    fix=f"Move it aside (e.g. to {CARD_FILE}.mine) and push again, or pass --force to replace it.")
+
+
+def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None, force: bool = False) -> StagedPush:
     """Check the folder holds a model, (re)write its card, validate the card, and list what would go up.
 
     `base_model`: the Hub id of a base model this machine knows by a local path (`--base-model`).
@@ -98,6 +108,7 @@ def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None) 
         raise GrpoError(f"{base_model!r} is not a Hub model id", where="--base-model",
                         fix="Name the base model as the Hub does, `org/name` (e.g. Qwen/Qwen2.5-0.5B-Instruct).")
     _check_files(folder)
+    _check_own_card(folder, force)
     kept = _card(folder, base, base_model, adapter)
     card = ModelCard.load(folder / CARD_FILE)  # the Hub's own parser: bad front matter raises here
     if "grpo" not in (card.data.tags or []):
@@ -242,13 +253,15 @@ def _recipe_base(folder: Path) -> str | None:
 
 
 def push_run(run_dir: str | Path, repo_id: str, *, private: bool = True, dry_run: bool = False,
-             base_model: str | None = None) -> StagedPush:
+             base_model: str | None = None, force: bool = False) -> StagedPush:
     """Stage, then create the repo (if needed) and upload the staged files in one commit."""
+    if not repo_id.strip("/ "):
+        raise GrpoError("the repository id is empty", where="REPO_ID", fix="Give it as `user/name` or `org/name`.")
     if "/" not in repo_id and not dry_run:
         from huggingface_hub import HfApi
 
         repo_id = full_repo_id(HfApi(), repo_id)
-    staged = stage_run(run_dir, repo_id if "/" in repo_id else f"user/{repo_id}", base_model)
+    staged = stage_run(run_dir, repo_id if "/" in repo_id else f"user/{repo_id}", base_model, force)
     if dry_run:
         return staged
     from huggingface_hub import CommitOperationAdd, HfApi

@@ -17,6 +17,7 @@ from grpo_cli import runs
 from grpo_cli.artefacts.report_data import RunData, load_run, num, number_text, reward_keys, series, task_keys
 from grpo_cli.artefacts.summary import step_span, summary_keys, summary_window, window_mean
 from grpo_cli.artefacts.time_split import time_split_markdown
+from grpo_cli.errors import GrpoError
 from grpo_cli.tools import stats_markdown
 
 if TYPE_CHECKING:
@@ -185,20 +186,55 @@ def report_paths(output_dir: str | Path, out: str | Path | None = None) -> Repor
     if out is None:
         return ReportPaths(Path(output_dir) / runs.REPORT_IMAGE, Path(output_dir) / runs.REPORT_SUMMARY)
     out = Path(out)
+    if out.suffix.lower() not in ("", ".png", ".md"):
+        raise GrpoError(f"{out} does not end in .png or .md", where="--out",
+                        fix="Name the image (report.png) or the summary (report.md); the other is written beside it.")
     if out.suffix.lower() == ".md":
         return ReportPaths(out.with_suffix(".png"), out)
     image = out if out.suffix else out.with_suffix(".png")
     return ReportPaths(image, image.with_suffix(".md"))
 
 
-def write_report(output_dir: str | Path, out: str | Path | None = None) -> ReportPaths:
-    """Write the PNG and the Markdown summary of a run; GrpoError when it has no metrics."""
+def _check_targets(paths: ReportPaths, explicit: bool, force: bool) -> None:
+    """A directory in the way, or a file the user named with --out that exists (without --force): refused."""
+    from grpo_cli.paths import check_writable_dir
+
+    where = "--out" if explicit else "OUTPUT_DIR"
+    for path in (paths.image, paths.summary):
+        if path.is_dir():
+            raise GrpoError(f"{path} is a directory, where the report writes a file", where=where,
+                            fix="Move that directory aside, or write the report elsewhere with --out FILE.png.")
+        if explicit and path.exists() and not force:
+            raise GrpoError(f"{path} already exists; refusing to overwrite it", where=where,
+                            fix="Choose another --out, or pass --force to replace it.")
+    check_writable_dir(paths.image.parent, where)
+
+
+def write_report(output_dir: str | Path, out: str | Path | None = None, *, force: bool = False) -> ReportPaths:
+    """Write the PNG and the Markdown summary of a run, each whole or not at all; GrpoError when it has no
+    metrics, or when `out` names files that exist (unless `force`)."""
+    import os
+    import tempfile
+
     from grpo_cli.artefacts.report_plot import plot
+    from grpo_cli.paths import terminate_as_interrupt, write_atomic
 
     run = load_run(output_dir)
     paths = report_paths(output_dir, out)
-    plot(run, paths.image)
-    paths.summary.write_text(render_markdown(run, summarize_run(run), paths), encoding="utf-8")
+    _check_targets(paths, out is not None, force)
+    text = render_markdown(run, summarize_run(run), paths)
+    paths.image.parent.mkdir(parents=True, exist_ok=True)  # --out into a new directory (probed writable above)
+    with terminate_as_interrupt():
+        fd, tmp = tempfile.mkstemp(prefix=f".{paths.image.name}.", suffix=".tmp", dir=paths.image.parent)
+        os.close(fd)
+        try:
+            plot(run, Path(tmp))
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, paths.image)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    write_atomic(paths.summary, text)
     return paths
 
 

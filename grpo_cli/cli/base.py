@@ -156,6 +156,13 @@ def run_guarded(func: Callable[[], Any]) -> Any:
     except KeyboardInterrupt:
         err_console.print("[yellow]interrupted[/]")
         raise typer.Exit(130) from None
+    except RuntimeError as exc:  # pathlib's resolve() on a link that points back to itself, wherever a path is
+        loop = str(exc).removeprefix("Symlink loop from ")
+        if _state["debug"] or loop == str(exc):
+            raise
+        return run_guarded(lambda: _raise(GrpoError(
+            "is a symbolic link that points back to itself (a loop)", where=loop.strip("'"),
+            fix="Point the link at a real file or directory, or give the path of the file itself.")))
     except Exception as exc:  # Ctrl-C or SIGTERM inside a library that wraps it (pydantic building a validator)
         if _state["debug"] or not _interrupted(exc):
             raise
@@ -174,6 +181,10 @@ def _interrupted(exc: BaseException) -> bool:
         seen.add(id(link))
         link = link.__cause__ or link.__context__
     return False
+
+
+def _raise(exc: BaseException) -> None:
+    raise exc
 
 
 def load(recipe: Path, overrides: list[str] | None, **launch: Any) -> Any:

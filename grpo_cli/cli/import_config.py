@@ -43,9 +43,12 @@ def import_cmd(
     def body() -> None:
         from grpo_cli.cli.render.importing import render_import
         from grpo_cli.importing import apply_overrides, import_config, rewards_module, set_launch
-        from grpo_cli.importing.check import check_output, write_recipe
+        from grpo_cli.importing.check import check_output, check_plain_path, write_recipe
         from grpo_cli.importing.finish import Request, finish
 
+        check_plain_path(config, "CONFIG")
+        if script_config is not None:
+            check_plain_path(script_config, "--config")
         if out is not None:
             check_output(out, config, force)  # before anything is converted or written
         result = import_config(kind, config, script_config, rewards_module(out) if extract_rewards else None)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Annotated
 
@@ -30,8 +31,8 @@ def slurm(
     gpus_per_node: GpusOpt = None,
     partition: Annotated[str | None, typer.Option("--partition", help="sbatch --partition.")] = None,
     time: Annotated[str | None, typer.Option("--time", help="sbatch --time, e.g. 24:00:00.")] = None,
-    cpus_per_task: Annotated[int | None, typer.Option("--cpus-per-task", min=1, help="sbatch --cpus-per-task.")]
-    = None,
+    cpus_per_task: Annotated[int | None, typer.Option("--cpus-per-task", min=1, max=4096,
+                                                      help="sbatch --cpus-per-task.")] = None,
     setup: Annotated[str | None, typer.Option("--setup", help="Shell line run before grpo on every node "
                                               "(default: activate this environment).")] = None,
     out: OutOpt = None,
@@ -54,7 +55,7 @@ def slurm(
                            sbatch={"partition": partition, "time": time, "cpus-per-task": cpus_per_task}, force=force,
                            run_dir=Path(loaded.output.dir))
         job = submit_sbatch(path) if submit else None
-        render_launch_file(console, path, f"sbatch {path}", job=job)
+        render_launch_file(console, path, f"sbatch {shlex.quote(str(path))}", job=job)
 
     run_guarded(body)
 
@@ -81,7 +82,7 @@ def skypilot(
         plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=False,
                                gpus_per_node=gpus_per_node, verb="skypilot", flags=flags)
         path = write_skypilot(plan, out, accelerator=accelerator, recipe=loaded, force=force)
-        render_launch_file(console, path, f"sky launch -c {plan.name} {path}")
+        render_launch_file(console, path, f"sky launch -c {plan.name} {shlex.quote(str(path))}")
 
     run_guarded(body)
 

@@ -17,6 +17,8 @@ def push(
     = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Write and check the card, list the files, upload "
                                           "nothing.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace a README.md grpo did not write with its card.")]
+    = False,
     base_model: Annotated[str | None, typer.Option("--base-model", help="Hub id of the base model when this "
                                                    "machine has it as a local directory (for the card and "
                                                    "adapter_config.json).")] = None,
@@ -27,7 +29,8 @@ def push(
         from grpo_cli.artefacts.hub import push_run
         from grpo_cli.cli.render import render_push
 
-        staged = push_run(run_dir, repo_id, private=not public, dry_run=dry_run, base_model=base_model)
+        staged = push_run(run_dir, repo_id, private=not public, dry_run=dry_run, base_model=base_model,
+                          force=force)
         render_push(console, staged, dry_run=dry_run)
 
     run_guarded(body)

@@ -14,6 +14,7 @@ def report(
     output_dir: Annotated[Path, typer.Argument(help="Output directory of a `grpo train` run.", show_default=False)],
     out: Annotated[Path | None, typer.Option("--out", help="Write the image here (the .md summary beside it); "
                                              "default OUTPUT_DIR/report.png and report.md.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace existing --out files.")] = False,
 ) -> None:
     """Plot a run's reward, spread, length, KL/entropy and learning-rate curves (PNG) and summarise it (Markdown)."""
 
@@ -22,7 +23,7 @@ def report(
         from grpo_cli.artefacts.report import load_run, write_report
         from grpo_cli.cli.render import render_report_written
 
-        paths = write_report(output_dir, out)
+        paths = write_report(output_dir, out, force=force)
         render_report_written(console, load_run(output_dir), paths)
 
     run_guarded(body)

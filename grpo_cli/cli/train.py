@@ -13,7 +13,7 @@ from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, RecipeArg,
 def train(
     recipe: RecipeArg,
     overrides: OverridesArg = None,
-    output_dir: Annotated[Path | None, typer.Option("--output-dir", "-o", help="Override output.dir.")] = None,
+    output_dir: Annotated[str | None, typer.Option("--output-dir", "-o", help="Override output.dir.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from the latest checkpoint in the output dir, "
                                          "or from the checkpoint dir given right after the recipe/overrides.")]
     = False,
@@ -30,13 +30,18 @@ def train(
 
     def body() -> None:
         from grpo_cli.cli.render import render_train_result
+        from grpo_cli.errors import GrpoError
         from grpo_cli.training import is_main_process
         from grpo_cli.training.command import EXIT_CODES, TrainRequest, run_train_command, split_resume_path
 
+        if output_dir is not None and not output_dir.strip():
+            raise GrpoError("is empty: a run needs its own directory (an empty path would write into the current one)",
+                            where="--output-dir", fix="Give a path such as outputs/NAME.")
         launch = {"profile": profile, "num_processes": num_processes, "num_machines": num_machines,
                   "machine_rank": machine_rank, "main_process_ip": main_process_ip, "threads": threads}
         plain, resume_path = split_resume_path(list(overrides or []), resume)
-        request = TrainRequest(recipe=recipe, overrides=plain, output_dir=output_dir, resume=resume,
+        out = None if output_dir is None else Path(output_dir)
+        request = TrainRequest(recipe=recipe, overrides=plain, output_dir=out, resume=resume,
                                resume_path=resume_path, force=force, launch=launch)
         code, result = run_train_command(request, console=console)
         if code is not None:  # accelerate ran the workers; they printed the summary

@@ -37,6 +37,9 @@ def _bad(path: Path, what: str, fix: str) -> GrpoError:
 def _open_checked(path: Path) -> None:
     if path.is_dir():
         raise _bad(path, "is a directory, not a data file", "Give the path of a file inside it.")
+    if path.exists() and not path.is_file():  # a device or a named pipe: reading it would never end
+        raise _bad(path, "is not a regular file (a device, a named pipe or a socket)",
+                   "Give a data file saved on disk.")
 
 
 def _scan_jsonl(path: Path, full: bool) -> FileScan:

@@ -111,6 +111,7 @@ def _suite(req: EvalRequest, name: str, recipe: Recipe, model: str | None, conso
     from grpo_cli.evaluation.suite_run import default_result_dir, run_suite, suite_settings, write_suite_result
     from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
     from grpo_cli.models import resolve_model_source, source_reference
+    from grpo_cli.paths import check_writable_dir
 
     files = recipe_suite_files(recipe)
     get_suite(name, files=files)  # a bad name fails before any model loads
@@ -127,6 +128,7 @@ def _suite(req: EvalRequest, name: str, recipe: Recipe, model: str | None, conso
     targets = [req.out / re.sub(r"[^\w.-]+", "_", label) if req.out is not None and len(sources) > 1
                else req.out or default_result_dir(s) for s, label in zip(sources, labels, strict=True)]
     for target in targets:  # before any model loads
+        check_writable_dir(target, "--out")
         if (target / runs.suite_result(name)).exists() and not req.force:
             raise GrpoError(f"{target} already holds a {name} result ({runs.suite_result(name)}); refusing to "
                             "overwrite it", where="--out", fix="Choose another --out, or pass --force to replace it.")

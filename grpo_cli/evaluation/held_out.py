@@ -229,8 +229,9 @@ EVAL_FILES = (runs.COMPLETIONS, EVAL_SUMMARY)
 
 def check_eval_out(out: Path, force: bool) -> None:
     """Refuse, before any model loads, to overwrite an earlier evaluation in `out` unless forced."""
-    if out.exists() and not out.is_dir():
-        raise GrpoError(f"{out} exists and is a file", where="--out", fix="Give a directory path.")
+    from grpo_cli.paths import check_writable_dir
+
+    check_writable_dir(out, "--out")
     earlier = [name for name in EVAL_FILES if (out / name).exists()]
     if earlier and not force:
         raise GrpoError(f"{out} already holds an evaluation ({', '.join(earlier)}); refusing to overwrite it",

@@ -39,9 +39,21 @@ def _same_file(a: Path, b: Path) -> bool:
         return a.resolve() == b.resolve()
 
 
+def check_plain_path(path: Path, where: str) -> None:
+    """A path named in the recipe's comments and references: a line break there would add lines to the YAML."""
+    import re
+
+    if re.search(r"[\x00-\x1f\x7f]", str(path)):
+        raise GrpoError(f"the path {str(path)!r} contains a line break or another control character, which would "
+                        "break the recipe written from it", where=where,
+                        fix="Rename it (or use a path without such characters).")
+
+
 def check_output(out: Path, source: Path, force: bool) -> None:
     """Refuse an `-o` that would lose a user's file: the source config itself (even with --force), a directory,
-    or an existing file without --force. Checked before anything is converted or written."""
+    or an existing file without --force; or a path with a line break. Checked before anything is converted or
+    written."""
+    check_plain_path(out, "-o")
     if out.exists() and _same_file(out, source):
         raise GrpoError(f"{out} is the config being imported; writing the recipe there would replace it",
                         where="-o", fix="Write the recipe to another file, e.g. `-o recipe.yaml`.")

@@ -84,6 +84,9 @@ def _adapter_source(ref: str, base: str | None) -> ModelSource:
 def _check_out(out: Path, source: ModelSource, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise GrpoError(f"{out} exists and is a file", where="--out", fix="Give a directory path.")
+    from grpo_cli.paths import check_writable_dir
+
+    check_writable_dir(out.parent, "--out")  # the merge is staged beside `out`, before any weights load
     out_r = out.resolve()
     protected = [p.resolve() for p in (source.adapter, source.run_dir) if p is not None]
     if any(out_r == p or out_r in p.parents for p in protected):

@@ -55,6 +55,8 @@ def plain_recipe(path: Path) -> dict[str, Any] | None:
     """The recipe at `path` as a plain dict, or None when OmegaConf must read it (or report what is wrong)."""
     if "OMEGACONF_MAX_YAML_EXPANDED_NODES" in os.environ:
         return None
+    if not path.is_file():  # missing, a directory, a device or a pipe: the full reader says which
+        return None
     try:
         data = path.read_bytes()
         text = data.decode("utf-8") if b"\x00" not in data[:8192] else ""

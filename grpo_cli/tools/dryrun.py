@@ -110,11 +110,12 @@ def _schemas(toolset: Toolset, probes: dict[str | None, Any], report: DryRun) ->
 def _load_examples(path: Path | None) -> dict[str, list[dict[str, Any]]]:
     if path is None:
         return {}
-    if not path.is_file():
-        raise GrpoError(f"examples file {path} not found", where="--examples",
-                        fix='Give a JSONL file of {"tool": "add", "arguments": {"a": 1, "b": 2}} lines.')
+    from grpo_cli.paths import read_text
+
+    text = read_text(path, what="examples file", where="--examples",
+                     missing_fix='Give a JSONL file of {"tool": "add", "arguments": {"a": 1, "b": 2}} lines.')
     out: dict[str, list[dict[str, Any]]] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

@@ -30,4 +30,6 @@ def render_import(console: Console, result: Any, text: str, out: Path | None, pr
         if command:
             console.print(f"finish it with:\n  {command}", markup=False, soft_wrap=True)
     elif out is not None:
-        console.print(f"wrote {out}; it validates (`grpo validate {out}`)", markup=False)
+        import shlex
+
+        console.print(f"wrote {out}; it validates (`grpo validate {shlex.quote(str(out))}`)", markup=False)

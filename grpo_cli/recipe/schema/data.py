@@ -193,7 +193,7 @@ class DataSection(Section):
     """What to do with longer prompts: drop the row, or keep its last max_prompt_tokens tokens."""
     shuffle: bool = True
     """Shuffle the rows once (deterministically, with `seed`) before max_samples is applied."""
-    seed: int = 42
+    seed: int = Field(42, ge=0, le=2**32 - 1)
     """Seed for shuffling and the holdout split."""
     max_samples: int | None = Field(None, gt=0)
     """Use at most this many training rows."""
@@ -213,7 +213,8 @@ class DataSection(Section):
                 paths += [v] if isinstance(v, str) else [x for x in v if isinstance(x, str)]
         for p in paths:
             if not p.endswith(LOCAL_SUFFIXES):
-                raise ValueError(f"{p!r} is not a supported data file: use one of {', '.join(LOCAL_SUFFIXES)}")
+                raise ValueError(f"{p!r} is not a supported data file: use one of {', '.join(LOCAL_SUFFIXES)} "
+                                 f"(for a directory of files, list them, e.g. {p.rstrip('/')}/train.jsonl)")
         return value
 
     @model_validator(mode="before")

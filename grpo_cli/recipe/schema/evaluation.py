@@ -25,7 +25,7 @@ class EvalSection(Section):
     """Evaluate at most this many prompts."""
     batch_size: int = Field(64, ge=1)
     """Prompts per generate call."""
-    seed: int = 1234
+    seed: int = Field(1234, ge=0, le=2**32 - 1)
     """Sampling seed (the same for every model compared)."""
     rewards: list[RewardEntry] | None = None
     """Eval-only rewards; the training rewards when absent."""

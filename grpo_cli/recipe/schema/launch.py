@@ -60,9 +60,9 @@ class LaunchSection(Section):
     profile: Profile = "single"
     """cpu: force CPU; single: one process on one GPU if present, else CPU; ddp / zero2 / zero3 / fsdp:
     several processes through accelerate with the matching file in accelerate_configs/."""
-    num_processes: int | None = Field(None, ge=1)
+    num_processes: int | None = Field(None, ge=1, le=65536)
     """Training processes across all machines (accelerate semantics). Defaults to 1 for cpu/single."""
-    num_machines: int = Field(1, ge=1)
+    num_machines: int = Field(1, ge=1, le=65536)
     """Number of nodes."""
     machine_rank: int = Field(0, ge=0)
     """This node's rank (0 is the main node)."""
@@ -70,7 +70,7 @@ class LaunchSection(Section):
     """Address of the main node (multi-node only)."""
     main_process_port: int = Field(29500, ge=1, le=65535)
     """Rendezvous port on the main node."""
-    threads: int | None = Field(None, ge=1)
+    threads: int | None = Field(None, ge=1, le=4096)
     """torch threads per training process (intra-op). Default: chosen at start from the cores that other
     work leaves free (load average), shared between the processes, one for a model under 20M parameters;
     `OMP_NUM_THREADS` set by you is honoured. The `code` reward's sandboxes get the free cores too

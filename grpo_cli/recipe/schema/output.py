@@ -53,6 +53,14 @@ class OutputSection(Section):
     hub_private: bool = True
     """Create the Hub repository as private."""
 
+    @field_validator("dir")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("is empty: a run needs its own directory (an empty path would write into the current "
+                             "one). Give a path such as outputs/NAME")
+        return value
+
     @field_validator("report_to", mode="before")
     @classmethod
     def _one_or_many(cls, value: object) -> object:

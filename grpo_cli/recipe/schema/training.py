@@ -80,8 +80,10 @@ BOUNDS: dict[str, tuple[float, bool]] = {
     "save_steps": (0.0, False),
     "eval_steps": (0.0, False),
     "repetition_penalty": (0.0, False),
+    "seed": (0.0, True),
+    "data_seed": (0.0, True),
 }
-UPPER: dict[str, float] = {"top_p": 1.0}
+UPPER: dict[str, float] = {"top_p": 1.0, "seed": 2**32 - 1, "data_seed": 2**32 - 1}  # numpy's seed range
 T = TypeVar("T")
 
 
@@ -173,12 +175,15 @@ def check_training_fields(values: dict[str, Any]) -> tuple[dict[str, Any], list[
         if key in BOUNDS and isinstance(value, (int, float)) and not isinstance(value, bool):
             low, inclusive = BOUNDS[key]
             bad = math.isnan(value) or (value < low if inclusive else value <= low)
+            if math.isinf(value) and key != "max_grad_norm":  # inf gradient norm: no clipping, as TRL allows
+                problems.append((key, f"{value} is not a finite number", "Give a finite value."))
+                continue
             if bad:
                 relation = ">=" if inclusive else ">"
                 problems.append((key, f"{value} is out of range", f"It must be {relation} {low:g}."))
                 continue
             if key in UPPER and value > UPPER[key]:
-                problems.append((key, f"{value} is out of range", f"It must be <= {UPPER[key]:g}."))
+                problems.append((key, f"{value} is out of range", f"It must be <= {UPPER[key]:.10g}."))
                 continue
         out[key] = value
     return out, problems

@@ -239,11 +239,12 @@ def read_completions(path: Path, num_rows: int, recipe: Recipe) -> list[FileLine
     `row` (an index into the recipe's training rows, as numbered by check-rewards) or `prompt` plus any
     dataset columns the rewards read (`answer`, `tests`, ...).
     """
-    if not path.is_file():
-        raise GrpoError("completions file not found", where=str(path), fix="Give a .jsonl file.")
+    from grpo_cli.paths import read_text
+
+    text = read_text(path, what="completions file", where=str(path), missing_fix="Give a .jsonl file.")
     chat = recipe.data.prompt.chat
     out: list[FileLine] = []
-    for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, raw in enumerate(text.splitlines(), start=1):
         if not raw.strip():
             continue
         where = f"{path}:{number}"
