@@ -238,3 +238,14 @@ def test_an_empty_repo_id_and_a_data_directory_are_named_as_such(lora_run: Path,
     (tmp_path / "rows").mkdir()
     _paragraph(run_cli("validate", DEMO, f"data.files.train={tmp_path / 'rows'}"), "for a directory of files",
                "rows/train.jsonl")
+
+
+def test_the_new_surfaces_refuse_what_would_fail_later(tmp_path: Path) -> None:
+    """The lead's pass over what landed after the sweep (`sampling:`, `grpo export`): an infinite `min_std` drops
+    every group (nothing would learn); an --out nobody can write is refused before the conversion, not by a
+    traceback at its final rename; a directory as --out is named."""
+    _paragraph(run_cli("validate", RECIPES / "demo.yaml", "sampling.dynamic.min_std=.inf"), "min_std", "finite")
+    model = ROOT / "grpo_cli" / "assets" / "tiny-arith"
+    _paragraph(run_cli("export", model, "--gguf", "--out", "/proc/x.gguf"), "--out", "cannot write")
+    _paragraph(run_cli("export", model, "--gguf", "--out", tmp_path), "--out", "is a directory")
+    assert list(tmp_path.iterdir()) == [] and not list(model.glob("*.gguf"))

@@ -213,8 +213,13 @@ def export_gguf(model_dir: str | Path, out: str | Path | None = None, *, kind: s
         raise GrpoError(f"{source} is not a directory", where="DIR", fix="Give a merged model's directory.")
     _config(source)
     target = Path(out).expanduser() if out else source / f"{source.resolve().name}-{kind}.gguf"
+    if target.is_dir():
+        raise GrpoError(f"{target} is a directory", where="--out", fix="Give the path of the .gguf file to write.")
     if target.exists() and not force:
         raise GrpoError(f"{target} already exists", where="--out", fix="Choose another --out or pass --force.")
+    from grpo_cli.paths import check_writable_dir
+
+    check_writable_dir(target.parent, "--out")  # before minutes of conversion, not at the final rename
     import importlib.util
 
     if importlib.util.find_spec("gguf") is None:
@@ -225,10 +230,13 @@ def export_gguf(model_dir: str | Path, out: str | Path | None = None, *, kind: s
     if not diff <= tolerance or not same:
         target.unlink(missing_ok=True)
         what = (f"its logits differ from the source model's by up to {diff:.3g} (tolerance {tolerance:.3g})"
-                if same else "its tokenizer splits the probe texts differently from the source model's")
+                if same else "its tokenizer splits the probe texts differently from the source model's (a "
+                "tokenizer without BPE merges, like the bundled tiny models', has no GGUF form that reads back "
+                "the same)")
+        fix = ("Try --type f16; if it persists, " if same and kind != "f16" else "") + \
+            "export with llama.cpp's convert_hf_to_gguf.py."
         raise GrpoError(f"the GGUF read back does not reproduce the model: {what}; nothing was kept",
-                        where=str(source), fix="Try --type f16; if it persists, export with llama.cpp's "
-                        "convert_hf_to_gguf.py.")
+                        where=str(source), fix=fix[0].upper() + fix[1:])
     _record(source, target, kind, diff, tolerance)
     from grpo_cli.artefacts.card import refresh_gguf_section
 

@@ -30,7 +30,7 @@ class DynamicSamplingSection(Section):
     the reward named `accuracy`, else `eval.metric` when it names a reward, else the recipe's only reward. Prefer
     the outcome reward to the total: with shaping rewards an all-wrong group still has spread in the total and would
     pass the filter with a gradient that teaches format, not the task."""
-    min_std: float = Field(0.0, ge=0.0)
+    min_std: float = Field(0.0, ge=0.0, allow_inf_nan=False)
     """Drop a group when the population std of `metric` over its completions is at or below this (0: only groups
     where every completion got the same value)."""
     max_rounds: int = Field(3, ge=1)
