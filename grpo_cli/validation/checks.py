@@ -326,11 +326,10 @@ def _trl_and_environment_checks(recipe: Recipe, pf: Preflight) -> None:
     pf.warnings.extend(warnings)
     from grpo_cli.validation.training_keys import eval_flag_problems, hub_problems, logging_warnings, scheduler_problems
 
-    for problems, warnings in (scheduler_problems(recipe.training), hub_problems(recipe)):
+    for problems, warnings in (scheduler_problems(recipe.training), hub_problems(recipe),
+                               (eval_flag_problems(recipe), logging_warnings(recipe.training))):
         pf.problems.extend(problems)
         pf.warnings.extend(warnings)
-    pf.problems.extend(eval_flag_problems(recipe))
-    pf.warnings.extend(logging_warnings(recipe.training))
     if recipe.callbacks:
         from grpo_cli.validation.callbacks import callback_problems
 
