@@ -11,7 +11,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 # Pydantic scans every installed distribution for plugins on first use (~15 ms of a ~0.3 s
 # `grpo validate`); grpo uses none. Users who rely on a pydantic plugin can set the variable.
@@ -42,6 +42,9 @@ from rich.console import Console  # noqa: E402
 
 from grpo_cli import __version__  # noqa: E402
 from grpo_cli.progress import silence_cpu_accelerator_notice  # noqa: E402
+
+if TYPE_CHECKING:
+    from grpo_cli.errors import GrpoError
 
 PIPED_WIDTH = 120
 
@@ -149,25 +152,32 @@ def run_guarded(func: Callable[[], Any]) -> Any:
     except GrpoError as exc:
         if _state["debug"]:
             raise
-        from rich.markup import escape
-
-        err_console.print(f"[bold red]error:[/] {escape(exc.render())}", soft_wrap=True)
-        raise typer.Exit(exc.exit_code) from None
+        _paragraph(exc)
     except KeyboardInterrupt:
-        err_console.print("[yellow]interrupted[/]")
-        raise typer.Exit(130) from None
+        _interrupt()
     except RuntimeError as exc:  # pathlib's resolve() on a link that points back to itself, wherever a path is
         loop = str(exc).removeprefix("Symlink loop from ")
         if _state["debug"] or loop == str(exc):
             raise
-        return run_guarded(lambda: _raise(GrpoError(
-            "is a symbolic link that points back to itself (a loop)", where=loop.strip("'"),
-            fix="Point the link at a real file or directory, or give the path of the file itself.")))
+        _paragraph(GrpoError("is a symbolic link that points back to itself (a loop)", where=loop.strip("'"),
+                             fix="Point the link at a real file or directory, or give the path of the file itself."))
     except Exception as exc:  # Ctrl-C or SIGTERM inside a library that wraps it (pydantic building a validator)
         if _state["debug"] or not _interrupted(exc):
             raise
-        err_console.print("[yellow]interrupted[/]")
-        raise typer.Exit(130) from None
+        _interrupt()
+
+
+def _paragraph(exc: GrpoError) -> NoReturn:
+    """The one place an error becomes its paragraph on stderr and its exit code."""
+    from rich.markup import escape
+
+    err_console.print(f"[bold red]error:[/] {escape(exc.render())}", soft_wrap=True)
+    raise typer.Exit(exc.exit_code) from None
+
+
+def _interrupt() -> NoReturn:
+    err_console.print("[yellow]interrupted[/]")
+    raise typer.Exit(130) from None
 
 
 def _interrupted(exc: BaseException) -> bool:
@@ -181,10 +191,6 @@ def _interrupted(exc: BaseException) -> bool:
         seen.add(id(link))
         link = link.__cause__ or link.__context__
     return False
-
-
-def _raise(exc: BaseException) -> None:
-    raise exc
 
 
 def load(recipe: Path, overrides: list[str] | None, **launch: Any) -> Any:
