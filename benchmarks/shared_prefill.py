@@ -1,4 +1,4 @@
-"""Generation of one SmolLM2 GRPO step's batch with and without the shared prefill (grpo_cli/training/shared_prefill.py).
+"""Generation of one SmolLM2 GRPO step's batch with and without the shared prefill (training/shared_prefill.py).
 
 The batch is the bundled SmolLM2 recipe's: 2 word problems x 8 completions of 32 tokens, chat prompts with its
 system prompt, the LoRA adapter of the recipe in training mode (as TRL generates inside a step), sampling at
@@ -39,8 +39,8 @@ def _setup():  # type: ignore[no-untyped-def]
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
                                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])).train()
     rows = [json.loads(line) for line in (ROOT / "recipes/data/word-arith/train.jsonl").read_text().splitlines()][:2]
-    prompts = [tok.apply_chat_template([{"role": "system", "content": SYSTEM}, {"role": "user", "content": r["question"]}],
-                                       tokenize=False, add_generation_prompt=True) for r in rows for _ in range(8)]
+    chats = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": r["question"]}] for r in rows]
+    prompts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats for _ in range(8)]
     enc = tok(prompts, return_tensors="pt", padding=True)
     config = GenerationConfig(max_new_tokens=32, min_new_tokens=32, do_sample=True, temperature=1.0, top_k=0,
                               top_p=1.0, pad_token_id=tok.pad_token_id, disable_compile=True)

@@ -6,7 +6,9 @@
 Both runners of the wrapper-overhead benchmark go through this same probe, so whatever it costs, it costs
 both alike. It writes {"wall": s, "cpu": s, "steps": n, "user": s, "sys": s, "faults": n} for the train() call: wall
 seconds, CPU seconds of the whole process (every thread: a helper thread the wrapper starts is counted too),
-optimizer steps, and the CPU split into user and kernel time with the minor page faults behind the latter.
+optimizer steps, and the CPU split into user and kernel time with the minor page faults behind the latter; and
+"clock": [[step, wall s, CPU s], ...] at the end of every optimizer step, so a checkpoint's step gives the time it
+took to reach it (benchmarks/time_to_accuracy.py).
 CPU seconds per step are the steadier figure on a shared machine: waiting for a core does not count.
 """
 
@@ -32,13 +34,21 @@ def main() -> None:
 
     def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
         wall, cpu, usage = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
+        clock: list[list[float]] = []
+
+        class Clock(transformers.TrainerCallback):
+            def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+                clock.append([state.global_step, time.perf_counter() - wall, time.process_time() - cpu])
+
+        self.add_callback(Clock())
         try:
             return original(self, *args, **kwargs)
         finally:
             after = resource.getrusage(resource.RUSAGE_SELF)
             record = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
                       "steps": int(self.state.global_step), "user": after.ru_utime - usage.ru_utime,
-                      "sys": after.ru_stime - usage.ru_stime, "faults": after.ru_minflt - usage.ru_minflt}
+                      "sys": after.ru_stime - usage.ru_stime, "faults": after.ru_minflt - usage.ru_minflt,
+                      "clock": clock}
             out.write_text(json.dumps(record), encoding="utf-8")
 
     transformers.Trainer.train = timed

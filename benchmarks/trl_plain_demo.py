@@ -79,6 +79,7 @@ def main() -> None:
     parser.add_argument("--max-steps", type=int, default=200)
     parser.add_argument("--output-dir", default="outputs/trl_plain_demo")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--save-steps", type=int, default=0, help="Checkpoint every N steps (0: none).")
     parser.add_argument("--learning-rate", type=float, default=3e-4)
     parser.add_argument("--num-generations", type=int, default=8)
     parser.add_argument("--prompts-per-step", type=int, default=8)
@@ -134,7 +135,9 @@ def main() -> None:
         gradient_checkpointing=False,
         activation_checkpointing=False,  # transformers 5.23's name for it; setting it too avoids a FutureWarning
         report_to="none",
-        save_strategy="no",
+        save_strategy="steps" if args.save_steps else "no",
+        save_steps=args.save_steps or 500,
+        save_only_model=True,
         logging_steps=10,
         disable_tqdm=True,
     )

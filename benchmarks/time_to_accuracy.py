@@ -1,0 +1,235 @@
+"""Held-out accuracy against wall-clock time, one recipe trained several ways side by side in one run.
+
+The shared benchmark of the step-speed and learning-signal work: the plain TRL script of the recipe (what a user
+pastes from a guide), `grpo train` with generation as it was (no shared prompt prefill), `grpo train` as it is, and
+the faster ways to train the same recipe (vLLM, dynamic sampling, calibrated data; async where the recipe schema
+has it). Every runner trains under benchmarks/train_probe.py, which clocks each optimizer step inside `train()`,
+and saves a checkpoint every `--save-steps`; afterwards `grpo eval` scores the base model and every checkpoint
+the same way (the recipe's eval settings, transformers backend), so the curves differ only in how they trained.
+Same seed, data and completions per step everywhere; dynamic sampling generates more per step, which the table
+shows as completions generated.
+
+Prints, per runner: steps/s, CPU s per step, the step split (generation, forward, backward; grpo's own timing),
+the share of zero-std groups in what was trained, completions generated, the accuracy curve as
+`step: accuracy @ seconds`, and the time to reach `--target` against the plain TRL script's. Appends the table to
+docs/performance.md with the load.
+
+    python benchmarks/time_to_accuracy.py                                          # SmolLM2, 40 steps
+    python benchmarks/time_to_accuracy.py --recipe recipes/demo.yaml --steps 200 --save-steps 40 --target 0.5
+    python benchmarks/time_to_accuracy.py --runners trl grpo dynamic --steps 20 --save-steps 10 --eval-samples 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perf_doc import add_no_append, append, load, stamp
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+PROBE = ROOT / "benchmarks" / "train_probe.py"
+VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+DYNAMIC = ("sampling.dynamic={max_rounds: 3}", "sampling.skip_zero_advantage=true")
+
+
+@dataclass(frozen=True)
+class Runner:
+    """One way to train the recipe: a plain TRL script or `grpo train` with overrides and environment."""
+
+    name: str
+    label: str
+    overrides: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+    vllm: bool = False  # runs in .venv-vllm (scripts/install_vllm_cpu.sh)
+
+
+RUNNERS = (
+    Runner("trl", "(a) plain TRL script"),
+    Runner("grpo-before", "(b) grpo train, generation as before", env=(("GRPO_SHARED_PREFILL", "0"),)),
+    Runner("grpo", "(c) grpo train (shared prompt prefill)"),
+    Runner("vllm", "(d) grpo train, vLLM colocate", overrides=("launch.vllm.mode=colocate",), vllm=True),
+    Runner("dynamic", "grpo train, dynamic sampling + skip", overrides=DYNAMIC),
+)
+# The plain TRL script of each recipe that has one, and the arguments that give it the recipe's settings.
+PLAIN = {"recipes/smollm2-word-arith.yaml": ("trl_plain_smollm2.py", ("--model", "{model}")),
+         "recipes/demo.yaml": ("trl_plain_demo.py", ("--eval-samples", "0", "--num-threads", "0", "--seed", "42"))}
+
+
+@dataclass
+class Result:
+    """One runner's training: its step clock, what it logged, and the accuracy of each checkpoint."""
+
+    runner: Runner
+    wall: float
+    cpu: float
+    steps: int
+    clock: dict[int, float]
+    logs: list[dict[str, Any]]
+    checkpoints: dict[int, Path]
+    accuracy: dict[int, float] = field(default_factory=dict)
+
+    def mean(self, key: str) -> float | None:
+        values = [float(r[key]) for r in self.logs if isinstance(r.get(key), int | float)]
+        return sum(values) / len(values) if values else None
+
+
+def _python(runner: Runner) -> str | None:
+    if not runner.vllm:
+        return sys.executable
+    return str(VLLM_PYTHON) if VLLM_PYTHON.exists() else None
+
+
+def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Path, python: str) -> list[str]:
+    head = [python, str(PROBE), str(probe_out)]
+    if runner.name == "trl":
+        script, extra = PLAIN[args.recipe]
+        model = _model_dir(args.recipe)
+        return [*head, str(ROOT / "benchmarks" / script), *(a.format(model=model) for a in extra),
+                "--max-steps", str(args.steps), "--save-steps", str(args.save_steps), "--output-dir", str(out)]
+    return [*head, "-m", "grpo_cli", "train", args.recipe, "-o", str(out), "--force",
+            f"training.max_steps={args.steps}", "training.save_strategy=steps",
+            f"training.save_steps={args.save_steps}", "training.save_only_model=true", "eval.before_after=false",
+            *args.set, *runner.overrides]
+
+
+def _model_dir(recipe: str) -> str:
+    from grpo_cli import load_recipe
+    from grpo_cli.models.sources import local_path
+
+    found = local_path(load_recipe(ROOT / recipe).model.name_or_path, ROOT / Path(recipe).parent)
+    return str(found)
+
+
+def _logs(out: Path) -> list[dict[str, Any]]:
+    """grpo's metrics.jsonl, or the log history TRL keeps in the last checkpoint."""
+    metrics = out / "metrics.jsonl"
+    if metrics.exists():
+        return [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    states = sorted(out.glob("checkpoint-*/trainer_state.json"), key=lambda p: int(p.parent.name.split("-")[1]))
+    return list(json.loads(states[-1].read_text()).get("log_history", [])) if states else []
+
+
+def train(runner: Runner, args: argparse.Namespace, work: Path) -> Result | str:
+    """Train once under the probe; the reason instead when this runner cannot run here."""
+    python = _python(runner)
+    if python is None:
+        return "skipped: no .venv-vllm (scripts/install_vllm_cpu.sh)"
+    if runner.name == "trl" and args.recipe not in PLAIN:
+        return f"skipped: no plain TRL script for {args.recipe}"
+    out, probe_out = work / runner.name, work / f"{runner.name}.probe.json"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **dict(runner.env)}
+    started = time.perf_counter()
+    done = subprocess.run(_command(runner, args, out, probe_out, python), cwd=ROOT, env=env,
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0 or not probe_out.exists():
+        return f"failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}"
+    probe = json.loads(probe_out.read_text())
+    checkpoints = {int(p.name.split("-")[1]): p for p in out.glob("checkpoint-*") if p.is_dir()}
+    print(f"  {runner.name}: {probe['steps']} steps, train() {probe['wall']:.0f} s "
+          f"(process {time.perf_counter() - started:.0f} s)", flush=True)
+    return Result(runner, probe["wall"], probe["cpu"], probe["steps"], {int(s): w for s, w, _ in probe["clock"]},
+                  _logs(out), dict(sorted(checkpoints.items())))
+
+
+def evaluate(args: argparse.Namespace, models: list[Path | None], out: Path) -> list[float]:
+    """Held-out accuracy (pass@1) of each model, in one `grpo eval` process (None: the recipe's base model)."""
+    first, rest = models[0], models[1:]
+    cmd = [sys.executable, "-m", "grpo_cli", "eval", args.recipe, "-o", str(out), "--force",
+           "--backend", "transformers",
+           *(["-m", str(first)] if first is not None else []), *(x for m in rest for x in ("--compare", str(m)))]
+    if args.eval_samples:
+        cmd += ["--samples", str(args.eval_samples)]
+    subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    summary = json.loads((out / "summary.json").read_text())
+    return [float(m["summary"]["pass@1"]) for m in summary["models"]]
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def _secs(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+
+
+def time_to(result: Result, target: float) -> float | None:
+    """Seconds of train() until the first checkpoint at or above `target`."""
+    reached = [step for step, acc in result.accuracy.items() if acc >= target]
+    return result.clock.get(min(reached)) if reached else None
+
+
+def row(result: Result, args: argparse.Namespace, base: float, baseline: float | None) -> str:
+    gen = result.mean("dynamic_sampling/generated_groups")
+    from grpo_cli import load_recipe
+
+    training = load_recipe(ROOT / args.recipe, [*args.set, *result.runner.overrides]).training
+    completions = (gen * training.num_generations if gen is not None else training.generation_batch(1)) * result.steps
+    zero = result.mean("dynamic_sampling/zero_std_trained")
+    zero = zero if zero is not None else result.mean("frac_reward_zero_std")
+    split = " / ".join(_fmt(result.mean(k), ".1f") for k in ("time/generation", "time/forward", "time/backward"))
+    curve = "; ".join([f"0: {base:.3f}"] + [f"{s}: {a:.3f} @ {_secs(result.clock.get(s))} s"
+                                            for s, a in result.accuracy.items()])
+    reach = time_to(result, args.target)
+    ratio = f" ({reach / baseline:.2f}x TRL)" if reach is not None and baseline else ""
+    return (f"| {result.runner.label} | {result.steps / result.wall:.3f} | {result.cpu / result.steps:.2f} | {split} | "
+            f"{_fmt(zero, '.0%')} | {completions:,.0f} | {curve} | {_secs(reach)}{ratio} |")
+
+
+HEADER = ["| runner | steps/s | CPU s/step | gen / fwd / bwd s per step | zero-std groups trained | completions "
+          "generated | held-out accuracy by step (@ train s) | s to target |",
+          "|---|---:|---:|---|---:|---:|---|---:|"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--recipe", default="recipes/smollm2-word-arith.yaml")
+    parser.add_argument("--runners", nargs="+", default=[r.name for r in RUNNERS], choices=[r.name for r in RUNNERS])
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--save-steps", type=int, default=10)
+    parser.add_argument("--eval-samples", type=int, default=0,
+                        help="Held-out prompts (0: the recipe's eval.max_samples).")
+    parser.add_argument("--target", type=float, default=0.40, help="Held-out accuracy whose time is compared.")
+    parser.add_argument("--set", nargs="*", default=[], help="More overrides for every grpo run (KEY=VALUE).")
+    add_no_append(parser)
+    args = parser.parse_args()
+    lines = list(HEADER)
+    with tempfile.TemporaryDirectory(prefix="grpo-tta-") as tmp:
+        work = Path(tmp)
+        base = evaluate(args, [None], work / "eval-base")[0]
+        print(f"base model: held-out accuracy {base:.3f}", flush=True)
+        baseline: float | None = None
+        for runner in (r for r in RUNNERS if r.name in args.runners):
+            result = train(runner, args, work)
+            if isinstance(result, str):
+                lines.append(f"| {runner.label} | {result} |" + " |" * 6)
+                print(lines[-1], flush=True)
+                continue
+            accs = evaluate(args, list(result.checkpoints.values()), work / f"eval-{runner.name}")
+            result.accuracy = dict(zip(result.checkpoints, accs, strict=True))
+            if runner.name == "trl":
+                baseline = time_to(result, args.target)
+            lines.append(row(result, args, base, baseline))
+            print(lines[-1], flush=True)
+    table = "\n".join(lines)
+    print(table)
+    if not args.no_append:
+        append(f"### Time to accuracy: {args.recipe}, {args.steps} steps, checkpoints every {args.save_steps}, target "
+               f"{args.target} ({stamp()}, {platform.machine()}, {os.cpu_count()} cores, load {load(all_three=True)}; "
+               f"`python benchmarks/time_to_accuracy.py --recipe {args.recipe} --steps {args.steps} --save-steps "
+               f"{args.save_steps}{' --eval-samples ' + str(args.eval_samples) if args.eval_samples else ''}"
+               f"{' --set ' + ' '.join(args.set) if args.set else ''}`)\n\n{table}\n")
+
+
+if __name__ == "__main__":
+    main()
