@@ -160,7 +160,9 @@ def _fmt(value: float | None, spec: str) -> str:
 
 
 def _secs(value: float | None) -> str:
-    return "n/a" if value is None else f"{value:.0f}" if value >= 10 else f"{value:.1f}"
+    if value is None:
+        return "n/a"
+    return f"{value:.0f}" if value >= 10 else f"{value:.1f}" if value >= 1 else f"{value:.2f}"
 
 
 def time_to(result: Result, target: float) -> float | None:
