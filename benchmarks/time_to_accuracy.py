@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PROBE = ROOT / "benchmarks" / "train_probe.py"
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-DYNAMIC = ("sampling.dynamic={max_rounds: 3}", "sampling.skip_zero_advantage=true")
+DYNAMIC = ("sampling.dynamic={max_rounds: 5}", "sampling.skip_zero_advantage=true")
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ RUNNERS = (
     Runner("grpo-before", "(b) grpo train, generation as before", env=(("GRPO_SHARED_PREFILL", "0"),)),
     Runner("grpo", "(c) grpo train (shared prompt prefill)"),
     Runner("vllm", "(d) grpo train, vLLM colocate", overrides=("launch.vllm.mode=colocate",), vllm=True),
-    Runner("dynamic", "grpo train, dynamic sampling + skip", overrides=DYNAMIC),
+    Runner("dynamic", "grpo train, dynamic sampling (max_rounds 5) + skip", overrides=DYNAMIC),
 )
 # The plain TRL script of each recipe that has one, and the arguments that give it the recipe's settings.
 PLAIN = {"recipes/smollm2-word-arith.yaml": ("trl_plain_smollm2.py", ("--model", "{model}")),
