@@ -33,6 +33,8 @@ PACKAGES = ("grpo-cli", "torch", "transformers", "trl", "peft", "accelerate", "d
 class GitState(BaseModel):
     """The git checkout holding the recipe, when there is one."""
 
+    model_config = ConfigDict(defer_build=True)
+
     commit: str
     dirty: bool
 
@@ -40,7 +42,7 @@ class GitState(BaseModel):
 class Hardware(BaseModel):
     """What the run ran on (the torch entries only where torch is installed)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     platform: str | None = None
     cpu_count: int | None = None
     cuda: bool | None = None
@@ -51,6 +53,8 @@ class Hardware(BaseModel):
 class Best(BaseModel):
     """The model kept in best/ for the task metric (eval.every_steps); also best/grpo_best.json."""
 
+    model_config = ConfigDict(defer_build=True)
+
     step: int
     metric: str
     value: float
@@ -60,7 +64,7 @@ class Best(BaseModel):
 class ToolUse(BaseModel):
     """One tool's calls over the run (`tools.ToolStats.summary`)."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     calls: int | None = None
     failures: int | None = None
     timeouts: int | None = None
@@ -73,7 +77,10 @@ class Scores(RootModel[dict[str, Any]]):
     """Held-out scores (`eval_before`, `eval_after`): metric -> value in the order the evaluation wrote them,
     the scoring's own summary (a recipe's rewards or a suite's accuracy), so its keys are data, not fields."""
 
+    model_config = ConfigDict(defer_build=True)
+
     def items(self) -> list[tuple[str, Any]]:
+        """(metric, value) in the order the evaluation wrote them."""
         return list(self.root.items())
 
     def value(self, metric: str) -> Any:
@@ -98,7 +105,7 @@ def _whole(value: Any) -> int | None:
 class Manifest(BaseModel):
     """Everything manifest.json says about a run; every field may be missing in an older (or a failed) run's."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
     version: int = 0
     status: str | None = None
     """running, completed, stopped, interrupted, failed or killed."""

@@ -23,10 +23,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.manifest import Manifest
+
+if TYPE_CHECKING:
+    from grpo_cli.manifest import Manifest
 
 RECIPE = "recipe.yaml"
 MANIFEST = "manifest.json"
@@ -99,6 +101,8 @@ def damaged_jsonl(path: Path, garbled: list[int], where: str) -> GrpoError:
 
 def read_manifest(out: Path) -> Manifest | None:
     """The manifest of the run in `out` (None when missing or damaged); its format is `grpo_cli.manifest`'s."""
+    from grpo_cli.manifest import Manifest  # its models: not for the readers of run files that never open it
+
     return Manifest.read(out / MANIFEST)
 
 
