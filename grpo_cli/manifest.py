@@ -107,6 +107,7 @@ class Manifest(BaseModel):
 
     model_config = ConfigDict(extra="allow", defer_build=True)
     version: int = 0
+    """MANIFEST_VERSION in what grpo writes now; 0 in a file without the field (written before it existed)."""
     status: str | None = None
     """running, completed, stopped, interrupted, failed or killed."""
     started: str | None = None
