@@ -40,7 +40,10 @@ def _run(recipe: str, steps: int, extra: list[str], out: Path) -> dict:
     wall = time.perf_counter() - start
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     logs = [r for r in records if "reward" in r]
-    manifest = json.loads((out / "manifest.json").read_text())
+    from grpo_cli import runs
+
+    manifest = runs.read_manifest(out)
+    held_out = {key: (before, after) for key, before, after in manifest.held_out()} if manifest else {}
 
     def mean(key: str) -> float | None:
         values = [r[key] for r in logs if isinstance(r.get(key), int | float)]
@@ -55,8 +58,8 @@ def _run(recipe: str, steps: int, extra: list[str], out: Path) -> dict:
     return {"train_s": max(float(x.get("time", 0.0)) for x in records), "wall_s": wall,
             "generated": completions, "zero_generated": mean("frac_reward_zero_std"),
             "zero_trained": trained_zero if trained_zero is not None else mean("frac_reward_zero_std"),
-            "before": (manifest.get("eval_before") or {}).get("pass@1"),
-            "after": (manifest.get("eval_after") or {}).get("pass@1")}
+            "before": held_out["pass@1"][0] if "pass@1" in held_out else None,
+            "after": held_out["pass@1"][1] if "pass@1" in held_out else None}
 
 
 def _cell(value: float | None, fmt: str) -> str:

@@ -14,10 +14,10 @@ import json
 import os
 import socket
 from pathlib import Path
-from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.runs import LOCK, MANIFEST, now, read_manifest, run_entries, write_manifest
+from grpo_cli.manifest import Manifest, now
+from grpo_cli.runs import LOCK, read_manifest, run_entries, write_manifest
 
 # Set by the `grpo train` that re-launches itself under accelerate: it holds the lock for its workers.
 LOCKED_ENV = "GRPO_RUN_LOCKED"
@@ -116,18 +116,18 @@ def lock_is_free(out: Path) -> bool:
     return True
 
 
-def mark_if_killed(out: Path, *, lock_held: bool = False) -> dict[str, Any] | None:
+def mark_if_killed(out: Path, *, lock_held: bool = False) -> Manifest | None:
     """If the manifest says `running` but nobody holds the lock, the run died: record it as `killed`.
 
     `lock_held`: the caller holds the run's lock itself (so no other process can). Returns the
     updated manifest when it was changed.
     """
     manifest = read_manifest(out)
-    if manifest.get("status") != "running" or not (lock_held or lock_is_free(out)):
+    if manifest is None or manifest.status != "running" or not (lock_held or lock_is_free(out)):
         return None
-    manifest.update(status="killed",
-                    message="the process ended without recording why (SIGKILL, out of memory, or power loss); "
-                            f"found by a later command at {now()}")
-    write_manifest(out / MANIFEST, manifest)
+    manifest.status = "killed"
+    manifest.message = ("the process ended without recording why (SIGKILL, out of memory, or power loss); "
+                        f"found by a later command at {now()}")
+    write_manifest(out, manifest)
     return manifest
 

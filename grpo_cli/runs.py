@@ -16,21 +16,19 @@ sets the previous run aside and deletes it only after the new run's first step.
 
 from __future__ import annotations
 
-import datetime as dt
-import importlib.metadata
 import json
 import os
-import platform
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+
+if TYPE_CHECKING:
+    from grpo_cli.manifest import Manifest
 
 RECIPE = "recipe.yaml"
 MANIFEST = "manifest.json"
@@ -61,68 +59,6 @@ STEP_LOGS = (METRICS, HEALTH, COMPLETIONS)
 LAUNCH_DIR = "launch"  # `grpo launch slurm` writes its script and the job's logs here, beside the run it starts
 BOOKKEEPING = frozenset({LOCK, LAUNCH_DIR})
 _CHECKPOINT = re.compile(rf"^{CHECKPOINT_PREFIX}(\d+)$")
-
-PACKAGES = ("grpo-cli", "torch", "transformers", "trl", "peft", "accelerate", "datasets", "tokenizers",
-            "vllm", "deepspeed", "bitsandbytes", "math-verify")
-
-
-def package_versions() -> dict[str, str]:
-    """Versions of the packages that decide what a run does, for the manifest."""
-    out = {"python": platform.python_version()}
-    for name in PACKAGES:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return out
-
-
-def git_state(where: Path) -> dict[str, Any] | None:
-    """Commit and dirtiness of the git checkout holding `where`, if any."""
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=where, capture_output=True, text=True,
-                                timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=where, capture_output=True, text=True,
-                               timeout=5, check=True).stdout.strip() != ""
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return {"commit": commit, "dirty": dirty}
-
-
-def hardware() -> dict[str, Any]:
-    """What the run ran on (torch is imported only if already installed)."""
-    info: dict[str, Any] = {"platform": platform.platform(), "cpu_count": os.cpu_count()}
-    try:
-        import torch
-
-        info["cuda"] = torch.cuda.is_available()
-        if torch.cuda.is_available():
-            info["gpus"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-        info["torch_threads"] = torch.get_num_threads()
-    except ImportError:
-        pass
-    return info
-
-
-def now() -> str:
-    """UTC timestamp for the manifest."""
-    return dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-
-
-def write_manifest(path: Path, manifest: dict[str, Any]) -> None:
-    """Write atomically, so an interrupted run never leaves a truncated manifest."""
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def start_manifest(recipe_source: str, seed: int, world_size: int) -> dict[str, Any]:
-    """The manifest of a run that is starting: what, where, with which versions."""
-    where = Path(recipe_source).resolve().parent if recipe_source else Path.cwd()
-    return {"status": "running", "started": now(), "finished": None,
-            "command": [Path(sys.argv[0]).name, *sys.argv[1:]], "recipe": recipe_source, "seed": seed,
-            "world_size": world_size, "git": git_state(where), "versions": package_versions(), "hardware": hardware()}
-
 
 def suite_result(suite: str) -> str:
     """`grpo eval --suite` summary file next to a model."""
@@ -163,13 +99,22 @@ def damaged_jsonl(path: Path, garbled: list[int], where: str) -> GrpoError:
                          "the run. Restore it from a copy, or train again.")
 
 
-def read_manifest(out: Path) -> dict[str, Any]:
-    """The manifest of the run in `out` ({} when missing or damaged)."""
-    try:
-        data = json.loads((out / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
+def read_manifest(out: Path) -> Manifest | None:
+    """The manifest of the run in `out` (None when missing or damaged); its format is `grpo_cli.manifest`'s."""
+    from grpo_cli.manifest import Manifest  # its models: not for the readers of run files that never open it
+
+    return Manifest.read(out / MANIFEST)
+
+
+def write_manifest(out: Path, manifest: Manifest) -> None:
+    """Write the manifest of the run in `out`, atomically."""
+    manifest.write(out / MANIFEST)
+
+
+def manifest_status(out: Path) -> str | None:
+    """What the manifest of the run in `out` says of it (running, completed, failed, ...; None without one)."""
+    manifest = read_manifest(out)
+    return manifest.status if manifest is not None else None
 
 
 def checkpoint_step(path: Path) -> int | None:
@@ -285,7 +230,7 @@ def failed_before_checkpoint(out: Path) -> bool:
         return p.name in FAILED_START_FILES and p.is_file()
 
     entries = run_entries(out)
-    return (bool(entries) and read_manifest(out).get("status") in ("failed", "killed")
+    return (bool(entries) and manifest_status(out) in ("failed", "killed")
             and all(leftover(p) for p in entries))
 
 
@@ -326,7 +271,7 @@ def plan_output_dir(out: Path, *, resume: bool | str | None, force: bool, policy
         return OutputPlan()
     if not (force or policy == "force"):
         if failed_before_checkpoint(out):
-            return OutputPlan(replace=True, notes=[f"replacing the {read_manifest(out).get('status')} run in {out}: "
+            return OutputPlan(replace=True, notes=[f"replacing the {manifest_status(out)} run in {out}: "
                                                    "it ended before its first checkpoint, so there is nothing to "
                                                    "resume"])
         raise GrpoError(f"output directory {out} is not empty; refusing to overwrite a previous run",

@@ -136,13 +136,15 @@ def test_step_logs_are_cut_back_to_the_checkpoint(tmp_path: Path) -> None:
 
 
 def test_manifest_is_written_atomically_and_read_back(tmp_path: Path) -> None:
-    manifest = runs.start_manifest("", seed=7, world_size=2)
-    assert manifest["status"] == "running" and manifest["versions"]["python"]
-    runs.write_manifest(tmp_path / runs.MANIFEST, manifest)
-    assert runs.read_manifest(tmp_path)["seed"] == 7
+    from grpo_cli.manifest import start_manifest
+
+    manifest = start_manifest("", seed=7, world_size=2)
+    assert manifest.status == "running" and manifest.package_version("python")
+    runs.write_manifest(tmp_path, manifest)
+    assert (read := runs.read_manifest(tmp_path)) is not None and read.seed == 7
     assert not list(tmp_path.glob("*.tmp"))
     (tmp_path / runs.MANIFEST).write_text("{broken")
-    assert runs.read_manifest(tmp_path) == {}
+    assert runs.read_manifest(tmp_path) is None
 
 
 def test_overwrite_rules(tmp_path: Path) -> None:
@@ -190,10 +192,11 @@ def test_a_second_lock_is_refused_and_a_dead_holder_is_detected(tmp_path: Path) 
     with RunLock(out).acquire():
         with pytest.raises(GrpoError, match=f"in use by another run \\(pid {os.getpid()} on host"):
             RunLock(out).acquire()
-        runs.write_manifest(out / runs.MANIFEST, {"status": "running"})
+        (out / runs.MANIFEST).write_text(json.dumps({"status": "running"}))
         assert not lock_is_free(out) and mark_if_killed(out) is None  # a live run is not marked
     assert not (out / runs.LOCK).exists() and lock_is_free(out)
-    assert mark_if_killed(out)["status"] == "killed" and runs.read_manifest(out)["status"] == "killed"
+    assert (killed := mark_if_killed(out)) is not None and killed.status == "killed"
+    assert runs.manifest_status(out) == "killed"
     fresh = tmp_path / "fresh"
     RunLock(fresh).acquire().release()
     assert not fresh.exists()  # a lock that wrote nothing leaves nothing behind

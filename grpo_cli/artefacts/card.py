@@ -21,6 +21,7 @@ from grpo_cli.artefacts.report_data import number_text
 from grpo_cli.artefacts.summary import first_and_last, step_span, summary_keys, summary_window, training_logs
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import read_header
+from grpo_cli.manifest import Manifest, Scores
 from grpo_cli.models.publish import gguf_file, hub_base_id, is_full_suite, is_local_path, public_base, scrub
 from grpo_cli.paths import is_gguf_reference, is_hub_id, resolve
 
@@ -99,14 +100,14 @@ def _front_matter(recipe: dict[str, Any], base: str, adapter: bool, name: str,
         model_name=name if evals else None, eval_results=evals or None)
 
 
-def _training_lines(run_dir: Path, manifest: dict[str, Any]) -> list[str]:
-    lines = [f"- status: **{manifest.get('status', 'unknown')}** at step {manifest.get('global_step', '?')}"]
-    if manifest.get("started"):
-        lines.append(f"- started {manifest['started']}, finished {manifest.get('finished') or '-'}")
-    if manifest.get("world_size"):
-        lines.append(f"- {manifest['world_size']} process(es), {manifest.get('device', '?')}, "
-                     f"{manifest.get('dtype', '?')}")
-    stats = manifest.get("data") or {}
+def _training_lines(run_dir: Path, manifest: Manifest) -> list[str]:
+    step = "?" if manifest.global_step is None else manifest.global_step
+    lines = [f"- status: **{manifest.status or 'unknown'}** at step {step}"]
+    if manifest.started:
+        lines.append(f"- started {manifest.started}, finished {manifest.finished or '-'}")
+    if manifest.world_size:
+        lines.append(f"- {manifest.world_size} process(es), {manifest.device or '?'}, {manifest.dtype or '?'}")
+    stats = manifest.data or {}
     if stats:
         lines.append("- data: " + ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in stats.items()))
     logs = _training_logs(run_dir)
@@ -132,7 +133,7 @@ def _number(value: Any) -> str:
     return number_text(value)
 
 
-def _held_out_how(recipe: dict[str, Any], before: dict[str, Any]) -> str:
+def _held_out_how(recipe: dict[str, Any], before: Scores) -> str:
     """One sentence: which prompts, how many samples, how they were drawn."""
     ev = recipe.get("eval") or {}
     data = recipe.get("data") or {}
@@ -143,8 +144,9 @@ def _held_out_how(recipe: dict[str, Any], before: dict[str, Any]) -> str:
     temperature = ev.get("temperature")
     how = "greedy decoding" if temperature == 0 else f"sampling at temperature {temperature}" if temperature else \
         "sampling"
-    return (f"Held-out evaluation before and after training (`eval.before_after`): {before.get('prompts', '?')} "
-            f"prompts from {what}, {before.get('k', '?')} completion(s) each, {how}, scored with the recipe's rewards.")
+    prompts, k = ("?" if n is None else n for n in (before.prompts, before.k))
+    return (f"Held-out evaluation before and after training (`eval.before_after`): {prompts} "
+            f"prompts from {what}, {k} completion(s) each, {how}, scored with the recipe's rewards.")
 
 
 def _suite_lines(suites: list[dict[str, Any]]) -> list[str]:
@@ -165,19 +167,18 @@ def _suite_lines(suites: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def _eval_lines(manifest: dict[str, Any], suites: list[dict[str, Any]], recipe: dict[str, Any]) -> list[str]:
+def _eval_lines(manifest: Manifest, suites: list[dict[str, Any]], recipe: dict[str, Any]) -> list[str]:
     lines: list[str] = []
-    best = manifest.get("best")
-    if isinstance(best, dict) and isinstance(best.get("value"), (int, float)):
-        lines.append(f"- task metric `{best.get('metric')}`: best {best.get('value'):.4f} at step {best.get('step')} "
-                     f"(saved in `{best.get('path')}/`)")
-    before, after = manifest.get("eval_before"), manifest.get("eval_after")
-    if isinstance(before, dict):
-        after = after if isinstance(after, dict) else {}
-        lines += ["", _held_out_how(recipe, before), "", "| held-out metric | before | after |", "|---|---:|---:|"]
-        for key, value in before.items():
+    best = manifest.best
+    if best is not None:
+        lines.append(f"- task metric `{best.metric}`: best {best.value:.4f} at step {best.step} "
+                     f"(saved in `{best.path}/`)")
+    if manifest.eval_before is not None:
+        lines += ["", _held_out_how(recipe, manifest.eval_before), "", "| held-out metric | before | after |",
+                  "|---|---:|---:|"]
+        for key, value, after in manifest.held_out():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                lines.append(f"| {key} | {_number(value)} | {_number(after.get(key))} |")
+                lines.append(f"| {key} | {_number(value)} | {_number(after)} |")
     if suites:
         lines += _suite_lines(suites)
     return lines or ["No evaluation was recorded (set `eval.before_after`, `eval.every_steps`, or run "
@@ -195,9 +196,8 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, 
 
     run = run_dir or target
     recipe = _read(run / runs.RECIPE)
-    manifest = _read(run / runs.MANIFEST)
     recipe = recipe if isinstance(recipe, dict) else {}  # a hand-edited file must not break the card
-    manifest = manifest if isinstance(manifest, dict) else {}
+    manifest = runs.read_manifest(run)
     suites = suite_results(target, run)
     name = name or target.resolve().name
     from grpo_cli.models.vision import is_vision_language
@@ -212,7 +212,7 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, 
                                    else "")
     recipe = scrub(recipe)
     what = "a LoRA adapter for" if adapter else "a fine-tune of"
-    trl = (manifest.get("versions") or {}).get("trl")
+    trl = manifest.package_version("trl") if manifest is not None else None
     lines = [f"# {name}", "", f"{name} is {what} {named}, trained with GRPO (Group Relative Policy Optimization) "
              f"using TRL{f' {trl}' if trl else ''} {CARD_MARK}.", ""]
     rewards = recipe.get("rewards") or []
@@ -222,15 +222,15 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, 
             label = r.get("label") or r.get("name") or r.get("function") or r.get("model") or "?"
             lines.append(f"| {label} | {r.get('weight', 1.0)} |")
         lines.append("")
-    if manifest:
+    if manifest is not None:
         lines += ["## Training", "", *_training_lines(run, manifest), ""]
-    lines += ["## Evaluation", "", *_eval_lines(manifest, suites, recipe), ""]
+    lines += ["## Evaluation", "", *_eval_lines(manifest or Manifest(), suites, recipe), ""]
     if (run / runs.REPORT_IMAGE).is_file():
         lines += ["## Training curves", "", "![training curves](report.png)", ""]
     if recipe:
         lines += ["## Recipe", "", "```yaml", yaml.safe_dump(recipe, sort_keys=False).rstrip(), "```", ""]
     lines += gguf_lines(target)
-    versions = manifest.get("versions") or {}
+    versions = (manifest.versions if manifest is not None else None) or {}
     if versions:
         lines += ["## Framework versions", "", *(f"- {k}: {v}" for k, v in versions.items()), ""]
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n".join(lines)).content

@@ -96,13 +96,13 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     m, logs = run.manifest, run.train
     last = logs[-1]
     lines = [f"# Run report: {run.output_dir.name or run.output_dir}", ""]
-    status = m.get("status", "unknown (no manifest.json)")
-    lines.append(f"- status: **{status}** at step {m.get('global_step', last.get('step'))}"
-                 + (f" — {m['message']}" if m.get("message") else ""))
-    if m.get("recipe"):
-        lines.append(f"- recipe: `{m['recipe']}`")
-    if m.get("started"):
-        lines.append(f"- started {m['started']}, finished {m.get('finished') or '–'}")
+    step = last.get("step") if m.global_step is None else m.global_step
+    lines.append(f"- status: **{m.status or 'unknown (no manifest.json)'}** at step {step}"
+                 + (f" — {m.message}" if m.message else ""))
+    if m.recipe:
+        lines.append(f"- recipe: `{m.recipe}`")
+    if m.started:
+        lines.append(f"- started {m.started}, finished {m.finished or '–'}")
     plural = "s" if len(logs) > 1 else ""
     lines.append(f"- {len(logs)} training log{plural}, steps {logs[0].get('step')}–{last.get('step')}"
                  + (f", {last['time']:.0f} s" if num(last.get("time")) is not None else ""))
@@ -121,7 +121,7 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines += ["", "Best = the window with the highest mean total reward."
               + ("" if summary.best else " No window has a reward value."), ""]
     lines += time_split_markdown(logs)
-    lines += _eval_lines(run) + stats_markdown(run.manifest.get("tools"))  # per-tool table of a run with tools
+    lines += _eval_lines(run) + stats_markdown(run.manifest.tools)  # per-tool table of a run with tools
     lines += _task_lines(run)
     from grpo_cli.artefacts.samples import markdown_samples
 
@@ -155,13 +155,10 @@ def _eval_lines(run: RunData) -> list[str]:
         for r in run.evals[-5:]:
             lines.append(f"| {r.get('step')} | " + " | ".join(_f(r.get(k)) for k in keys) + " |")
         lines += [f"\n{len(run.evals)} evaluations; the last {min(5, len(run.evals))} are shown.", ""]
-    before, after = run.manifest.get("eval_before"), run.manifest.get("eval_after")
-    if isinstance(before, dict):
-        after = after if isinstance(after, dict) else {}
+    held_out = [row for row in run.manifest.held_out() if row[0] != "label"]
+    if run.manifest.eval_before is not None:
         lines += ["## Held-out evaluation (sampling)", "", "| metric | before | after |", "|---|---:|---:|"]
-        for key, value in before.items():
-            if key != "label":
-                lines.append(f"| {key} | {_f(value)} | {_f(after.get(key))} |")
+        lines += [f"| {key} | {_f(before)} | {_f(after)} |" for key, before, after in held_out]
         lines.append("")
     return lines
 
@@ -174,10 +171,10 @@ def _task_lines(run: RunData) -> list[str]:
     lines = ["## Task metric", "", "| step | " + " | ".join(keys) + " |", "|---:|" + "---:|" * len(keys)]
     for r in run.tasks[-10:]:
         lines.append(f"| {r.get('step')} | " + " | ".join(_f(r.get(k)) for k in keys) + " |")
-    best = run.manifest.get("best")
-    if isinstance(best, dict):
-        lines.append(f"\nBest: {best.get('metric')} = {_f(best.get('value'))} at step {best.get('step')}, "
-                     f"kept in `{run.output_dir / str(best.get('path'))}`.")
+    best = run.manifest.best
+    if best is not None:
+        lines.append(f"\nBest: {best.metric} = {_f(best.value)} at step {best.step}, "
+                     f"kept in `{run.output_dir / best.path}`.")
     return [*lines, ""]
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
+from grpo_cli.manifest import Manifest
 
 
 @dataclass
@@ -23,7 +24,8 @@ class RunData:
     train: list[dict[str, Any]]
     evals: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest = field(default_factory=Manifest)
+    """Empty (every field None) when the run has no readable manifest.json."""
     tasks: list[dict[str, Any]] = field(default_factory=list)
     """Task-metric evaluations (`task/...` keys, eval.every_steps)."""
 
@@ -76,7 +78,7 @@ def load_run(output_dir: str | Path) -> RunData:
     from grpo_cli.run_lock import mark_if_killed
 
     # A run that died without a word is `killed`, not running; one without a (readable) manifest still has curves.
-    manifest = mark_if_killed(out) or runs.read_manifest(out)
+    manifest = mark_if_killed(out) or runs.read_manifest(out) or Manifest()
     tasks = [r for r in records if any(k.startswith("task/") for k in r)]
     return RunData(out, train, evals, runs.read_jsonl(out / runs.HEALTH), manifest, tasks)
 

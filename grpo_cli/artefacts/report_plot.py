@@ -103,15 +103,12 @@ def _panels(run: RunData) -> list[Panel]:
 
 def _held_out(run: RunData) -> list[tuple[str, float | None, float | None]]:
     """(metric, before, after) for the held-out headline scores in the manifest."""
-    before, after = run.manifest.get("eval_before"), run.manifest.get("eval_after")
-    if not isinstance(before, dict):
-        return []
-    after = after if isinstance(after, dict) else {}
-    keys = [k for k in before if k in HELD_OUT_KEYS or k.startswith("pass@")]
-    primary = num(before.get("pass@1"))
-    keys += [k for k in before if k.endswith("/mean") and k not in keys and "length" not in k
-             and num(before.get(k)) != primary][:3]  # another reward's mean; not pass@1 again
-    return [(k, num(before.get(k)), num(after.get(k))) for k in keys if num(before.get(k)) is not None]
+    rows = {key: (num(before), num(after)) for key, before, after in run.manifest.held_out()}
+    keys = [k for k in rows if k in HELD_OUT_KEYS or k.startswith("pass@")]
+    primary = rows["pass@1"][0] if "pass@1" in rows else None
+    keys += [k for k in rows if k.endswith("/mean") and k not in keys and "length" not in k
+             and rows[k][0] != primary][:3]  # another reward's mean; not pass@1 again
+    return [(k, *rows[k]) for k in keys if rows[k][0] is not None]
 
 
 def _draw_curves(ax: Any, run: RunData, curves: Sequence[Curve], first_colour: int, **style: Any) -> int:
@@ -245,7 +242,7 @@ def figure(run: RunData) -> Any:
     if not panels:
         axes[0].text(0.5, 0.5, "no values logged", ha="center", va="center", transform=axes[0].transAxes)
     m = run.manifest
-    status = f" — {m['status']} at step {m.get('global_step')}" if m.get("status") else ""
+    status = f" — {m.status} at step {m.global_step}" if m.status else ""
     events = f" — {len(run.events)} health event(s)" if run.events else ""
     title = f"{run.output_dir.name or run.output_dir}{status}{events}"
     if constants:

@@ -275,7 +275,7 @@ def maybe_relaunch(recipe: Recipe, recipe_path: Path, overrides: list[str], laun
 
     print(f"launching: {shlex.join(cmd)}", file=sys.stderr, flush=True)
     from grpo_cli.run_lock import LOCKED_ENV, RunLock
-    from grpo_cli.runs import read_manifest
+    from grpo_cli.runs import manifest_status
 
     env = launch_env(gpus, deepspeed=_uses_deepspeed(recipe))
     from grpo_cli.threads import launch_env_threads
@@ -291,6 +291,6 @@ def maybe_relaunch(recipe: Recipe, recipe_path: Path, overrides: list[str], laun
         env[LOCKED_ENV] = "1"
         code = run_forwarding_signals(cmd, env)
     # Stopped by a signal sent to another machine of the run: torchrun reports 1, the run says interrupted.
-    if code == 1 and read_manifest(Path(lock_dir)).get("status") == "interrupted":
+    if code == 1 and manifest_status(Path(lock_dir)) == "interrupted":
         return 130
     return code

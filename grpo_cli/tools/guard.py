@@ -23,7 +23,10 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from grpo_cli.manifest import ToolUse
 
 
 class ToolTimeout(TimeoutError):
@@ -67,16 +70,16 @@ class ToolStats:
             self.outputs.add(repr(output)[:200])
 
 
-def stats_markdown(tools: Any) -> list[str]:
+def stats_markdown(tools: dict[str, ToolUse] | None) -> list[str]:
     """The report's `## Tools` table from a manifest's `tools` entry ([] when the run had no tools)."""
-    if not isinstance(tools, dict) or not tools:
+    if not tools:
         return []
     lines = ["## Tools", "", "| tool | calls | failures | timeouts | mean ms | last error |",
              "|---|---:|---:|---:|---:|---|"]
     for name, t in tools.items():
-        ms = f"{1000 * t['mean_seconds']:.3g}" if t.get("mean_seconds") is not None else "–"
-        lines.append(f"| {name} | {t.get('calls')} | {t.get('failures')} | {t.get('timeouts')} | {ms} | "
-                     f"{(t.get('last_error') or '–').replace('|', '/')} |")
+        ms = f"{1000 * t.mean_seconds:.3g}" if t.mean_seconds is not None else "–"
+        lines.append(f"| {name} | {t.calls} | {t.failures} | {t.timeouts} | {ms} | "
+                     f"{(t.last_error or '–').replace('|', '/')} |")
     return [*lines, ""]
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from grpo_cli import runs
 from grpo_cli.artefacts.summary import run_summary
 from grpo_cli.errors import GrpoError
+from grpo_cli.manifest import Scores, ToolUse, start_manifest
 from grpo_cli.paths import share_weights
 from grpo_cli.recipe.loader import dump_yaml
 from grpo_cli.recipe.schema import Recipe
@@ -83,8 +84,9 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
     from grpo_cli.run_lock import mark_if_killed
 
     if is_main_process() and (killed := mark_if_killed(out, lock_held=True)) is not None:
-        _say(console, f"note: the run in {out} ended without recording why (last recorded step "
-                      f"{killed.get('global_step', 'unknown')}); its manifest now says `killed`")
+        step = "unknown" if killed.global_step is None else killed.global_step
+        _say(console, f"note: the run in {out} ended without recording why (last recorded step {step}); its "
+                      "manifest now says `killed`")
     plan = runs.plan_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
     for path, why in plan.skipped:
         _say(console, f"skipping {path.name}: {why}")
@@ -184,12 +186,12 @@ def _start_run_dir(run: RunState, seed: int) -> None:
         if run.ckpt is not None:
             runs.truncate_step_logs(out, runs.saved_step(run.ckpt))
         (out / runs.RECIPE).write_text(dump_yaml(run.recipe.model_dump(mode="json")), encoding="utf-8")
-    run.manifest = runs.start_manifest(run.recipe.source, seed, run.recipe.launch.world_size)
-    run.manifest.update(output_dir=str(out), resumed_from=str(run.ckpt) if run.ckpt else None, data=run.data.stats,
-                        dtype=run.loaded.dtype, device=run.loaded.device,
-                        threads=run.threads.describe())
+    run.manifest = manifest = start_manifest(run.recipe.source, seed, run.recipe.launch.world_size)
+    manifest.output_dir, manifest.resumed_from = str(out), str(run.ckpt) if run.ckpt else None
+    manifest.data, manifest.dtype, manifest.device = run.data.stats, run.loaded.dtype, run.loaded.device
+    manifest.threads = run.threads.describe()
     if is_main_process():
-        runs.write_manifest(out / runs.MANIFEST, run.manifest)
+        runs.write_manifest(out, manifest)
 
 
 def _held_out(run: RunState) -> bool:
@@ -219,16 +221,15 @@ def _fit(run: RunState) -> None:
 
 def _mark_failed(run: RunState, exc: BaseException) -> None:
     """Record a run that stopped on an error as `failed`, with the error's first line as its message."""
-    if run.manifest.get("status") != "running":
+    if run.manifest.status != "running":
         return  # nothing written yet, or already recorded
     from grpo_cli.errors import GrpoError
 
     message = exc.render() if isinstance(exc, GrpoError) else f"{type(exc).__name__}: {exc}"
     step = run.trainer.state.global_step if run.trainer is not None else 0
-    run.manifest.update(status="failed", finished=runs.now(), global_step=step,
-                        message=(message.splitlines() or [""])[0][:500])
+    run.manifest.end("failed", step, (message.splitlines() or [""])[0][:500])
     if is_main_process():
-        runs.write_manifest(run.out / runs.MANIFEST, run.manifest)
+        runs.write_manifest(run.out, run.manifest)
 
 
 def _finish(run: RunState) -> TrainResult:
@@ -239,10 +240,10 @@ def _finish(run: RunState) -> TrainResult:
     assert result is not None and trainer is not None
     layout = gather_layout(run.probe)  # a collective: every process gets here
     if layout:
-        run.manifest.update(distributed=layout, world_size=layout["world_size"])
+        run.manifest.distributed, run.manifest.world_size = layout, layout["world_size"]
     result.global_step = trainer.state.global_step
     if run.toolset is not None:
-        run.manifest.update(tools=run.toolset.summary())
+        run.manifest.tools = {name: ToolUse.model_validate(use) for name, use in run.toolset.summary().items()}
     result.metrics = run.metrics.records
     result.summary = run_summary(run.metrics.records)
     stop_reason = next((r for c in run.callbacks if (r := getattr(c, "reason", None))), "")
@@ -270,13 +271,12 @@ def _finish(run: RunState) -> TrainResult:
             model = _saved_model(run) if layout.get("sharded") else trainer.model
             result.eval_after = evaluate_once(recipe, model, run.loaded.processing_class, run.data.eval,
                                               run.console, label="after training")
-    run.manifest.update(status=result.status, finished=runs.now(), global_step=result.global_step,
-                        message=result.message,
-                        eval_before=result.eval_before.summary() if result.eval_before else None,
-                        eval_after=result.eval_after.summary() if result.eval_after else None)
+    run.manifest.end(result.status, result.global_step, result.message)
+    run.manifest.eval_before = Scores(result.eval_before.summary()) if result.eval_before else None
+    run.manifest.eval_after = Scores(result.eval_after.summary()) if result.eval_after else None
     if is_main_process():
         share_weights(out)
-        runs.write_manifest(out / runs.MANIFEST, run.manifest)
+        runs.write_manifest(out, run.manifest)
         from grpo_cli.artefacts.report import report_after_training
 
         report_after_training(out, run.console)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
+from grpo_cli.manifest import Manifest
 from grpo_cli.recipe.schema import Recipe
 
 if TYPE_CHECKING:
@@ -67,5 +68,5 @@ class RunState:
     stopper: GracefulStop = field(init=False)
     probe: ShardingProbe = field(init=False)
     trainer: GRPOTrainer | None = None
-    manifest: dict[str, Any] = field(default_factory=dict)
+    manifest: Manifest = field(default_factory=Manifest)  # written from `_start_run_dir` on
     result: TrainResult | None = None

@@ -11,7 +11,6 @@ process saves and stops together.
 
 from __future__ import annotations
 
-import json
 import math
 import shutil
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from grpo_cli import runs
+from grpo_cli.manifest import Best, Manifest, read_best, write_best
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -83,7 +83,7 @@ class TaskMetric(TrainerCallback):
     """
 
     def __init__(self, recipe: Recipe, evaluate: Callable[[Any], float | None], out: Path,
-                 manifest: dict[str, Any], write_manifest: Callable[[], None], console: Console | None = None) -> None:
+                 manifest: Manifest, write_manifest: Callable[[], None], console: Console | None = None) -> None:
         ev = recipe.eval
         self.name = metric_name(recipe)
         self.every = int(ev.every_steps or 0)  # only built when eval.every_steps is set
@@ -102,15 +102,11 @@ class TaskMetric(TrainerCallback):
 
     def _previous_best(self) -> tuple[int, float] | None:
         """The best of this run before a resume (best/grpo_best.json), when it measured the same metric."""
-        try:
-            record = json.loads((self.out / BEST_DIR / BEST_RECORD).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        record = read_best(self.out / BEST_DIR / BEST_RECORD)
+        if record is None or record.metric != self.name:
             return None
-        if not isinstance(record, dict) or record.get("metric") != self.name or \
-                not isinstance(record.get("value"), (int, float)) or not isinstance(record.get("step"), int):
-            return None
-        self.manifest["best"] = record
-        return record["step"], float(record["value"])
+        self.manifest.best = record
+        return record.step, record.value
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         if state.global_step == 0:  # the baseline; not a checkpoint, so never best/
@@ -160,8 +156,8 @@ class TaskMetric(TrainerCallback):
         tokenizer = getattr(self.trainer, "processing_class", None)
         if tokenizer is not None and not (tmp / "tokenizer_config.json").exists():
             tokenizer.save_pretrained(str(tmp))
-        record = {"step": step, "metric": self.name, "value": value, "path": BEST_DIR}
-        (tmp / BEST_RECORD).write_text(json.dumps(record) + "\n", encoding="utf-8")
+        record = Best(step=step, metric=self.name, value=value, path=BEST_DIR)
+        write_best(tmp / BEST_RECORD, record)
         old = self.out / f".{BEST_DIR}.old"
         if old.exists():
             shutil.rmtree(old)
@@ -169,7 +165,7 @@ class TaskMetric(TrainerCallback):
             best.replace(old)
         tmp.replace(best)
         shutil.rmtree(old, ignore_errors=True)
-        self.manifest["best"] = record
+        self.manifest.best = record
         self.write_manifest()
 
 
@@ -194,7 +190,7 @@ def evaluate_once(recipe: Recipe, model: Any, tokenizer: Any, eval_rows: Any, co
     return evaluate_recipe_model(recipe, model, tokenizer, eval_rows, console, label=label)
 
 
-def run_callbacks(recipe: Recipe, out: Path, manifest: dict[str, Any], tokenizer: Any, eval_rows: Any,
+def run_callbacks(recipe: Recipe, out: Path, manifest: Manifest, tokenizer: Any, eval_rows: Any,
                   console: Console | None = None) -> list[Any]:
     """The callbacks this issue's outputs need: completions.jsonl, and the task metric when eval.every_steps."""
     from grpo_cli.training.completions import COMPLETIONS_FILE, CompletionsLog
@@ -216,5 +212,5 @@ def run_callbacks(recipe: Recipe, out: Path, manifest: dict[str, Any], tokenizer
     if recipe.eval.every_steps:
         evaluate = build_evaluator(recipe, tokenizer, eval_rows)
         extras.append(TaskMetric(recipe, evaluate, out, manifest,
-                                 lambda: runs.write_manifest(out / runs.MANIFEST, manifest), console))
+                                 lambda: runs.write_manifest(out, manifest), console))
     return extras

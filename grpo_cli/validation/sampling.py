@@ -103,7 +103,7 @@ def skip_blockers(recipe: Recipe) -> list[tuple[str, str]]:
 
 def last_zero_std_share(recipe: Recipe) -> float | None:
     """The mean `frac_reward_zero_std` of the last run in the recipe's output directory, if it left metrics."""
-    from grpo_cli import runs  # here: it loads importlib.metadata, which `validate` of other recipes never needs
+    from grpo_cli import runs  # here: `validate` of a recipe without sampling never needs the run directory
 
     path = Path(recipe.output.dir) / runs.METRICS  # where `grpo train` writes it (relative to the current directory)
     if not path.is_file():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -10,8 +10,15 @@ from rich.table import Table
 
 from grpo_cli.cli.render.tables import cell, print_table
 
+if TYPE_CHECKING:
+    from grpo_cli.artefacts.hub import StagedPush
+    from grpo_cli.artefacts.report import ReportPaths
+    from grpo_cli.artefacts.report_data import RunData
+    from grpo_cli.models.export_gguf import GgufExport
+    from grpo_cli.models.merge import MergeResult
 
-def render_report_written(console: Console, run: Any, paths: Any) -> None:
+
+def render_report_written(console: Console, run: RunData, paths: ReportPaths) -> None:
     """One line on the run `grpo report` plotted, its health events, and where the files went."""
     from grpo_cli.artefacts.report import summarize_run
 
@@ -61,7 +68,7 @@ def render_samples(console: Console, rows: list[dict[str, Any]], title: str, wid
     print_table(console, table)
 
 
-def render_merge(console: Console, result: Any) -> None:
+def render_merge(console: Console, result: MergeResult) -> None:
     """`grpo merge`: notes, the logit check, and how to load the standalone model."""
     for note in result.notes:
         console.print(f"[yellow]note:[/] {escape(note)}", soft_wrap=True)
@@ -72,7 +79,7 @@ def render_merge(console: Console, result: Any) -> None:
                   soft_wrap=True)
 
 
-def render_export(console: Console, result: Any) -> None:
+def render_export(console: Console, result: GgufExport) -> None:
     """`grpo export --gguf`: the file, and how closely the copy read back reproduces the model."""
     console.print(f"verified: read back through grpo's GGUF loader, largest logit difference {result.max_diff:.3g} "
                   f"(tolerance {result.tolerance:.3g}, {result.kind}), tokenizer identical on the probe texts",
@@ -81,7 +88,7 @@ def render_export(console: Console, result: Any) -> None:
                   "Ollama (a Modelfile `FROM ./FILE`)", soft_wrap=True)
 
 
-def render_push(console: Console, staged: Any, *, dry_run: bool) -> None:
+def render_push(console: Console, staged: StagedPush, *, dry_run: bool) -> None:
     """`grpo push`: the checked card and what was (or would be) uploaded."""
     from grpo_cli import runs
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 
 from grpo_cli.cli.render.tables import print_table
+
+if TYPE_CHECKING:
+    from grpo_cli.evaluation.command import EvalOutcome
+    from grpo_cli.evaluation.scoring import EvalResult
+    from grpo_cli.evaluation.suite_run import SuiteResult
 
 
 def _fmt_metric(key: str, value: Any) -> str:
@@ -18,7 +23,7 @@ def _fmt_metric(key: str, value: Any) -> str:
     return str(value) if isinstance(value, str) else number_text(value)
 
 
-def render_eval_outcome(console: Console, outcome: Any) -> None:
+def render_eval_outcome(console: Console, outcome: EvalOutcome) -> None:
     """`grpo eval`: the suite table or the per-model reward table, notes, and where the results went."""
     for note in outcome.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
@@ -31,7 +36,7 @@ def render_eval_outcome(console: Console, outcome: Any) -> None:
     console.print("wrote " + " and ".join(str(p) for p in outcome.written), markup=False, soft_wrap=True)
 
 
-def render_eval(out: Console, results: list[Any], title: str) -> None:
+def render_eval(out: Console, results: list[EvalResult], title: str) -> None:
     """One column per model; with several, a change column after each model but the first."""
     summaries = [r.summary(rates=True) for r in results]
     keys: list[str] = []
@@ -62,7 +67,7 @@ def _pct1(value: Any) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def render_suite_results(console: Console, results: list[Any]) -> None:
+def render_suite_results(console: Console, results: list[SuiteResult]) -> None:
     """`grpo eval --suite`: one row per model, accuracy with its 95% Wilson interval, change from the first."""
     first = results[0]
     k = first.k

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
+if TYPE_CHECKING:
+    from grpo_cli.importing.common import ImportResult
 
-def render_import(console: Console, result: Any, text: str, out: Path | None, problems: list[str],
+
+def render_import(console: Console, result: ImportResult, text: str, out: Path | None, problems: list[str],
                   warnings: list[str], command: str | None = None) -> None:
     """The recipe (stdout when no -o), then the account of the translation and the validation result."""
     if out is None:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
 from rich.console import Console
 
 
-def render_launch_file(console: Console, path: Any, start: str, *, job: str | None = None) -> None:
+def render_launch_file(console: Console, path: Path, start: str, *, job: str | None = None) -> None:
     """Where a cluster launch file was written and how to start it (or the job it was submitted as)."""
     console.print(f"wrote {path}", markup=False, soft_wrap=True)
     if job:

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from grpo_cli.cli.render.tables import print_table
+
+if TYPE_CHECKING:
+    from grpo_cli.rewards.check import CheckReport
+    from grpo_cli.rewards.check.stats import RewardResult
+    from grpo_cli.tools.dryrun import DryRun
 
 
 def _fmt_score(value: float | None, digits: int = 3) -> str:
@@ -21,7 +26,7 @@ def _preview(text: str, width: int = 32) -> str:
     return flat if len(flat) <= width else flat[:width - 1] + "…"
 
 
-def render_check_report(out: Console, report: Any) -> None:
+def render_check_report(out: Console, report: CheckReport) -> None:
     """The rows × rewards table, per-reward statistics, correlations, notes and the verdict."""
     if not out.is_terminal and out.width < 140:  # piped or captured: no terminal to fit, keep columns readable
         out = Console(file=out.file, width=140, highlight=False, force_terminal=False, no_color=out.no_color)
@@ -54,7 +59,7 @@ def render_check_report(out: Console, report: Any) -> None:
         out.print(f"  [red]{v.kind}[/] {escape(v.message)}", soft_wrap=True)
 
 
-def _render_sample_table(out: Console, report: Any, errors: dict[str, set[int]]) -> None:
+def _render_sample_table(out: Console, report: CheckReport, errors: dict[str, set[int]]) -> None:
     """One row per completion (given or generated: each is its own text)."""
     scores = Table()
     scores.add_column("row", justify="right")
@@ -86,7 +91,7 @@ def _spread(values: list[float | None], bad: bool) -> str:
     return text + (" (some —)" if len(got) < len(values) else "")
 
 
-def _render_probe_table(out: Console, report: Any, errors: dict[str, set[int]]) -> None:
+def _render_probe_table(out: Console, report: CheckReport, errors: dict[str, set[int]]) -> None:
     """One row per probe over every sampled data row (they agree for most rewards: 8 rows x 7 probes were 56
     near-identical lines); `--json` keeps every completion."""
     probes: dict[str, list[int]] = {}
@@ -107,7 +112,7 @@ def _render_probe_table(out: Console, report: Any, errors: dict[str, set[int]]) 
     print_table(out, table)
 
 
-def _verdict(report: Any, reward: Any) -> str:
+def _verdict(report: CheckReport, reward: RewardResult) -> str:
     """One reward's verdict: its violations by kind, or a pass with what the probes showed."""
     kinds = sorted({v.kind for v in report.violations if v.reward == reward.name})
     if kinds:
@@ -125,7 +130,7 @@ def _verdict(report: Any, reward: Any) -> str:
     return f"[green]✓ pass[/] (reference {_fmt_score(ref)}, wrong {_fmt_score(wrong)})"
 
 
-def _render_reward_stats(out: Console, report: Any) -> None:
+def _render_reward_stats(out: Console, report: CheckReport) -> None:
     """Per-reward statistics of check-rewards, then the weighted total."""
     stats = Table(title="per reward", title_justify="left")
     for col in ("reward", "weight", "mean", "std", "min", "max", "None", "errors", "ms/call", "zero-std", "verdict"):
@@ -155,7 +160,7 @@ def _pct(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.0f}%"
 
 
-def render_tool_dry_run(out: Console, report: Any) -> None:
+def render_tool_dry_run(out: Console, report: DryRun) -> None:
     """check-tools: schemas, the prompt the model sees, every call, every episode, then flags and the verdict."""
     for name, schema in report.schemas.items():
         out.print(f"[bold]{escape(name)}[/] as the model sees it:")

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from grpo_cli.cli.render.tables import cell, print_table
 
+if TYPE_CHECKING:
+    from grpo_cli.evaluation.scoring import EvalResult
+    from grpo_cli.evaluation.suite_run import SuiteResult
+    from grpo_cli.training.run_state import TrainResult
 
-def render_eval_pair(console: Console, before: Any, after: Any) -> None:
+
+def render_eval_pair(console: Console, before: EvalResult | SuiteResult,
+                     after: EvalResult | SuiteResult | None) -> None:
     """Side-by-side held-out scores before and after training."""
     a, b = before.summary(), (after.summary() if after else {})
     suite = a.get("suite")
@@ -36,7 +42,7 @@ ONE_LOG = ("the run logged one step (training.max_steps is not above training.lo
            "are the same step and the plots have one point; set training.logging_steps=1 for curves")
 
 
-def render_train_result(console: Console, result: Any) -> None:
+def render_train_result(console: Console, result: TrainResult) -> None:
     """The end-of-run summary: first vs last logging window, eval before/after, where things are."""
     if result.data_stats:
         names = {"train_rows": "training rows", "eval_rows": "eval rows", "train_dropped_long": "dropped (too long)",

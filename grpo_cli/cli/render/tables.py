@@ -9,9 +9,10 @@ from rich.text import Text
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.table import Table
 
 
-def print_table(console: Console, table: Any) -> None:
+def print_table(console: Console, table: Table) -> None:
     """The table's title as one unwrapped line, the table, then its caption the same way."""
     title, caption = table.title, table.caption
     table.title = table.caption = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
@@ -11,8 +11,14 @@ from rich.table import Table
 
 from grpo_cli.cli.render.tables import print_table
 
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
+    from grpo_cli.validation.checks import Preflight
+    from grpo_cli.validation.doctor import Report
+    from grpo_cli.validation.memory import MemoryPlan
 
-def render_preflight(console: Console, pf: Any, *, as_json: bool = False) -> None:
+
+def render_preflight(console: Console, pf: Preflight, *, as_json: bool = False) -> None:
     """Print the plan of a valid recipe and its warnings."""
     if as_json:
         console.print_json(json.dumps({"ok": pf.ok, "plan": pf.plan, "warnings": pf.warnings}))
@@ -28,7 +34,7 @@ def render_preflight(console: Console, pf: Any, *, as_json: bool = False) -> Non
         console.print(f"[yellow]warning:[/] {warning}")
 
 
-def render_memory_plan(console: Console, loaded: Any, plan: Any, why: str | None) -> None:
+def render_memory_plan(console: Console, loaded: Recipe, plan: MemoryPlan | None, why: str | None) -> None:
     """The memory table of `grpo memory` (per GPU, or host RAM on the cpu profile), or why there is none."""
     if plan is None:
         console.print(f"[yellow]no memory plan:[/] {escape(why or 'unknown')}", soft_wrap=True)
@@ -58,7 +64,7 @@ _STATUS = {"ok": "[green]ok[/]", "missing": "[red]missing[/]", "incompatible": "
 DOCTOR_WIDTH = 100  # the report fits a 100-column terminal or log; the last column folds
 
 
-def render_doctor(console: Console, report: Any, *, as_json: bool = False) -> None:
+def render_doctor(console: Console, report: Report, *, as_json: bool = False) -> None:
     """`grpo doctor`: one row per component, then devices, notes and the problems with their fixes."""
     if as_json:
         console.print_json(json.dumps(report.as_dict()))
