@@ -153,7 +153,7 @@ def dry_run(recipe: Recipe, *, examples: Path | None = None, with_model: bool = 
     callables = _schemas(toolset, probes, report)
     unknown = sorted(set(given) - set(report.schemas))
     if unknown:
-        from grpo_cli.recipe.hints import did_you_mean
+        from grpo_cli.errors import did_you_mean
 
         guess = did_you_mean(unknown[0], list(report.schemas))
         raise GrpoError(f"{examples} has examples for {', '.join(map(repr, unknown))}, which the recipe does not "

@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.errors import GrpoError, Problem, did_you_mean
 from grpo_cli.paths import read_text
-from grpo_cli.recipe.hints import did_you_mean
-from grpo_cli.rewards import find_module_file, split_reference
+from grpo_cli.user_code import find_module_file, split_reference
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe

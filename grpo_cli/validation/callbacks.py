@@ -6,10 +6,9 @@ import ast
 import importlib.util
 from pathlib import Path
 
-from grpo_cli.errors import Problem
-from grpo_cli.recipe.hints import did_you_mean
+from grpo_cli.errors import Problem, did_you_mean
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.rewards import find_module_file, split_reference
+from grpo_cli.user_code import find_module_file, split_reference
 
 
 def _source(ref: str, base_dir: Path) -> tuple[Path | None, str | None]:

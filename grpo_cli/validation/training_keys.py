@@ -83,7 +83,7 @@ def scheduler_problems(training: TrainingSection) -> tuple[list[Problem], list[s
                                     "count), so setting it here is a TypeError when the scheduler is built",
                                     "Use training.warmup_steps / max_steps instead."))
         elif not var_kwargs and key not in accepted:
-            from grpo_cli.recipe.hints import did_you_mean
+            from grpo_cli.errors import did_you_mean
 
             guess = did_you_mean(str(key), accepted)
             problems.append(Problem(f"{where}.{key}", f"is not a parameter of the {kind!r} scheduler; transformers "
