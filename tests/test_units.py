@@ -236,8 +236,8 @@ def test_hub_cache_lookup_by_path(tmp_path: Path, monkeypatch) -> None:
 # ---------------------------------------------------------------------------------------------- probes
 
 def test_probes_follow_the_recipe_answer_style() -> None:
+    from grpo_cli.checking.probes import ProbeStyle, make_probes, wrong_answer
     from grpo_cli.rewards.builtins.answers import accuracy
-    from grpo_cli.rewards.check.probes import ProbeStyle, make_probes, wrong_answer
 
     assert wrong_answer("41") == "42" and wrong_answer("x") == "0"
     for style in (ProbeStyle(tags=True), ProbeStyle(tags=False, answer_format="gsm8k"),
