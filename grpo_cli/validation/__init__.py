@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 from grpo_cli.lazy import lazy_exports
 from grpo_cli.validation.batching import BatchPlan, plan_batches
-from grpo_cli.validation.checks import Preflight, preflight
+from grpo_cli.validation.checks import preflight
+from grpo_cli.validation.outcome import Preflight
 from grpo_cli.validation.topology import resolve_num_processes, thread_plan, visible_gpu_count, world_size_explanation
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
