@@ -1,6 +1,8 @@
 """What `grpo validate` checks before any model loads, and the plan it prints.
 
-- checks.py: `preflight(recipe)` -> `Preflight` (problems, warnings, plan): model, data, rewards, training.
+- checks.py: `preflight(recipe)` -> `Preflight` (outcome.py: problems, warnings, plan): `CHECKS`, the one ordered
+  list of checks, each `check(recipe, pf) -> Findings` in the module of its concern (model_checks, data_checks,
+  training_checks, eval_checks, trl_rules, training_keys, callbacks, template_override, vision, sampling, ...).
 - batching.py: TRL's batch arithmetic for the real world size (the one list of batch keys).
 - topology.py: visible GPUs and the number of training processes, with the reason.
 - memory.py: the per-GPU memory plan from the model's shape.
