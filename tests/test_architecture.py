@@ -1,4 +1,5 @@
-"""The package's shape, held by tests: no import circles, layers only point down, small files and functions.
+"""The package's shape, held by tests: no import circles (of modules or of packages), layers only point down,
+small files and functions.
 
 The import graph is read from the source with `ast` (module-level and function-level imports alike), so a
 lazy import that closes a circle is caught too; a package face's `if TYPE_CHECKING:` block (its lazy names, for
