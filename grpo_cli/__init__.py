@@ -16,8 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grpo_cli.lazy import lazy_exports
-
-__version__ = "0.1.0"
+from grpo_cli.version import __version__
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
     from grpo_cli.errors import GrpoError, RecipeError

@@ -7,6 +7,7 @@ fix it) and exits with code 2, without a traceback unless `--debug` is given.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 
@@ -23,6 +24,14 @@ class Problem:
         if self.fix:
             text = f"{text.rstrip('.')}. {self.fix}"
         return text
+
+
+def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
+    """The closest valid name to a typo, or None when nothing is close: the start of many a fix sentence."""
+    import difflib
+
+    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.72)
+    return matches[0] if matches else None
 
 
 class GrpoError(Exception):

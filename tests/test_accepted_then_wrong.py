@@ -136,8 +136,8 @@ def test_the_scheduler_check_agrees_with_transformers(kind: str, kwargs: dict, a
     from grpo_cli.recipe.schema.training import TrainingSection
     from grpo_cli.validation.training_keys import scheduler_problems
 
-    problems, _ = scheduler_problems(TrainingSection.model_validate(
-        {"lr_scheduler_type": kind, "lr_scheduler_kwargs": kwargs}))
+    problems = scheduler_problems(TrainingSection.model_validate(
+        {"lr_scheduler_type": kind, "lr_scheduler_kwargs": kwargs})).problems
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
     try:
         get_scheduler(kind, optimizer, num_warmup_steps=1, num_training_steps=10, scheduler_specific_kwargs=kwargs)

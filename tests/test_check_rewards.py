@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from grpo_cli.checking.rewards import CheckReport, check_rewards
 from grpo_cli.recipe.loader import load_recipe
-from grpo_cli.rewards.check.dry_run import CheckReport, check_rewards
 from tests.conftest import RECIPES, run_cli
 
 TINY = ["model.name_or_path=bundled:tiny-arith", "data.files.train=bundled:tiny-arith-data/train.jsonl",

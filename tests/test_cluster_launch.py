@@ -236,7 +236,7 @@ def test_skypilot_server_stops_when_training_fails(tmp_path: Path, monkeypatch) 
 
 
 def test_skypilot_outside_grpo_source_installs_the_released_package(tmp_path: Path, monkeypatch) -> None:
-    from grpo_cli import __version__
+    from grpo_cli.version import __version__
 
     monkeypatch.chdir(tmp_path)
     shutil.copy(DEMO, tmp_path / "demo.yaml")

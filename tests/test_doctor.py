@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
+from grpo_cli.findings import Findings
 from grpo_cli.recipe import load_recipe
 from grpo_cli.validation.doctor import Device, TorchBuild, diagnose
 from grpo_cli.validation.environment import CORE, WINDOWS, recipe_needs, recipe_problems
@@ -64,15 +65,15 @@ def test_gpu_features_the_recipe_uses() -> None:
 
 def test_validate_part_reads_metadata_only_and_names_the_recipe_key() -> None:
     recipe = load_recipe(DEMO, VLLM)
-    problems, warnings = recipe_problems(recipe, {"vllm": "0.33.0"})
+    problems = recipe_problems(recipe, {"vllm": "0.33.0"}).problems
     assert [p.where for p in problems] == ["launch.vllm.mode"] and "0.33.0" in problems[0].what
-    problems, warnings = recipe_problems(recipe, {"vllm": None})
-    assert not problems and "not installed here" in warnings[0]
-    assert recipe_problems(load_recipe(DEMO), {}) == ([], [])
+    found = recipe_problems(recipe, {"vllm": None})
+    assert not found.problems and "not installed here" in found.warnings[0]
+    assert recipe_problems(load_recipe(DEMO), {}) == Findings()
     batching = load_recipe(DEMO, ["training.use_transformers_continuous_batching=true"])
-    problems, _ = recipe_problems(batching, {"transformers": "5.7.0"})
+    problems = recipe_problems(batching, {"transformers": "5.7.0"}).problems
     assert problems[0].where == "training.use_transformers_continuous_batching" and ">=5.8.0" in problems[0].what
-    assert recipe_problems(batching, {"transformers": "5.23.0"}) == ([], [])
+    assert recipe_problems(batching, {"transformers": "5.23.0"}) == Findings()
 
 
 def test_windows_match_the_installed_trl() -> None:

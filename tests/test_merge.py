@@ -97,7 +97,7 @@ def test_merged_model_loads_without_peft_and_matches_base_plus_adapter(run: Path
 def test_checkpoint_merges_to_sharded_bfloat16(run: Path, tmp_path: Path) -> None:
     from transformers import AutoModelForCausalLM
 
-    from grpo_cli.models.merge import merge_adapter
+    from grpo_cli.artefacts.merge import merge_adapter
 
     out = tmp_path / "bf16"
     result = merge_adapter(str(run / "checkpoint-2"), out, dtype="bfloat16", max_shard_size="200KB")
@@ -126,7 +126,7 @@ def test_refuses_non_empty_out_unless_forced(run: Path, tmp_path: Path) -> None:
 
 
 def test_interrupted_or_failed_merge_leaves_nothing(run: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import grpo_cli.models.merge as merging
+    import grpo_cli.artefacts.merge as merging
 
     def interrupted(*args: object) -> None:
         raise KeyboardInterrupt

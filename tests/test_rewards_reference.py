@@ -8,7 +8,7 @@ import importlib
 import pytest
 
 from grpo_cli.rewards.builtins import BUILTINS
-from grpo_cli.rewards.reference import builtins_markdown, generated_block, write_into
+from grpo_cli.rewards.docs import builtins_markdown, generated_block, write_into
 from tests.conftest import ROOT, run_cli
 
 

@@ -12,8 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from grpo_cli import paths, runs
-from grpo_cli.errors import GrpoError
-from grpo_cli.recipe.hints import did_you_mean, unknown_key_hint
+from grpo_cli.errors import GrpoError, did_you_mean
+from grpo_cli.recipe.hints import unknown_key_hint
 from grpo_cli.recipe.schema.training import TrainingSection
 from grpo_cli.recipe.trl_fields import accepted_values, grpo_config_fields, json_schema_for
 from grpo_cli.validation.batching import plan_batches
@@ -239,8 +239,8 @@ def test_hub_cache_lookup_by_path(tmp_path: Path, monkeypatch) -> None:
 # ---------------------------------------------------------------------------------------------- probes
 
 def test_probes_follow_the_recipe_answer_style() -> None:
+    from grpo_cli.checking.probes import ProbeStyle, make_probes, wrong_answer
     from grpo_cli.rewards.builtins.answers import accuracy
-    from grpo_cli.rewards.check.probes import ProbeStyle, make_probes, wrong_answer
 
     assert wrong_answer("41") == "42" and wrong_answer("x") == "0"
     for style in (ProbeStyle(tags=True), ProbeStyle(tags=False, answer_format="gsm8k"),

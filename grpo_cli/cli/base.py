@@ -40,8 +40,8 @@ _skip_plugin_loader()
 import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
-from grpo_cli import __version__  # noqa: E402
 from grpo_cli.progress import silence_cpu_accelerator_notice  # noqa: E402
+from grpo_cli.version import __version__  # noqa: E402
 
 if TYPE_CHECKING:
     from grpo_cli.errors import GrpoError

@@ -42,8 +42,8 @@ def check_rewards_command(
     def report() -> tuple[Any, Renderer]:
         say_first(f"grpo check-rewards {recipe}: " + ("sampling from the recipe's model" if generate else
                   "scoring completions" if completions else "scoring probe completions"), stderr=as_json)
+        from grpo_cli.checking import check_rewards
         from grpo_cli.cli.render import render_check_report
-        from grpo_cli.rewards.check import check_rewards
 
         loaded = load(recipe, overrides)
         return check_rewards(loaded, completions=completions, samples=samples, generate=generate), render_check_report

@@ -32,8 +32,8 @@ def check_tools_command(
         import datasets
         from transformers.utils import logging as hf_logging
 
+        from grpo_cli.checking import dry_run
         from grpo_cli.cli.render import render_tool_dry_run
-        from grpo_cli.tools import dry_run
 
         datasets.disable_progress_bars()
         hf_logging.disable_progress_bar()

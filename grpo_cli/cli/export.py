@@ -27,8 +27,8 @@ def export(
         if not gguf:
             raise GrpoError("no format given", where="command line", fix=f"Add --gguf: grpo export {model_dir} --gguf")
         say_first(f"grpo export {model_dir} --gguf --type {kind}")
+        from grpo_cli.artefacts.export_gguf import export_gguf
         from grpo_cli.cli.render import render_export
-        from grpo_cli.models.export_gguf import export_gguf
 
         render_export(console, export_gguf(model_dir, out, kind=kind, force=force))
 

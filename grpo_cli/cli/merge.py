@@ -27,8 +27,8 @@ def merge(
 
     def body() -> None:
         say_first(f"grpo merge {adapter_dir} --out {out}")
+        from grpo_cli.artefacts.merge import merge_adapter
         from grpo_cli.cli.render import render_merge
-        from grpo_cli.models.merge import merge_adapter
 
         result = merge_adapter(adapter_dir, out, base=base, dtype=dtype, force=force, max_shard_size=max_shard_size,
                                console=console)

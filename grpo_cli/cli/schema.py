@@ -23,7 +23,7 @@ def schema(
         import json
 
         if rewards:
-            from grpo_cli.rewards.reference import builtins_markdown, write_into
+            from grpo_cli.rewards.docs import builtins_markdown, write_into
 
             text = builtins_markdown()
             if out is not None:

@@ -254,7 +254,7 @@ def _install_spec(workdir: Path, extras: list[str]) -> str:
     """`-e .` from grpo's own source tree; anywhere else the released package of this version."""
     import tomllib
 
-    from grpo_cli import __version__
+    from grpo_cli.version import __version__
 
     suffix = f"[{','.join(extras)}]" if extras else ""
     try:

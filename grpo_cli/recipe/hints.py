@@ -6,8 +6,9 @@ recipes. We keep TRL's current names and point from the old ones to the new.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
+
+from grpo_cli.errors import did_you_mean
 
 # Old or foreign name -> (where it lives now, a short explanation).
 MIGRATIONS: dict[str, tuple[str, str]] = {
@@ -85,12 +86,6 @@ _REF_OFFLOAD = (
 NOT_IN_TRL: dict[str, str] = {name: _REF_OFFLOAD for name in (
     "offload_ref_model", "ref_model_offload", "offload_reference_model", "reference_model_offload", "ref_offload",
     "ref_param_offload", "ref_model_cpu_offload", "offload_ref", "ref_model_offload_to_cpu")}
-
-
-def did_you_mean(name: str, candidates: Iterable[str]) -> str | None:
-    """The closest valid name to a typo, or None when nothing is close."""
-    matches = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.72)
-    return matches[0] if matches else None
 
 
 def unknown_key_hint(name: str, candidates: Iterable[str], here: str) -> str:

@@ -11,9 +11,7 @@ from typing import TYPE_CHECKING
 
 from grpo_cli.lazy import lazy_exports
 from grpo_cli.rewards.loaders import BoundReward, RewardInfo, inspect_reward, load_reward
-from grpo_cli.rewards.references import import_file, import_module, import_reference, split_reference
 from grpo_cli.rewards.registry import builtin_names, describe_builtin, get_builtin
-from grpo_cli.rewards.sources import find_module_file
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)
     from grpo_cli.rewards.build import build_reward_funcs
@@ -21,8 +19,7 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
 
 __all__ = [
     "BoundReward", "RewardInfo", "build_reward_funcs", "builtin_names", "call_reward", "describe_builtin",
-    "find_module_file", "get_builtin", "import_file", "import_module", "import_reference", "inspect_reward",
-    "load_reward", "run_with_timeout", "split_reference",
+    "get_builtin", "inspect_reward", "load_reward", "run_with_timeout",
 ]
 
 __getattr__ = lazy_exports(__name__)

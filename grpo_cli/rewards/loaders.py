@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.errors import GrpoError, RewardTimeoutError
+from grpo_cli.errors import GrpoError, RewardTimeoutError, did_you_mean
 from grpo_cli.paths import local_dir, read_text
-from grpo_cli.recipe.hints import did_you_mean
 from grpo_cli.recipe.schema.rewards import RewardEntry
-from grpo_cli.rewards.references import import_reference, split_reference
 from grpo_cli.rewards.registry import builtin_names, get_builtin, required_columns
-from grpo_cli.rewards.sources import find_module_file, reexported, trains_at_import
+from grpo_cli.rewards.sources import reexported, trains_at_import
+from grpo_cli.user_code import find_module_file, import_reference, split_reference
 
 # Keyword arguments TRL passes to every reward function besides the dataset columns.
 TRL_KWARGS = frozenset(

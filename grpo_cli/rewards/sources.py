@@ -1,4 +1,4 @@
-"""Finding a reward's (or tool's) source file without importing it, nor its parent packages.
+"""A reward's source read without importing it: re-exports followed, training started at import time spotted.
 
 `grpo validate` checks a `package.module:func` reference by reading the module with `ast`:
 importing user code (or torch-heavy packages) would make validate slow and could run anything.
@@ -7,32 +7,9 @@ importing user code (or torch-heavy packages) would make validate slow and could
 from __future__ import annotations
 
 import ast
-import importlib.machinery
-import importlib.util
-import sys
 from pathlib import Path
 
-
-def find_module_file(module: str, search: list[Path]) -> Path | None:
-    """Locate a module's source without importing it (nor its parent packages)."""
-    parts = module.split(".")
-    paths = [str(p) for p in search] + sys.path
-    spec = None
-    for i, part in enumerate(parts):
-        spec = importlib.machinery.PathFinder.find_spec(part, paths)
-        if spec is None:
-            if i == 0:
-                spec = importlib.util.find_spec(part)  # built-in / frozen / meta-path modules
-                if spec is None:
-                    return None
-            else:
-                return None
-        if i < len(parts) - 1:
-            if not spec.submodule_search_locations:
-                return None
-            paths = list(spec.submodule_search_locations)
-    origin = getattr(spec, "origin", None)
-    return Path(origin) if origin and origin.endswith(".py") else None
+from grpo_cli.user_code import find_module_file
 
 
 def reexported(tree: ast.Module, func: str, path: Path, depth: int = 0) -> tuple[Path, str] | None:

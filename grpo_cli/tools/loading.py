@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.rewards import import_reference
 from grpo_cli.tools.guard import ToolStats, guard, guarded_class
 from grpo_cli.tools.lifecycle import guarded_factory
+from grpo_cli.user_code import import_reference
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe

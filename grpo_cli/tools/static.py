@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.errors import GrpoError, Problem, did_you_mean
+from grpo_cli.findings import Findings
 from grpo_cli.paths import read_text
-from grpo_cli.recipe.hints import did_you_mean
-from grpo_cli.rewards import find_module_file, split_reference
+from grpo_cli.user_code import find_module_file, split_reference
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -30,13 +30,11 @@ _DOC_FIX = ('Write a Google-style docstring: a one-line summary, then\n    Args:
             '(transformers builds the JSON schema the model sees from it).')
 
 
-@dataclass
-class ToolCheck:
-    """What validate learned: problems, warnings and one plan line per tool/environment."""
+@dataclass(kw_only=True)
+class ToolCheck(Findings):
+    """What validate learned: problems, warnings, and the plan's `tools` line (one part per tool/environment)."""
 
-    problems: list[Problem] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    plan: list[str] = field(default_factory=list)
+    lines: list[str] = field(default_factory=list)
     tool_names: dict[str, str] = field(default_factory=dict)
     """Name the model calls -> the recipe key that defines it (TRL keeps only the last of two same names)."""
     rewarding: dict[str, bool | None] = field(default_factory=dict)
@@ -145,7 +143,7 @@ def check_tool(entry: Any, base_dir: Path, index: int, out: ToolCheck) -> None:
     visible = _check_callable(node, f"tool {name!r}", where, set(entry.params), out)
     kind = "async " if isinstance(node, ast.AsyncFunctionDef) else ""
     limit = f", timeout {entry.timeout:g} s" if entry.timeout else ", no timeout"
-    out.plan.append(f"{kind}{name}({', '.join(visible)}){limit}")
+    out.lines.append(f"{kind}{name}({', '.join(visible)}){limit}")
 
 
 def _not_defined(out: ToolCheck, where: str, path: Path | None, kind: str, name: str, defined: list[str]) -> None:
@@ -207,7 +205,7 @@ def check_environment_class(ref: str, base_dir: Path, where: str, out: ToolCheck
                             "training loads it (`grpo check-tools` shows them)")
     reward = ", owns a reward (get_reward)" if "get_reward" in methods else ""
     out.rewarding[name] = True if "get_reward" in methods else None if inherits else False
-    out.plan.append(f"{name}: tools {', '.join(public) or '(inherited)'}{reward}")
+    out.lines.append(f"{name}: tools {', '.join(public) or '(inherited)'}{reward}")
 
 
 def check_tools(recipe: Recipe, columns: list[str] | None) -> ToolCheck:
@@ -248,6 +246,8 @@ def check_tools(recipe: Recipe, columns: list[str] | None) -> ToolCheck:
         from grpo_cli.tools.template import check_template
 
         check_template(local, out)
+    if out.lines:
+        out.plan["tools"] = "; ".join(out.lines)
     return out
 
 

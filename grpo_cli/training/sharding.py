@@ -127,11 +127,11 @@ class ShardingProbe(TrainerCallback):
         self.layout = {"type": kind, "world_size": world, "rank": rank, "held": held, "total": total}
         check_layout(kind, world, held, total)
         if self.evaluates_during_training and held < total:
+            from grpo_cli.validation.eval_checks import EVERY_STEPS_SHARDED_FIX
+
             raise GrpoError(f"eval.every_steps evaluates on the main process alone, but under {kind} it holds only "
                             f"{held:,} of {total:,} parameters; generating would wait forever for the others",
-                            where="eval.every_steps",
-                            fix="Drop eval.every_steps for sharded profiles (eval.before_after still works: it "
-                                "evaluates the saved model), or train with `--profile ddp`.")
+                            where="eval.every_steps", fix=f"{EVERY_STEPS_SHARDED_FIX}, or train with `--profile ddp`.")
 
 
 def check_layout(kind: str, world: int, held: int, total: int) -> None:

@@ -12,7 +12,7 @@ def load_callbacks(recipe: Recipe) -> list[Any]:
     """Import and construct each callback; a wrong reference or a non-callback class is a GrpoError."""
     from transformers import TrainerCallback
 
-    from grpo_cli.rewards import import_reference
+    from grpo_cli.user_code import import_reference
 
     out = []
     for i, entry in enumerate(recipe.callbacks):

@@ -1,6 +1,8 @@
 """What `grpo validate` checks before any model loads, and the plan it prints.
 
-- checks.py: `preflight(recipe)` -> `Preflight` (problems, warnings, plan): model, data, rewards, training.
+- checks.py: `preflight(recipe)` -> `Preflight` (outcome.py: problems, warnings, plan): `CHECKS`, the one ordered
+  list of checks, each `check(recipe, pf) -> Findings` in the module of its concern (model_checks, data_checks,
+  training_checks, eval_checks, trl_rules, training_keys, callbacks, template_override, vision, sampling, ...).
 - batching.py: TRL's batch arithmetic for the real world size (the one list of batch keys).
 - topology.py: visible GPUs and the number of training processes, with the reason.
 - memory.py: the per-GPU memory plan from the model's shape.
@@ -19,7 +21,8 @@ from typing import TYPE_CHECKING
 
 from grpo_cli.lazy import lazy_exports
 from grpo_cli.validation.batching import BatchPlan, plan_batches
-from grpo_cli.validation.checks import Preflight, preflight
+from grpo_cli.validation.checks import preflight
+from grpo_cli.validation.outcome import Preflight
 from grpo_cli.validation.topology import resolve_num_processes, thread_plan, visible_gpu_count, world_size_explanation
 
 if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/test_architecture.py)

@@ -5,11 +5,15 @@ from __future__ import annotations
 import ast
 import importlib.util
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from grpo_cli.errors import Problem
-from grpo_cli.recipe.hints import did_you_mean
+from grpo_cli.errors import Problem, did_you_mean
+from grpo_cli.findings import Findings
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.rewards import find_module_file, split_reference
+from grpo_cli.user_code import find_module_file, split_reference
+
+if TYPE_CHECKING:
+    from grpo_cli.validation.outcome import Preflight
 
 
 def _source(ref: str, base_dir: Path) -> tuple[Path | None, str | None]:
@@ -22,6 +26,11 @@ def _source(ref: str, base_dir: Path) -> tuple[Path | None, str | None]:
     if found is None and importlib.util.find_spec(target.split(".")[0]) is None:
         return None, f"module {target!r} cannot be found"
     return found, None  # a compiled or namespace module is checked when training imports it
+
+
+def check_callbacks(recipe: Recipe, pf: Preflight) -> Findings:
+    """The recipe's `callbacks:`, read without importing them."""
+    return Findings(problems=callback_problems(recipe) if recipe.callbacks else [])
 
 
 def callback_problems(recipe: Recipe) -> list[Problem]:

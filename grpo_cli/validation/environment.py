@@ -1,8 +1,8 @@
 """The version windows TRL 1.16 (and grpo) support, and what a recipe needs of them.
 
-`grpo validate` uses `recipe_problems()`, which reads package metadata only, and only for the optional
-packages the recipe uses; `grpo doctor` (doctor.py) checks the whole stack and the devices against the same
-windows.
+`grpo validate` uses `recipe_problems()` (`check_packages`), which reads package metadata only, and only for
+the optional packages the recipe uses; `grpo doctor` (doctor.py) checks the whole stack and the devices against
+the same windows.
 """
 
 from __future__ import annotations
@@ -10,8 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from grpo_cli.findings import Findings
+
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
+    from grpo_cli.validation.outcome import Preflight
 
 Status = Literal["ok", "missing", "incompatible", "absent"]
 
@@ -149,16 +152,22 @@ def installed_versions(names: tuple[str, ...] = (*CORE, *OPTIONAL, *VLLM_CPU_PRO
     return out
 
 
-def recipe_problems(recipe: Recipe, versions: dict[str, str | None] | None = None) -> tuple[list[Any], list[str]]:
-    """For `grpo validate`: (problems, warnings) about the optional packages the recipe uses; no torch import."""
+def check_packages(recipe: Recipe, pf: Preflight) -> Findings:
+    """The optional packages the recipe uses, installed here in the versions TRL supports."""
+    return recipe_problems(recipe)
+
+
+def recipe_problems(recipe: Recipe, versions: dict[str, str | None] | None = None) -> Findings:
+    """For `grpo validate`: problems and warnings about the optional packages the recipe uses; no torch import."""
     from grpo_cli.errors import Problem
 
     needs = recipe_needs(recipe)
     wanted = tuple(k for k in (*OPTIONAL, *needs.windows) if k in needs.packages)
+    out = Findings()
     if not wanted:
-        return [], []
+        return out
     versions = versions if versions is not None else installed_versions(wanted + ("vllm-cpu",) * ("vllm" in wanted))
-    problems, warnings = [], []
+    problems, warnings = out.problems, out.warnings
     for name in wanted:
         found = vllm_seen(versions) if name == "vllm" else versions.get(name)
         c = check_package(name, found, needed=True, window=needs.windows.get(name))
@@ -169,4 +178,4 @@ def recipe_problems(recipe: Recipe, versions: dict[str, str | None] | None = Non
         elif c.status == "missing":
             warnings.append(f"{key} needs {name} {c.wants}, which is not installed here; install it where you "
                             f"train (`{c.fix}`); `grpo doctor` checks that machine.")
-    return problems, warnings
+    return out

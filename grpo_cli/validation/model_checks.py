@@ -3,32 +3,53 @@ template, a GGUF file's header (architecture, tensor types, chat template, the c
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grpo_cli.errors import GrpoError, Problem, RecipeError
+from grpo_cli.findings import Findings
 from grpo_cli.paths import is_gguf_reference
 from grpo_cli.recipe.schema import Recipe
 
-
-@dataclass
-class ModelCheck:
-    """Problems and warnings about the model, and the plan's one-line description of it."""
-
-    description: str = ""
-    problems: list[Problem] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
+if TYPE_CHECKING:
+    from grpo_cli.validation.outcome import Preflight
 
 
-def model_checks(recipe: Recipe) -> ModelCheck:
+def check_model(recipe: Recipe, pf: Preflight) -> Findings:
+    """The model reference; the plan's `model` line (what it is, its dtype, how it is tuned)."""
+    found = Findings()
+    m = recipe.model
+    tuning = f"LoRA r={m.lora.r} alpha={m.lora.alpha}" if m.lora else "full fine-tune"
+    if m.quantization:
+        tuning += f" on a {m.quantization} base"
+    found.plan["model"] = f"{_reference(recipe, found)} (dtype {m.dtype}, {tuning})"
+    return found
+
+
+def check_vllm(recipe: Recipe, pf: Preflight) -> Findings:
+    """A model vLLM cannot serve is refused here, not at its first generate; the plan says vLLM's dtype."""
+    if recipe.launch.vllm.mode == "off":
+        return Findings()
+    from grpo_cli.validation.model_config import find_model_config
+    from grpo_cli.validation.vllm_support import sampling_dtype, vllm_model_findings, vllm_runs_on_cpu
+
+    config, _ = find_model_config(recipe)
+    found = vllm_model_findings(recipe, config)
+    dtype = sampling_dtype(recipe, config)
+    where = "CPU" if vllm_runs_on_cpu(recipe) else "GPU"
+    samples = (f"{dtype} (training in {recipe.model.dtype}; TRL's importance-sampling correction absorbs the "
+               "difference)" if dtype else "the checkpoint's dtype (float32 -> bfloat16)")
+    found.plan["vLLM"] = f"{recipe.launch.vllm.mode} on {where}, samples in {samples}"
+    return found
+
+
+def _reference(recipe: Recipe, pf: Findings) -> str:
     """The model reference: a local directory with config.json (and a chat template for chat prompts), a GGUF
-    file, or a hub id (checked when it loads)."""
-    pf = ModelCheck()
+    file, or a hub id (checked when it loads); its description for the plan."""
     ref = recipe.model.name_or_path
     local = recipe.local_model_dir(ref)
     if local is not None and is_gguf_reference(str(local)):
-        pf.description = _gguf_checks(recipe, local, pf)
-        return pf
+        return _gguf_checks(recipe, local, pf)
     if local is not None:
         if not (local / "config.json").exists():
             pf.problems.append(Problem("model.name_or_path", f"{local} is not a model directory (no config.json)",
@@ -39,21 +60,21 @@ def model_checks(recipe: Recipe) -> ModelCheck:
                                        f"{local} has no chat template",
                                        "Use an instruct/chat model, or set `chat: false` with a `template` for "
                                        "plain-text prompts."))
-        pf.description = f"local directory {local}"
-        return pf
-    pf.description = f"hub model {ref}" + (f" @ {recipe.model.revision}" if recipe.model.revision else "")
-    return pf
+        return f"local directory {local}"
+    return f"hub model {ref}" + (f" @ {recipe.model.revision}" if recipe.model.revision else "")
 
 
 def check_model_reference(recipe: Recipe) -> None:
     """RecipeError when the model reference cannot be used (a GGUF file missing, a directory, truncated, of an
     architecture transformers cannot convert): `grpo memory` would otherwise plan for it, or say "no plan", exit 0."""
-    problems = [p for p in model_checks(recipe).problems if p.where == "model.name_or_path"]
+    found = Findings()
+    _reference(recipe, found)
+    problems = [p for p in found.problems if p.where == "model.name_or_path"]
     if problems:
         raise RecipeError(problems, source=recipe.source)
 
 
-def _gguf_checks(recipe: Recipe, path: Path, pf: ModelCheck) -> str:
+def _gguf_checks(recipe: Recipe, path: Path, pf: Findings) -> str:
     """A GGUF model: the file exists, transformers can convert its architecture and tensor types, and the
     converter is installed; all read from the header, nothing dequantised."""
     import importlib.util

@@ -9,20 +9,23 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from grpo_cli.errors import Problem
+from grpo_cli.findings import Findings
 from grpo_cli.recipe.schema import Recipe
+
+if TYPE_CHECKING:
+    from grpo_cli.validation.outcome import Preflight
 
 SKIP_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
 """Loss types whose normaliser grpo rescales exactly when zero-advantage rows leave the batch (vespo's weights
 depend on the batch, so it is not here)."""
 
 
-def sampling_checks(recipe: Recipe, pf: Any) -> None:
-    """Add the problems and plan lines of `sampling:` to a `Preflight`."""
-    pf.problems.extend(sampling_problems(recipe))
-    pf.plan.update(sampling_plan(recipe))
+def check_sampling(recipe: Recipe, pf: Preflight) -> Findings:
+    """The problems and plan lines of `sampling:`."""
+    return Findings(problems=sampling_problems(recipe), plan=dict(sampling_plan(recipe)))
 
 
 def chosen_metric(recipe: Recipe) -> str | None:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.data.derive import dig
 from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.findings import Findings
 from grpo_cli.recipe.schema import Recipe
+
+if TYPE_CHECKING:
+    from grpo_cli.validation.outcome import Preflight
 
 
 def _first_record(recipe: Recipe) -> dict[str, Any] | None:
@@ -44,20 +48,20 @@ def _messages(recipe: Recipe, row: dict[str, Any]) -> list[dict[str, Any]] | Non
     return messages
 
 
-def template_checks(recipe: Recipe, plan: dict[str, Any]) -> tuple[list[Problem], list[str]]:
+def check_chat_template(recipe: Recipe, pf: Preflight) -> Findings:
     """Load the recipe's template, parse it, render the first prompt into the plan."""
     if recipe.model.chat_template is None:
-        return [], []
+        return Findings()
     from grpo_cli.models.loading import chat_template_text
     from grpo_cli.tools.template import load_template, render
 
     try:
         template = chat_template_text(recipe) or ""
     except GrpoError as exc:
-        return [exc.problems[0]], []
-    warnings = [] if recipe.data.prompt.chat else [
+        return Findings(problems=[exc.problems[0]])
+    found = Findings(warnings=[] if recipe.data.prompt.chat else [
         "model.chat_template is set but data.prompt.chat is false: training prompts are plain text, so the "
-        "template is only saved with the model (and used by `grpo eval` on chat prompts)"]
+        "template is only saved with the model (and used by `grpo eval` on chat prompts)"])
     local = recipe.local_model_dir(recipe.model.name_or_path)
     config = load_template(local)[1] if local is not None else {}
     row = _first_record(recipe)
@@ -67,12 +71,13 @@ def template_checks(recipe: Recipe, plan: dict[str, Any]) -> tuple[list[Problem]
             from jinja2.sandbox import ImmutableSandboxedEnvironment
 
             ImmutableSandboxedEnvironment().parse(template)
-            plan["chat template"] = "from the recipe (first prompt not rendered: no local .jsonl/.json chat row)"
-            return [], warnings
+            found.plan["chat template"] = "from the recipe (first prompt not rendered: no local .jsonl/.json chat row)"
+            return found
         text = render(template, config, messages, add_generation_prompt=True)
     except Exception as exc:  # jinja2's TemplateSyntaxError / TemplateError / UndefinedError ...
-        return [Problem("model.chat_template", f"the template cannot render the first prompt: "
-                        f"{type(exc).__name__}: {exc}", "Fix the template (it is Jinja, as in tokenizer_config.json's "
-                        "chat_template).")], warnings
-    plan["chat template"] = f"from the recipe; first prompt renders as {text[:300]!r}"
-    return [], warnings
+        found.problems.append(Problem("model.chat_template", f"the template cannot render the first prompt: "
+                                      f"{type(exc).__name__}: {exc}", "Fix the template (it is Jinja, as in "
+                                      "tokenizer_config.json's chat_template)."))
+        return found
+    found.plan["chat template"] = f"from the recipe; first prompt renders as {text[:300]!r}"
+    return found

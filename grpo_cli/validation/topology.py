@@ -10,11 +10,13 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 from grpo_cli.errors import GrpoError, RecipeError
+from grpo_cli.findings import Findings
 from grpo_cli.validation.batching import plan_batches
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
     from grpo_cli.threads import ThreadPlan
+    from grpo_cli.validation.outcome import Preflight
 
 
 def installed(module: str) -> bool:
@@ -71,6 +73,21 @@ def resolve_num_processes(recipe: Recipe, gpus: int | None = None) -> int:
                         fix="accelerate starts num_processes / num_machines processes on every node: use a "
                             f"multiple of {launch.num_machines}.")
     return n
+
+
+def check_launch(recipe: Recipe, pf: Preflight) -> Findings:
+    """The plan's lines of processes, torch threads and reward process pools."""
+    from grpo_cli.threads import pool_workers
+
+    found = Findings()
+    found.plan["launch"] = world_size_explanation(recipe) + f", vLLM {recipe.launch.vllm.mode}"
+    found.plan["threads"] = thread_plan(recipe).describe(sandboxes=any(e.name == "code" for e in recipe.rewards))
+    pools = [f"{e.label}: {pool_workers(e.parallel)} process{'es' if pool_workers(e.parallel) != 1 else ''}"
+             + (" (auto: the free cores; 1 means no pool)" if e.parallel == "auto" else "")
+             for e in recipe.rewards if e.name != "code" and (e.parallel == "auto" or e.parallel > 1)]
+    if pools:
+        found.plan["reward pools"] = "; ".join(pools)
+    return found
 
 
 def world_size_explanation(recipe: Recipe, gpus: int | None = None) -> str:

@@ -1,4 +1,5 @@
-"""Training keys that pass the field check but go wrong later: scheduler kwargs, hub uploads, `do_eval`.
+"""Training keys that pass the field check but go wrong later: scheduler kwargs, hub uploads, `do_eval`; and
+`output:` (where the run goes, the repository the final model is pushed to).
 
 Each is accepted by GRPOConfig as a value of the right type; the mistake shows only when
 transformers builds the scheduler (after the model has loaded), when the first upload runs,
@@ -14,10 +15,15 @@ import os
 import re
 from functools import cache
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from grpo_cli.errors import Problem
+from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.findings import Findings
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.schema.training import TrainingSection
+
+if TYPE_CHECKING:
+    from grpo_cli.validation.outcome import Preflight
 
 # Passed by transformers' get_scheduler itself: the same key in lr_scheduler_kwargs is a TypeError.
 _PASSED_BY_TRAINER = ("optimizer", "num_warmup_steps", "num_training_steps")
@@ -61,17 +67,39 @@ def scheduler_signature(kind: str) -> tuple[dict[str, bool], bool] | None:
     return params, a.kwarg is not None
 
 
-def scheduler_problems(training: TrainingSection) -> tuple[list[Problem], list[str]]:
+def check_training_keys(recipe: Recipe, pf: Preflight) -> Findings:
+    """The training keys GRPOConfig accepts that would fail later (or silently do nothing)."""
+    found = scheduler_problems(recipe.training)
+    found.add(hub_problems(recipe))
+    found.add(Findings(problems=eval_flag_problems(recipe), warnings=logging_warnings(recipe.training)))
+    return found
+
+
+def check_output(recipe: Recipe, pf: Preflight) -> Findings:
+    """The plan's `output` line; output.push_to_hub is used after training, so a repo id the Hub refuses must fail
+    now, not hours later."""
+    found = Findings(plan={"output": recipe.output.dir})
+    if recipe.output.push_to_hub:
+        from grpo_cli.artefacts.hub import check_repo_id
+
+        try:
+            check_repo_id(recipe.output.push_to_hub, where="output.push_to_hub", bare_ok=True)
+        except GrpoError as exc:
+            found.problems += exc.problems
+    return found
+
+
+def scheduler_problems(training: TrainingSection) -> Findings:
     """lr_scheduler_kwargs keys against the parameters of the scheduler lr_scheduler_type names."""
     kwargs = training.lr_scheduler_kwargs
     kind = training.lr_scheduler_type
     signature = scheduler_signature(kind) if isinstance(kwargs, dict) else None
     if signature is None:
-        return [], []
+        return Findings()
     where = "training.lr_scheduler_kwargs"
     if kwargs and kind in _KWARGS_IGNORED:
-        return [], [f"{where}: lr_scheduler_type {kind!r} takes no arguments, so transformers ignores "
-                    f"{', '.join(map(str, kwargs))}; use e.g. cosine_with_min_lr for a floor"]
+        return Findings(warnings=[f"{where}: lr_scheduler_type {kind!r} takes no arguments, so transformers ignores "
+                                  f"{', '.join(map(str, kwargs))}; use e.g. cosine_with_min_lr for a floor"])
     params, var_kwargs = signature
     accepted = [p for p in params if p not in _PASSED_BY_TRAINER]
     if var_kwargs and kind == "reduce_lr_on_plateau":
@@ -83,7 +111,7 @@ def scheduler_problems(training: TrainingSection) -> tuple[list[Problem], list[s
                                     "count), so setting it here is a TypeError when the scheduler is built",
                                     "Use training.warmup_steps / max_steps instead."))
         elif not var_kwargs and key not in accepted:
-            from grpo_cli.recipe.hints import did_you_mean
+            from grpo_cli.errors import did_you_mean
 
             guess = did_you_mean(str(key), accepted)
             problems.append(Problem(f"{where}.{key}", f"is not a parameter of the {kind!r} scheduler; transformers "
@@ -98,7 +126,7 @@ def scheduler_problems(training: TrainingSection) -> tuple[list[Problem], list[s
     if kind in ("cosine_with_min_lr", "cosine_warmup_with_min_lr") and not {"min_lr", "min_lr_rate"} & set(kwargs):
         problems.append(Problem(where, f"the {kind!r} scheduler needs one of min_lr or min_lr_rate",
                                 "Add e.g. `lr_scheduler_kwargs: {min_lr_rate: 0.1}` (open-r1's setting)."))
-    return problems, []
+    return Findings(problems=problems)
 
 
 def _hub_token() -> str | None:
@@ -112,11 +140,11 @@ def _hub_token() -> str | None:
     return get_token()
 
 
-def hub_problems(recipe: Recipe) -> tuple[list[Problem], list[str]]:
+def hub_problems(recipe: Recipe) -> Findings:
     """training.push_to_hub / hub_*: a token to upload with, and one upload rather than two."""
     t = recipe.training
-    problems: list[Problem] = []
-    warnings: list[str] = []
+    found = Findings()
+    problems, warnings = found.problems, found.warnings
     if t.push_to_hub or t.hub_model_id:
         if t.push_to_hub and _hub_token() is None:
             problems.append(Problem("training.push_to_hub", "uploads every save to the Hub, but there is no Hub "
@@ -135,7 +163,7 @@ def hub_problems(recipe: Recipe) -> tuple[list[Problem], list[str]]:
         warnings.append(f"output.push_to_hub={recipe.output.push_to_hub}: there is no Hub token here (HF_TOKEN "
                         "unset, no saved login), so the final upload will fail; the trained model stays in "
                         "output.dir and `grpo push` uploads it later")
-    return problems, warnings
+    return found
 
 
 def logging_warnings(training: TrainingSection) -> list[str]:

@@ -15,9 +15,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import Problem
+from grpo_cli.findings import Findings
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
+    from grpo_cli.validation.outcome import Preflight
 
 CONFIG = "trl/trainer/grpo_config.py GRPOConfig.__post_init__"
 TRAINER = "trl/trainer/grpo_trainer.py GRPOTrainer.__init__"
@@ -207,10 +209,20 @@ def rule_input(recipe: Recipe, model_config: dict[str, Any] | None = None) -> Ru
                      vllm_mode=recipe.launch.vllm.mode, model_config=model_config)
 
 
-def check_trl_rules(inp: RuleInput) -> tuple[list[Problem], list[str]]:
-    """(problems TRL would raise for, warnings TRL would log) for one recipe."""
-    problems: list[Problem] = []
-    warnings: list[str] = []
+def check_trl(recipe: Recipe, pf: Preflight) -> Findings:
+    """What TRL would reject (or warn about) after loading, decided from the recipe now."""
+    config = None
+    if recipe.training.router_aux_loss_coef:  # the one rule that reads the model's config
+        from grpo_cli.validation.model_config import find_model_config
+
+        config, _ = find_model_config(recipe)
+    return check_trl_rules(rule_input(recipe, config))
+
+
+def check_trl_rules(inp: RuleInput) -> Findings:
+    """The problems TRL would raise for and the warnings TRL would log, for one recipe."""
+    found = Findings()
+    problems, warnings = found.problems, found.warnings
     for rule in RULES:
         what = rule.check(inp)
         if what is None:
@@ -219,4 +231,4 @@ def check_trl_rules(inp: RuleInput) -> tuple[list[Problem], list[str]]:
             warnings.append(f"{rule.message(what)} (TRL warns and trains on)")
         else:
             problems.append(Problem(rule.key, what + " (TRL rejects this after the model loads)", rule.fix))
-    return problems, warnings
+    return found

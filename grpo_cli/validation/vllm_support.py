@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import Problem
+from grpo_cli.findings import Findings
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -130,12 +131,12 @@ def vision_needs_torchvision(config: dict[str, Any]) -> bool:
     return "vision_config" in config and importlib.util.find_spec("torchvision") is None
 
 
-def vllm_model_problems(recipe: Recipe, config: dict[str, Any] | None) -> tuple[list[Problem], list[str]]:
+def vllm_model_findings(recipe: Recipe, config: dict[str, Any] | None) -> Findings:
     """Problems (exit 2) and warnings for serving this model with vLLM; nothing when vLLM is off."""
+    found = Findings()
     if recipe.launch.vllm.mode == "off" or config is None:
-        return [], []
-    problems: list[Problem] = []
-    warnings: list[str] = []
+        return found
+    problems, warnings = found.problems, found.warnings
     why = head_size_problem(config) if vllm_runs_on_cpu(recipe) else None
     if why:
         problems.append(Problem(
@@ -154,4 +155,4 @@ def vllm_model_problems(recipe: Recipe, config: dict[str, Any] | None) -> tuple[
         warnings.append(f"vLLM {vllm_version()} has no implementation of {', '.join(archs)}: it falls back to its "
                         "Transformers backend, which needs the model's modeling code to support it (it fails at "
                         "start-up otherwise); `launch.vllm.mode: off` generates with transformers.")
-    return problems, warnings
+    return found

@@ -140,7 +140,7 @@ def _render_reward_stats(out: Console, report: CheckReport) -> None:
         stats.add_row(escape(r.name), f"{r.weight:g}", *(_fmt_score(d[k]) for k in ("mean", "std", "min", "max")),
                       str(d["none"]), str(r.errors) if not r.errors else f"[red]{r.errors}[/]",
                       _ms(d["seconds_per_call"]), _pct(r.zero_std), _verdict(report, r))
-    from grpo_cli.rewards.check import describe
+    from grpo_cli.checking import describe
 
     total = describe([t for t in report.totals if t is not None])
     stats.add_section()

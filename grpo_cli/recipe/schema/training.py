@@ -162,7 +162,7 @@ def check_training_fields(values: dict[str, Any]) -> tuple[dict[str, Any], list[
             continue
         enum = accepted_values(field) if field is not None and key not in CHOICES else None
         if enum and isinstance(value, str) and value not in enum:
-            from grpo_cli.recipe.hints import did_you_mean
+            from grpo_cli.errors import did_you_mean
 
             guess = did_you_mean(value, enum)
             problems.append((key, f"{value!r} is not an accepted value",

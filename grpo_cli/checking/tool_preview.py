@@ -57,7 +57,7 @@ def _parse_round_trip(tokenizer: Any, prompt: list[dict[str, Any]], report: Any)
     if name is None:
         return
     schema = report.schemas[name]
-    from grpo_cli.tools.examples import example_arguments
+    from grpo_cli.checking.tool_examples import example_arguments
 
     args = example_arguments(schema, 0)
     tool_name = schema.get("function", schema).get("name", name)

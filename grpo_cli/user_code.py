@@ -1,14 +1,17 @@
-"""The one importer of `module:name` and `file.py:name` references: rewards, tools, environments and callbacks.
+"""References to the user's code (`module:name`, `file.py:name`): rewards, tools, environments and callbacks.
 
-A file is imported once per path (under a private module name, its own directory importable while it runs); a
-module is imported with the recipe's directory and the working directory on the path. Every failure is a
-GrpoError naming the recipe key.
+The one place such a reference is split, its source found without importing it (`find_module_file`: what
+`grpo validate` reads with `ast`) and imported (`import_reference`). Layer 0, so every package that takes user code
+uses it without reaching into another's. A file is imported once per path (under a private module name, its own
+directory importable while it runs); a module is imported with the recipe's directory and the working directory on
+the path. Every failure is a GrpoError naming the recipe key.
 """
 
 from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.machinery
 import importlib.util
 import inspect
 import sys
@@ -16,13 +19,34 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.errors import GrpoError
-from grpo_cli.recipe.hints import did_you_mean
+from grpo_cli.errors import GrpoError, did_you_mean
 
 
 def split_reference(ref: str) -> tuple[str, str]:
     target, func = ref.rsplit(":", 1)
     return target, func
+
+
+def find_module_file(module: str, search: list[Path]) -> Path | None:
+    """Locate a module's source without importing it (nor its parent packages)."""
+    parts = module.split(".")
+    paths = [str(p) for p in search] + sys.path
+    spec = None
+    for i, part in enumerate(parts):
+        spec = importlib.machinery.PathFinder.find_spec(part, paths)
+        if spec is None:
+            if i == 0:
+                spec = importlib.util.find_spec(part)  # built-in / frozen / meta-path modules
+                if spec is None:
+                    return None
+            else:
+                return None
+        if i < len(parts) - 1:
+            if not spec.submodule_search_locations:
+                return None
+            paths = list(spec.submodule_search_locations)
+    origin = getattr(spec, "origin", None)
+    return Path(origin) if origin and origin.endswith(".py") else None
 
 
 def import_file(path: Path, where: str) -> Any:

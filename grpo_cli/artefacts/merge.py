@@ -202,7 +202,7 @@ def _qlora_notes(source: ModelSource, dtype: str) -> list[str]:
 
 def _hub_base_note(base: str) -> list[str]:
     """Ask for the base's Hub id when nothing on this machine names one (the card's `base_model` stays empty)."""
-    from grpo_cli.models.publish import hub_base_id
+    from grpo_cli.artefacts.publish import hub_base_id
 
     if hub_base_id(base) is not None:
         return []

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.checking.tool_examples import example_arguments
 from grpo_cli.errors import GrpoError
-from grpo_cli.tools.examples import example_arguments
 from grpo_cli.tools.loading import Toolset, environment_methods, load_toolset, make_environment
 
 if TYPE_CHECKING:
@@ -153,7 +153,7 @@ def dry_run(recipe: Recipe, *, examples: Path | None = None, with_model: bool = 
     callables = _schemas(toolset, probes, report)
     unknown = sorted(set(given) - set(report.schemas))
     if unknown:
-        from grpo_cli.recipe.hints import did_you_mean
+        from grpo_cli.errors import did_you_mean
 
         guess = did_you_mean(unknown[0], list(report.schemas))
         raise GrpoError(f"{examples} has examples for {', '.join(map(repr, unknown))}, which the recipe does not "
@@ -169,7 +169,7 @@ def dry_run(recipe: Recipe, *, examples: Path | None = None, with_model: bool = 
         report.episodes.append(_episode(recipe, toolset, name, rows.get(name, {}), given, report))
     _flag(report)
     if with_model:
-        from grpo_cli.tools.preview import preview
+        from grpo_cli.checking.tool_preview import preview
 
         preview(recipe, toolset, list(callables.values()), rows, report)
     return report

@@ -12,10 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.errors import GrpoError, RewardTimeoutError
-from grpo_cli.recipe.schema import Recipe
-from grpo_cli.rewards.calling import call_reward, result_problem, value_problem
-from grpo_cli.rewards.check.stats import (
+from grpo_cli.checking.stats import (
     RewardResult,
     Violation,
     assess,
@@ -23,6 +20,9 @@ from grpo_cli.rewards.check.stats import (
     describe,
     frac_zero_std,
 )
+from grpo_cli.errors import GrpoError, RewardTimeoutError
+from grpo_cli.recipe.schema import Recipe
+from grpo_cli.rewards.calling import call_reward, result_problem, value_problem
 from grpo_cli.rewards.registry import required_columns
 
 __all__ = ["CheckReport", "RewardResult", "Sample", "Violation", "check_rewards"]
@@ -117,7 +117,7 @@ def _wrap(text: str, chat: bool) -> Any:
 
 
 def _probe_samples(recipe: Recipe, rows: Any, indices: list[int], tokens: Any, budget: int) -> list[Sample]:
-    from grpo_cli.rewards.check.probes import code_solution, is_code_row, make_probes, probe_style, row_reference
+    from grpo_cli.checking.probes import code_solution, is_code_row, make_probes, probe_style, row_reference
 
     style = probe_style(recipe)
     chat = recipe.data.prompt.chat
@@ -135,7 +135,7 @@ def _probe_samples(recipe: Recipe, rows: Any, indices: list[int], tokens: Any, b
 
 
 def _describe_probes(recipe: Recipe, report: CheckReport) -> None:
-    from grpo_cli.rewards.check.probes import probe_style
+    from grpo_cli.checking.probes import probe_style
 
     report.probe_format = probe_style(recipe).describe()
     note = _format_note(recipe)
@@ -145,7 +145,7 @@ def _describe_probes(recipe: Recipe, report: CheckReport) -> None:
 
 def _format_note(recipe: Recipe) -> str | None:
     """Say so when user rewards may expect a format the recipe never declares (the probes cannot follow it)."""
-    from grpo_cli.rewards.check.probes import probe_style
+    from grpo_cli.checking.probes import probe_style
 
     style = probe_style(recipe)
     if style.declared_by or all(e.kind == "builtin" for e in recipe.rewards):
@@ -157,8 +157,8 @@ def _format_note(recipe: Recipe) -> str | None:
 
 
 def _file_samples(recipe: Recipe, rows: Any, path: Path, tokens: Any) -> list[Sample]:
+    from grpo_cli.checking.probes import read_completions
     from grpo_cli.rewards.builtins.answers import completion_text
-    from grpo_cli.rewards.check.probes import read_completions
 
     lines = read_completions(path, len(rows), recipe)
     column_names = [c for c in rows.column_names if c != "prompt"]
@@ -355,7 +355,7 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
     tr = recipe.training
     budget = tr.max_completion_length
     try:
-        from grpo_cli.rewards.check.probes import Tokens
+        from grpo_cli.checking.probes import Tokens
 
         if generate:
             found, tokenizer = _generated_samples(recipe, samples)

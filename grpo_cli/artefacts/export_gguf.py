@@ -185,8 +185,8 @@ def verify_gguf(model_dir: Path, path: Path, kind: str) -> tuple[float, float, b
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from grpo_cli.artefacts.merge import probe_inputs, probe_logits
     from grpo_cli.gguf_cache import materialize
-    from grpo_cli.models.merge import probe_inputs, probe_logits
     from grpo_cli.models.sources import quiet_loading
 
     converted = materialize(path, where=str(path))
