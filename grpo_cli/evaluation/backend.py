@@ -5,9 +5,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+
+if TYPE_CHECKING:
+    from grpo_cli.evaluation.sampling_vllm import Sampler
+    from grpo_cli.evaluation.scoring import EvalSettings
+    from grpo_cli.models.sources import ModelSource
 
 BACKENDS = ("auto", "transformers", "vllm")
 
@@ -36,11 +41,12 @@ class Loaded:
     """The model being sampled: transformers' model, or vLLM's sampler (one of them)."""
 
     model: Any = None
-    sampler: Any = None
+    """transformers' model (theirs, untyped to us)."""
+    sampler: Sampler | None = None
 
 
 @contextlib.contextmanager
-def one_model(source: Any, tokenizer: Any, settings: Any, *, use_vllm: bool, dtype: str, device: str,
+def one_model(source: ModelSource, tokenizer: Any, settings: EvalSettings, *, use_vllm: bool, dtype: str, device: str,
               trust_remote_code: bool = False, revision: str | None = None) -> Iterator[Loaded]:
     """`source` loaded for sampling (vLLM's engine or transformers' model) and freed afterwards, so an evaluation
     of several models (`grpo eval`, a recipe's or a suite's) holds one of them in memory at a time."""

@@ -4,9 +4,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.recipe.profiles import launch_profile
+
+if TYPE_CHECKING:
+    from grpo_cli.evaluation.scoring import EvalSettings
+    from grpo_cli.models.sources import ModelSource
 
 Sampler = Callable[[list[Any]], tuple[list[str], list[list[int]], list[bool]]]
 
@@ -35,7 +39,7 @@ def vllm_available(profile: str = "single") -> bool:
     return torch.cuda.is_available()
 
 
-def _prepare_cpu(source: Any) -> bool:
+def _prepare_cpu(source: ModelSource) -> bool:
     """With vLLM's CPU build: refuse a head size its attention lacks (one paragraph, not an engine traceback)
     and set the environment it needs. True when vLLM runs on the CPU."""
     import os
@@ -57,7 +61,7 @@ def _prepare_cpu(source: Any) -> bool:
     return True
 
 
-def vllm_sampler(source: Any, tokenizer: Any, settings: Any, dtype: str,
+def vllm_sampler(source: ModelSource, tokenizer: Any, settings: EvalSettings, dtype: str,
                  trust_remote_code: bool = False) -> tuple[Sampler, Callable[[], None]]:
     """A sampler backed by vLLM's offline engine (LoRA through a LoRARequest) and a function freeing it."""
     import gc

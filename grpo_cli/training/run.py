@@ -156,10 +156,11 @@ def _build(run: RunState) -> None:
     _start_run_dir(run, config.seed)
     run.result = TrainResult(out, "running", 0, data_stats=run.data.stats)
     if _held_out(run) and is_main_process() and run.ckpt is None:
-        from grpo_cli.training.task_metric import evaluate_once
+        from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 
-        run.result.eval_before = evaluate_once(recipe, run.loaded.model, run.loaded.processing_class, run.data.eval,
-                                               console, label="before training")
+        run.result.eval_before = evaluate_loaded(EvalTask.for_recipe(recipe), run.loaded.model,
+                                                 run.loaded.processing_class, run.data.eval, console,
+                                                 label="before training")
         if console is not None:  # the number to beat, now rather than only in the final table
             headline = {k: v for k, v in run.result.eval_before.summary().items()
                         if k in ("pass@1", "accuracy", "reward/mean") and isinstance(v, float)}
@@ -265,11 +266,11 @@ def _finish(run: RunState) -> TrainResult:
             run.loaded.processing_class.save_pretrained(str(out))
             record_base_reference(out, recipe)
         if _held_out(run) and is_main_process():
-            from grpo_cli.training.task_metric import evaluate_once
+            from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 
             model = _saved_model(run) if layout.get("sharded") else trainer.model
-            result.eval_after = evaluate_once(recipe, model, run.loaded.processing_class, run.data.eval,
-                                              run.console, label="after training")
+            result.eval_after = evaluate_loaded(EvalTask.for_recipe(recipe), model, run.loaded.processing_class,
+                                                run.data.eval, run.console, label="after training")
     run.manifest.update(status=result.status, finished=runs.now(), global_step=result.global_step,
                         message=result.message,
                         eval_before=result.eval_before.summary() if result.eval_before else None,
