@@ -27,13 +27,13 @@ class EvalSettings:
     temperature: float = 0.0
     """0 decodes greedily."""
     top_p: float = 1.0
+    limit: int | None = None
+    """The first `limit` prompts only (None: all of them)."""
     max_new_tokens: int = 512
     """Answers cut here count as truncated (and usually wrong)."""
     batch_size: int = 32
     """Prompts generated together."""
     seed: int = 1234
-    limit: int | None = None
-    """The first `limit` prompts only (None: all of them)."""
 
     @classmethod
     def resolve(cls, recipe: Recipe | None, *, suite: bool = False, limit: int | None = None, k: int | None = None,
@@ -47,8 +47,9 @@ class EvalSettings:
         s = cls()
         if recipe is not None:
             ev = recipe.eval
-            s = cls(ev.num_generations, ev.temperature, ev.top_p, ev.max_new_tokens
-                    or recipe.training.max_completion_length, ev.batch_size, ev.seed, ev.max_samples)
+            s = cls(k=ev.num_generations, temperature=ev.temperature, top_p=ev.top_p, limit=ev.max_samples,
+                    max_new_tokens=ev.max_new_tokens or recipe.training.max_completion_length,
+                    batch_size=ev.batch_size, seed=ev.seed)
             if suite and "temperature" not in ev.model_fields_set:
                 s.temperature = 0.0
         s.k, s.limit, s.batch_size = k or s.k, limit or s.limit, batch_size or s.batch_size
