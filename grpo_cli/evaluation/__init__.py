@@ -9,13 +9,12 @@ the one settings and result types. Heavy libraries load only when sampling runs.
 
 from __future__ import annotations
 
-from grpo_cli.evaluation.backend import check_backend
 from grpo_cli.evaluation.command import EvalOutcome, EvalRequest, evaluate, label_models, write_results
 from grpo_cli.evaluation.held_out import HeldOutScoring, evaluate_rows
 from grpo_cli.evaluation.sampling import generate, prompt_texts
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings, score, wilson_interval
 from grpo_cli.evaluation.suites import Suite, get_suite
-from grpo_cli.evaluation.task import EvalTask, evaluate_loaded, evaluate_model, evaluate_models
+from grpo_cli.evaluation.task import EvalTask, check_backend, evaluate_loaded, evaluate_model, evaluate_models
 
 __all__ = [
     "EvalOutcome",

@@ -14,9 +14,8 @@ from typing import TYPE_CHECKING
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.evaluation.backend import check_backend
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings
-from grpo_cli.evaluation.task import EvalTask
+from grpo_cli.evaluation.task import EvalTask, check_backend, evaluate_models
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -97,8 +96,6 @@ def evaluate(req: EvalRequest, console: Console | None = None) -> EvalOutcome:
     quiet_libraries()  # grpo says what matters (a context too short for the prompts) in its own words
     sources, notes = _sources(req, task, target)
     targets = _targets(req, task, sources)  # checked before any model loads
-    from grpo_cli.evaluation.task import evaluate_models
-
     results = evaluate_models(task, sources, backend=req.backend, console=console)
     label_models(results)  # the same model twice still gets two rows
     return EvalOutcome(task, results, write_results(task, results, targets), notes)

