@@ -43,10 +43,10 @@ class EvalTask:
     file: str | None = None
 
     @classmethod
-    def for_recipe(cls, recipe: Recipe, where: str = "eval.suite") -> EvalTask:
+    def for_recipe(cls, recipe: Recipe) -> EvalTask:
         """What a recipe evaluates during `grpo train`: its `eval.suite`, else its eval split, with its settings."""
         if recipe.eval.suite:
-            suite = get_suite(recipe.eval.suite, where=where, files=recipe_suite_files(recipe))
+            suite = get_suite(recipe.eval.suite, where="eval.suite", files=recipe_suite_files(recipe))
             return cls(EvalSettings.resolve(recipe, suite=True), suite, recipe)
         return cls(EvalSettings.resolve(recipe), recipe=recipe)
 
