@@ -2,7 +2,7 @@
 
 `evaluate(EvalRequest(...))` is what `grpo eval` does (command.py: one `EvalTask` run on every model, one writer);
 `EvalTask.for_recipe` and `evaluate_loaded` give `grpo train` its before/after numbers and task metric (task.py).
-Sampling is batched transformers `generate` (sampling.py) or vLLM's offline engine (sampling_vllm.py); held_out.py
+Sampling is batched transformers `generate` or vLLM's offline engine (sampling.py); held_out.py
 maps and scores a recipe's rows, suites.py a suite's (which suites exist is `grpo_cli.suite_table`); scoring.py has
 the one settings and result types. Heavy libraries load only when sampling runs.
 """

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from rich.console import Console
 
-    from grpo_cli.evaluation.sampling_vllm import Sampler
+    from grpo_cli.evaluation.sampling import Sampler
     from grpo_cli.recipe.schema import Recipe
     from grpo_cli.tools import Toolset
 

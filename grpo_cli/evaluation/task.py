@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from rich.console import Console
 
-    from grpo_cli.evaluation.sampling_vllm import Sampler
+    from grpo_cli.evaluation.sampling import Sampler
     from grpo_cli.models.sources import ModelSource
     from grpo_cli.recipe.schema import Recipe
 
@@ -203,7 +203,7 @@ BACKENDS = ("auto", "transformers", "vllm")
 
 def check_backend(backend: str, *, images: bool = False, tools: bool = False, profile: str = "single") -> bool:
     """Validate --backend before any model loads; True when vLLM will be used."""
-    from grpo_cli.evaluation.sampling_vllm import vllm_available, vllm_usable
+    from grpo_cli.evaluation.sampling import vllm_available, vllm_usable
 
     if backend not in BACKENDS:
         raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
@@ -236,7 +236,7 @@ def one_model(source: ModelSource, tokenizer: Any, settings: EvalSettings, *, us
     of several models (`grpo eval`, a recipe's or a suite's) holds one of them in memory at a time."""
     import gc
 
-    from grpo_cli.evaluation.sampling_vllm import vllm_sampler
+    from grpo_cli.evaluation.sampling import vllm_sampler
     from grpo_cli.models.sources import load_source_model
 
     loaded, close = Loaded(), None
