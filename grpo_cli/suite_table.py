@@ -22,8 +22,6 @@ NUMERIC_PROMPT = ("Solve the following math word problem. Think step by step, th
                   "number on the last line in the form \"#### <answer>\".\n\n{question}")
 BOXED_PROMPT = ("Solve the following math problem. Think step by step, then put your final answer within "
                 "\\boxed{{}}.\n\n{question}")
-PROMPTS: dict[Scorer, str] = {"number": NUMERIC_PROMPT, "boxed": BOXED_PROMPT}
-"""The zero-shot prompt that asks for the scorer's answer format (one user turn, `{question}` filled in)."""
 
 
 class HubDataset(NamedTuple):
@@ -37,8 +35,8 @@ class HubDataset(NamedTuple):
 class SuiteSpec(NamedTuple):
     """One row: a suite's name, its rows, prompt and scorer, licence, and whether grpo runs it offline.
 
-    A NamedTuple rather than a dataclass: `grpo validate` imports this table, and a tuple class is built in a
-    fifth of the time."""
+    A NamedTuple rather than a dataclass: `grpo validate` imports this table (for a recipe that names a suite),
+    and a tuple class is built in a fifth of the time."""
 
     name: str
     title: str
@@ -48,6 +46,8 @@ class SuiteSpec(NamedTuple):
     """`module:function` reading the bundled file into rows; None: grpo does not ship the suite."""
     file: str = ""
     """The bundled file, in `assets/benchmarks/<name>/`."""
+    prompt: str = BOXED_PROMPT
+    """The zero-shot prompt, one user turn with `{question}` filled in; it asks for the scorer's answer format."""
     scorer: Scorer = "boxed"
     hub: HubDataset | None = None
     offline: bool = True
@@ -57,21 +57,19 @@ class SuiteSpec(NamedTuple):
     def shipped(self) -> bool:
         return self.loader is not None
 
-    @property
-    def prompt(self) -> str:
-        return PROMPTS[self.scorer]
-
 
 _READERS = "grpo_cli.evaluation.suites"
 
 SUITES: dict[str, SuiteSpec] = {s.name: s for s in (
     SuiteSpec("gsm8k", "GSM8K test (1,319 grade-school word problems)", "MIT (github.com/openai/grade-school-math)",
-              f"{_READERS}:gsm8k_rows", "test.jsonl.gz", "number", HubDataset("openai/gsm8k", "GSM8K", "test")),
-    SuiteSpec("math500", "MATH-500 (500 competition problems, Lightman et al. 2023)",
-              "MIT (github.com/openai/prm800k)", f"{_READERS}:math500_rows", "test.jsonl.gz", "boxed",
-              HubDataset("HuggingFaceH4/MATH-500", "MATH-500", "test")),
+              loader=f"{_READERS}:gsm8k_rows", file="test.jsonl.gz", prompt=NUMERIC_PROMPT, scorer="number",
+              hub=HubDataset("openai/gsm8k", "GSM8K", "test")),
+    SuiteSpec("math500", "MATH-500 (500 competition problems, Lightman et al. 2023)", "MIT (github.com/openai/prm800k)",
+              loader=f"{_READERS}:math500_rows", file="test.jsonl.gz", prompt=BOXED_PROMPT, scorer="boxed",
+              hub=HubDataset("HuggingFaceH4/MATH-500", "MATH-500", "test")),
     SuiteSpec("svamp", "SVAMP (1,000 varied arithmetic word problems)", "MIT (github.com/arkilpatel/SVAMP)",
-              f"{_READERS}:svamp_rows", "SVAMP.json.gz", "number", HubDataset("ChilleD/SVAMP", "SVAMP", "test")),
+              loader=f"{_READERS}:svamp_rows", file="SVAMP.json.gz", prompt=NUMERIC_PROMPT, scorer="number",
+              hub=HubDataset("ChilleD/SVAMP", "SVAMP", "test")),
     # Reported by the field, not shipped; a local file (eval.suite_files) stands in for the boxed-answer ones.
     SuiteSpec("aime24", "AIME 2024", "AIME 2024's problems belong to the MAA and carry no open licence"),
     SuiteSpec("aime25", "AIME 2025", "AIME 2025's problems belong to the MAA and carry no open licence"),

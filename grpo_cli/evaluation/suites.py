@@ -23,7 +23,7 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings
 from grpo_cli.paths import ASSETS_DIR
 from grpo_cli.rewards.builtins.answers import answers_match, last_boxed, numbers, parse_completion_answer, to_number
-from grpo_cli.suite_table import PROMPTS, SUITES, Scorer, suite_key, suite_problem
+from grpo_cli.suite_table import BOXED_PROMPT, SUITES, Scorer, suite_key, suite_problem
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -48,6 +48,8 @@ class Suite:
 
     name: str
     title: str
+    template: str
+    """The zero-shot prompt, `{question}` filled in."""
     scorer: Scorer
     read: Callable[[], list[SuiteRow]]
     bundled: bool = True
@@ -59,7 +61,7 @@ class Suite:
         return rows[:limit] if limit else rows
 
     def prompt(self, row: SuiteRow) -> str:
-        return PROMPTS[self.scorer].format(question=row.question)
+        return self.template.format(question=row.question)
 
     def messages(self, row: SuiteRow) -> list[dict[str, str]]:
         """The zero-shot chat prompt: one user turn, no system prompt, no examples."""
@@ -168,7 +170,7 @@ def _bundled_suite(key: str) -> Suite:
     module, function = spec.loader.split(":")
     reader: Callable[[Path], list[SuiteRow]] = getattr(importlib.import_module(module), function)
     path = BENCHMARKS_DIR / spec.name / spec.file
-    return Suite(spec.name, spec.title, spec.scorer, lambda: reader(path))
+    return Suite(spec.name, spec.title, spec.prompt, spec.scorer, lambda: reader(path))
 
 
 def get_suite(name: str, where: str = "--suite", files: dict[str, Path] | None = None) -> Suite:
@@ -178,7 +180,8 @@ def get_suite(name: str, where: str = "--suite", files: dict[str, Path] | None =
         if not path.is_file():
             raise GrpoError(f"suite file {path} not found", where=f"eval.suite_files.{name}",
                             fix="Paths are relative to the recipe's directory.")
-        return Suite(name, f"{name} (local file {path.name})", "boxed", lambda: file_rows(path), bundled=False)
+        return Suite(name, f"{name} (local file {path.name})", BOXED_PROMPT, "boxed", lambda: file_rows(path),
+                     bundled=False)
     problem = suite_problem(name)
     if problem is not None:
         raise GrpoError(problem.what, where=where, fix=problem.fix)
