@@ -85,7 +85,7 @@ def test_adapter_flag_and_checkpoint_dir_load_the_trained_adapter(run, tmp_path:
 
 
 def test_pass_at_k_matches_a_hand_computation(tmp_path: Path) -> None:
-    from grpo_cli.evaluation.held_out import EvalResult
+    from grpo_cli.evaluation import EvalResult
 
     # 3 prompts x 4 samples with 1, 2 and 0 correct answers.
     scores = [1.0, 0.0, 0.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]
@@ -175,7 +175,7 @@ def test_vllm_engine_is_used_when_installed_with_a_gpu(run, monkeypatch: pytest.
     import torch
 
     from grpo_cli import load_recipe
-    from grpo_cli.evaluation.held_out import EvalSettings, run_eval
+    from grpo_cli.evaluation import EvalSettings, EvalTask, evaluate_models
     from grpo_cli.models.sources import resolve_model_source
 
     calls: dict = {}
@@ -200,8 +200,8 @@ def test_vllm_engine_is_used_when_installed_with_a_gpu(run, monkeypatch: pytest.
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
 
     recipe = load_recipe(DEMO, ["launch.profile=single"])
-    settings = EvalSettings.from_recipe(recipe, samples=3, k=2, temperature=0.0)
-    [result] = run_eval(recipe, [resolve_model_source(str(run.output_dir))], settings)
+    settings = EvalSettings.resolve(recipe, limit=3, k=2, temperature=0.0)
+    [result] = evaluate_models(EvalTask(settings, recipe=recipe), [resolve_model_source(str(run.output_dir))])
     assert calls["llm"]["enable_lora"] is True and calls["llm"]["max_lora_rank"] == 8
     assert calls["lora"] == ("lora", str(run.output_dir))
     assert calls["params"].n == 1 and calls["params"].temperature == 0.0  # greedy: one sample, repeated k times

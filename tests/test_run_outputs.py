@@ -56,14 +56,15 @@ def test_best_checkpoint_holds_the_best_logged_task_metric(run: Path) -> None:
 
     # best/ is the model of that step: scoring it again with the same seed gives the logged value
     from grpo_cli import load_recipe
-    from grpo_cli.evaluation.held_out import evaluate_recipe_model, load_eval_rows
+    from grpo_cli.evaluation import EvalTask, evaluate_loaded
+    from grpo_cli.evaluation.held_out import load_eval_rows
     from grpo_cli.models import load_source_model, load_tokenizer_for, resolve_model_source
 
     recipe = load_recipe(DEMO, TRAIN)
     source = resolve_model_source(str(run / "best"))
     tokenizer = load_tokenizer_for(source)
     model = load_source_model(source, dtype="float32")
-    again = evaluate_recipe_model(recipe, model, tokenizer, load_eval_rows(recipe, tokenizer))
+    again = evaluate_loaded(EvalTask.for_recipe(recipe), model, tokenizer, load_eval_rows(recipe, tokenizer))
     assert again.pass_at(1) == pytest.approx(best_value, abs=1e-9)
 
 

@@ -5,21 +5,24 @@ from __future__ import annotations
 import pytest
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.evaluation.suite_run import SuiteSettings, score_suite
-from grpo_cli.evaluation.suites import SUITES, extract_suite_answer, get_suite, wilson_interval
+from grpo_cli.evaluation import EvalSettings, wilson_interval
+from grpo_cli.evaluation.suites import extract_suite_answer, get_suite
+from grpo_cli.suite_table import SUITES, bundled
 
 
 def test_shipped_sets_have_their_upstream_sizes_and_licences() -> None:
     sizes = {"gsm8k": 1319, "math500": 500, "svamp": 1000}
-    for name, suite in SUITES.items():
-        rows = suite.rows()
+    assert bundled() == list(sizes)
+    for name in bundled():
+        rows = get_suite(name).rows()
         assert len(rows) == sizes[name]
         assert len({r.id for r in rows}) == len(rows)
         assert all(r.question and r.reference for r in rows)
     from grpo_cli.evaluation.suites import BENCHMARKS_DIR
 
-    for name in SUITES:
+    for name in bundled():
         assert "MIT License" in (BENCHMARKS_DIR / name / "LICENSE").read_text()
+        assert SUITES[name].licence.startswith("MIT") and SUITES[name].offline
     assert "Source" in (BENCHMARKS_DIR / "README.md").read_text()
 
 
@@ -88,8 +91,32 @@ def test_svamp_hand_checked_rows() -> None:
 def test_unknown_suite_names_the_ones_there_are() -> None:
     with pytest.raises(GrpoError) as err:
         get_suite("gsm9k")
-    assert "gsm8k, math500, svamp" in str(err.value)
+    assert ", ".join(bundled()) in str(err.value)
     assert get_suite("MATH-500").name == "math500"
+
+
+def test_the_suite_table_is_what_the_schema_help_card_and_docs_say() -> None:
+    """One row per suite: its data ships (or the refusal says why), and every place that names suites reads it."""
+    from grpo_cli.artefacts.card import SUITE_DATASETS
+    from grpo_cli.evaluation.suites import BENCHMARKS_DIR
+    from grpo_cli.recipe.schema.evaluation import EvalSection
+    from tests.conftest import ROOT, run_cli
+
+    help_text = " ".join(run_cli("eval", "--help").output.split())
+    docs = (ROOT / "docs" / "eval-and-merge.md").read_text(encoding="utf-8")
+    for name, spec in SUITES.items():
+        if spec.shipped:
+            assert (BENCHMARKS_DIR / name / spec.file).is_file() and get_suite(name).rows(1)
+            assert name in help_text and f"| `{name}` |" in docs and name in SUITE_DATASETS
+            assert EvalSection(suite=name, on_save=[name]).suite == name
+            continue
+        with pytest.raises(GrpoError) as err:
+            get_suite(name)
+        with pytest.raises(ValueError) as invalid:
+            EvalSection(on_save=[name.upper()])
+        assert spec.licence in str(err.value) and spec.licence in str(invalid.value)
+        assert name not in SUITE_DATASETS
+        assert EvalSection(suite=name, suite_files={name: "mine.jsonl"}).suite == name  # a local copy stands in
 
 
 def test_wilson_interval_is_sane_at_the_edges() -> None:
@@ -104,12 +131,11 @@ def test_wilson_interval_is_sane_at_the_edges() -> None:
 def test_scoring_greedy_and_pass_at_k() -> None:
     suite = get_suite("svamp")
     rows = suite.rows(2)  # references 51 and 1
-    greedy = score_suite(suite, rows, ["#### 51", "#### 7"], SuiteSettings(limit=2), label="m")
+    greedy = suite.score(rows, ["#### 51", "#### 7"], EvalSettings(limit=2), label="m")
     s = greedy.summary()
     assert s["accuracy"] == 0.5 and s["correct"] == 1 and s["decoding"] == "greedy"
     assert s["ci95"][0] < 0.5 < s["ci95"][1]
-    sampled = score_suite(suite, rows, ["#### 51", "#### 50", "#### 2", "#### 3"],
-                          SuiteSettings(k=2, temperature=1.0, limit=2))
+    sampled = suite.score(rows, ["#### 51", "#### 50", "#### 2", "#### 3"], EvalSettings(k=2, temperature=1.0, limit=2))
     s = sampled.summary()
     assert s["accuracy"] == 0.25 and s["pass@2"] == 0.5
 

@@ -24,12 +24,13 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import read_header
 from grpo_cli.manifest import Manifest, Scores
 from grpo_cli.paths import is_gguf_reference, is_hub_id, resolve
+from grpo_cli.suite_table import SUITES
 
 CARD_FILE = runs.CARD
 GGUF_RECORD = "grpo_gguf.json"
 """What `grpo export --gguf` verified, per file; the card's GGUF section reads it."""
-SUITE_DATASETS = {"gsm8k": ("openai/gsm8k", "GSM8K", "test"), "math500": ("HuggingFaceH4/MATH-500", "MATH-500", "test"),
-                  "svamp": ("ChilleD/SVAMP", "SVAMP", "test")}
+SUITE_DATASETS = {s.name: s.hub for s in SUITES.values() if s.hub is not None}
+"""The Hub dataset of each suite a model card can report (the suite table's `hub` column)."""
 
 
 def _read(path: Path) -> Any:
@@ -84,8 +85,8 @@ def _front_matter(recipe: dict[str, Any], base: str, adapter: bool, name: str,
 
     data_ref = (recipe.get("data") or {}).get("dataset")
     task = "image-text-to-text" if vision else "text-generation"
-    evals = [EvalResult(task_type=task, dataset_type=SUITE_DATASETS[s["suite"]][0],
-                        dataset_name=SUITE_DATASETS[s["suite"]][1], dataset_split=SUITE_DATASETS[s["suite"]][2],
+    evals = [EvalResult(task_type=task, dataset_type=SUITE_DATASETS[s["suite"]].id,
+                        dataset_name=SUITE_DATASETS[s["suite"]].name, dataset_split=SUITE_DATASETS[s["suite"]].split,
                         metric_type="accuracy", metric_name=f"accuracy ({s.get('decoding', 'greedy')}, pass@1)",
                         metric_value=round(float(s["accuracy"]), 4))
              for s in suites if s.get("suite") in SUITE_DATASETS and isinstance(s.get("accuracy"), (int, float))

@@ -8,12 +8,13 @@ from typing import Annotated
 import typer
 
 from grpo_cli.cli.base import OverridesArg, console, run_guarded, say_first
+from grpo_cli.suite_table import bundled_text
 
 EVAL_EPILOG = (
     "Models can be hub ids, model dirs, LoRA adapter dirs (base read from adapter_config.json), grpo output "
     "dirs or checkpoint-N dirs. Without --model the recipe's own model is evaluated. Repeat --compare to put "
     "more models side by side; all see the same prompts and seed. Flags override the recipe's `eval` section. "
-    "With --suite (or eval.suite in the recipe) a bundled benchmark is scored instead: gsm8k, math500 or svamp, "
+    f"With --suite (or eval.suite in the recipe) a bundled benchmark is scored instead: {bundled_text()}, "
     "greedy pass@1 with a 95% interval; the recipe may then be omitted and a model or run dir given in its place "
     "(grpo eval --suite gsm8k RUN_DIR). Suite results are written as eval-<suite>.json next to the model."
 )
@@ -46,8 +47,8 @@ def eval_cmd(
                                                       "(repeatable).", show_default=False)] = None,
     backend: Annotated[str, typer.Option("--backend", help="auto (vLLM when installed and a GPU is present), "
                                          "transformers or vllm.")] = "auto",
-    suite: Annotated[str | None, typer.Option("--suite", help="Score a benchmark: gsm8k, math500, svamp, or a "
-                                              "name in the recipe's eval.suite_files (eval.suite).",
+    suite: Annotated[str | None, typer.Option("--suite", help=f"Score a benchmark: {bundled_text(', ')}, or "
+                                              "a name in the recipe's eval.suite_files (eval.suite).",
                                               show_default=False)] = None,
     max_new_tokens: Annotated[int | None, typer.Option("--max-new-tokens", min=1, help="Longest completion "
                                                        "(eval.max_new_tokens).", show_default=False)] = None,

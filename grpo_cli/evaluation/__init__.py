@@ -1,53 +1,40 @@
-"""Held-out evaluation by sampling: the prompts of the training mapping, the rewards as TRL calls them.
+"""Evaluation by sampling: a recipe's held-out rows scored with its rewards, or a bundled benchmark suite.
 
-`evaluate(EvalRequest(...))` is what `grpo eval` does (command.py); `evaluate_recipe_model` gives `grpo train`
-its before/after numbers.
-Sampling is batched transformers `generate` (sampling.py) or vLLM's offline engine (sampling_vllm.py);
-scoring.py turns completions into rewards, means and pass@k. suites.py / suite_run.py: the bundled benchmarks
-(GSM8K, MATH-500, SVAMP) with their prompts, answer extraction and Wilson intervals.
-Heavy libraries load only when sampling runs.
+`evaluate(EvalRequest(...))` is what `grpo eval` does (command.py: one `EvalTask` run on every model, one writer);
+`EvalTask.for_recipe` and `evaluate_loaded` give `grpo train` its before/after numbers and task metric (task.py).
+Sampling is batched transformers `generate` or vLLM's offline engine (sampling.py); held_out.py
+maps and scores a recipe's rows, suites.py a suite's (which suites exist is `grpo_cli.suite_table`); scoring.py has
+the one settings and result types. Heavy libraries load only when sampling runs.
 """
 
 from __future__ import annotations
 
-from grpo_cli.evaluation.backend import check_backend
-from grpo_cli.evaluation.command import EvalOutcome, EvalRequest, evaluate, label_models
-from grpo_cli.evaluation.held_out import (
-    EvalSettings,
-    check_eval_out,
-    evaluate_recipe_model,
-    evaluate_rows,
-    run_eval,
-    write_eval_outputs,
-)
+from grpo_cli.evaluation.command import EvalOutcome, EvalRequest, evaluate, label_models, write_results
+from grpo_cli.evaluation.held_out import HeldOutScoring, evaluate_rows
 from grpo_cli.evaluation.sampling import generate, prompt_texts
-from grpo_cli.evaluation.scoring import EvalResult, score
-from grpo_cli.evaluation.suite_run import SuiteResult, SuiteSettings, evaluate_suite, run_suite, write_suite_result
-from grpo_cli.evaluation.suites import SUITES, Suite, get_suite, wilson_interval
+from grpo_cli.evaluation.scoring import EvalResult, EvalSettings, score, wilson_interval
+from grpo_cli.evaluation.suites import Suite, get_suite
+from grpo_cli.evaluation.task import EvalTask, check_backend, evaluate_loaded, evaluate_model, evaluate_models
 
 __all__ = [
-    "SUITES",
     "EvalOutcome",
     "EvalRequest",
     "EvalResult",
     "EvalSettings",
+    "EvalTask",
+    "HeldOutScoring",
     "Suite",
-    "SuiteResult",
-    "SuiteSettings",
     "check_backend",
-    "check_eval_out",
     "evaluate",
-    "evaluate_recipe_model",
+    "evaluate_loaded",
+    "evaluate_model",
+    "evaluate_models",
     "evaluate_rows",
-    "evaluate_suite",
-    "get_suite",
     "generate",
+    "get_suite",
     "label_models",
     "prompt_texts",
-    "run_eval",
-    "run_suite",
     "score",
     "wilson_interval",
-    "write_eval_outputs",
-    "write_suite_result",
+    "write_results",
 ]

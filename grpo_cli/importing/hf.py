@@ -18,6 +18,7 @@ from grpo_cli.importing.common import (
     number,
     rename_old_keys,
 )
+from grpo_cli.suite_table import bundled_text
 
 # open-r1's reward registry (src/open_r1/rewards.py get_reward_funcs) -> grpo built-in, and the script
 # arguments that parameterise it -> the built-in's params.
@@ -47,8 +48,8 @@ TRL_REWARDS = {"accuracy_reward": "trl.rewards:accuracy_reward",
 OPENR1_ONLY = {
     "callbacks": "open-r1's callbacks (push_to_hub_revision) are its own code: name a TrainerCallback in "
                  "`callbacks:` (module:Class) for the same hook",
-    "benchmarks": "open-r1 runs these lighteval suites on each pushed revision; grpo's suites are gsm8k, math500 "
-                  "and svamp (eval.suite)",
+    "benchmarks": "open-r1 runs these lighteval suites on each pushed revision; grpo's suites are "
+                  f"{bundled_text(' and ')} (eval.suite)",
     "code_eval_test_batch_size": "open-r1's IOI/Codeforces graders batch tests; grpo's code reward runs every test",
     "code_eval_scoring_mode": "open-r1's Codeforces grader's scoring; grpo's code reward scores the fraction passed",
     "parallel_code_exec_per_proc": "grpo's code reward parallelism is the reward entry's `parallel:`",

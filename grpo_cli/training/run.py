@@ -158,10 +158,11 @@ def _build(run: RunState) -> None:
     _start_run_dir(run, config.seed)
     run.result = TrainResult(out, "running", 0, data_stats=run.data.stats)
     if _held_out(run) and is_main_process() and run.ckpt is None:
-        from grpo_cli.training.task_metric import evaluate_once
+        from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 
-        run.result.eval_before = evaluate_once(recipe, run.loaded.model, run.loaded.processing_class, run.data.eval,
-                                               console, label="before training")
+        run.result.eval_before = evaluate_loaded(EvalTask.for_recipe(recipe), run.loaded.model,
+                                                 run.loaded.processing_class, run.data.eval, console,
+                                                 label="before training")
         if console is not None:  # the number to beat, now rather than only in the final table
             headline = {k: v for k, v in run.result.eval_before.summary().items()
                         if k in ("pass@1", "accuracy", "reward/mean") and isinstance(v, float)}
@@ -266,11 +267,11 @@ def _finish(run: RunState) -> TrainResult:
             run.loaded.processing_class.save_pretrained(str(out))
             record_base_reference(out, recipe)
         if _held_out(run) and is_main_process():
-            from grpo_cli.training.task_metric import evaluate_once
+            from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 
             model = _saved_model(run) if layout.get("sharded") else trainer.model
-            result.eval_after = evaluate_once(recipe, model, run.loaded.processing_class, run.data.eval,
-                                              run.console, label="after training")
+            result.eval_after = evaluate_loaded(EvalTask.for_recipe(recipe), model, run.loaded.processing_class,
+                                                run.data.eval, run.console, label="after training")
     run.manifest.end(result.status, result.global_step, result.message)
     run.manifest.eval_before = Scores(result.eval_before.summary()) if result.eval_before else None
     run.manifest.eval_after = Scores(result.eval_after.summary()) if result.eval_after else None

@@ -17,8 +17,7 @@ if TYPE_CHECKING:
     from trl import GRPOTrainer
 
     from grpo_cli.data.mapping import MappedData
-    from grpo_cli.evaluation.held_out import EvalResult
-    from grpo_cli.evaluation.suite_run import SuiteResult
+    from grpo_cli.evaluation.scoring import EvalResult
     from grpo_cli.models.loading import LoadedModel
     from grpo_cli.threads import ThreadPlan
     from grpo_cli.tools.loading import Toolset
@@ -35,8 +34,8 @@ class TrainResult:
     global_step: int
     metrics: list[dict[str, Any]] = field(default_factory=list, repr=False)
     summary: list[tuple[str, float, float]] = field(default_factory=list)
-    eval_before: EvalResult | SuiteResult | None = None
-    eval_after: EvalResult | SuiteResult | None = None
+    eval_before: EvalResult | None = None
+    eval_after: EvalResult | None = None
     data_stats: dict[str, Any] = field(default_factory=dict)
     message: str = ""
 

@@ -26,12 +26,13 @@ class SuitesOnSave(TrainerCallback):
     """Evaluate the model on the recipe's `eval.on_save` suites at every save (main process)."""
 
     def __init__(self, recipe: Recipe, tokenizer: Any, console: Console | None = None) -> None:
-        from grpo_cli.evaluation.suite_run import suite_settings
+        from grpo_cli.evaluation.scoring import EvalSettings
         from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
+        from grpo_cli.evaluation.task import EvalTask
 
-        files = recipe_suite_files(recipe)
-        self.suites = [get_suite(name, where="eval.on_save", files=files) for name in recipe.eval.on_save]
-        self.settings = suite_settings(recipe)
+        files, settings = recipe_suite_files(recipe), EvalSettings.resolve(recipe, suite=True)
+        self.tasks = [EvalTask(settings, get_suite(name, where="eval.on_save", files=files), recipe)
+                      for name in recipe.eval.on_save]
         self.tokenizer = tokenizer
         self.console = console
         self.trainer: Any = None  # set by training.run, to log through it
@@ -39,15 +40,14 @@ class SuitesOnSave(TrainerCallback):
     def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
         if not state.is_world_process_zero or model is None:
             return
-        from grpo_cli.evaluation.suite_run import evaluate_suite
+        from grpo_cli.evaluation.task import evaluate_loaded
 
         scores: dict[str, Any] = {}
         was_training = model.training
         model.eval()
-        for suite in self.suites:
-            result = evaluate_suite(model, self.tokenizer, suite, suite.rows(self.settings.limit), self.settings,
-                                    label=f"step {state.global_step}")
-            scores[suite.name] = result.summary()
+        for task in self.tasks:
+            scores[task.name] = evaluate_loaded(task, model, self.tokenizer, None,
+                                                label=f"step {state.global_step}").summary()
         if was_training:
             model.train()
         checkpoint = Path(args.output_dir) / f"{runs.CHECKPOINT_PREFIX}{state.global_step}"

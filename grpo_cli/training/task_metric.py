@@ -25,8 +25,6 @@ from grpo_cli.manifest import Best, Manifest, read_best, write_best
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from grpo_cli.evaluation.held_out import EvalResult
-    from grpo_cli.evaluation.suite_run import SuiteResult
     from grpo_cli.recipe.schema import Recipe
 
 BEST_DIR = runs.BEST
@@ -41,20 +39,14 @@ def metric_name(recipe: Recipe) -> str:
 
 def build_evaluator(recipe: Recipe, tokenizer: Any, eval_rows: Any) -> Callable[[Any], float | None]:
     """model -> the task metric, with the recipe's eval settings (a suite decodes greedily by default)."""
-    ev = recipe.eval
-    if ev.suite:
-        from grpo_cli.evaluation.suite_run import evaluate_suite, suite_settings
-        from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
+    from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 
-        suite = get_suite(ev.suite, where="eval.suite", files=recipe_suite_files(recipe))
-        settings = suite_settings(recipe)
-        rows = suite.rows(settings.limit)
-        return lambda model: evaluate_suite(model, tokenizer, suite, rows, settings).accuracy
+    ev, task = recipe.eval, EvalTask.for_recipe(recipe)
 
-    from grpo_cli.evaluation import evaluate_recipe_model
-
-    def on_split(model: Any) -> float | None:
-        result = evaluate_recipe_model(recipe, model, tokenizer, eval_rows)
+    def measure(model: Any) -> float | None:
+        result = evaluate_loaded(task, model, tokenizer, eval_rows)
+        if task.suite is not None:
+            return result.accuracy
         if ev.metric == "accuracy":
             return result.pass_at(1)
         if ev.metric == "reward":
@@ -62,7 +54,7 @@ def build_evaluator(recipe: Recipe, tokenizer: Any, eval_rows: Any) -> Callable[
             return sum(totals) / len(totals) if totals else None
         return result.mean(ev.metric)
 
-    return on_split
+    return measure
 
 
 def _broadcast(value: Any) -> Any:
@@ -167,27 +159,6 @@ class TaskMetric(TrainerCallback):
         shutil.rmtree(old, ignore_errors=True)
         self.manifest.best = record
         self.write_manifest()
-
-
-def evaluate_once(recipe: Recipe, model: Any, tokenizer: Any, eval_rows: Any, console: Console | None = None,
-                  label: str = "") -> EvalResult | SuiteResult:
-    """`eval.before_after`: the suite when the recipe names one, else the eval split with its rewards."""
-    if recipe.eval.suite:
-        from grpo_cli.evaluation.suite_run import evaluate_suite, suite_settings
-        from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
-
-        suite = get_suite(recipe.eval.suite, where="eval.suite", files=recipe_suite_files(recipe))
-        settings = suite_settings(recipe)
-        rows = suite.rows(settings.limit)
-        if console is not None:
-            console.print(f"evaluating {suite.name} on {len(rows)} problems ({label})", markup=False)
-        from grpo_cli.progress import reporting
-
-        with reporting(console, f"sampling ({label})", len(rows) * settings.k, "completions"):
-            return evaluate_suite(model, tokenizer, suite, rows, settings, label=label)
-    from grpo_cli.evaluation import evaluate_recipe_model
-
-    return evaluate_recipe_model(recipe, model, tokenizer, eval_rows, console, label=label)
 
 
 def run_callbacks(recipe: Recipe, out: Path, manifest: Manifest, tokenizer: Any, eval_rows: Any,

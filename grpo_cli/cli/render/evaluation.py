@@ -27,10 +27,10 @@ def render_eval_outcome(console: Console, outcome: EvalOutcome) -> None:
     """`grpo eval`: the suite table or the per-model reward table, notes, and where the results went."""
     for note in outcome.notes:
         console.print(f"note: {note}", markup=False, soft_wrap=True)
-    if outcome.suite:
+    if outcome.task.suite is not None:
         render_suite_results(console, outcome.results)
     else:
-        st = outcome.settings
+        st = outcome.task.settings
         render_eval(console, outcome.results, f"{outcome.results[0].num_prompts} prompts x {st.k} samples · "
                                               f"T={st.temperature} · seed {st.seed}")
     console.print("wrote " + " and ".join(str(p) for p in outcome.written), markup=False, soft_wrap=True)
@@ -72,7 +72,7 @@ def render_suite_results(console: Console, results: list[SuiteResult]) -> None:
     first = results[0]
     k = first.k
     temperature = first.settings.temperature
-    title = f"{first.suite}: {len(first.rows)} problems, " + (
+    title = f"{first.suite}: {first.num_prompts} problems, " + (
         "greedy pass@1" if temperature == 0 else f"{k} samples at T={temperature}")
     table = Table(title=title, title_justify="left")
     table.add_column("model", justify="left", overflow="fold")

@@ -30,12 +30,12 @@ class EvalSection(Section):
     rewards: list[RewardEntry] | None = None
     """Eval-only rewards; the training rewards when absent."""
     suite: str | None = None
-    """A benchmark to evaluate instead of the eval split (`grpo eval`, before_after, every_steps): gsm8k, math500,
-    svamp (bundled) or a name in `suite_files`; its own zero-shot prompt and answer extraction, greedy unless
-    `temperature` is set. max_samples limits its problems."""
+    """A benchmark to evaluate instead of the eval split (`grpo eval`, before_after, every_steps): a suite grpo ships
+    (`grpo eval --help` and docs/eval-and-merge.md list them) or a name in `suite_files`; its own zero-shot prompt
+    and answer extraction, greedy unless `temperature` is set. max_samples limits its problems."""
     suite_files: dict[str, str] = Field(default_factory=dict)
     """Benchmarks grpo does not ship (AIME 2024/2025 ...) from your own copy: name -> a JSONL of {problem (or
-    question), answer} rows, relative to the recipe; scored by the last \\boxed{} answer, like math500."""
+    question), answer} rows, relative to the recipe; scored by the last \\boxed{} answer."""
     on_save: list[str] = []
     """`grpo train`: evaluate every saved checkpoint on these suites (bundled, or named in `suite_files`), greedy
     unless `temperature` is set, `max_samples` problems each; log `suite/<name>/accuracy` and write
@@ -53,15 +53,14 @@ class EvalSection(Section):
 
     @model_validator(mode="after")
     def _known_suites(self) -> EvalSection:
-        known = {"gsm8k", "math500", "svamp", *self.suite_files}
+        """A suite must be a row of the suite table or a name in suite_files (the same rule as `grpo eval`)."""
+        if not self.suite and not self.on_save:
+            return self  # most recipes name no suite: `grpo validate` does not load the table for them
+        from grpo_cli.suite_table import suite_problem
+
         for key, names in (("suite", [self.suite] if self.suite else []), ("on_save", self.on_save)):
             for name in names:
-                if name.lower().startswith("lighteval:"):
-                    raise ValueError(f"{key} {name!r}: grpo does not run lighteval suites (lighteval 0.13 needs the "
-                                     "network when it loads its tasks; see docs/migration.md): give the suite as a "
-                                     "local JSONL of problem/answer rows in suite_files")
-                if name not in known and name.lower().replace("-", "") not in known:
-                    raise ValueError(f"{key} {name!r} is not a bundled suite ('gsm8k', 'math500', 'svamp') nor a "
-                                     "name in suite_files; AIME, GPQA and LiveCodeBench are not shipped: give your "
-                                     "own copy in suite_files")
+                problem = suite_problem(name, dict(self.suite_files))
+                if problem is not None:
+                    raise ValueError(f"{key} {name!r}: {problem.what}. {problem.fix}")
         return self
