@@ -17,7 +17,8 @@ PACKAGE = ROOT / "grpo_cli"
 LAYERS = {"grpo_cli": 0, "lazy": 0, "threads": 0, "progress": 0, "errors": 0, "paths": 0, "runs": 0, "run_lock": 0,
           "gguf_source": 0, "gguf_cache": 0,
           "assets": 0, "recipe": 1, "data": 2, "rewards": 2, "tools": 3, "models": 3, "artefacts": 3,
-          "validation": 4, "evaluation": 5, "importing": 5, "launching": 5, "training": 6, "cli": 7, "__main__": 8}
+          "validation": 4, "evaluation": 5, "importing": 5, "launching": 5, "calibration": 5, "training": 6, "cli": 7,
+          "__main__": 8}
 # The upward imports we accept, each for a reason (docs/architecture.md): check-rewards --generate samples
 # completions with the evaluation sampler from the recipe's model.
 ALLOWED_UPWARD = {("grpo_cli.rewards.check.dry_run", "grpo_cli.evaluation"),
