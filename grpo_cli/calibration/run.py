@@ -82,7 +82,13 @@ def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrat
                       f"{source.describe()}, reward {reward!r}"
                       + (f" ({len(pending.done)} done before, resumed)" if pending.done else ""),
                       markup=False, soft_wrap=True)
-    _sample(unfiltered, source, tokenizer, pending, settings, out / PARTIAL, use_vllm, console)
+    try:
+        _sample(unfiltered, source, tokenizer, pending, settings, out / PARTIAL, use_vllm, console)
+    except KeyboardInterrupt:
+        if console is not None:
+            console.print(f"{len(pending.done)} of {total} prompts calibrated, kept in {out / PARTIAL}; continue "
+                          f"with `grpo calibrate {req.recipe} --out {out} --resume`", markup=False, soft_wrap=True)
+        raise
     (out / PARTIAL).replace(out / CALIBRATION)
     return finish(recipe, unfiltered, out, settings, req.range, pending.done, pending.sources)
 

@@ -41,12 +41,14 @@ class Calibration:
         """How many calibrated prompts the filter keeps."""
         return sum(1 for rate in self.rates.values() if spec.keeps(rate))
 
-    def zero_std_share(self, group: int) -> float | None:
+    def zero_std_share(self, group: int, spec: PassRateFilter | None = None) -> float | None:
         """The expected share of training groups of `group` completions that all pass or all fail, from each
-        prompt's pass rate p: p^G + (1-p)^G averaged (a 0/1 reward; what `frac_reward_zero_std` would log)."""
-        if not self.rates:
+        prompt's pass rate p: p^G + (1-p)^G averaged (a 0/1 reward; what `frac_reward_zero_std` would log), over
+        the prompts `spec` keeps when given."""
+        rates = [p for p in self.rates.values() if spec is None or spec.keeps(p)]
+        if not rates:
             return None
-        return sum(p ** group + (1 - p) ** group for p in self.rates.values()) / len(self.rates)
+        return sum(p ** group + (1 - p) ** group for p in rates) / len(rates)
 
 
 def read_calibration(path: Path, where: str = WHERE) -> Calibration:

@@ -11,7 +11,7 @@ from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.loaders import RewardInfo, inspect_reward
 from grpo_cli.validation.batching import BatchPlan, plan_batches
 from grpo_cli.validation.model_checks import model_checks
-from grpo_cli.validation.sampling import sampling_checks
+from grpo_cli.validation.sampling import pass_rate_checks, sampling_checks
 from grpo_cli.validation.vision import vision_checks
 
 
@@ -270,7 +270,7 @@ def preflight(recipe: Recipe) -> Preflight:
     """Check everything checkable without loading a model; never raises for recipe problems."""
     pf = Preflight(recipe)
     model_desc = _model_checks(recipe, pf)
-    data_desc = _data_checks(recipe, pf)
+    data_desc = pass_rate_checks(recipe, pf, _data_checks(recipe, pf))
     _reward_checks(recipe, pf)
     tools = _tool_checks(recipe, pf)
     _training_checks(recipe, pf)

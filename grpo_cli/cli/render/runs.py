@@ -41,6 +41,7 @@ def render_train_result(console: Console, result: Any) -> None:
     if result.data_stats:
         names = {"train_rows": "training rows", "eval_rows": "eval rows", "train_dropped_long": "dropped (too long)",
                  "train_dropped_by_filter": "dropped by data.filter",
+                 "train_dropped_by_pass_rate": "dropped by data.pass_rate",
                  "environment_rows": "empty prompts, each filled by the environment's reset()",
                  "train_truncated": "truncated", "train_rows_without_answer": "rows without an answer"}
         parts = [f"{v} {names[k]}" for k, v in result.data_stats.items() if k in names]

@@ -177,10 +177,20 @@ class PassRateFilter(Section):
     """`calibration.jsonl` written by `grpo calibrate` (relative to the recipe, or absolute)."""
     range: str = "(0, 1)"
     """The pass rates kept, as an interval: `(0, 1)` drops prompts no completion passed and prompts every one
-    passed; `[0.1, 0.9]` keeps the ends; `(0, 1]` keeps the solved ones too."""
+    passed; `[0.1, 0.9]` keeps the ends (a YAML list `[0.1, 0.9]` means the same); `(0, 1]` keeps the solved
+    ones too."""
     keep_uncalibrated: bool = False
     """Keep rows calibrate did not measure (e.g. after `grpo calibrate --max-prompts`); by default they are
     dropped, so training sees only measured rows."""
+
+    @field_validator("range", mode="before")
+    @classmethod
+    def _closed_list(cls, value: Any) -> Any:
+        """`range: [0.1, 0.9]` (YAML's list, also what `data.pass_rate.range=[0.1,0.9]` becomes) is the closed
+        interval."""
+        if isinstance(value, list | tuple) and len(value) == 2 and all(isinstance(v, int | float) for v in value):
+            return f"[{value[0]}, {value[1]}]"
+        return value
 
     @field_validator("range")
     @classmethod
