@@ -274,6 +274,19 @@ def _check_chat_template(recipe: Recipe, tokenizer: Any) -> None:
                             "for plain-text prompts.")
 
 
+def _map_train(train: Any, data: DataSection, recipe: Recipe, tokenizer: Any, locate: Any,
+               stats: dict[str, Any]) -> tuple[Any, list[int]]:
+    """The training rows mapped and length-limited, then `data.pass_rate` (after the mapping: rows are matched by
+    the prompt the model sees); with each row's position in its split as stored."""
+    train = _limit_length(_map(train, data, locate, keep_source=True), data, tokenizer, stats, "train")
+    if data.pass_rate is not None:
+        from grpo_cli.data.pass_rate import keep_in_range
+
+        train = keep_in_range(train, data.pass_rate, recipe, stats)
+    sources = list(train[SOURCE_INDEX])  # kept for messages only: TRL would pass it to rewards and reset()
+    return train.remove_columns([SOURCE_INDEX]), sources
+
+
 def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
     """Load, map, shuffle, limit and length-filter the recipe's train (and eval) data."""
     data = recipe.data
@@ -318,13 +331,7 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
                                                    _row_namer(_locator(recipe, data, split))), data, stats, "eval",
                                      images=True)
     locate = _locator(recipe, data, data.split)
-    train = _limit_length(_map(train, data, locate, keep_source=True), data, tokenizer, stats, "train")
-    if data.pass_rate is not None:  # after the mapping: rows are matched by the prompt the model sees
-        from grpo_cli.data.pass_rate import keep_in_range
-
-        train = keep_in_range(train, data.pass_rate, recipe, stats)
-    sources = list(train[SOURCE_INDEX])  # kept for messages only: TRL would pass it to rewards and reset()
-    train = train.remove_columns([SOURCE_INDEX])
+    train, sources = _map_train(train, data, recipe, tokenizer, locate, stats)
     if evaluation is not None:
         eval_locate = _locator(recipe, data, data.eval_split) if data.eval_split else locate
         evaluation = _limit_length(_map(evaluation, data, eval_locate), data, tokenizer, stats, "eval")
