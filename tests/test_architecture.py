@@ -20,7 +20,8 @@ LAYERS = {"grpo_cli": 0, "version": 0, "errors": 0, "findings": 0, "user_code": 
           "suite_table": 0,
           "assets": 0,
           "recipe": 1, "data": 2, "rewards": 2, "tools": 3, "models": 3, "artefacts": 3,
-          "validation": 4, "evaluation": 5, "importing": 5, "launching": 5, "checking": 6, "training": 6,
+          "validation": 4, "evaluation": 5, "importing": 5, "launching": 5, "calibration": 5,
+          "checking": 6, "training": 6,
           "cli": 7, "__main__": 8}
 
 

@@ -98,6 +98,12 @@ def _panels(run: RunData) -> list[Panel]:
                             "groups / rounds per batch",
                             [Curve("dynamic_sampling/zero_std_trained", "zero-std groups trained")],
                             "share of trained groups", right_limits=(-0.02, 1.02), from_zero=True))
+    if any(k.startswith("sampling/") for r in run.train for k in r):  # vLLM's importance-sampling correction
+        panels.append(Panel("vLLM sampler vs trainer", [
+            Curve("sampling/sampling_logp_difference/mean", "log-prob gap (mean)"),
+            Curve("sampling/sampling_logp_difference/max", "log-prob gap (max)")], "nats per token",
+            [Curve("sampling/importance_sampling_ratio/mean", "IS ratio (mean)")], "importance-sampling ratio",
+            from_zero=True, keep_constants=True))
     return panels
 
 

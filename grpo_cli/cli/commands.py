@@ -24,6 +24,7 @@ VERBS: list[tuple[str, str, str, str | None]] = [
     ("check-tools", "check_tools", "check_tools_command", "CHECK_TOOLS_EPILOG"),
     ("train", "train", "train", "RECIPE_EPILOG"),
     ("eval", "eval", "eval_cmd", "EVAL_EPILOG"),
+    ("calibrate", "calibrate", "calibrate_command", "CALIBRATE_EPILOG"),
     ("merge", "merge", "merge", None),
     ("export", "export", "export", None),
     ("report", "report", "report", None),

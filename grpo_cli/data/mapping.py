@@ -53,7 +53,7 @@ def _local_paths(data: DataSection, recipe: Recipe, split: str) -> list[Path]:
     return [recipe.resolve_path(p) for p in data.file_map.get(split, [])]
 
 
-def _load_split(data: DataSection, recipe: Recipe, split: str, where: str) -> Any:
+def _load_split(data: DataSection, recipe: Recipe, split: str, where: str, derive: bool = True) -> Any:
     import datasets
 
     offline = hub_unreachable() if data.dataset else None
@@ -79,9 +79,17 @@ def _load_split(data: DataSection, recipe: Recipe, split: str, where: str) -> An
         raise GrpoError(f"cannot load split {split!r} of {data.dataset}{network}: {type(exc).__name__}: {first}",
                         where=where, fix="Check the dataset id, config and split names; "
                                          "without network use local `data.files`.") from None
+    if not derive:
+        return ds
     from grpo_cli.data.derive import derive_columns
 
     return derive_columns(ds, data, split).add_column(SOURCE_INDEX, range(len(ds)))
+
+
+def source_rows(recipe: Recipe) -> Any:
+    """The training split as stored (no derived columns, filters or mapping): `MappedData.train_sources` index it,
+    so a subset of training rows can be written back in the data's own columns (`grpo calibrate`)."""
+    return _load_split(recipe.data, recipe, recipe.data.split, "data", derive=False)
 
 
 @contextmanager
@@ -266,6 +274,19 @@ def _check_chat_template(recipe: Recipe, tokenizer: Any) -> None:
                             "for plain-text prompts.")
 
 
+def _map_train(train: Any, data: DataSection, recipe: Recipe, tokenizer: Any, locate: Any,
+               stats: dict[str, Any]) -> tuple[Any, list[int]]:
+    """The training rows mapped and length-limited, then `data.pass_rate` (after the mapping: rows are matched by
+    the prompt the model sees); with each row's position in its split as stored."""
+    train = _limit_length(_map(train, data, locate, keep_source=True), data, tokenizer, stats, "train")
+    if data.pass_rate is not None:
+        from grpo_cli.data.pass_rate import keep_in_range
+
+        train = keep_in_range(train, data.pass_rate, recipe, stats)
+    sources = list(train[SOURCE_INDEX])  # kept for messages only: TRL would pass it to rewards and reset()
+    return train.remove_columns([SOURCE_INDEX]), sources
+
+
 def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
     """Load, map, shuffle, limit and length-filter the recipe's train (and eval) data."""
     data = recipe.data
@@ -310,9 +331,7 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
                                                    _row_namer(_locator(recipe, data, split))), data, stats, "eval",
                                      images=True)
     locate = _locator(recipe, data, data.split)
-    train = _limit_length(_map(train, data, locate, keep_source=True), data, tokenizer, stats, "train")
-    sources = list(train[SOURCE_INDEX])  # kept for messages only: TRL would pass it to rewards and reset()
-    train = train.remove_columns([SOURCE_INDEX])
+    train, sources = _map_train(train, data, recipe, tokenizer, locate, stats)
     if evaluation is not None:
         eval_locate = _locator(recipe, data, data.eval_split) if data.eval_split else locate
         evaluation = _limit_length(_map(evaluation, data, eval_locate), data, tokenizer, stats, "eval")

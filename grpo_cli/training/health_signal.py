@@ -2,6 +2,9 @@
 
 - `reward_gaming`: the task metric (`eval.every_steps`) falls from its best while the training reward rises, the
   shape of a reward being gamed; a HealthGuard like the others (warn or stop, health.jsonl, the report).
+- `sampler_mismatch`: with vLLM, the trainer's log-probabilities of the sampled tokens drift from vLLM's (TRL's
+  `sampling/sampling_logp_difference/mean` and `sampling/importance_sampling_ratio/mean`), the shape of a weight
+  sync that silently failed; a HealthGuard on each training log.
 - `bottleneck`: at the end of a run, the part of a step (`time/*`, from `step_timing.py`) that took most of its
   time, and what to try; printed, and written in report.md's time split (`artefacts/time_split.py`), never a
   stop and never a health event (a healthy run has a largest part too).
@@ -15,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from grpo_cli.artefacts.time_split import bottleneck_advice
-from grpo_cli.training.health import HealthEvents, HealthGuard, Observation, finite, health_callbacks
+from grpo_cli.training.health import HealthEvents, HealthGuard, Observation, finite, fmt, health_callbacks
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -79,6 +82,41 @@ class RewardGamingGuard(HealthGuard):
                 f"reward itself; keep the best model (kept in {self.events.path.parent}/best) and stop here")
 
 
+GAP = "sampling/sampling_logp_difference/mean"
+RATIO = "sampling/importance_sampling_ratio/mean"
+
+
+class SamplerMismatchGuard(HealthGuard):
+    """vLLM and the trainer disagree on the sampled tokens: the mean log-prob gap or the mean IS ratio drifts."""
+
+    name = "sampler_mismatch"
+
+    def observe(self, logs: dict[str, Any]) -> Observation | None:
+        gap, ratio = logs.get(GAP), logs.get(RATIO)
+        if finite(gap) and gap >= self.settings.threshold:
+            return Observation(GAP, float(gap), True)
+        if finite(ratio) and abs(ratio - 1.0) >= self.settings.ratio_drift:
+            return Observation(RATIO, float(ratio), True)
+        if finite(gap) or finite(ratio):
+            return Observation(GAP, float(gap) if finite(gap) else None, False)
+        return None  # not a vLLM run, or TRL's importance-sampling correction is off
+
+    def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
+        gap, top, ratio = (fmt(v) if finite(v) else "not logged" for v in
+                           (logs.get(GAP), logs.get("sampling/sampling_logp_difference/max"), logs.get(RATIO)))
+        check = ("check the vLLM server's log for weight-sync errors and that it serves "
+                 f"{self.recipe.model.name_or_path}" if self.recipe.launch.vllm.mode == "server"
+                 else "check that nothing replaced TRL's weight sync (VLLMGeneration.sync_weights)")
+        return (f"for {len(seen)} logging steps the trainer's log-probabilities of the tokens vLLM sampled differed "
+                f"from vLLM's by {gap} nats per token on average (max {top}; thresholds {self.settings.threshold} "
+                f"and a mean importance-sampling ratio within {self.settings.ratio_drift} of 1, now {ratio}): vLLM "
+                "is sampling from other weights than the trainer's. A healthy run stays near 0.005 (vLLM in bf16) or "
+                "below 0.001 (both in float32); a gap that grows as training goes on is a weight sync that silently "
+                "failed, so every step learns from a stale policy's samples",
+                f"{check}; run `grpo validate RECIPE` for the dtype vLLM samples in; if the gap is constant from "
+                "step 1, it is the dtype (raise health.sampler_mismatch.threshold), not a sync bug")
+
+
 class BottleneckAdvice(TrainerCallback):
     """At the end of training: the part of a step that took at least `threshold` of it, and what to try."""
 
@@ -93,17 +131,24 @@ class BottleneckAdvice(TrainerCallback):
             self.console.print(f"[bold]where the time went[/]: {self.advice}", soft_wrap=True, highlight=False)
 
 
+def _events(guards: list[TrainerCallback], output_dir: str | Path, console: Console | None) -> HealthEvents:
+    """The event log the guards already share (one health.jsonl writer), or a new one."""
+    first = next((g for g in guards if isinstance(g, HealthGuard)), None)
+    return first.events if first is not None else HealthEvents(Path(output_dir), console)
+
+
 def all_health_callbacks(recipe: Recipe, output_dir: str | Path,
                          console: Console | None = None) -> list[TrainerCallback]:
-    """`health.py`'s guards, then the reward-gaming guard (with `eval.every_steps`) and the bottleneck advice."""
+    """`health.py`'s guards, then the reward-gaming guard (with `eval.every_steps`), the sampler-mismatch guard
+    (with vLLM) and the bottleneck advice."""
     guards = health_callbacks(recipe, output_dir, console=console)
     health = recipe.health
     if not health.enabled:
         return guards
     if health.reward_gaming.enabled and recipe.eval.every_steps:
-        events = guards[0].events if guards and isinstance(guards[0], HealthGuard) else HealthEvents(
-            Path(output_dir), console)
-        guards.append(RewardGamingGuard(health.reward_gaming, recipe, events))
+        guards.append(RewardGamingGuard(health.reward_gaming, recipe, _events(guards, output_dir, console)))
+    if health.sampler_mismatch.enabled and recipe.launch.vllm.mode != "off":
+        guards.append(SamplerMismatchGuard(health.sampler_mismatch, recipe, _events(guards, output_dir, console)))
     if health.bottleneck.enabled:
         guards.append(BottleneckAdvice(recipe, console))
     return guards

@@ -1,8 +1,11 @@
-"""`sampling:` in `grpo validate`: what dynamic sampling and the zero-advantage skip need, and what they cost.
+"""`sampling:` in `grpo validate`: what dynamic sampling and the zero-advantage skip need, and what they cost; and
+`data.pass_rate`, the rows worth sampling at all.
 
 Light on purpose (no torch): the chosen metric, the combinations grpo cannot support yet (refused with the reason,
 rather than trained wrongly), and the plan line with the expected extra generation, estimated from the zero-std
-share of the last run in the recipe's output directory when there is one.
+share of the last run in the recipe's output directory when there is one, else from `grpo calibrate`'s pass rates
+when the recipe reads them. The pass-rate filter's calibration file is read (one short line per prompt, no
+`datasets`) to say how many training rows remain.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grpo_cli.errors import Problem
+from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.findings import Findings
 from grpo_cli.recipe.schema import Recipe
 
@@ -122,6 +125,48 @@ def last_zero_std_share(recipe: Recipe) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def check_pass_rate(recipe: Recipe, pf: Preflight) -> Findings:
+    """`data.pass_rate`: a missing or broken calibration file is a problem; else the training rows become the
+    calibrated prompts it keeps, and the data line of the plan says so."""
+    spec = recipe.data.pass_rate
+    found = Findings()
+    if spec is None:
+        return found
+    from grpo_cli.data.pass_rate import calibration_path, read_calibration
+
+    try:
+        calibration = read_calibration(calibration_path(recipe, spec))
+    except GrpoError as exc:
+        found.problems.append(exc.problems[0])
+        return found
+    kept, total = calibration.kept(spec), len(calibration.rates)
+    if kept == 0:
+        found.problems.append(Problem("data.pass_rate.range", f"no calibrated prompt has a pass rate in {spec.range} "
+                                      f"({total} in {calibration.path})", "Widen the range, or calibrate with more "
+                                      "samples per prompt (`grpo calibrate -k`)."))
+    if pf.train_rows is not None and not spec.keep_uncalibrated:
+        pf.train_rows = found.plan["train rows"] = min(pf.train_rows, kept)
+    each = f", {calibration.k} completions each" if calibration.k else ""
+    rest = "rows not calibrated kept too" if spec.keep_uncalibrated else "rows not calibrated dropped"
+    found.plan["data"] = (f"{pf.plan.get('data', 'local files')}; pass-rate filter keeps {kept} of {total} calibrated "
+                          f"prompts (in {spec.range}{each}; {rest})")
+    return found
+
+
+def calibrated_zero_std_share(recipe: Recipe) -> float | None:
+    """The zero-std share training would see on the rows `data.pass_rate` keeps, from their pass rates."""
+    spec = recipe.data.pass_rate
+    if spec is None:
+        return None
+    from grpo_cli.data.pass_rate import calibration_path, read_calibration
+
+    try:
+        calibration = read_calibration(calibration_path(recipe, spec))
+    except GrpoError:
+        return None
+    return calibration.zero_std_share(recipe.training.num_generations, spec)
+
+
 def sampling_plan(recipe: Recipe) -> dict[str, str]:
     """The plan lines of `sampling:` (empty when off)."""
     plan: dict[str, str] = {}
@@ -130,14 +175,16 @@ def sampling_plan(recipe: Recipe) -> dict[str, str]:
         d = s.dynamic
         head = (f"dynamic, on {chosen_metric(recipe) or '?'} (drop groups with std <= {d.min_std:g}), up to "
                 f"{d.max_rounds} generation rounds per batch")
-        zero = last_zero_std_share(recipe)
+        zero, source = last_zero_std_share(recipe), "last run had"
+        if zero is None:
+            zero, source = calibrated_zero_std_share(recipe), "calibrated pass rates give"
         cap = d.max_rounds - 1
         if zero is None:
             cost = (f"extra generation up to +{cap:.0%} per step (no earlier run in {recipe.output.dir} to "
                     "estimate from)")
         else:
             extra = min(zero / max(1.0 - zero, 1e-9), float(cap))
-            cost = (f"last run had {zero:.0%} zero-std groups: about +{extra:.0%} generation per step "
+            cost = (f"{source} {zero:.0%} zero-std groups: about +{extra:.0%} generation per step "
                     f"(at most +{cap:.0%})")
         plan["sampling"] = f"{head}; {cost}"
     if s.skip_zero_advantage:

@@ -11,11 +11,11 @@ from rich.table import Table
 from grpo_cli.cli.render.tables import cell, print_table
 
 if TYPE_CHECKING:
+    from grpo_cli.artefacts.export_gguf import GgufExport
     from grpo_cli.artefacts.hub import StagedPush
+    from grpo_cli.artefacts.merge import MergeResult
     from grpo_cli.artefacts.report import ReportPaths
     from grpo_cli.artefacts.report_data import RunData
-    from grpo_cli.models.export_gguf import GgufExport
-    from grpo_cli.models.merge import MergeResult
 
 
 def render_report_written(console: Console, run: RunData, paths: ReportPaths) -> None:

@@ -12,7 +12,6 @@ from grpo_cli.cli.render.tables import print_table
 if TYPE_CHECKING:
     from grpo_cli.evaluation.command import EvalOutcome
     from grpo_cli.evaluation.scoring import EvalResult
-    from grpo_cli.evaluation.suite_run import SuiteResult
 
 
 def _fmt_metric(key: str, value: Any) -> str:
@@ -67,7 +66,7 @@ def _pct1(value: Any) -> str:
     return "-" if value is None else f"{100 * value:.1f}%"
 
 
-def render_suite_results(console: Console, results: list[SuiteResult]) -> None:
+def render_suite_results(console: Console, results: list[EvalResult]) -> None:
     """`grpo eval --suite`: one row per model, accuracy with its 95% Wilson interval, change from the first."""
     first = results[0]
     k = first.k

@@ -12,9 +12,9 @@ from rich.table import Table
 from grpo_cli.cli.render.tables import print_table
 
 if TYPE_CHECKING:
-    from grpo_cli.rewards.check import CheckReport
-    from grpo_cli.rewards.check.stats import RewardResult
-    from grpo_cli.tools.dryrun import DryRun
+    from grpo_cli.checking.rewards import CheckReport
+    from grpo_cli.checking.stats import RewardResult
+    from grpo_cli.checking.tools import DryRun
 
 
 def _fmt_score(value: float | None, digits: int = 3) -> str:

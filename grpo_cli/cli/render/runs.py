@@ -11,12 +11,10 @@ from grpo_cli.cli.render.tables import cell, print_table
 
 if TYPE_CHECKING:
     from grpo_cli.evaluation.scoring import EvalResult
-    from grpo_cli.evaluation.suite_run import SuiteResult
     from grpo_cli.training.run_state import TrainResult
 
 
-def render_eval_pair(console: Console, before: EvalResult | SuiteResult,
-                     after: EvalResult | SuiteResult | None) -> None:
+def render_eval_pair(console: Console, before: EvalResult, after: EvalResult | None) -> None:
     """Side-by-side held-out scores before and after training."""
     a, b = before.summary(), (after.summary() if after else {})
     suite = a.get("suite")
@@ -47,6 +45,7 @@ def render_train_result(console: Console, result: TrainResult) -> None:
     if result.data_stats:
         names = {"train_rows": "training rows", "eval_rows": "eval rows", "train_dropped_long": "dropped (too long)",
                  "train_dropped_by_filter": "dropped by data.filter",
+                 "train_dropped_by_pass_rate": "dropped by data.pass_rate",
                  "environment_rows": "empty prompts, each filled by the environment's reset()",
                  "train_truncated": "truncated", "train_rows_without_answer": "rows without an answer"}
         parts = [f"{v} {names[k]}" for k, v in result.data_stats.items() if k in names]

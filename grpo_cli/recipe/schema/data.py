@@ -142,6 +142,68 @@ class RowFilter(Section):
         return f"{self.column} not_empty" if self.not_empty else "answer_parses"
 
 
+_INTERVAL = re.compile(r"^\s*([\[(])\s*([0-9.eE+-]+)\s*,\s*([0-9.eE+-]+)\s*([\])])\s*$")
+
+
+def parse_pass_range(text: str) -> tuple[float, float, bool, bool]:
+    """(low, high, low included, high included) of an interval like "(0, 1)" or "[0.1, 0.9]"; ValueError with the
+    reason when it is not one (`grpo calibrate --range` and `data.pass_rate.range` read the same notation)."""
+    match = _INTERVAL.match(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not an interval: write it as (LOW, HIGH) to leave the ends out or [LOW, HIGH] "
+                         "to keep them, e.g. \"(0, 1)\" (some but not all completions pass) or \"[0.1, 0.9]\"")
+    try:
+        low, high = float(match[2]), float(match[3])
+    except ValueError:
+        raise ValueError(f"{text!r}: {match[2]!r} or {match[3]!r} is not a number") from None
+    if not 0.0 <= low <= high <= 1.0:
+        raise ValueError(f"{text!r}: pass rates run from 0 to 1, so give 0 <= LOW <= HIGH <= 1")
+    if low == high and (match[1] == "(" or match[4] == ")"):
+        raise ValueError(f"{text!r} holds no pass rate at all; widen it or close both ends ([{low:g}, {high:g}])")
+    return low, high, match[1] == "[", match[4] == "]"
+
+
+class PassRateFilter(Section):
+    """Keep the training rows whose pass rate, measured by `grpo calibrate` with the base model, is in a range.
+
+    A prompt the base model always solves, or never does, gives groups whose completions all get the same reward:
+    zero advantage, no learning signal. `grpo calibrate RECIPE` samples k completions per training prompt, scores
+    them, and writes `calibration.jsonl` (each prompt's pass rate); this filter reads it. Rows are matched by the
+    prompt as the model sees it, after the rest of `data` (so the filter applies to exactly the rows calibrate
+    measured; `max_samples` counts before it). `grpo validate` prints how many rows remain.
+    """
+
+    file: str
+    """`calibration.jsonl` written by `grpo calibrate` (relative to the recipe, or absolute)."""
+    range: str = "(0, 1)"
+    """The pass rates kept, as an interval: `(0, 1)` drops prompts no completion passed and prompts every one
+    passed; `[0.1, 0.9]` keeps the ends (a YAML list `[0.1, 0.9]` means the same); `(0, 1]` keeps the solved
+    ones too."""
+    keep_uncalibrated: bool = False
+    """Keep rows calibrate did not measure (e.g. after `grpo calibrate --max-prompts`); by default they are
+    dropped, so training sees only measured rows."""
+
+    @field_validator("range", mode="before")
+    @classmethod
+    def _closed_list(cls, value: Any) -> Any:
+        """`range: [0.1, 0.9]` (YAML's list, also what `data.pass_rate.range=[0.1,0.9]` becomes) is the closed
+        interval."""
+        if isinstance(value, list | tuple) and len(value) == 2 and all(isinstance(v, int | float) for v in value):
+            return f"[{value[0]}, {value[1]}]"
+        return value
+
+    @field_validator("range")
+    @classmethod
+    def _interval(cls, value: str) -> str:
+        parse_pass_range(value)
+        return value
+
+    def keeps(self, rate: float) -> bool:
+        """Whether a prompt with this pass rate is trained on."""
+        low, high, with_low, with_high = parse_pass_range(self.range)
+        return (low < rate or (with_low and rate == low)) and (rate < high or (with_high and rate == high))
+
+
 class ColumnValue(Section):
     """A constant column: every row gets `value`."""
 
@@ -181,6 +243,9 @@ class DataSection(Section):
     before `max_samples` counts rows. How many rows each dropped is printed."""
     prompt: PromptSection
     """How each row becomes a prompt."""
+    pass_rate: PassRateFilter | None = None
+    """Keep only training rows whose base-model pass rate (measured by `grpo calibrate`) is in a range; eval rows
+    are never filtered."""
     answer: AnswerSection | None = None
     """Reference-answer extraction for accuracy-style rewards."""
     images: ImagesSection | None = None
@@ -254,7 +319,8 @@ class DataSection(Section):
         """`from_environment` rows carry nothing: every key that reads or shapes rows is a mistake here."""
         used = [k for k in ("dataset", "files", "eval_split", "answer", "images", "keep_columns", "max_samples",
                             "max_eval_samples", "max_prompt_tokens") if getattr(self, k) is not None]
-        used += [k for k in ("columns", "filter") if getattr(self, k)] + (["eval_holdout"] if self.eval_holdout else [])
+        used += [k for k in ("columns", "filter", "pass_rate") if getattr(self, k)]
+        used += ["eval_holdout"] if self.eval_holdout else []
         if used:
             raise ValueError(f"`from_environment: true` has no rows, so `{used[0]}` has nothing to read: the "
                              "environment's reset() gives each prompt. Drop it, or give rows (`files`/`dataset`) "

@@ -136,6 +136,23 @@ class RewardGamingSettings(Guard):
     """Consecutive evaluations the condition must hold."""
 
 
+class SamplerMismatchSettings(Guard):
+    """vLLM samples from weights other than the trainer's: a weight sync that silently failed, or a dtype gap.
+
+    Watches what TRL logs with vLLM and its importance-sampling correction (on by default): the mean gap between the
+    trainer's and vLLM's log-probabilities of the sampled tokens (`sampling/sampling_logp_difference/mean`) and the
+    mean importance-sampling ratio (`sampling/importance_sampling_ratio/mean`). Only installed with
+    `launch.vllm.mode` colocate or server.
+    """
+
+    threshold: float = Field(0.05, gt=0.0)
+    """Fire when the mean log-probability gap (nats per completion token) stays at or above this ..."""
+    ratio_drift: float = Field(0.1, gt=0.0)
+    """... or the mean importance-sampling ratio stays this far from 1 (either way), for `window` logging steps."""
+    window: int = Field(2, ge=1)
+    """Consecutive logging steps the condition must hold."""
+
+
 class BottleneckSettings(Section):
     """At the end of a run, the part of a step that took most of its time, with what to try (from `time/*`)."""
 
@@ -169,5 +186,7 @@ class HealthSection(Section):
     """The model never calls a tool."""
     reward_gaming: RewardGamingSettings = omitted_section()
     """The training reward rises while the task metric falls (needs `eval.every_steps`)."""
+    sampler_mismatch: SamplerMismatchSettings = omitted_section()
+    """vLLM's log-probabilities drift from the trainer's (with `launch.vllm.mode` colocate or server)."""
     bottleneck: BottleneckSettings = omitted_section()
     """End-of-run advice on the part of a step that dominated its time."""

@@ -1,0 +1,203 @@
+"""`grpo calibrate`: k completions per training prompt from the base model, scored, one line per prompt.
+
+Prompts come through exactly the training mapping (`prepare_data`), so each line's key matches the row
+`data.pass_rate` filters. Batches of prompts are sampled in order, each with its own seed (the recipe's seed plus
+the batch's first row), and appended to `calibration.partial.jsonl` as soon as they are scored: an interrupted
+calibration keeps every finished batch, and `--resume` samples only the prompts it lacks (with the same batch size,
+the same draws an uninterrupted run makes). When every prompt is in, the file becomes `calibration.jsonl`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpo_cli.calibration.settings import (
+    CALIBRATION,
+    PARTIAL,
+    SETTINGS,
+    CalibrateRequest,
+    CalibrationSettings,
+    check_out,
+    check_range,
+    chosen_reward,
+    settings_for,
+)
+from grpo_cli.calibration.summary import Calibrated, finish
+from grpo_cli.data.pass_rate import prompt_key
+from grpo_cli.errors import GrpoError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from grpo_cli.recipe.schema import Recipe
+
+
+@dataclass
+class Pending:
+    """The prompts still to sample: their rows (mapped), keys and positions in the training split."""
+
+    rows: Any
+    keys: list[str]
+    sources: dict[str, int]
+    """Every calibrated prompt's (done or pending) position in the training split as stored."""
+    done: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def default_out(recipe: Recipe) -> Path:
+    """Beside the run directory, never in it (a run directory has its own overwrite rules)."""
+    return Path(recipe.output.dir.rstrip("/") + "-calibration")
+
+
+def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrated:
+    """Run `grpo calibrate`: every check that can fail cheaply happens before a model loads."""
+    from grpo_cli.recipe import load_recipe
+
+    recipe = load_recipe(req.recipe, req.overrides)
+    if recipe.data.from_environment:
+        raise GrpoError("the recipe has no rows to calibrate: its environment serves every prompt from reset()",
+                        where="data", fix="Calibrate a recipe with `data:` rows.")
+    reward = chosen_reward(recipe, req.reward)
+    check_range(req.range)
+    settings = settings_for(recipe, req, reward)
+    out = req.out or default_out(recipe)
+    check_out(out, settings, resume=req.resume, force=req.force)
+    from grpo_cli.evaluation.task import check_backend
+
+    use_vllm = check_backend(req.backend, images=recipe.data.images is not None, tools=bool(recipe.tools)
+                             or recipe.environment is not None, profile=recipe.launch.profile)
+    from grpo_cli.progress import quiet_libraries
+
+    quiet_libraries()
+    unfiltered = recipe.model_copy(update={"data": recipe.data.model_copy(update={"pass_rate": None})})
+    source, tokenizer = _tokenizer(unfiltered)
+    pending = _pending(unfiltered, tokenizer, out, req.max_prompts)
+    total = len(pending.keys) + len(pending.done)
+    out.mkdir(parents=True, exist_ok=True)
+    settings.save(out / SETTINGS, {"complete": False, "prompts": total})
+    if console is not None:
+        console.print(f"calibrating {total} training prompts x {settings.k} completions with "
+                      f"{source.describe()}, reward {reward!r}"
+                      + (f" ({len(pending.done)} done before, resumed)" if pending.done else ""),
+                      markup=False, soft_wrap=True)
+    try:
+        _sample(unfiltered, source, tokenizer, pending, settings, out / PARTIAL, use_vllm, console)
+    except KeyboardInterrupt:
+        if console is not None:
+            console.print(f"{len(pending.done)} of {total} prompts calibrated, kept in {out / PARTIAL}; continue "
+                          f"with `grpo calibrate {req.recipe} --out {out} --resume`", markup=False, soft_wrap=True)
+        raise
+    (out / PARTIAL).replace(out / CALIBRATION)
+    return finish(recipe, unfiltered, out, settings, req.range, pending.done, pending.sources)
+
+
+def _tokenizer(recipe: Recipe) -> tuple[Any, Any]:
+    from grpo_cli.models import resolve_model_source, source_reference
+    from grpo_cli.models.loading import apply_overrides
+    from grpo_cli.models.sources import load_tokenizer_for
+
+    source = resolve_model_source(source_reference(recipe), base_dir=recipe.base_dir, where="model.name_or_path")
+    tokenizer = load_tokenizer_for(source, trust_remote_code=recipe.model.trust_remote_code)
+    apply_overrides(tokenizer, recipe)  # the recipe's chat template / pad token, as training uses them
+    return source, tokenizer
+
+
+def _pending(recipe: Recipe, tokenizer: Any, out: Path, max_prompts: int | None) -> Pending:
+    """The training rows to calibrate (the first `max_prompts`, one per distinct prompt) less those done."""
+    from grpo_cli.data import prepare_data
+
+    mapped = prepare_data(recipe, tokenizer)
+    rows = mapped.train
+    keys, index, seen = [], [], set()
+    for i, prompt in enumerate(rows["prompt"]):
+        key = prompt_key(prompt)
+        if key not in seen:
+            seen.add(key)
+            keys.append(key)
+            index.append(i)
+        if max_prompts is not None and len(keys) >= max_prompts:
+            break
+    done: dict[str, dict[str, Any]] = {}
+    for name in (CALIBRATION, PARTIAL):  # a finished calibration extended by a larger --max-prompts, or a partial
+        path = out / name
+        if path.is_file():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue  # the last line of a killed write
+                if record.get("key") in seen:
+                    done[record["key"]] = record
+            if name == CALIBRATION:
+                path.replace(out / PARTIAL)
+    if done:  # rewrite what counts (a torn last line dropped) before appending
+        (out / PARTIAL).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in done.values()),
+                                   encoding="utf-8")
+    todo = [(k, i) for k, i in zip(keys, index, strict=True) if k not in done]
+    sources = {k: mapped.train_sources[i] for k, i in zip(keys, index, strict=True)}
+    return Pending(rows.select([i for _, i in todo]), [k for k, _ in todo], sources, done)
+
+
+def _sample(recipe: Recipe, source: Any, tokenizer: Any, pending: Pending, settings: CalibrationSettings,
+            partial: Path, use_vllm: bool, console: Console | None) -> None:
+    """Sample, score and append each batch of pending prompts."""
+    import torch
+
+    from grpo_cli.evaluation.task import one_model
+    from grpo_cli.models.loading import resolve_dtype
+    from grpo_cli.progress import advance, reporting
+    from grpo_cli.rewards import load_reward
+
+    entry = next(e for e in recipe.rewards if e.label == settings.reward)
+    reward = load_reward(entry, recipe.base_dir)
+    n = len(pending.keys)
+    if n == 0:
+        return
+    dtype = resolve_dtype(recipe.model.dtype, recipe.launch.profile)
+    device = "cuda" if torch.cuda.is_available() and not recipe.launch.spec.cpu_only else "cpu"
+    offset = len(pending.done)
+    with (one_model(source, tokenizer, settings.sampling(), use_vllm=use_vllm, dtype=dtype, device=device,
+                    trust_remote_code=recipe.model.trust_remote_code, revision=recipe.model.revision) as loaded,
+          reporting(console, "calibrating", n * settings.k, "completions"),
+          partial.open("a", encoding="utf-8") as fh):
+        for start in range(0, n, settings.batch_size):
+            batch = pending.rows.select(range(start, min(start + settings.batch_size, n)))
+            records = _batch(loaded, tokenizer, batch, reward, settings, offset + start)
+            if loaded.sampler is not None:
+                advance(len(records) * settings.k)
+            for key, record in zip(pending.keys[start:start + len(records)], records, strict=True):
+                record = {"key": key, **record}
+                pending.done[key] = record
+                fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+            fh.flush()
+
+
+def _batch(loaded: Any, tokenizer: Any, batch: Any, reward: Any, settings: CalibrationSettings,
+           first: int) -> list[dict[str, Any]]:
+    """One batch of prompts: k completions each, the chosen reward per completion, the pass count."""
+    from grpo_cli.evaluation.sampling import generate
+    from grpo_cli.evaluation.scoring import score
+
+    prompts = list(batch["prompt"])
+    columns = {c: list(batch[c]) for c in batch.column_names if c != "prompt"}
+    k = settings.k
+    if loaded.sampler is not None:
+        texts, ids, _ = loaded.sampler(prompts)
+    else:
+        texts, ids, _ = generate(loaded.model, tokenizer, prompts, k=k, temperature=settings.temperature,
+                                 top_p=settings.top_p, max_new_tokens=settings.max_new_tokens,
+                                 batch_size=len(prompts), seed=settings.seed + first, images=columns.get("images"))
+    chat = bool(prompts) and isinstance(prompts[0], list)
+    completions: list[Any] = [[{"role": "assistant", "content": t}] for t in texts] if chat else texts
+    rep_cols = {c: [v for v in vals for _ in range(k)] for c, vals in columns.items()}
+    scores = score([reward], [settings.reward], [p for p in prompts for _ in range(k)], completions, ids,
+                   rep_cols)[settings.reward]
+    out = []
+    for i, prompt in enumerate(prompts):
+        group = scores[i * k:(i + 1) * k]
+        passes = sum(1 for s in group if s is not None and s >= settings.threshold)
+        out.append({"prompt": prompt, "k": k, "passes": passes, "pass_rate": passes / k, "scores": group,
+                    "completions": texts[i * k:(i + 1) * k]})
+    return out

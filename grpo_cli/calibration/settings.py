@@ -1,0 +1,149 @@
+"""What `grpo calibrate` was asked, checked before a model loads, and the settings a resumed run must share.
+
+The reward, the range and the output directory are refused here with one paragraph each (exit 2); the sampling
+settings come from the recipe's `training` section (the group size, temperature and completion length training
+will use), with the command line on top.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from grpo_cli.errors import GrpoError
+from grpo_cli.recipe.schema.data import parse_pass_range
+
+if TYPE_CHECKING:
+    from grpo_cli.evaluation.scoring import EvalSettings
+    from grpo_cli.recipe.schema import Recipe
+
+CALIBRATION = "calibration.jsonl"
+"""One JSON line per calibrated prompt: key, prompt, k, passes, pass_rate, scores (what `data.pass_rate` reads)."""
+PARTIAL = "calibration.partial.jsonl"
+"""The same lines while calibration runs; an interrupted run leaves it for `--resume`."""
+SETTINGS = "calibration.json"
+"""The settings, the histogram and the counts."""
+FILTERED = "filtered.jsonl"
+"""The training rows (in the data's own columns) whose pass rate is in the range."""
+OVERRIDE = "override.yaml"
+"""The `data.pass_rate` block to add to the recipe."""
+OUTPUTS = (CALIBRATION, PARTIAL, SETTINGS, FILTERED, OVERRIDE)
+
+
+@dataclass(kw_only=True)
+class CalibrateRequest:
+    """The calibrate command's arguments; None means the recipe's value."""
+
+    recipe: Path
+    overrides: list[str] = field(default_factory=list)
+    k: int | None = None
+    max_prompts: int | None = None
+    batch_size: int = 8
+    temperature: float | None = None
+    reward: str | None = None
+    threshold: float = 1.0
+    range: str = "(0, 1)"
+    out: Path | None = None
+    backend: str = "transformers"
+    resume: bool = False
+    force: bool = False
+
+
+@dataclass
+class CalibrationSettings:
+    """What the sampled pass rates depend on; a resumed calibration must have the same (also what vLLM's sampler
+    reads: k, temperature, top_p, max_new_tokens, seed)."""
+
+    model: str
+    reward: str
+    threshold: float
+    k: int
+    temperature: float
+    top_p: float
+    max_new_tokens: int
+    seed: int
+    batch_size: int = field(default=8, compare=False)
+
+    def sampling(self) -> EvalSettings:
+        """The evaluation sampler's settings for these draws (the samplers are shared with `grpo eval`)."""
+        from grpo_cli.evaluation.scoring import EvalSettings
+
+        return EvalSettings(k=self.k, temperature=self.temperature, top_p=self.top_p,
+                            max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, seed=self.seed)
+
+    def save(self, path: Path, extra: dict[str, Any]) -> None:
+        path.write_text(json.dumps({"settings": asdict(self), **extra}, indent=2) + "\n", encoding="utf-8")
+
+
+def default_reward(recipe: Recipe) -> str | None:
+    """The outcome reward: one named `accuracy`, else `eval.metric` when it is a reward, else the only reward."""
+    labels = [e.label for e in recipe.rewards]
+    if "accuracy" in labels:
+        return "accuracy"
+    if recipe.eval.metric in labels:
+        return recipe.eval.metric
+    return labels[0] if len(labels) == 1 else None
+
+
+def chosen_reward(recipe: Recipe, name: str | None) -> str:
+    """The reward label whose score decides pass or fail, or a paragraph saying what to pass."""
+    labels = [e.label for e in recipe.rewards]
+    reward = name or default_reward(recipe)
+    if reward is None:
+        raise GrpoError(f"the recipe has several rewards ({', '.join(labels)}) and none is named accuracy",
+                        where="--reward", fix="Name the outcome reward, e.g. --reward " + labels[0] + ".")
+    if reward not in labels:
+        raise GrpoError(f"{reward!r} is not a reward of this recipe", where="--reward",
+                        fix=f"Use one of {', '.join(labels) or '(none)'} (a label as metrics.jsonl logs it).")
+    entry = next(e for e in recipe.rewards if e.label == reward)
+    if entry.model:
+        raise GrpoError(f"{reward!r} is a reward model, which grpo scores only during training", where="--reward",
+                        fix="Calibrate with a rule or function reward (--reward NAME).")
+    return reward
+
+
+def check_range(text: str) -> str:
+    try:
+        parse_pass_range(text)
+    except ValueError as exc:
+        raise GrpoError(str(exc), where="--range", fix="e.g. --range '(0, 1)' or --range '[0.1, 0.9]'.") from None
+    return text
+
+
+def settings_for(recipe: Recipe, req: CalibrateRequest, reward: str) -> CalibrationSettings:
+    t = recipe.training
+    return CalibrationSettings(model=recipe.model.name_or_path, reward=reward, threshold=req.threshold,
+                               k=req.k or t.num_generations,
+                               temperature=t.temperature if req.temperature is None else req.temperature,
+                               top_p=float(t.get("top_p", 1.0) or 1.0), max_new_tokens=t.max_completion_length,
+                               seed=t.seed, batch_size=req.batch_size)
+
+
+def check_out(out: Path, settings: CalibrationSettings, *, resume: bool, force: bool) -> None:
+    """Refuse to mix calibrations: an earlier one in `out` is continued (--resume, same settings) or replaced
+    (--force)."""
+    from grpo_cli.paths import check_writable_dir
+
+    check_writable_dir(out, "--out")
+    earlier = [name for name in OUTPUTS if (out / name).exists()]
+    if not earlier:
+        return
+    if force:
+        for name in earlier:
+            (out / name).unlink()
+        return
+    if not resume:
+        raise GrpoError(f"{out} already holds a calibration ({', '.join(earlier)})", where="--out",
+                        fix="Continue it with --resume, replace it with --force, or choose another --out.")
+    try:
+        saved = json.loads((out / SETTINGS).read_text(encoding="utf-8"))["settings"]
+        before = CalibrationSettings(**saved)
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # killed before its settings were written: the rows alone are continued
+    if before != settings:
+        diff = [f"{k} {v!r} (now {getattr(settings, k)!r})" for k, v in asdict(before).items()
+                if k != "batch_size" and v != getattr(settings, k)]
+        raise GrpoError(f"{out} was calibrated with other settings: {', '.join(diff)}", where="--resume",
+                        fix="Resume with the same settings, or start over with --force (or another --out).")

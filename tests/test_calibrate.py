@@ -1,0 +1,126 @@
+"""`grpo calibrate` on the demo, for real: the bundled model samples every completion, the histogram it prints is
+the per-row pass rates it writes, `validate` and `train` apply the `data.pass_rate` filter it suggests, and an
+interrupted or shorter calibration resumes to exactly what an uninterrupted one writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import RECIPES, ROOT, run_cli
+
+DEMO = RECIPES / "demo.yaml"
+FAST_TRAIN = ["training.max_steps=1", "training.logging_steps=1", "eval.before_after=false"]
+
+
+def _rows(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_histogram_matches_the_rows_and_validate_and_train_apply_the_filter(tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    result = run_cli("calibrate", DEMO, "--max-prompts", "40", "-k", "4", "--out", out)
+    assert result.exit_code == 0, result.output
+    rows = _rows(out / "calibration.jsonl")
+    assert len(rows) == 40 and len({r["key"] for r in rows}) == 40
+    for r in rows:  # the pass rate is the share of the row's own scores that pass
+        assert r["k"] == 4 and len(r["scores"]) == 4 and r["passes"] == sum(s == 1.0 for s in r["scores"])
+        assert r["pass_rate"] == r["passes"] / 4
+    counts = [sum(r["passes"] == c for r in rows) for c in range(5)]
+    printed = {int(m[1]): int(m[2]) for m in re.finditer(r"│\s+(\d)/4 │\s+[\d.]+ │\s+(\d+) │", result.output)}
+    assert printed == dict(enumerate(counts))
+    assert json.loads((out / "calibration.json").read_text())["histogram"] == counts
+    no_signal = (counts[0] + counts[4]) / 40
+    assert f"no signal: {no_signal:.0%} of prompts ({counts[0]} never passed, {counts[4]} always passed)" \
+        in result.output
+    kept = sum(counts[1:4])
+    assert f"kept by (0, 1): {kept} of 40 prompts" in result.output
+    assert 0 < kept < 40  # the demo model solves some sums sometimes: both kinds exist in 40 prompts x 4
+    # filtered.jsonl: the kept rows as the data file has them
+    source = {json.dumps(r, sort_keys=True) for r in _rows(ROOT / "grpo_cli/assets/tiny-arith-data/train.jsonl")}
+    filtered = _rows(out / "filtered.jsonl")
+    assert len(filtered) == kept and all(json.dumps(r, sort_keys=True) in source for r in filtered)
+    by_prompt = {r["prompt"]: r["pass_rate"] for r in rows}
+    assert all(0 < by_prompt[r["question"] + "="] < 1 for r in filtered)
+    override = yaml.safe_load((out / "override.yaml").read_text())
+    assert override == {"data": {"pass_rate": {"file": str((out / "calibration.jsonl").resolve()),
+                                               "range": "(0, 1)"}}}
+    apply = f"data.pass_rate.file={out / 'calibration.jsonl'}"
+    assert f"grpo train {DEMO} {apply}" in result.output
+
+    checked = run_cli("validate", DEMO, apply)
+    assert checked.exit_code == 0, checked.output
+    assert re.search(rf"train rows\s+│ {kept}\s", checked.output), checked.output
+    assert f"pass-rate filter keeps {kept} of 40 calibrated" in " ".join(checked.output.split())
+
+    run = tmp_path / "run"
+    trained = run_cli("train", DEMO, apply, *FAST_TRAIN, "-o", run)
+    assert trained.exit_code == 0, trained.output
+    data = json.loads((run / "manifest.json").read_text())["data"]
+    assert data["train_rows"] == kept and data["train_dropped_by_pass_rate"] == 300 - kept
+    assert f"{300 - kept} dropped by data.pass_rate" in trained.output
+    prompts = {r["prompt"] for r in _rows(run / "completions.jsonl")}
+    assert prompts and all(0 < by_prompt[p] < 1 for p in prompts)  # trained on kept prompts only
+
+
+@pytest.mark.slow
+def test_a_longer_resumed_calibration_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+    short, whole = tmp_path / "resumed", tmp_path / "whole"
+    assert run_cli("calibrate", DEMO, "--max-prompts", "8", "-k", "4", "--out", short).exit_code == 0
+    assert len(_rows(short / "calibration.jsonl")) == 8
+    again = run_cli("calibrate", DEMO, "--max-prompts", "24", "-k", "4", "--out", short, "--resume")
+    assert again.exit_code == 0, again.output
+    assert "(8 done before, resumed)" in again.output
+    assert run_cli("calibrate", DEMO, "--max-prompts", "24", "-k", "4", "--out", whole).exit_code == 0
+    assert (short / "calibration.jsonl").read_text() == (whole / "calibration.jsonl").read_text()
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_finished_batches_and_resume_finishes(tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    partial = out / "calibration.partial.jsonl"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "calibrate", str(DEMO), "-k", "4", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.monotonic() + 300
+    while not (partial.exists() and len(partial.read_text().splitlines()) >= 16) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, output
+    assert "--resume" in output and not (out / "calibration.jsonl").exists()
+    done = _rows(partial)
+    assert 16 <= len(done) < 300 and len(done) % 8 == 0  # whole batches only
+    resumed = run_cli("calibrate", DEMO, "-k", "4", "--out", out, "--resume")
+    assert resumed.exit_code == 0, resumed.output
+    assert f"({len(done)} done before, resumed)" in resumed.output
+    rows = _rows(out / "calibration.jsonl")
+    assert len(rows) == 300 and len({r["key"] for r in rows}) == 300 and rows[:len(done)] == done
+    assert not partial.exists()
+
+
+def test_bad_requests_are_one_paragraph_before_any_model_loads(tmp_path: Path) -> None:
+    for args, where, words in [
+        (["--reward", "nope"], "--reward", "'nope' is not a reward of this recipe"),
+        (["--range", "(0.9, 0.1)"], "--range", "0 <= LOW <= HIGH <= 1"),
+        (["--range", "0-1"], "--range", "is not an interval"),
+    ]:
+        result = run_cli("calibrate", DEMO, *args, "--out", tmp_path / "x")
+        assert result.exit_code == 2, result.output
+        assert where in result.output and words in result.output and "Traceback" not in result.output
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "calibration.jsonl").write_text("")
+    result = run_cli("calibrate", DEMO, "--out", tmp_path / "old")
+    assert result.exit_code == 2 and "--resume" in result.output and "--force" in result.output
+    result = run_cli("validate", DEMO, f"data.pass_rate.file={tmp_path / 'none.jsonl'}")
+    assert result.exit_code == 2 and "grpo calibrate" in result.output
