@@ -132,5 +132,8 @@ def suite_problem(name: str, files: dict[str, object] | None = None) -> SuitePro
                             f"Give your own copy as a JSONL of problem/answer rows: `eval.suite_files: {{{name}: "
                             "FILE}` (boxed answers), or evaluate the saved model with lighteval where it has "
                             "network.")
-    return SuiteProblem(f"there is no benchmark suite {name!r}",
+    from grpo_cli.errors import did_you_mean
+
+    hint = did_you_mean(name, [*bundled(), *(files or {})])
+    return SuiteProblem(f"there is no benchmark suite {name!r}" + (f"; did you mean {hint!r}?" if hint else ""),
                         f"Use one of {', '.join(bundled())}, or a local file (eval.suite_files).")
