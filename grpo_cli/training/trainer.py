@@ -45,6 +45,14 @@ def make_trainer(run: RunState, config: GRPOConfig) -> GRPOTrainer:
     from grpo_cli.training.user_callbacks import load_callbacks
 
     run.callbacks += load_callbacks(recipe)  # the recipe's own, after grpo's (they see the same events)
+    if recipe.launch.vllm.mode == "async":  # TRL's AsyncGRPOTrainer: its own step, so no step timer
+        from grpo_cli.training.async_grpo import make_async_trainer
+
+        run.callbacks.remove(timer)
+        async_trainer = make_async_trainer(run, config)  # type: ignore[arg-type]
+        for extra in extras:
+            extra.trainer = async_trainer
+        return async_trainer  # type: ignore[return-value]
     data = run.data
     from grpo_cli.training.vllm_cpu import vllm_on_cpu
 

@@ -41,8 +41,7 @@ class Preflight:
 
 def _model_checks(recipe: Recipe, pf: Preflight) -> str:
     found = model_checks(recipe)
-    pf.problems += found.problems
-    pf.warnings += found.warnings
+    pf.problems, pf.warnings = pf.problems + found.problems, pf.warnings + found.warnings
     return found.description
 
 
@@ -208,9 +207,7 @@ def _training_checks(recipe: Recipe, pf: Preflight) -> None:
                                "visible here: `grpo train` will ask for --num-processes; the batch plan above "
                                "assumes 1 process.")
     lr = recipe.training.learning_rate
-    if lr > 1e-3 and recipe.model.lora is None and not recipe.model.name_or_path.startswith(
-        "bundled:"
-    ):
+    if lr > 1e-3 and recipe.model.lora is None and not recipe.model.name_or_path.startswith("bundled:"):
         pf.warnings.append(f"training.learning_rate={lr:g} is very high for full fine-tuning of a pretrained "
                            "model (1e-6 .. 1e-5 is typical); the policy may collapse.")
     if recipe.model.quantization and recipe.launch.spec.cpu_only:
@@ -295,13 +292,16 @@ def _vllm_checks(recipe: Recipe, pf: Preflight) -> None:
     """A model vLLM cannot serve is refused here, not at its first generate; the plan says vLLM's dtype."""
     if recipe.launch.vllm.mode == "off":
         return
+    from grpo_cli.validation.async_checks import async_plan, async_problems
     from grpo_cli.validation.model_config import find_model_config
     from grpo_cli.validation.vllm_support import sampling_dtype, vllm_model_problems, vllm_runs_on_cpu
 
     config, _ = find_model_config(recipe)
     problems, warnings = vllm_model_problems(recipe, config)
-    pf.problems.extend(problems)
+    pf.problems.extend([*problems, *async_problems(recipe)])
     pf.warnings.extend(warnings)
+    if recipe.launch.vllm.mode == "async":  # its staleness bound and correction, named
+        pf.plan["async"] = async_plan(recipe, vllm_runs_on_cpu(recipe))
     dtype = sampling_dtype(recipe, config)
     pf.plan["vLLM"] = (f"{recipe.launch.vllm.mode} on {'CPU' if vllm_runs_on_cpu(recipe) else 'GPU'}, samples in "
                        + (f"{dtype} (training in {recipe.model.dtype}; TRL's importance-sampling correction "
