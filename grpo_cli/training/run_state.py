@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from transformers import TrainerCallback
     from trl import GRPOTrainer
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
 
     from grpo_cli.data.mapping import MappedData
     from grpo_cli.evaluation.held_out import EvalResult
@@ -66,6 +67,6 @@ class RunState:
     metrics: MetricsJsonl = field(init=False)
     stopper: GracefulStop = field(init=False)
     probe: ShardingProbe = field(init=False)
-    trainer: GRPOTrainer | None = None
+    trainer: GRPOTrainer | AsyncGRPOTrainer | None = None  # AsyncGRPOTrainer: launch.vllm.mode async
     manifest: dict[str, Any] = field(default_factory=dict)
     result: TrainResult | None = None
