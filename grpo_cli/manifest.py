@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, RootModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
 MANIFEST_VERSION = 1
 """1: the first versioned manifest (the fields below). 0: written before manifests had a version."""
@@ -73,6 +73,17 @@ class ToolUse(BaseModel):
     last_error: str | None = None
 
 
+class AsyncRun(BaseModel):
+    """`launch.vllm.mode: async`: which trainer ran, its staleness bound and importance-sampling correction."""
+
+    model_config = ConfigDict(extra="allow", defer_build=True)
+    trainer: str | None = None
+    max_staleness: int | None = None
+    correction: str | None = None
+    weight_sync: str | None = None
+    """grpo-cpu (grpo's CPU weight sync) or nccl (TRL's own)."""
+
+
 class Scores(RootModel[dict[str, Any]]):
     """Held-out scores (`eval_before`, `eval_after`): metric -> value in the order the evaluation wrote them,
     the scoring's own summary (a recipe's rewards or a suite's accuracy), so its keys are data, not fields."""
@@ -105,7 +116,7 @@ def _whole(value: Any) -> int | None:
 class Manifest(BaseModel):
     """Everything manifest.json says about a run; every field may be missing in an older (or a failed) run's."""
 
-    model_config = ConfigDict(extra="allow", defer_build=True)
+    model_config = ConfigDict(extra="allow", defer_build=True, populate_by_name=True)
     version: int = 0
     """MANIFEST_VERSION in what grpo writes now; 0 in a file without the field (written before it existed)."""
     status: str | None = None
@@ -134,6 +145,8 @@ class Manifest(BaseModel):
     eval_before: Scores | None = None
     eval_after: Scores | None = None
     best: Best | None = None
+    async_run: AsyncRun | None = Field(default=None, alias="async")
+    """Written as `async` (a Python keyword)."""
 
     def held_out(self) -> list[tuple[str, Any, Any]]:
         """(metric, before, after) for each score recorded before training, in order ([] without one)."""
@@ -171,7 +184,7 @@ class Manifest(BaseModel):
     def write(self, path: Path) -> None:
         """Write atomically, so an interrupted run never leaves a truncated manifest."""
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(self.model_dump(exclude_unset=True), indent=2, default=str) + "\n",
+        tmp.write_text(json.dumps(self.model_dump(exclude_unset=True, by_alias=True), indent=2, default=str) + "\n",
                        encoding="utf-8")
         tmp.replace(path)
 

@@ -218,6 +218,40 @@ def test_after_a_sync_the_server_samples_with_the_new_weights(server) -> None:
     client.update_model_params(AutoModelForCausalLM.from_pretrained(ASSETS_DIR / "tiny-arith", dtype=torch.float32))
 
 
+def test_async_mode_trains_the_demo_with_trls_async_trainer_and_the_server_gets_every_sync(server,
+                                                                                         tmp_path: Path) -> None:
+    """`launch.vllm.mode: async`: TRL's AsyncGRPOTrainer on the CPU (grpo's weight sync and tree attention)."""
+    import torch
+    from safetensors.torch import load_file
+
+    from grpo_cli.paths import ASSETS_DIR
+    from grpo_cli.training.async_cpu import CpuWeightTransfer
+    from grpo_cli.training.vllm_cpu import rpc
+
+    overrides, url = server
+    out = tmp_path / "async"
+    result = run_cli("train", DEMO, *overrides, "launch.vllm.mode=async", "training.max_steps=4",
+                     "training.logging_steps=1", "eval.before_after=false", "-o", out)
+    assert result.exit_code == 0, result.output
+    assert "AsyncGRPOTrainer" in result.output and "at most 1 weight sync(s)" in " ".join(result.output.split())
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["async"]["max_staleness"] == 1
+    steps = [r for r in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())
+             if "sample/staleness_max" in r]
+    assert len(steps) == 4
+    assert all(r["sample/staleness_max"] <= 1 and "ratio" in r and r["perf/weight_sync_s"] > 0 for r in steps)
+    # Some of a later step's completions were sampled while the step before it trained: generation overlapped.
+    assert any(r["sample/staleness_max"] == 1 for r in steps[1:]), steps
+    trained = load_file(out / "model.safetensors")
+    bundled = load_file(ASSETS_DIR / "tiny-arith" / "model.safetensors")
+    assert sum(not torch.equal(trained[n], bundled[n]) for n in bundled) >= len(bundled) // 2
+    names = ["model.embed_tokens.weight", "model.norm.weight", "model.layers.1.post_attention_layernorm.weight"]
+    served = rpc(CpuWeightTransfer(url)._post, url, "grpo_weight_digest", ",".join(names))[0]
+    for name in names:  # the server samples with the weights of the last step, not the bundled ones
+        assert served[name] == pytest.approx(trained[name].flatten()[:8].tolist(), abs=1e-6), name
+        assert served[name] != pytest.approx(bundled[name].flatten()[:8].tolist(), abs=1e-6), name
+
+
 def test_stop_server_ends_a_loaded_server_and_its_engine_process() -> None:
     """`stop_server` takes the whole process group down, also while the engine is still starting."""
     from grpo_cli.launching.vllm_server import stop_server

@@ -69,12 +69,12 @@ def plan_cluster(recipe: Recipe, recipe_path: Path, overrides: list[str], *, nod
         if cpu:
             add.setdefault("launch.num_processes", str(launch.num_processes or 2 * nodes))
             gpus_per_node = 0
-    if vllm_node and launch.vllm.mode != "server":
+    if vllm_node and not launch.vllm.uses_server:
         problems.append(Problem("launch.vllm.mode", f"--vllm-node runs a vLLM server, but launch.vllm.mode is "
                                 f"{launch.vllm.mode!r}", "Add the override `launch.vllm.mode=server`, or drop "
                                 "--vllm-node (colocate mode needs no server)."))
         add["launch.vllm.mode"] = "server"
-    if launch.vllm.mode == "server" and not vllm_node and nodes > 1:
+    if launch.vllm.uses_server and not vllm_node and nodes > 1:
         if verb == "slurm":
             problems.append(Problem("launch.vllm.mode", "a multi-node run in server mode needs the vLLM server on a "
                                     "node of its own", "Add --vllm-node (or use `launch.vllm.mode=colocate`)."))
@@ -150,7 +150,7 @@ def _layout(recipe: Recipe, recipe_path: Path, overrides: list[str], nodes: int,
             gpus_per_node: int | None) -> ClusterPlan:
     """The per-node layout of a recipe that passed plan_cluster's checks."""
     launch = recipe.launch
-    server_here = launch.vllm.mode == "server" and not vllm_node
+    server_here = launch.vllm.uses_server and not vllm_node
     if launch.num_processes is not None:
         processes = launch.num_processes
         gpus = processes // nodes if gpus_per_node is None else gpus_per_node
@@ -239,7 +239,7 @@ def skypilot_task(plan: ClusterPlan, *, accelerator: str, workdir: Path, recipe:
         raise GrpoError("a dedicated vLLM node is only generated for Slurm", where="--vllm-node",
                         fix="On SkyPilot keep the server on the training node (launch.vllm.server_gpus) or run it "
                             "as a task of its own; drop --vllm-node.")
-    if recipe.launch.vllm.mode == "server":
+    if recipe.launch.vllm.uses_server:
         run += [f"{grpo_command('vllm-serve', plan, recipe=rel)} &",  # one node: plan_cluster refuses more
                 "VLLM_PID=$!", "trap 'kill $VLLM_PID 2>/dev/null' EXIT"]  # stop the server however training ends
     flags = train_flags(plan, main="$MAIN_IP", rank="$SKYPILOT_NODE_RANK")

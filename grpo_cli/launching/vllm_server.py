@@ -59,8 +59,8 @@ def vllm_serve_command(recipe: Recipe) -> list[str]:
     from grpo_cli.models import model_reference
 
     v = recipe.launch.vllm
-    if v.mode != "server":
-        raise GrpoError(f"launch.vllm.mode is {v.mode!r}; a separate vLLM server is only used in server mode",
+    if not v.uses_server:
+        raise GrpoError(f"launch.vllm.mode is {v.mode!r}; a separate vLLM server is only used in server and async mode",
                         where="launch.vllm.mode",
                         fix="Add the override `launch.vllm.mode=server` (and use the same recipe for training).")
     if v.tensor_parallel_size > max(v.server_gpus, 1):

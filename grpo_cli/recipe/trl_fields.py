@@ -236,3 +236,19 @@ def json_schema_for(field: TrlField) -> dict[str, Any]:
     if field.help:
         schema["description"] = field.help
     return schema
+
+
+# TRL's AsyncGRPOConfig (launch.vllm.mode: async): TrainingArguments and _BaseConfig, then its own fields.
+_ASYNC_SOURCE = ("trl", "experimental/async_grpo/async_grpo_config.py", "AsyncGRPOConfig")
+
+
+@cache
+def async_grpo_config_names() -> frozenset[str]:
+    """The fields the installed TRL's AsyncGRPOConfig takes, read from source (empty if it has none)."""
+    names: set[str] = set()
+    for package, rel, class_name in (*_SOURCES[:2], _ASYNC_SOURCE):
+        base = _package_dir(package)
+        if base is None or not (base / rel).exists():
+            return frozenset()
+        names.update(f.name for f in _parse_class(base / rel, class_name))
+    return frozenset(names)

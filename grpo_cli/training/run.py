@@ -95,7 +95,7 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
     if plan.checkpoint is not None:
         runs.check_resume_compatible(out, name_or_path=recipe.model.name_or_path, lora=bool(recipe.model.lora))
         _say(console, f"resuming from {plan.checkpoint.name} (step {runs.saved_step(plan.checkpoint)})")
-    if recipe.launch.vllm.mode == "server" and is_main_process():
+    if recipe.launch.vllm.uses_server and is_main_process():
         from grpo_cli.launching.vllm_server import server_base_url, wait_for_server
 
         wait_for_server(server_base_url(recipe), recipe.launch.vllm.server_timeout, recipe_source=recipe.source)
@@ -145,14 +145,8 @@ def _build(run: RunState) -> None:
 
     run.toolset = load_toolset(recipe)
 
-    from trl import GRPOConfig
-
     os.environ.update(tracking_environment(recipe))  # W&B / TensorBoard read their settings from the environment
-    try:
-        config = GRPOConfig(**grpo_config_kwargs(recipe, out, run.loaded.dtype, run.loaded.device))
-    except (ValueError, TypeError) as exc:
-        raise GrpoError(f"TRL rejected the training settings: {str(exc).splitlines()[0]}", where="training",
-                        fix="Fix the named training key; `grpo validate` checks most of these up front.") from None
+    config = _trainer_config(recipe, out, run.loaded.dtype, run.loaded.device)
     _ = config.device  # GRPOConfig (re)creates accelerate's state here; FSDP on CPU must come after it
     adopt_fsdp_on_cpu()
     _start_run_dir(run, config.seed)
@@ -168,10 +162,26 @@ def _build(run: RunState) -> None:
                         if k in ("pass@1", "accuracy", "reward/mean") and isinstance(v, float)}
             console.print("before training: " + ", ".join(f"{k} {v:.4f}" for k, v in headline.items()),
                           markup=False)
-    _say(console, "starting TRL's GRPOTrainer")
+    _say(console, "starting TRL's " + ("AsyncGRPOTrainer" if recipe.launch.vllm.mode == "async" else "GRPOTrainer"))
     from grpo_cli.training.trainer import make_trainer
 
     run.trainer = make_trainer(run, config)
+
+
+def _trainer_config(recipe: Recipe, out: Path, dtype: str, device: str) -> Any:
+    """TRL's GRPOConfig for the recipe (AsyncGRPOConfig in async mode), with TRL's refusal as a paragraph."""
+    kwargs = grpo_config_kwargs(recipe, out, dtype, device)
+    if recipe.launch.vllm.mode == "async":
+        from grpo_cli.training.async_grpo import async_config
+
+        return async_config(recipe, kwargs, dtype)
+    from trl import GRPOConfig
+
+    try:
+        return GRPOConfig(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise GrpoError(f"TRL rejected the training settings: {str(exc).splitlines()[0]}", where="training",
+                        fix="Fix the named training key; `grpo validate` checks most of these up front.") from None
 
 
 def _start_run_dir(run: RunState, seed: int) -> None:
@@ -269,7 +279,9 @@ def _finish(run: RunState) -> TrainResult:
         if _held_out(run) and is_main_process():
             from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 
-            model = _saved_model(run) if layout.get("sharded") else trainer.model
+            # sharded: only every rank together can generate; async: the trainer's model has packed attention
+            sharded = layout.get("sharded") or recipe.launch.vllm.mode == "async"
+            model = _saved_model(run) if sharded else trainer.model
             result.eval_after = evaluate_loaded(EvalTask.for_recipe(recipe), model, run.loaded.processing_class,
                                                 run.data.eval, run.console, label="after training")
     run.manifest.end(result.status, result.global_step, result.message)

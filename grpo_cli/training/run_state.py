@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from rich.console import Console
     from transformers import TrainerCallback
     from trl import GRPOTrainer
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
 
     from grpo_cli.data.mapping import MappedData
     from grpo_cli.evaluation.scoring import EvalResult
@@ -66,6 +67,6 @@ class RunState:
     metrics: MetricsJsonl = field(init=False)
     stopper: GracefulStop = field(init=False)
     probe: ShardingProbe = field(init=False)
-    trainer: GRPOTrainer | None = None
+    trainer: GRPOTrainer | AsyncGRPOTrainer | None = None  # AsyncGRPOTrainer: launch.vllm.mode async
     manifest: Manifest = field(default_factory=Manifest)  # written from `_start_run_dir` on
     result: TrainResult | None = None

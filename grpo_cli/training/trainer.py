@@ -3,20 +3,22 @@ instance (the step time split, the shared prefill, `sampling:`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 
 if TYPE_CHECKING:
     from trl import GRPOConfig, GRPOTrainer
+    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
     from grpo_cli.training.run_state import RunState
 
 
-def make_trainer(run: RunState, config: GRPOConfig) -> GRPOTrainer:
-    """TRL's GRPOTrainer with grpo's callbacks (metrics, graceful stop, console, health guards)."""
+def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTrainer | AsyncGRPOTrainer:
+    """TRL's GRPOTrainer (AsyncGRPOTrainer in async mode) with grpo's callbacks (metrics, graceful stop, console,
+    health guards)."""
     from transformers.trainer_callback import PrinterCallback
-    from trl import GRPOTrainer
+    from trl import GRPOConfig, GRPOTrainer
 
     from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
     from grpo_cli.training.dynamic_sampling import attach_sampling
@@ -45,6 +47,10 @@ def make_trainer(run: RunState, config: GRPOConfig) -> GRPOTrainer:
     from grpo_cli.training.user_callbacks import load_callbacks
 
     run.callbacks += load_callbacks(recipe)  # the recipe's own, after grpo's (they see the same events)
+    if recipe.launch.vllm.mode == "async":  # TRL's AsyncGRPOTrainer: its own step, so no step timer
+        run.callbacks.remove(timer)
+        return _async_trainer(run, config, extras)
+    assert isinstance(config, GRPOConfig)
     data = run.data
     from grpo_cli.training.vllm_cpu import vllm_on_cpu
 
@@ -59,6 +65,19 @@ def make_trainer(run: RunState, config: GRPOConfig) -> GRPOTrainer:
     timer.attach(trainer)
     share_prompt_prefill(trainer.model)  # a group's prompt prefilled once, not num_generations times
     attach_sampling(trainer, recipe)  # `sampling:` (off by default: then nothing is wrapped)
+    for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
+        extra.trainer = trainer
+    return trainer
+
+
+def _async_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig, extras: list[Any]) -> AsyncGRPOTrainer:
+    """launch.vllm.mode async: TRL's AsyncGRPOTrainer with the callbacks already in run.callbacks."""
+    from trl.experimental.async_grpo import AsyncGRPOConfig
+
+    from grpo_cli.training.async_grpo import make_async_trainer
+
+    assert isinstance(config, AsyncGRPOConfig)  # training/run.py builds it for this mode
+    trainer = make_async_trainer(run, config)
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
     return trainer

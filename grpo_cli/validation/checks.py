@@ -56,8 +56,8 @@ PLAN_LINES: tuple[tuple[str, ...], ...] = (
     ("model",), ("data",), ("prompt",), ("rewards",), ("launch",), ("output",), ("train rows",), ("eval rows",),
     ("completions per micro-step", "generation batch", "completions per optimizer step", "total optimizer steps",
      "optimizer steps per epoch"),  # the batch plan's lines, in the order check_training writes them
-    ("chat template",), ("task metric",), ("model kind",), ("images",), ("tools",), ("vLLM",), ("sampling",),
-    ("zero-advantage skip",), ("threads",), ("reward pools",), ("memory per GPU",),
+    ("chat template",), ("task metric",), ("model kind",), ("images",), ("tools",), ("vLLM",), ("async",),
+    ("sampling",), ("zero-advantage skip",), ("threads",), ("reward pools",), ("memory per GPU",),
 )
 """The order the plan prints in (a line not named here comes last)."""
 _PLAN_RANK = {line: rank for rank, group in enumerate(PLAN_LINES) for line in group}

@@ -30,11 +30,15 @@ def check_vllm(recipe: Recipe, pf: Preflight) -> Findings:
     """A model vLLM cannot serve is refused here, not at its first generate; the plan says vLLM's dtype."""
     if recipe.launch.vllm.mode == "off":
         return Findings()
+    from grpo_cli.validation.async_checks import async_plan, async_problems
     from grpo_cli.validation.model_config import find_model_config
     from grpo_cli.validation.vllm_support import sampling_dtype, vllm_model_findings, vllm_runs_on_cpu
 
     config, _ = find_model_config(recipe)
     found = vllm_model_findings(recipe, config)
+    found.problems += async_problems(recipe)
+    if recipe.launch.vllm.mode == "async":  # its staleness bound and correction, named
+        found.plan["async"] = async_plan(recipe, vllm_runs_on_cpu(recipe))
     dtype = sampling_dtype(recipe, config)
     where = "CPU" if vllm_runs_on_cpu(recipe) else "GPU"
     samples = (f"{dtype} (training in {recipe.model.dtype}; TRL's importance-sampling correction absorbs the "

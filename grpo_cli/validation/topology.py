@@ -37,7 +37,7 @@ def visible_gpu_count() -> int:
 def _server_on_this_layout(recipe: Recipe) -> bool:
     """A vLLM server that shares the training node's GPUs (single node, server mode)."""
     v = recipe.launch.vllm
-    return v.mode == "server" and recipe.launch.num_machines == 1 and v.server_gpus > 0
+    return v.uses_server and recipe.launch.num_machines == 1 and v.server_gpus > 0
 
 
 def resolve_num_processes(recipe: Recipe, gpus: int | None = None) -> int:
@@ -54,7 +54,7 @@ def resolve_num_processes(recipe: Recipe, gpus: int | None = None) -> int:
                             where="launch.num_processes",
                             fix="Pass `--num-processes N` (on CPU at most one per core, e.g. "
                                 f"`--profile {launch.profile} --num-processes 2`).")
-        if launch.vllm.mode == "server" and launch.num_machines > 1:
+        if launch.vllm.uses_server and launch.num_machines > 1:
             raise GrpoError("a multi-node run with a vLLM server cannot derive its process count from the GPUs",
                             where="launch.num_processes",
                             fix="Pass `--num-processes N` with N the training GPUs on all nodes together "

@@ -89,7 +89,7 @@ def sampling_dtype(recipe: Recipe, config: dict[str, Any] | None) -> str | None:
     on a GPU without bfloat16). Training keeps its own dtype: TRL's importance-sampling correction
     absorbs the difference between the two.
     """
-    if recipe.launch.vllm.mode == "server" and recipe.model.dtype != "auto":
+    if recipe.launch.vllm.uses_server and recipe.model.dtype != "auto":
         return str(recipe.model.dtype)
     config = config or {}
     text = _text_config(config)

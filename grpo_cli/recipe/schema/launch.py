@@ -13,9 +13,10 @@ from grpo_cli.recipe.schema.common import Section, omitted_section
 class VllmSection(Section):
     """Generation with vLLM: the `vllm` extra on a GPU, or on CPU the environment scripts/install_vllm_cpu.sh builds."""
 
-    mode: Literal["off", "colocate", "server"] = "off"
+    mode: Literal["off", "colocate", "server", "async"] = "off"
     """off: transformers generate; colocate: vLLM inside each training process; server: a separate
-    `grpo vllm-serve` process on its own GPUs."""
+    `grpo vllm-serve` process on its own GPUs; async: the same server, with TRL's AsyncGRPOTrainer generating
+    the next batches while the trainer learns from the current one (docs/distributed.md)."""
     host: str = "127.0.0.1"
     """Server mode: host of the vLLM server."""
     port: int = Field(8000, ge=1, le=65535)
@@ -34,6 +35,14 @@ class VllmSection(Section):
     """Colocate mode: offload vLLM weights and cache during the optimizer step to save memory (GPU only)."""
     max_model_length: int | None = Field(None, gt=0)
     """Context length for vLLM; defaults to the model's."""
+    max_staleness: int = Field(1, ge=0, le=64)
+    """Async mode: a completion is trained on only if the server sampled it at most this many weight syncs ago
+    (older ones are dropped); TRL's `max_staleness`. 0 waits for every sync, as server mode does."""
+
+    @property
+    def uses_server(self) -> bool:
+        """Generation runs on a separate `grpo vllm-serve` process (server and async mode)."""
+        return self.mode in ("server", "async")
 
     @field_validator("base_url")
     @classmethod
