@@ -96,7 +96,9 @@ def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Pat
         model = _model_dir(args.recipe)
         return [*head, str(ROOT / "benchmarks" / script), *(a.format(model=model) for a in extra),
                 "--max-steps", str(args.steps), "--save-steps", str(args.save_steps), "--output-dir", str(out)]
-    return [*head, "-m", "grpo_cli", "train", args.recipe, "-o", str(out), "--force",
+    # The vLLM environment may lack the package a `package:` model lives in: give it the converted directory.
+    model = [f"model.name_or_path={_model_dir(args.recipe)}"] if runner.vllm else []
+    return [*head, "-m", "grpo_cli", "train", args.recipe, "-o", str(out), "--force", *model,
             f"training.max_steps={args.steps}", "training.save_strategy=steps",
             f"training.save_steps={args.save_steps}", "training.save_only_model=true", "eval.before_after=false",
             *args.set, *runner.overrides]
