@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from importlib.resources import files
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,8 @@ from grpo_cli.recipe.profiles import multi_process_names
 from grpo_cli.validation import world_size_explanation
 from tests.conftest import MINIMAL, ROOT, run_cli
 
-CONFIGS = ROOT / "accelerate_configs"
+CONFIGS = Path(str(files("grpo_cli.assets") / "accelerate_configs"))  # where the package finds them
+USER_CONFIGS = ROOT / "accelerate_configs"  # the folder users see and copy from
 PROFILES = multi_process_names()
 PY = sys.executable
 ACC = [PY, "-m", "grpo_cli.launching.accelerate_launch"]
@@ -93,6 +95,14 @@ def test_accelerate_accepts_the_command_and_picks_the_profiles_launcher(profile,
     assert args.training_script_args == ["train", str(path), "--resume"]
 
 
+def test_the_top_level_accelerate_configs_are_the_shipped_ones() -> None:
+    """Users copy from accelerate_configs/ at the top of the checkout: it must hold exactly the files grpo launches
+    with, not a stale copy."""
+    shipped = {p.name: p.read_bytes() for p in CONFIGS.glob("*.yaml")}
+    assert shipped and {p.name: p.read_bytes() for p in USER_CONFIGS.glob("*.yaml")} == shipped
+    assert all(profile_config_path(p).parent == CONFIGS for p in PROFILES)
+
+
 def test_shipped_accelerate_configs_load_and_use_only_real_options() -> None:
     """accelerate silently ignores a misspelt key inside deepspeed_config/fsdp_config: every key must be an option."""
     from accelerate.commands.config.config_args import load_config_from_file
@@ -133,7 +143,7 @@ def test_process_count_problems_are_explained(write_recipe, minimal_dir) -> None
 
 
 def test_custom_accelerate_config_is_relative_to_the_recipe(write_recipe, minimal_dir, monkeypatch) -> None:
-    (minimal_dir / "my_zero3.yaml").write_text((CONFIGS / "zero3.yaml").read_text())
+    (minimal_dir / "my_zero3.yaml").write_text((USER_CONFIGS / "zero3.yaml").read_text())
     recipe, path = _recipe(write_recipe, minimal_dir, "profile: ddp\nnum_processes: 2\n"
                            "accelerate_config: my_zero3.yaml\n")
     cmd = accelerate_command(recipe, path, [], [], gpus=2)

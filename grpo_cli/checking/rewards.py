@@ -327,6 +327,36 @@ def _totals(results: list[RewardResult], weights: list[float], n: int) -> list[f
             for i in range(n)]
 
 
+def _refuse_bad_request(recipe: Recipe, completions: str | Path | None, samples: int, generate: bool) -> None:
+    """The dry run's own input errors, before a tokenizer or model loads."""
+    if samples < 1:
+        raise GrpoError(f"--samples must be at least 1, got {samples}", where="--samples")
+    if completions is not None and generate:
+        raise GrpoError("--completions and --generate both choose where completions come from",
+                        where="command line", fix="Give one of them.")
+    if not recipe.rewards:
+        raise GrpoError("the recipe has no `rewards` to check: its reward is the environment's get_reward, which "
+                        "scores the environment's state after a rollout, not a completion's text", where="rewards",
+                        fix="Run `grpo check-tools RECIPE`: it resets the environment, calls each method and "
+                            "get_reward, and names what fails.")
+
+
+def _samples(recipe: Recipe, completions: str | Path | None, samples: int, generate: bool,
+             notes: list[str]) -> tuple[list[Sample], str, Any]:
+    """The completions to score, their source (generate, file, probes) and the row -> file:line lookup, if any."""
+    from grpo_cli.checking.probes import Tokens
+
+    if generate:
+        return _generated_samples(recipe, samples)[0], "generate", None
+    tokenizer = _tokenizer(recipe, notes)
+    rows = (mapped := _rows(recipe, tokenizer)).train
+    tokens = Tokens(getattr(tokenizer, "tokenizer", tokenizer))  # a VLM processor holds the tokenizer
+    if completions is not None:
+        return _file_samples(recipe, rows, Path(completions), tokens), "file", mapped.locate_train
+    budget = recipe.training.max_completion_length
+    return _probe_samples(recipe, rows, _spread(len(rows), samples), tokens, budget), "probes", mapped.locate_train
+
+
 def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples: int = 8,
                   generate: bool = False) -> CheckReport:
     """Score probes (default), a completions file, or freshly generated samples with every recipe reward.
@@ -339,38 +369,13 @@ def check_rewards(recipe: Recipe, completions: str | Path | None = None, samples
 
     datasets.disable_progress_bars()  # a dry run: keep the output to the report
     hf_logging.disable_progress_bar()
-    if samples < 1:
-        raise GrpoError(f"--samples must be at least 1, got {samples}", where="--samples")
-    if completions is not None and generate:
-        raise GrpoError("--completions and --generate both choose where completions come from",
-                        where="command line", fix="Give one of them.")
-    if not recipe.rewards:
-        raise GrpoError("the recipe has no `rewards` to check: its reward is the environment's get_reward, which "
-                        "scores the environment's state after a rollout, not a completion's text", where="rewards",
-                        fix="Run `grpo check-tools RECIPE`: it resets the environment, calls each method and "
-                            "get_reward, and names what fails.")
+    _refuse_bad_request(recipe, completions, samples, generate)
     notes: list[str] = []
-    locate = None  # training row -> its file and line, for messages
     funcs = _reward_funcs(recipe)
-    tr = recipe.training
-    budget = tr.max_completion_length
     try:
-        from grpo_cli.checking.probes import Tokens
-
-        if generate:
-            found, tokenizer = _generated_samples(recipe, samples)
-            source = "generate"
-        else:
-            tokenizer = _tokenizer(recipe, notes)
-            mapped = _rows(recipe, tokenizer)
-            rows, locate = mapped.train, mapped.locate_train
-            tokens = Tokens(getattr(tokenizer, "tokenizer", tokenizer))  # a VLM processor holds the tokenizer
-            if completions is not None:
-                found, source = _file_samples(recipe, rows, Path(completions), tokens), "file"
-            else:
-                found, source = _probe_samples(recipe, rows, _spread(len(rows), samples), tokens, budget), "probes"
+        found, source, locate = _samples(recipe, completions, samples, generate, notes)
         world = recipe.launch.world_size  # TRL calls each reward on one process's share of the generation batch
-        per_call = max(1, tr.generation_batch(world) // world)
+        per_call = max(1, recipe.training.generation_batch(world) // world)
         batches = _batches(found, per_call)
         state, logs = _trainer_state(recipe), _Logs()
         results = [_score(e.label, f, found, batches, state, logs) for e, f in zip(recipe.rewards, funcs, strict=True)]

@@ -6,12 +6,13 @@ heavy is imported at module level so `grpo --help` and `grpo validate` stay inst
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 # Pydantic scans every installed distribution for plugins on first use (~15 ms of a ~0.3 s
 # `grpo validate`); grpo uses none. Users who rely on a pydantic plugin can set the variable.
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from grpo_cli.errors import GrpoError
 
 PIPED_WIDTH = 120
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def make_console(stderr: bool = False) -> Console:
@@ -116,19 +119,15 @@ Renderer = Callable[[Console, Any], None]
 
 
 def run_check(make: Callable[[], tuple[Any, Renderer]], as_json: bool) -> None:
-    """Run a dry run (check-rewards, check-tools) guarded: `make` returns its report and the renderer (imported
-    there, so `--help` stays fast); print the report as one JSON document or rendered; exit 1 when it flagged
+    """Run a dry run (check-rewards, check-tools): `make` returns its report and the renderer (imported there,
+    so `--help` stays fast); print the report as one JSON document or rendered; exit 1 when it flagged
     something."""
-
-    def body() -> int:
-        report, render = make()
-        if as_json:
-            sys.stdout.write(report.to_json() + "\n")
-        else:
-            render(console, report)
-        return 0 if report.ok else 1
-
-    exit_with(run_guarded(body))
+    report, render = make()
+    if as_json:
+        sys.stdout.write(report.to_json() + "\n")
+    else:
+        render(console, report)
+    exit_with(0 if report.ok else 1)
 
 
 def say_first(text: str, *, stderr: bool = False) -> None:
@@ -143,7 +142,21 @@ def exit_with(code: int | None) -> None:
         raise typer.Exit(code)
 
 
-def run_guarded(func: Callable[[], Any]) -> Any:
+def guarded(verb: Callable[P, R]) -> Callable[P, R]:
+    """`verb` run through `run_guarded`: what `commands.register` adds to the app, so every verb is a flat
+    function and its errors still become one paragraph. functools.wraps keeps the signature Typer reads."""
+    if getattr(verb, "__grpo_guarded__", False):
+        return verb
+
+    @functools.wraps(verb)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return run_guarded(lambda: verb(*args, **kwargs))
+
+    run.__grpo_guarded__ = True  # type: ignore[attr-defined]
+    return run
+
+
+def run_guarded(func: Callable[[], R]) -> R:
     """Run a command body: user errors become one paragraph and exit code 2, no traceback."""
     from grpo_cli.errors import GrpoError
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, RecipeArg, console, run_guarded, say_first
+from grpo_cli.cli.base import OverridesArg, RecipeArg, console, say_first
 
 CALIBRATE_EPILOG = (
     "Samples k completions per training prompt with the recipe's base model (the training mapping, temperature and "
@@ -46,15 +46,11 @@ def calibrate_command(
     force: Annotated[bool, typer.Option("--force", help="Replace the calibration in --out.")] = False,
 ) -> None:
     """Measure the base model's pass rate on each training prompt; keep the prompts that give a learning signal."""
+    say_first(f"grpo calibrate {recipe}")
+    from grpo_cli.calibration import CalibrateRequest, calibrate
+    from grpo_cli.cli.render import render_calibration
 
-    def body() -> None:
-        say_first(f"grpo calibrate {recipe}")
-        from grpo_cli.calibration import CalibrateRequest, calibrate
-        from grpo_cli.cli.render import render_calibration
-
-        request = CalibrateRequest(recipe=recipe, overrides=overrides or [], k=samples, max_prompts=max_prompts,
-                                   batch_size=batch_size, temperature=temperature, reward=reward, threshold=threshold,
-                                   range=keep, out=out, backend=backend, resume=resume, force=force)
-        render_calibration(console, calibrate(request, console=console), str(recipe))
-
-    run_guarded(body)
+    request = CalibrateRequest(recipe=recipe, overrides=overrides or [], k=samples, max_prompts=max_prompts,
+                               batch_size=batch_size, temperature=temperature, reward=reward, threshold=threshold,
+                               range=keep, out=out, backend=backend, resume=resume, force=force)
+    render_calibration(console, calibrate(request, console=console), str(recipe))

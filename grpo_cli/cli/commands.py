@@ -1,6 +1,7 @@
 """The explicit list of `grpo` verbs, in the order `grpo --help` shows them.
 
-A new verb is one file in this package plus one line here; nothing registers itself by being imported.
+A new verb is one file in this package plus one line here; nothing registers itself by being imported, and
+every verb is wrapped in the error guard here, so its function is flat (no guard of its own).
 A command line that names its verb gets an app with that verb alone (`app_for`): Typer inspects the
 signature of every registered function before it parses anything, and importing and inspecting all
 fourteen was a tenth of `grpo validate`. `grpo --help` and anything else get every verb.
@@ -51,7 +52,8 @@ def get_commands() -> list[tuple[str, Callable[..., Any], dict[str, Any]]]:
 
 
 def register(app: typer.Typer, only: str | None = None) -> None:
-    """Add every verb (or the one named `only`) to `app` once."""
+    """Add every verb (or the one named `only`) to `app` once, each run through `base.guarded`: a verb is a flat
+    function, and this is the one place its errors are turned into a paragraph and an exit code."""
     known = {info.name for info in app.registered_commands}
     groups = {info.name for info in app.registered_groups}
     for verb in VERBS:
@@ -59,10 +61,12 @@ def register(app: typer.Typer, only: str | None = None) -> None:
             continue
         name, func, options = _command(verb)
         if isinstance(func, typer.Typer):  # a verb with sub-verbs (`grpo launch slurm`)
+            for sub in func.registered_commands:
+                sub.callback = base.guarded(sub.callback) if sub.callback else None
             if name not in groups:
                 app.add_typer(func, name=name, **options)
         elif name not in known:
-            app.command(name, **options)(func)
+            app.command(name, **options)(base.guarded(func))
 
 
 _full: list[typer.Typer] = []

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, console, load, run_guarded
+from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, console, load
 
 DOCTOR_EPILOG = ("Exit code 1 when something needed is missing or outside its supported window: the core libraries "
                  "always, and with a recipe also what it uses (vLLM, DeepSpeed, bitsandbytes, flash-attn, "
@@ -23,27 +23,23 @@ def doctor(
     num_processes: ProcessesOpt = None,
 ) -> None:
     """Check Python, the torch build, CUDA devices, bf16, NCCL and library versions against TRL 1.16's windows."""
+    from grpo_cli.cli.render import render_doctor
+    from grpo_cli.validation.doctor import doctor as run_doctor
 
-    def body() -> None:
-        from grpo_cli.cli.render import render_doctor
-        from grpo_cli.validation.doctor import doctor as run_doctor
+    if recipe is None and (profile or num_processes):
+        from grpo_cli.errors import GrpoError
 
-        if recipe is None and (profile or num_processes):
-            from grpo_cli.errors import GrpoError
+        raise GrpoError("--profile and --num-processes describe a recipe's launch, and no recipe was given",
+                        where="grpo doctor", fix="Pass the recipe first: `grpo doctor RECIPE --profile P`.")
+    loaded = load(recipe, overrides, profile=profile, num_processes=num_processes) if recipe else None
+    report = run_doctor(loaded)
+    if loaded is not None:  # "ready" means the recipe itself passes too
+        from grpo_cli.validation import preflight
 
-            raise GrpoError("--profile and --num-processes describe a recipe's launch, and no recipe was given",
-                            where="grpo doctor", fix="Pass the recipe first: `grpo doctor RECIPE --profile P`.")
-        loaded = load(recipe, overrides, profile=profile, num_processes=num_processes) if recipe else None
-        report = run_doctor(loaded)
-        if loaded is not None:  # "ready" means the recipe itself passes too
-            from grpo_cli.validation import preflight
-
-            problems = preflight(loaded).problems
-            if problems:
-                report.problems.append(f"the recipe does not pass `grpo validate` ({len(problems)} problem(s); "
-                                       f"first: {problems[0].render()}); run `grpo validate {recipe}` for all")
-        render_doctor(console, report, as_json=as_json)
-        if not report.ok:
-            raise typer.Exit(1)
-
-    run_guarded(body)
+        problems = preflight(loaded).problems
+        if problems:
+            report.problems.append(f"the recipe does not pass `grpo validate` ({len(problems)} problem(s); "
+                                   f"first: {problems[0].render()}); run `grpo validate {recipe}` for all")
+    render_doctor(console, report, as_json=as_json)
+    if not report.ok:
+        raise typer.Exit(1)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, console, run_guarded, say_first
+from grpo_cli.cli.base import OverridesArg, console, say_first
 from grpo_cli.suite_table import bundled_text
 
 EVAL_EPILOG = (
@@ -55,17 +55,13 @@ def eval_cmd(
     force: Annotated[bool, typer.Option("--force", help="Overwrite an earlier evaluation in --out.")] = False,
 ) -> None:
     """Sample completions for held-out prompts and score them: the recipe's rewards, or a benchmark suite."""
+    what = f"--suite {suite} " if suite else ""
+    say_first(f"grpo eval {what}{recipe or model or ''}".rstrip())
+    from grpo_cli.cli.render import render_eval_outcome
+    from grpo_cli.evaluation import EvalRequest, evaluate
 
-    def body() -> None:
-        what = f"--suite {suite} " if suite else ""
-        say_first(f"grpo eval {what}{recipe or model or ''}".rstrip())
-        from grpo_cli.cli.render import render_eval_outcome
-        from grpo_cli.evaluation import EvalRequest, evaluate
-
-        request = EvalRequest(recipe=recipe, overrides=overrides or [], model=model, adapter=adapter, split=split,
-                              file=file, samples=samples, k=num_generations, temperature=temperature,
-                              batch_size=batch_size, out=out, compare=compare or [], backend=backend, suite=suite,
-                              max_new_tokens=max_new_tokens, force=force)
-        render_eval_outcome(console, evaluate(request, console=console))
-
-    run_guarded(body)
+    request = EvalRequest(recipe=recipe, overrides=overrides or [], model=model, adapter=adapter, split=split,
+                          file=file, samples=samples, k=num_generations, temperature=temperature,
+                          batch_size=batch_size, out=out, compare=compare or [], backend=backend, suite=suite,
+                          max_new_tokens=max_new_tokens, force=force)
+    render_eval_outcome(console, evaluate(request, console=console))

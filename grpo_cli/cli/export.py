@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import console, run_guarded, say_first
+from grpo_cli.cli.base import console, say_first
 
 
 def export(
@@ -20,16 +20,12 @@ def export(
     force: Annotated[bool, typer.Option("--force", help="Replace an existing --out file.")] = False,
 ) -> None:
     """Write a Llama or Qwen2 model as GGUF (f16 or q8_0), checked: read back, its logits must match."""
+    from grpo_cli.errors import GrpoError
 
-    def body() -> None:
-        from grpo_cli.errors import GrpoError
+    if not gguf:
+        raise GrpoError("no format given", where="command line", fix=f"Add --gguf: grpo export {model_dir} --gguf")
+    say_first(f"grpo export {model_dir} --gguf --type {kind}")
+    from grpo_cli.artefacts.export_gguf import export_gguf
+    from grpo_cli.cli.render import render_export
 
-        if not gguf:
-            raise GrpoError("no format given", where="command line", fix=f"Add --gguf: grpo export {model_dir} --gguf")
-        say_first(f"grpo export {model_dir} --gguf --type {kind}")
-        from grpo_cli.artefacts.export_gguf import export_gguf
-        from grpo_cli.cli.render import render_export
-
-        render_export(console, export_gguf(model_dir, out, kind=kind, force=force))
-
-    run_guarded(body)
+    render_export(console, export_gguf(model_dir, out, kind=kind, force=force))

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import console, run_guarded
+from grpo_cli.cli.base import console
 
 IMPORT_EPILOG = ("open-r1: a recipes/*/grpo/config_*.yaml; trl: a `trl grpo --config` YAML, or a training script "
                  "(read, not run: its GRPOConfig, the calls that build its model, data and rewards; a TrlParser "
@@ -39,28 +39,24 @@ def import_cmd(
     = False,
 ) -> None:
     """Convert an open-r1, TRL or Axolotl GRPO config into a recipe, and say what it could not map and why."""
+    from grpo_cli.cli.render.importing import render_import
+    from grpo_cli.importing import apply_overrides, import_config, rewards_module, set_launch
+    from grpo_cli.importing.check import check_output, check_plain_path, write_recipe
+    from grpo_cli.importing.finish import Request, finish
 
-    def body() -> None:
-        from grpo_cli.cli.render.importing import render_import
-        from grpo_cli.importing import apply_overrides, import_config, rewards_module, set_launch
-        from grpo_cli.importing.check import check_output, check_plain_path, write_recipe
-        from grpo_cli.importing.finish import Request, finish
-
-        check_plain_path(config, "CONFIG")
-        if script_config is not None:
-            check_plain_path(script_config, "--config")
-        if out is not None:
-            check_output(out, config, force)  # before anything is converted or written
-        result = import_config(kind, config, script_config, rewards_module(out) if extract_rewards else None)
-        set_launch(result, profile, num_processes)
-        apply_overrides(result, overrides or [])
-        result.problems[:0] = result.typos  # a typo'd key is a problem, never a quiet loss
-        outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out,
-                                         extract_rewards))
-        if out is not None:
-            write_recipe(out, outcome.text)  # whole or not at all; "wrote" is said only after this
-        render_import(console, result, outcome.text, out, outcome.problems, outcome.warnings, outcome.command)
-        if outcome.problems:
-            raise typer.Exit(2)
-
-    run_guarded(body)
+    check_plain_path(config, "CONFIG")
+    if script_config is not None:
+        check_plain_path(script_config, "--config")
+    if out is not None:
+        check_output(out, config, force)  # before anything is converted or written
+    result = import_config(kind, config, script_config, rewards_module(out) if extract_rewards else None)
+    set_launch(result, profile, num_processes)
+    apply_overrides(result, overrides or [])
+    result.problems[:0] = result.typos  # a typo'd key is a problem, never a quiet loss
+    outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out,
+                                     extract_rewards))
+    if out is not None:
+        write_recipe(out, outcome.text)  # whole or not at all; "wrote" is said only after this
+    render_import(console, result, outcome.text, out, outcome.problems, outcome.warnings, outcome.command)
+    if outcome.problems:
+        raise typer.Exit(2)

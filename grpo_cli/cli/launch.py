@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import OverridesArg, RecipeArg, console, load
 
 launch_app = typer.Typer(help="Write a cluster launch file (Slurm batch script, SkyPilot task) from a recipe.",
                          no_args_is_help=True, rich_markup_mode=None)
@@ -40,24 +40,20 @@ def slurm(
     force: ForceOpt = False,
 ) -> None:
     """Write an sbatch script that runs `grpo train` on N nodes (and a vLLM server node), after validating."""
+    from grpo_cli.cli.render import render_launch_file
+    from grpo_cli.launching.cluster import prepare_cluster
+    from grpo_cli.launching.slurm import submit_sbatch, write_slurm
 
-    def body() -> None:
-        from grpo_cli.cli.render import render_launch_file
-        from grpo_cli.launching.cluster import prepare_cluster
-        from grpo_cli.launching.slurm import submit_sbatch, write_slurm
-
-        loaded = load(recipe, overrides)
-        flags = [w for k, v in (("--partition", partition), ("--time", time), ("--cpus-per-task", cpus_per_task),
-                                ("--setup", setup), ("-o", out)) if v is not None for w in (k, str(v))]
-        plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=vllm_node,
-                               gpus_per_node=gpus_per_node, verb="slurm", flags=flags)
-        path = write_slurm(plan, out, setup=setup,
-                           sbatch={"partition": partition, "time": time, "cpus-per-task": cpus_per_task}, force=force,
-                           run_dir=Path(loaded.output.dir))
-        job = submit_sbatch(path) if submit else None
-        render_launch_file(console, path, f"sbatch {shlex.quote(str(path))}", job=job)
-
-    run_guarded(body)
+    loaded = load(recipe, overrides)
+    flags = [w for k, v in (("--partition", partition), ("--time", time), ("--cpus-per-task", cpus_per_task),
+                            ("--setup", setup), ("-o", out)) if v is not None for w in (k, str(v))]
+    plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=vllm_node,
+                           gpus_per_node=gpus_per_node, verb="slurm", flags=flags)
+    path = write_slurm(plan, out, setup=setup,
+                       sbatch={"partition": partition, "time": time, "cpus-per-task": cpus_per_task}, force=force,
+                       run_dir=Path(loaded.output.dir))
+    job = submit_sbatch(path) if submit else None
+    render_launch_file(console, path, f"sbatch {shlex.quote(str(path))}", job=job)
 
 
 @launch_app.command("skypilot")
@@ -72,17 +68,12 @@ def skypilot(
     force: ForceOpt = False,
 ) -> None:
     """Write a SkyPilot task YAML that runs `grpo train` on N nodes, after validating."""
+    from grpo_cli.cli.render import render_launch_file
+    from grpo_cli.launching.cluster import prepare_cluster, write_skypilot
 
-    def body() -> None:
-        from grpo_cli.cli.render import render_launch_file
-        from grpo_cli.launching.cluster import prepare_cluster, write_skypilot
-
-        loaded = load(recipe, overrides)
-        flags = ["--accelerator", accelerator, *(["-o", str(out)] if out is not None else [])]
-        plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=False,
-                               gpus_per_node=gpus_per_node, verb="skypilot", flags=flags)
-        path = write_skypilot(plan, out, accelerator=accelerator, recipe=loaded, force=force)
-        render_launch_file(console, path, f"sky launch -c {plan.name} {shlex.quote(str(path))}")
-
-    run_guarded(body)
-
+    loaded = load(recipe, overrides)
+    flags = ["--accelerator", accelerator, *(["-o", str(out)] if out is not None else [])]
+    plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=False,
+                           gpus_per_node=gpus_per_node, verb="skypilot", flags=flags)
+    path = write_skypilot(plan, out, accelerator=accelerator, recipe=loaded, force=force)
+    render_launch_file(console, path, f"sky launch -c {plan.name} {shlex.quote(str(path))}")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, RecipeArg, console, load
 
 
 def memory(
@@ -19,15 +19,11 @@ def memory(
     num_processes: ProcessesOpt = None,
 ) -> None:
     """Estimate memory per GPU from the model's config.json and the recipe, without loading weights."""
+    from grpo_cli.cli.render import render_memory_plan
+    from grpo_cli.validation import memory_plan
+    from grpo_cli.validation.model_checks import check_model_reference
 
-    def body() -> None:
-        from grpo_cli.cli.render import render_memory_plan
-        from grpo_cli.validation import memory_plan
-        from grpo_cli.validation.model_checks import check_model_reference
-
-        loaded = load(recipe, overrides, profile=profile, num_processes=num_processes)
-        check_model_reference(loaded)
-        plan, why = memory_plan(loaded, gpu_memory_gb="auto" if gpu_memory_gb is None else gpu_memory_gb)
-        render_memory_plan(console, loaded, plan, why)
-
-    run_guarded(body)
+    loaded = load(recipe, overrides, profile=profile, num_processes=num_processes)
+    check_model_reference(loaded)
+    plan, why = memory_plan(loaded, gpu_memory_gb="auto" if gpu_memory_gb is None else gpu_memory_gb)
+    render_memory_plan(console, loaded, plan, why)

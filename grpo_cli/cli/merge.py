@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import console, run_guarded, say_first
+from grpo_cli.cli.base import console, say_first
 
 
 def merge(
@@ -24,14 +24,10 @@ def merge(
                                                 "size.")] = "5GB",
 ) -> None:
     """Fold a LoRA adapter into its base and save a standalone model (checked: logits must match)."""
+    say_first(f"grpo merge {adapter_dir} --out {out}")
+    from grpo_cli.artefacts.merge import merge_adapter
+    from grpo_cli.cli.render import render_merge
 
-    def body() -> None:
-        say_first(f"grpo merge {adapter_dir} --out {out}")
-        from grpo_cli.artefacts.merge import merge_adapter
-        from grpo_cli.cli.render import render_merge
-
-        result = merge_adapter(adapter_dir, out, base=base, dtype=dtype, force=force, max_shard_size=max_shard_size,
-                               console=console)
-        render_merge(console, result)
-
-    run_guarded(body)
+    result = merge_adapter(adapter_dir, out, base=base, dtype=dtype, force=force, max_shard_size=max_shard_size,
+                           console=console)
+    render_merge(console, result)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import console, run_guarded
+from grpo_cli.cli.base import console
 
 
 def push(
@@ -24,13 +24,9 @@ def push(
                                                    "adapter_config.json).")] = None,
 ) -> None:
     """Upload a trained model or adapter with its model card (README.md) to the Hugging Face Hub."""
+    from grpo_cli.artefacts.hub import push_run
+    from grpo_cli.cli.render import render_push
 
-    def body() -> None:
-        from grpo_cli.artefacts.hub import push_run
-        from grpo_cli.cli.render import render_push
-
-        staged = push_run(run_dir, repo_id, private=not public, dry_run=dry_run, base_model=base_model,
-                          force=force)
-        render_push(console, staged, dry_run=dry_run)
-
-    run_guarded(body)
+    staged = push_run(run_dir, repo_id, private=not public, dry_run=dry_run, base_model=base_model,
+                      force=force)
+    render_push(console, staged, dry_run=dry_run)

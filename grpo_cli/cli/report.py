@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import console, run_guarded, say_first
+from grpo_cli.cli.base import console, say_first
 
 
 def report(
@@ -17,13 +17,9 @@ def report(
     force: Annotated[bool, typer.Option("--force", help="Replace existing --out files.")] = False,
 ) -> None:
     """Plot a run's reward, spread, length, KL/entropy and learning-rate curves (PNG) and summarise it (Markdown)."""
+    say_first(f"grpo report {output_dir}: drawing the curves (matplotlib loads first)")
+    from grpo_cli.artefacts.report import load_run, write_report
+    from grpo_cli.cli.render import render_report_written
 
-    def body() -> None:
-        say_first(f"grpo report {output_dir}: drawing the curves (matplotlib loads first)")
-        from grpo_cli.artefacts.report import load_run, write_report
-        from grpo_cli.cli.render import render_report_written
-
-        paths = write_report(output_dir, out, force=force)
-        render_report_written(console, load_run(output_dir), paths)
-
-    run_guarded(body)
+    paths = write_report(output_dir, out, force=force)
+    render_report_written(console, load_run(output_dir), paths)

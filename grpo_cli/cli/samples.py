@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import console, run_guarded
+from grpo_cli.cli.base import console
 
 
 def samples(
@@ -21,12 +21,8 @@ def samples(
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Rows to show.")] = 10,
 ) -> None:
     """Print sampled prompts, completions, rewards and advantages from completions.jsonl: look for reward hacking."""
+    from grpo_cli.artefacts.samples import select_samples
+    from grpo_cli.cli.render import render_samples
 
-    def body() -> None:
-        from grpo_cli.artefacts.samples import select_samples
-        from grpo_cli.cli.render import render_samples
-
-        rows, title = select_samples(run_dir, step=step, worst=worst, best=best, reward=reward, limit=limit)
-        render_samples(console, rows, title)
-
-    run_guarded(body)
+    rows, title = select_samples(run_dir, step=step, worst=worst, best=best, reward=reward, limit=limit)
+    render_samples(console, rows, title)

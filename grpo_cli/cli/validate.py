@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, RecipeArg, ThreadsOpt, console, load, run_guarded
+from grpo_cli.cli.base import OverridesArg, ProcessesOpt, ProfileOpt, RecipeArg, ThreadsOpt, console, load
 
 
 def validate(
@@ -19,20 +19,16 @@ def validate(
     threads: ThreadsOpt = None,
 ) -> None:
     """Check a recipe without loading any model: schema, batch arithmetic, data, rewards; print the plan."""
+    from grpo_cli.cli.render import render_preflight
+    from grpo_cli.validation import preflight
 
-    def body() -> None:
-        from grpo_cli.cli.render import render_preflight
-        from grpo_cli.validation import preflight
+    loaded = load(recipe, overrides, profile=profile, num_processes=num_processes, threads=threads)
+    if print_recipe:
+        from grpo_cli.recipe import dump_yaml
 
-        loaded = load(recipe, overrides, profile=profile, num_processes=num_processes, threads=threads)
-        if print_recipe:
-            from grpo_cli.recipe import dump_yaml
-
-            # soft_wrap: never cut lines (a copied recipe stays valid YAML; wrapping a huge value is quadratic).
-            console.print(dump_yaml(loaded.model_dump(mode="json", exclude_defaults=False)), markup=False,
-                          soft_wrap=True)
-        pf = preflight(loaded)
-        pf.raise_for_problems()
-        render_preflight(console, pf, as_json=as_json)
-
-    run_guarded(body)
+        # soft_wrap: never cut lines (a copied recipe stays valid YAML; wrapping a huge value is quadratic).
+        console.print(dump_yaml(loaded.model_dump(mode="json", exclude_defaults=False)), markup=False,
+                      soft_wrap=True)
+    pf = preflight(loaded)
+    pf.raise_for_problems()
+    render_preflight(console, pf, as_json=as_json)

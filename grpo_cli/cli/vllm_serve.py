@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from grpo_cli.cli.base import OverridesArg, RecipeArg, console, load, run_guarded
+from grpo_cli.cli.base import OverridesArg, RecipeArg, console, load
 
 
 def vllm_serve(
@@ -17,16 +17,12 @@ def vllm_serve(
     = False,
 ) -> None:
     """Start the vLLM server a `launch.vllm.mode: server` recipe trains against (`vllm serve` as TRL documents it)."""
+    from grpo_cli.launching.vllm_server import exec_server, server_env, server_gpu_env, vllm_serve_command
 
-    def body() -> None:
-        from grpo_cli.launching.vllm_server import exec_server, server_env, server_gpu_env, vllm_serve_command
-
-        loaded = load(recipe, overrides)
-        cmd = vllm_serve_command(loaded)
-        env = server_gpu_env(loaded)
-        prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in {**env, **server_env(loaded)}.items())
-        console.print(prefix + shlex.join(cmd), markup=False, soft_wrap=True)
-        if not print_only:
-            exec_server(cmd, env, loaded)
-
-    run_guarded(body)
+    loaded = load(recipe, overrides)
+    cmd = vllm_serve_command(loaded)
+    env = server_gpu_env(loaded)
+    prefix = "".join(f"{k}={shlex.quote(v)} " for k, v in {**env, **server_env(loaded)}.items())
+    console.print(prefix + shlex.join(cmd), markup=False, soft_wrap=True)
+    if not print_only:
+        exec_server(cmd, env, loaded)

@@ -16,11 +16,11 @@ import signal
 import subprocess
 import sys
 from collections.abc import Sequence
+from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.paths import ASSETS_DIR
 from grpo_cli.recipe.profiles import launch_profile
 from grpo_cli.threads import RELAUNCHED_ENV
 from grpo_cli.validation.topology import (
@@ -40,10 +40,6 @@ LAUNCH_FLAGS = {"profile": "--profile", "num_processes": "--num-processes", "num
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # Seconds torchrun waits for workers to save a checkpoint after Ctrl-C before it kills them.
 SHUTDOWN_TIMEOUT_S = "600"
-_CONFIG_DIRS = (
-    ASSETS_DIR.parent.parent / "accelerate_configs",  # a source checkout: the top-level link users see
-    ASSETS_DIR / "accelerate_configs",  # an installed wheel
-)
 
 
 def under_launcher() -> bool:
@@ -52,14 +48,18 @@ def under_launcher() -> bool:
 
 
 def profile_config_path(profile: str) -> Path:
-    """The accelerate config file shipped for a profile (its `accelerate_config` in the profile table)."""
+    """The accelerate config file shipped for a profile (its `accelerate_config` in the profile table).
+
+    Found as package data (`grpo_cli.assets`), the one way that works the same in a checkout and an installed
+    wheel; the top-level `accelerate_configs/` link is for users to copy from, never read here. accelerate
+    needs a file on disk, so a package imported from a zip archive cannot use the shipped files.
+    """
     name = launch_profile(profile).accelerate_config or f"{profile}.yaml"
-    for directory in _CONFIG_DIRS:
-        path = directory / name
-        if path.is_file():
-            return path
-    raise GrpoError(f"the accelerate config for profile {profile!r} is not installed (looked in "
-                    f"{', '.join(str(d) for d in _CONFIG_DIRS)})", where="launch.profile",
+    shipped = files("grpo_cli.assets") / "accelerate_configs" / name
+    if isinstance(shipped, Path) and shipped.is_file():
+        return shipped
+    raise GrpoError(f"the accelerate config for profile {profile!r} is not installed as a file (looked for "
+                    f"{shipped})", where="launch.profile",
                     fix="Copy accelerate_configs/ from the grpo-cli sources and set `launch.accelerate_config` "
                         "to the file for your profile.")
 

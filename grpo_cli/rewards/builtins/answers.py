@@ -281,18 +281,22 @@ def accuracy(
     """
     if answer_format not in ANSWER_FORMATS:
         raise ValueError(f"unknown answer_format {answer_format!r}; use one of {', '.join(ANSWER_FORMATS)}")
-    out: list[float | None] = []
-    for completion, reference in zip(completions, row_references(len(completions), answer, solution),
-                                     strict=False):
-        ref = reference_answer(reference)
-        if ref is None:
-            out.append(None)
-            continue
-        try:
-            pred = parse_completion_answer(completion_text(completion), answer_format, answer_tag)
-            matched = answers_match(pred, ref, use_math_verify=use_math_verify and answer_format != "first_word")
-            out.append(1.0 if matched else 0.0)
-        except Exception as exc:  # one odd row must not stop training
-            _debug("accuracy check failed: %s", exc)
-            out.append(0.0)
-    return out
+    verify = use_math_verify and answer_format != "first_word"
+    return [_accuracy_row(completion, reference, answer_format, answer_tag, verify)
+            for completion, reference in zip(completions, row_references(len(completions), answer, solution),
+                                             strict=False)]
+
+
+def _accuracy_row(completion: Any, reference: Any, answer_format: AnswerFormat, answer_tag: str,
+                  use_math_verify: bool) -> float | None:
+    """One row of `accuracy`: None without a reference; an error while parsing or comparing counts as wrong,
+    because one odd row must not stop training."""
+    ref = reference_answer(reference)
+    if ref is None:
+        return None
+    try:
+        pred = parse_completion_answer(completion_text(completion), answer_format, answer_tag)
+        return 1.0 if answers_match(pred, ref, use_math_verify=use_math_verify) else 0.0
+    except Exception as exc:
+        _debug("accuracy check failed: %s", exc)
+        return 0.0

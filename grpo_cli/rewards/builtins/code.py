@@ -283,22 +283,30 @@ def code(
         >>> code(["```python\ndef add(a, b):\n    return a + b\n```"], tests=[["assert add(1, 2) == 3"]])
         [1.0]
     """
-    from grpo_cli.rewards.builtins.code_remote import BACKENDS, DEFAULT_URLS
-    from grpo_cli.rewards.sandbox_client import default_workers, shared_pool
+    from grpo_cli.rewards.builtins.code_remote import BACKENDS
 
     if backend not in BACKENDS:
         raise ValueError(f"unknown code backend {backend!r}: use one of {', '.join(BACKENDS)}")
     rewards, notes, jobs = _jobs(completions, tests)
-
-    url = backend_url or DEFAULT_URLS.get(backend, "")
-    score = functools.partial(_score_job, backend=backend, url=url, timeout=timeout, memory_mb=memory_mb,
-                              image=backend_image)
-    workers = max(1, min(parallel if parallel > 0 else default_workers(), len(jobs)))
-    if backend == "local":
-        shared_pool().ensure(workers)
-    scored = _map(score, jobs, workers)
+    scored = _run_jobs(jobs, backend, backend_url, backend_image, timeout=timeout, memory_mb=memory_mb,
+                       parallel=parallel)
     for (i, _, _), (value, note) in zip(jobs, scored, strict=True):
         rewards[i], notes[i] = value, note
     if callable(log_extra):
         log_extra("code_result", notes)
     return rewards
+
+
+def _run_jobs(jobs: list[_Job], backend: str, url: str | None, image: str | None, *, timeout: float,
+              memory_mb: int, parallel: int) -> list[tuple[float, str]]:
+    """Score every (row, code, tests) job on the backend, `parallel` at once (0: one per free core); for the
+    local sandbox the shared warm pool is grown to that many workers first."""
+    from grpo_cli.rewards.builtins.code_remote import DEFAULT_URLS
+    from grpo_cli.rewards.sandbox_client import default_workers, shared_pool
+
+    score = functools.partial(_score_job, backend=backend, url=url or DEFAULT_URLS.get(backend, ""),
+                              timeout=timeout, memory_mb=memory_mb, image=image)
+    workers = max(1, min(parallel if parallel > 0 else default_workers(), len(jobs)))
+    if backend == "local":
+        shared_pool().ensure(workers)
+    return _map(score, jobs, workers)

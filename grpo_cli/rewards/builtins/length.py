@@ -127,26 +127,29 @@ def cosine(
         >>> cosine(["<answer>4</answer>", "<answer>5</answer>"], answer=["4", "4"], completion_ids=[[0] * 500] * 2)
         [0.75, -0.75]
     """
+    _check_cosine_length(max_len, length_unit)
+    verdicts = accuracy(completions, answer=answer, solution=solution, answer_format=answer_format,
+                        answer_tag=answer_tag, use_math_verify=use_math_verify)
+    lengths = completion_lengths(completions, completion_ids if length_unit == "tokens" else None)
+    # (reward at length 0, reward at max_len): a right answer falls with length, a wrong one rises.
+    ends = {True: (max_value_correct, min_value_correct), False: (min_value_wrong, max_value_wrong)}
+    return [None if correct is None else _on_cosine(n, max_len, *ends[bool(correct)])
+            for n, correct in zip(lengths, verdicts, strict=True)]
+
+
+def _check_cosine_length(max_len: int, length_unit: str) -> None:
+    """`cosine`'s length settings, refused before any completion is scored."""
     if max_len <= 0:
         raise ValueError(f"max_len must be positive, got {max_len}")
     if length_unit not in ("tokens", "characters"):
         raise ValueError(f"length_unit must be tokens or characters, got {length_unit!r}")
-    verdicts = accuracy(completions, answer=answer, solution=solution, answer_format=answer_format,
-                        answer_tag=answer_tag, use_math_verify=use_math_verify)
-    lengths = completion_lengths(completions, completion_ids if length_unit == "tokens" else None)
-    rewards: list[float | None] = []
-    for n, correct in zip(lengths, verdicts, strict=True):
-        if correct is None:
-            rewards.append(None)
-            continue
-        # Clamped as in TRL: cos is periodic, so past max_len the reward would climb back up.
-        cos = math.cos(math.pi * min(n / max_len, 1.0))
-        if correct:
-            lo, hi = min_value_correct, max_value_correct
-        else:
-            lo, hi = max_value_wrong, min_value_wrong
-        rewards.append(lo + 0.5 * (hi - lo) * (1.0 + cos))
-    return rewards
+
+
+def _on_cosine(n: int, max_len: int, at_zero: float, at_max: float) -> float:
+    """Half a cosine from `at_zero` (length 0) to `at_max` (length `max_len`). Clamped there as in TRL: cos is
+    periodic, so past max_len the reward would climb back up."""
+    cos = math.cos(math.pi * min(n / max_len, 1.0))
+    return at_max + 0.5 * (at_zero - at_max) * (1.0 + cos)
 
 
 def _units(text: str, language: str) -> list[str]:
