@@ -119,6 +119,10 @@ def make_async_trainer(run: RunState, config: AsyncGRPOConfig) -> AsyncGRPOTrain
                                train_dataset=train, processing_class=tokenizer, callbacks=run.callbacks,
                                peft_config=run.loaded.peft_config, weight_transfer=transfer)
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
+    if trainer.rollout_worker is not None:  # Ctrl-C goes to grpo's handler; the worker stops in a second, not 15
+        from grpo_cli.training.async_worker import quiet_rollout_worker
+
+        quiet_rollout_worker(trainer.rollout_worker)
     low, high = epsilons(recipe)
     run.manifest.async_run = AsyncRun(
         trainer="trl.experimental.async_grpo.AsyncGRPOTrainer", max_staleness=recipe.launch.vllm.max_staleness,
