@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -250,6 +251,71 @@ def test_async_mode_trains_the_demo_with_trls_async_trainer_and_the_server_gets_
     for name in names:  # the server samples with the weights of the last step, not the bundled ones
         assert served[name] == pytest.approx(trained[name].flatten()[:8].tolist(), abs=1e-6), name
         assert served[name] != pytest.approx(bundled[name].flatten()[:8].tolist(), abs=1e-6), name
+
+
+def _live_in_group(pgid: int) -> list[str]:
+    """The processes of a process group that still run (zombies waiting for init to reap them do not count)."""
+    live = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        fields = text.rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            live.append(text.split(")", 1)[0] + ")")
+    return live
+
+
+def test_async_mode_stops_on_ctrl_c_resumes_reports_and_obeys_health_guards(server, tmp_path: Path) -> None:
+    """Async mode as the synchronous trainer: Ctrl-C (SIGINT to the whole process group, as a terminal sends it)
+    saves a checkpoint and exits 130 with no process left behind; `--resume` continues from it; the report shows
+    the async metrics; a health guard with `action: stop` ends the run with exit code 3."""
+    overrides, _ = server
+    out = tmp_path / "async"
+    base = [sys.executable, "-m", "grpo_cli", "train", str(DEMO), *overrides, "launch.vllm.mode=async",
+            "training.max_steps=5", "training.logging_steps=1", "eval.before_after=false", "-o", str(out)]
+    proc = subprocess.Popen(base, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+    metrics = out / "metrics.jsonl"
+    while proc.poll() is None and not (metrics.is_file() and "sample/staleness_max" in metrics.read_text()):
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGINT)  # the trainer, TRL's rollout child and everything else in the group
+    sent = time.monotonic()
+    output = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, output
+    assert time.monotonic() - sent < 12, output  # the step in flight, a checkpoint, the report; no 15 s wait
+    assert "Child did not exit" not in output and "Rollout worker child has failed" not in output, output
+    deadline = time.monotonic() + 5
+    while _live_in_group(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _live_in_group(proc.pid) == []
+    manifest = json.loads((out / "manifest.json").read_text())
+    step = manifest["global_step"]
+    assert manifest["status"] == "interrupted" and 1 <= step < 5, manifest
+    assert (out / f"checkpoint-{step}" / "rollout_state.json").is_file()
+
+    result = run_cli("train", DEMO, *overrides, "launch.vllm.mode=async", "training.max_steps=5",
+                     "training.logging_steps=1", "eval.before_after=false", "-o", out, "--resume")
+    assert result.exit_code == 0, result.output
+    assert f"resuming from checkpoint-{step} (step {step})" in result.output
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["global_step"] == 5
+    logged = [r["step"] for r in map(json.loads, metrics.read_text().splitlines()) if "sample/staleness_max" in r]
+    assert logged == [1, 2, 3, 4, 5]  # the resumed run went on from the checkpoint's step
+    report = (out / "report.md").read_text()
+    assert (out / "report.png").stat().st_size > 0 and "| sample/staleness_max |" in report
+    assert "| perf/rollout_wait_s |" in report
+
+    stopped = tmp_path / "guarded"
+    result = run_cli("train", DEMO, *overrides, "launch.vllm.mode=async", "training.max_steps=5",
+                     "training.logging_steps=1", "eval.before_after=false", "health.entropy.threshold=10",
+                     "health.entropy.window=2", "health.entropy.action=stop", "-o", stopped)
+    assert result.exit_code == 3, result.output
+    assert "health stop entropy at step 2" in " ".join(result.output.split())
+    assert json.loads((stopped / "manifest.json").read_text())["status"] == "stopped"
+    assert (stopped / "checkpoint-2" / "trainer_state.json").is_file()
+    assert "**entropy** (stop)" in (stopped / "report.md").read_text()
 
 
 def test_stop_server_ends_a_loaded_server_and_its_engine_process() -> None:

@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 
 __all__ = ["RunData", "load_run", "num", "reward_keys", "series", "summarize_run", "task_keys", "write_report"]
 
-REPORT_EXTRA = ("grad_norm", "learning_rate", "tools/call_frequency", "tools/failure_frequency")
+REPORT_EXTRA = ("grad_norm", "learning_rate", "tools/call_frequency", "tools/failure_frequency",
+                "sample/staleness_max", "perf/rollout_wait_s")  # the last two: async mode only (TRL's names)
 ARTEFACTS = ((runs.METRICS, "per-step training logs"), (runs.HEALTH, "health guard events"),
              (runs.MANIFEST, "versions, command, status"), (runs.RECIPE, "the resolved recipe"),
              ("model.safetensors", "final model"), ("adapter_model.safetensors", "final LoRA adapter"),
