@@ -88,13 +88,14 @@ def test_a_healthy_run_fires_nothing(tmp_path: Path) -> None:
     ("clipped", {"completions/clipped_ratio": 1.0}, "completions/clipped_ratio"),
     ("flat_reward", {"reward": 0.5, "rewards/accuracy/mean": 0.5}, "reward"),
     ("unscored_reward", {"rewards/nan/mean": None, "rewards/nan/std": None}, "rewards/nan/mean"),
+    ("unscored_reward", {"rewards/nan": None}, "rewards/nan"),  # as TRL's async trainer logs it
     ("tool_failures", {"tools/call_frequency": 1.2, "tools/failure_frequency": 0.8}, "tools/failure_frequency"),
     ("no_tool_calls", {"tools/call_frequency": 0.0, "tools/failure_frequency": 0.0}, "tools/call_frequency"),
 ])
 def test_each_guard_fires_once_after_its_window_and_rearms(tmp_path: Path, guard: str, bad: dict[str, Any],
                                                            metric: str) -> None:
     guards, printed = _guards(tmp_path, f"health.{guard}.window=3")
-    good = {"rewards/accuracy/mean": 0.9, "rewards/nan/mean": 0.5, "tools/call_frequency": 1.0,
+    good = {"rewards/accuracy/mean": 0.9, "rewards/nan/mean": 0.5, "rewards/nan": 0.5, "tools/call_frequency": 1.0,
             "tools/failure_frequency": 0.1}
     logs = [_log(**bad)] * 4 + [_log(reward=0.9, **good)] \
         + [_log(**bad)] * 3

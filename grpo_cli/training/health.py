@@ -235,7 +235,9 @@ class UnscoredRewardGuard(HealthGuard):
         return 1  # the per-reward streaks below carry the window
 
     def observe(self, logs: dict[str, Any]) -> Observation | None:
-        means = {k: v for k, v in logs.items() if k.startswith("rewards/") and k.endswith("/mean")}
+        # GRPOTrainer logs `rewards/<name>/mean`; TRL's async trainer `rewards/<name>` (None when nothing scored)
+        means = {k: v for k, v in logs.items()
+                 if k.startswith("rewards/") and (k.endswith("/mean") or k.count("/") == 1)}
         if not means:
             return None
         for key, value in means.items():
