@@ -40,6 +40,7 @@ def test_validate_names_the_staleness_bound_and_the_importance_sampling_clip() -
     ("training.mask_truncated_completions=true", "training.mask_truncated_completions", "would ignore it"),
     ("rewards[0].weight=2", "rewards[].weight", "sums rewards with weight 1"),
     ("eval.every_steps=5", "eval.every_steps", "packed-attention model"),
+    ("health.zero_std.action=stop", "health.zero_std.action", "does not log frac_reward_zero_std"),
 ])
 def test_validate_refuses_what_the_async_trainer_would_ignore(override: str, where: str, says: str) -> None:
     result = run_cli("validate", DEMO, ASYNC, override)

@@ -75,6 +75,7 @@ def _unsupported_sections(recipe: Recipe) -> list[Problem]:
     if weights:
         found.append(Problem("rewards[].weight", f"has weight(s) {', '.join(f'{w:g}' for w in weights)}, but TRL's "
                              "async scorer sums rewards with weight 1", f"Use weight 1 for every reward, {FIX_MODE}."))
+    zero_std = recipe.health.zero_std
     checks = [
         (recipe.launch.world_size > 1, "launch.num_processes", "async mode runs one training process in grpo"),
         (bool(recipe.tools) or recipe.environment is not None, "tools", "async mode does not run grpo's tools "
@@ -86,6 +87,8 @@ def _unsupported_sections(recipe: Recipe) -> list[Problem]:
         (bool(recipe.eval.every_steps), "eval.every_steps", "evaluation during an async run would generate with "
          "the trainer's packed-attention model"),
         (bool(recipe.callbacks), "callbacks", "recipe callbacks are written against the synchronous trainer"),
+        (zero_std.enabled and zero_std.action == "stop", "health.zero_std.action", "is `stop`, but TRL's async "
+         "trainer does not log frac_reward_zero_std, so this guard could never fire"),
     ]
     for bad, where, what in checks:
         if bad:
