@@ -1,13 +1,13 @@
 """Held-out accuracy against wall-clock time, one recipe trained several ways side by side in one run.
 
 The shared benchmark of the step-speed and learning-signal work: the plain TRL script of the recipe (what a user
-pastes from a guide), `grpo train` with generation as it was (no shared prompt prefill), `grpo train` as it is, and
-the faster ways to train the same recipe (vLLM, dynamic sampling, calibrated data; async where the recipe schema
-has it). Every runner trains under benchmarks/train_probe.py, which clocks each optimizer step inside `train()`,
-and saves a checkpoint every `--save-steps`; afterwards `grpo eval` scores the base model and every checkpoint
-the same way (the recipe's eval settings, transformers backend), so the curves differ only in how they trained.
-Same seed, data and completions per step everywhere; dynamic sampling generates more per step, which the table
-shows as completions generated.
+pastes from a guide), `grpo train` with generation as it was (no shared prompt prefill), `grpo train` as it is,
+and the faster ways to train the same recipe (vLLM colocate; async, TRL's AsyncGRPOTrainer against a `grpo
+vllm-serve` the benchmark starts first; dynamic sampling; calibrated data). Every runner trains under
+benchmarks/train_probe.py, which clocks each optimizer step inside `train()`, and saves a checkpoint every
+`--save-steps`; afterwards `grpo eval` scores the base model and every checkpoint the same way (the recipe's eval
+settings, transformers backend), so the curves differ only in how they trained. Same seed, data and completions
+per step everywhere; dynamic sampling generates more per step, which the table shows as completions generated.
 
 Prints, per runner: steps/s, CPU s per step, the step split (generation, forward, backward; grpo's own timing),
 the share of zero-std groups in what was trained, completions generated, the accuracy curve as
@@ -22,13 +22,16 @@ docs/performance.md with the load.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -52,6 +55,7 @@ class Runner:
     env: tuple[tuple[str, str], ...] = ()
     vllm: bool = False  # runs in .venv-vllm (scripts/install_vllm_cpu.sh)
     calibrated: bool = False  # trains on the prompts `grpo calibrate` keeps (data.pass_rate); its time is added
+    server: bool = False  # trains against a `grpo vllm-serve` started for it (its start-up is not counted)
 
 
 RUNNERS = (
@@ -59,6 +63,8 @@ RUNNERS = (
     Runner("grpo-before", "(b) grpo train, generation as before", env=(("GRPO_SHARED_PREFILL", "0"),)),
     Runner("grpo", "(c) grpo train (shared prompt prefill)"),
     Runner("vllm", "(d) grpo train, vLLM colocate", overrides=("launch.vllm.mode=colocate",), vllm=True),
+    Runner("async", "(e) grpo train, async (TRL's AsyncGRPOTrainer, vLLM server)",
+           overrides=("launch.vllm.mode=async",), vllm=True, server=True),
     Runner("dynamic", "grpo train, dynamic sampling (max_rounds 5) + skip", overrides=DYNAMIC),
     Runner("calibrated", "grpo train on calibrated prompts (pass rate in (0, 1))", calibrated=True),
     Runner("calibrated-dynamic", "calibrated prompts + dynamic sampling + skip", overrides=DYNAMIC, calibrated=True),
@@ -92,7 +98,8 @@ def _python(runner: Runner) -> str | None:
     return str(VLLM_PYTHON) if VLLM_PYTHON.exists() else None
 
 
-def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Path, python: str) -> list[str]:
+def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Path, python: str,
+             extra: list[str]) -> list[str]:
     head = [python, str(PROBE), str(probe_out)]
     if runner.name == "trl":
         script, extra = PLAIN[args.recipe]
@@ -106,7 +113,7 @@ def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Pat
     return [*head, "-m", "grpo_cli", "train", args.recipe, "-o", str(out), "--force", *model,
             f"training.max_steps={args.steps}", "training.save_strategy=steps",
             f"training.save_steps={args.save_steps}", "training.save_only_model=true", "eval.before_after=false",
-            *args.set, *runner.overrides]
+            *args.set, *runner.overrides, *extra]
 
 
 def _model_dir(recipe: str) -> str:
@@ -126,6 +133,29 @@ def _logs(out: Path) -> list[dict[str, Any]]:
     return list(json.loads(states[-1].read_text()).get("log_history", [])) if states else []
 
 
+@contextlib.contextmanager
+def _server(runner: Runner, args: argparse.Namespace, python: str) -> Iterator[list[str]]:
+    """A `grpo vllm-serve` for a runner that trains against one (async), and the overrides that point at it."""
+    if not runner.server:
+        yield []
+        return
+    from grpo_cli.launching.vllm_server import stop_server, wait_for_server
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    extra = [f"launch.vllm.port={port}", "launch.vllm.server_timeout=900"]
+    proc = subprocess.Popen([python, "-m", "grpo_cli", "vllm-serve", args.recipe,
+                             f"model.name_or_path={_model_dir(args.recipe)}", *args.set, *extra,
+                             "launch.vllm.mode=server"], cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_for_server(f"http://127.0.0.1:{port}", 900, alive=lambda: proc.poll() is None)
+        yield extra
+    finally:
+        stop_server(proc)
+
+
 def train(runner: Runner, args: argparse.Namespace, work: Path) -> Result | str:
     """Train once under the probe; the reason instead when this runner cannot run here."""
     python = _python(runner)
@@ -135,9 +165,10 @@ def train(runner: Runner, args: argparse.Namespace, work: Path) -> Result | str:
         return f"skipped: no plain TRL script for {args.recipe}"
     out, probe_out = work / runner.name, work / f"{runner.name}.probe.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), **dict(runner.env)}
-    started = time.perf_counter()
-    done = subprocess.run(_command(runner, args, out, probe_out, python), cwd=ROOT, env=env,
-                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    with _server(runner, args, python) as extra:
+        started = time.perf_counter()
+        done = subprocess.run(_command(runner, args, out, probe_out, python, extra), cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0 or not probe_out.exists():
         return f"failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}"
     probe = json.loads(probe_out.read_text())
