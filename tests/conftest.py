@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import textwrap
 from pathlib import Path
@@ -26,6 +27,12 @@ class CliResult:
 
     def __repr__(self) -> str:
         return f"<exit {self.exit_code}>\n{self.output}"
+
+
+def health_events(out: Path) -> list[dict]:
+    """The guard events a run wrote to OUTPUT_DIR/health.jsonl ([] when none fired)."""
+    path = out / "health.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def run_cli(*args: str | Path) -> CliResult:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tests.conftest import RECIPES, run_cli
+from tests.conftest import RECIPES, health_events, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 FAST = ["training.max_steps=4", "training.per_device_train_batch_size=8", "training.num_generations=4",
@@ -40,11 +40,6 @@ def _feed(guards: list[Any], logs: list[dict[str, Any]], out: Path) -> list[Any]
             guard.on_log(SimpleNamespace(output_dir=str(out)), state, control, logs=dict(record))
         controls.append(control)
     return controls
-
-
-def _events(out: Path) -> list[dict[str, Any]]:
-    path = out / "health.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def _log(**over: Any) -> dict[str, Any]:
@@ -78,7 +73,7 @@ def test_a_healthy_run_fires_nothing(tmp_path: Path) -> None:
     guards, printed = _guards(tmp_path)
     controls = _feed(guards, logs, tmp_path)
     assert not any(c.should_training_stop for c in controls)
-    assert _events(tmp_path) == [] and printed.getvalue() == ""
+    assert health_events(tmp_path) == [] and printed.getvalue() == ""
     assert all(g.reason == "" for g in guards)
 
 
@@ -100,7 +95,7 @@ def test_each_guard_fires_once_after_its_window_and_rearms(tmp_path: Path, guard
     logs = [_log(**bad)] * 4 + [_log(reward=0.9, **good)] \
         + [_log(**bad)] * 3
     controls = _feed(guards, logs, tmp_path)
-    events = _events(tmp_path)
+    events = health_events(tmp_path)
     assert [(e["step"], e["guard"], e["action"], e["metric"]) for e in events] == \
         [(3, guard, "warn", metric), (8, guard, "warn", metric)]
     assert "Try:" in events[0]["message"]
@@ -113,7 +108,7 @@ def test_nan_grad_norm_stops_by_default_with_a_checkpoint_and_advice(tmp_path: P
     controls = _feed(guards, [_log(), _log(grad_norm=math.nan, loss=math.inf)], tmp_path)
     assert not controls[0].should_training_stop
     assert controls[1].should_training_stop and controls[1].should_save  # the Trainer saves checkpoint-2
-    (event,) = _events(tmp_path)
+    (event,) = health_events(tmp_path)
     assert event["guard"] == "nonfinite" and event["action"] == "stop" and event["step"] == 2
     assert event["metric"] == "loss" and event["observed"] == "inf"
     reason = next(g.reason for g in guards if g.reason)
@@ -141,7 +136,7 @@ def test_constant_reward_trips_zero_std_guard_and_stops_with_a_checkpoint(tmp_pa
     assert state["global_step"] == 2
     assert not (out / "model.safetensors").exists()  # a stopped run keeps the checkpoint, not a final model
     assert json.loads((out / "manifest.json").read_text())["status"] == "stopped"
-    (event,) = _events(out)
+    (event,) = health_events(out)
     assert (event["guard"], event["action"], event["step"], event["observed"]) == ("zero_std", "stop", 2, 1.0)
     assert (out / "report.png").exists()  # `grpo train` writes the report at the end of every run
     assert "**zero_std** (stop)" in (out / "report.md").read_text()
@@ -156,6 +151,6 @@ def test_nan_reward_trips_the_nan_guard_with_default_settings(tmp_path: Path) ->
     result = train(recipe, output_dir=out)
     assert result.status == "stopped" and result.global_step == 1
     assert "total reward is missing" in result.message and "Try:" in result.message
-    (event,) = _events(out)
+    (event,) = health_events(out)
     assert (event["guard"], event["metric"], event["observed"]) == ("nonfinite", "reward", None)
     assert (out / "checkpoint-1" / "trainer_state.json").exists()

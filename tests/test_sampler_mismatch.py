@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from tests.conftest import RECIPES, ROOT
+from tests.conftest import RECIPES, ROOT, health_events
 
 DEMO = RECIPES / "demo.yaml"
 STREAMS = ROOT / "tests" / "fixtures" / "vllm_metrics"
@@ -71,15 +71,10 @@ def _feed(guards: list[Any], stream: Path, out: Path) -> list[Any]:
     return controls
 
 
-def _events(out: Path) -> list[dict[str, Any]]:
-    path = out / "health.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-
-
 def test_a_stale_weight_sync_is_caught_from_the_runs_own_logs(tmp_path: Path) -> None:
     guards, printed = _guards(tmp_path, *COLOCATE)
     controls = _feed(guards, STREAMS / "stale_sync.jsonl", tmp_path)
-    mismatch = [e for e in _events(tmp_path) if e["guard"] == "sampler_mismatch"]
+    mismatch = [e for e in health_events(tmp_path) if e["guard"] == "sampler_mismatch"]
     # The gap was 0.057 nats at step 5 and 0.147 at step 10 (0.49 by step 60): two logs over 0.05.
     assert [(e["step"], e["action"], e["metric"]) for e in mismatch] == [(10, "warn", GAP)]
     assert mismatch[0]["observed"] == pytest.approx(0.1466, abs=1e-3) and mismatch[0]["threshold"] == 0.05
@@ -93,7 +88,7 @@ def test_a_stale_weight_sync_is_caught_from_the_runs_own_logs(tmp_path: Path) ->
 def test_a_healthy_vllm_run_fires_nothing(tmp_path: Path) -> None:
     guards, printed = _guards(tmp_path, *COLOCATE)
     _feed(guards, STREAMS / "healthy_colocate.jsonl", tmp_path)  # gap 0.003-0.006 nats (vLLM bf16, trainer fp32)
-    assert not [e for e in _events(tmp_path) if e["guard"] == "sampler_mismatch"]
+    assert not [e for e in health_events(tmp_path) if e["guard"] == "sampler_mismatch"]
     assert "sampler_mismatch" not in printed.getvalue()
 
 
@@ -134,6 +129,6 @@ def test_a_real_run_with_a_broken_weight_sync_warns(tmp_path: Path) -> None:
                            "training.logging_steps=5", "eval.before_after=false"], env=env, capture_output=True,
                           text=True, timeout=1200)
     assert done.returncode == 0 and "STATUS completed" in done.stdout, done.stderr[-4000:]
-    mismatch = [e for e in _events(out) if e["guard"] == "sampler_mismatch"]
-    assert mismatch and mismatch[0]["step"] <= 15, _events(out)
+    mismatch = [e for e in health_events(out) if e["guard"] == "sampler_mismatch"]
+    assert mismatch and mismatch[0]["step"] <= 15, health_events(out)
     assert "sampler_mismatch" in (out / "report.md").read_text()
