@@ -22,6 +22,7 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
 
     from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
     from grpo_cli.training.dynamic_sampling import attach_sampling
+    from grpo_cli.training.fused_is import fuse_importance_sampling
     from grpo_cli.training.health_signal import all_health_callbacks
     from grpo_cli.training.sampler import resumable
     from grpo_cli.training.sharding import ShardingProbe
@@ -62,6 +63,7 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
                                          peft_config=run.loaded.peft_config, callbacks=run.callbacks,
                                          **(run.toolset.trainer_kwargs() if run.toolset else {}))
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
+    fuse_importance_sampling(trainer)  # with vLLM: the mismatch correction from the loss forward, not an extra one
     timer.attach(trainer)
     share_prompt_prefill(trainer.model)  # a group's prompt prefilled once, not num_generations times
     attach_sampling(trainer, recipe)  # `sampling:` (off by default: then nothing is wrapped)
