@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-PARTS = ("generation", "reward", "logprobs", "forward", "backward", "optimizer", "other")
-"""The split, in the order a step runs. `logprobs` is the rest of scoring (old/reference log-probabilities,
+PARTS = ("weight_sync", "generation", "reward", "logprobs", "forward", "backward", "optimizer", "other")
+"""The split, in the order a step runs. `weight_sync` is vLLM taking the trainer's weights (0 without vLLM;
+runs logged before it existed lack it); `logprobs` is the rest of scoring (old/reference log-probabilities,
 advantages); `other` is the step's time outside every named part (data loading, callbacks, grpo's own logging)."""
 METRIC_PREFIX = "time/"
 
@@ -19,7 +20,7 @@ def time_split(rows: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
     sums = dict.fromkeys(PARTS, 0.0)
     count = 0
     for row in rows:
-        values = [row.get(METRIC_PREFIX + p) for p in PARTS]
+        values = [row.get(METRIC_PREFIX + p, 0.0 if p == "weight_sync" else None) for p in PARTS]
         if all(isinstance(v, int | float) for v in values):
             count += 1
             for part, value in zip(PARTS, values, strict=True):
@@ -31,6 +32,9 @@ def time_split(rows: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
 
 
 ADVICE = {
+    "weight_sync": "sync vLLM less often (a larger training.gradient_accumulation_steps with steps_per_generation "
+                   "to match), or on a CPU with a small model generate with transformers (launch.vllm.mode: off); "
+                   "`grpo validate` prints the estimate for both",
     "generation": "sample with vLLM (launch.vllm.mode: colocate or server), shorten training.max_completion_length, "
                   "generate fewer completions (training.num_generations) or skip groups that teach nothing "
                   "(sampling.dynamic with sampling.skip_zero_advantage; docs/sampling.md)",

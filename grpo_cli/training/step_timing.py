@@ -1,4 +1,5 @@
-"""Where a training step's time goes: generation, rewards, log-probabilities, forward, backward, optimizer.
+"""Where a training step's time goes: vLLM's weight sync, generation, rewards, log-probabilities, forward, backward,
+optimizer.
 
 TRL times a whole step (`step_time`); on a CPU, or with a large group, the question a user has is which part to
 shrink (fewer/shorter completions, vLLM, a cheaper reward, gradient checkpointing). The timer wraps the trainer's
@@ -39,9 +40,13 @@ class _Timing:
     def attach(self, trainer: Any) -> None:
         """Wrap the trainer's generation, reward, scoring, loss and backward calls (instance attributes only)."""
         self.trainer = trainer
-        self._wrap(trainer, "_generate", "generation")
+        vllm = getattr(trainer, "vllm_generation", None)  # TRL syncs vLLM's weights inside `_generate`
+        if vllm is not None:
+            self._wrap(vllm, "sync_weights", "weight_sync")
+        self._wrap(trainer, "_generate", "generation", minus=("weight_sync",))
         self._wrap(trainer, "_calculate_rewards", "reward")
-        self._wrap(trainer, "_generate_and_score_completions", "logprobs", minus=("generation", "reward"))
+        self._wrap(trainer, "_generate_and_score_completions", "logprobs",
+                   minus=("weight_sync", "generation", "reward"))
         self._wrap(trainer, "compute_loss", "forward")
         self._wrap(trainer.accelerator, "backward", "backward")
 
