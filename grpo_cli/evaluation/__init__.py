@@ -9,20 +9,31 @@ the one settings and result types. Heavy libraries load only when sampling runs.
 
 from __future__ import annotations
 
-from grpo_cli.evaluation.command import EvalOutcome, EvalRequest, evaluate, label_models, write_results
+from grpo_cli.evaluation.command import EvalOutcome, EvalRequest, evaluate, label_models, plan_evaluation, write_results
 from grpo_cli.evaluation.held_out import HeldOutScoring, evaluate_rows
-from grpo_cli.evaluation.sampling import generate, prompt_texts
+from grpo_cli.evaluation.sampling import check_backend, generate, one_model, prompt_texts
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings, score, wilson_interval
 from grpo_cli.evaluation.suites import Suite, get_suite
-from grpo_cli.evaluation.task import EvalTask, check_backend, evaluate_loaded, evaluate_model, evaluate_models
+from grpo_cli.evaluation.task import (
+    EvalRun,
+    EvalTask,
+    ModelInput,
+    evaluate_loaded,
+    evaluate_model,
+    evaluate_models,
+    prepare_run,
+    run_models,
+)
 
 __all__ = [
     "EvalOutcome",
     "EvalRequest",
     "EvalResult",
+    "EvalRun",
     "EvalSettings",
     "EvalTask",
     "HeldOutScoring",
+    "ModelInput",
     "Suite",
     "check_backend",
     "evaluate",
@@ -33,7 +44,11 @@ __all__ = [
     "generate",
     "get_suite",
     "label_models",
+    "one_model",
+    "plan_evaluation",
+    "prepare_run",
     "prompt_texts",
+    "run_models",
     "score",
     "wilson_interval",
     "write_results",

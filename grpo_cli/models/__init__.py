@@ -19,12 +19,13 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
         LoadedModel,
         load_model,
         load_tokenizer,
+        load_tokenizer_for,
         model_reference,
         record_base_reference,
         resolve_dtype,
         source_reference,
     )
-    from grpo_cli.models.sources import ModelSource, load_source_model, load_tokenizer_for, resolve_model_source
+    from grpo_cli.models.sources import ModelSource, load_source_model, resolve_model_source
 
 __all__ = [
     "LoadedModel", "ModelSource", "load_model", "load_source_model", "load_tokenizer",
