@@ -191,10 +191,9 @@ def default_result_dir(source: ModelSource) -> Path:
     """Next to the model: the run dir, checkpoint or model dir; outputs/eval/<name> for hub and bundled models."""
     from grpo_cli.paths import ASSETS_DIR
 
-    if source.local is not None and source.local.is_dir():
-        resolved = source.local.resolve()
-        if resolved != ASSETS_DIR and ASSETS_DIR not in resolved.parents:
-            return resolved
+    local = source.local  # resolved when the source was
+    if local is not None and local.is_dir() and local != ASSETS_DIR and ASSETS_DIR not in local.parents:
+        return local
     return Path("outputs") / "eval" / re.sub(r"[^\w.-]+", "_", source.label)
 
 

@@ -57,7 +57,10 @@ def source_reference(recipe: Recipe) -> str:
     """What to give resolve_model_source for the recipe's own model: a GGUF reference stays itself (tables and
     results then name the file, not its cache directory); anything else is its resolved path or hub id."""
     ref = recipe.model.name_or_path
-    return ref if is_gguf_reference(ref) else model_reference(recipe)
+    if is_gguf_reference(ref):
+        return ref
+    local = recipe.local_model_dir(ref)  # never a GGUF file here, so nothing to convert (model_reference's case)
+    return str(local) if local is not None else ref
 
 
 def load_tokenizer(recipe: Recipe, *, local_only: bool = False) -> Any:

@@ -74,11 +74,11 @@ def _has_tokenizer(path: Path) -> bool:
 
 
 def local_path(ref: str, base_dir: Path | None = None) -> Path | None:
-    """The existing local path `ref` names under grpo_cli.paths' rule, or None; a GGUF file is its converted
-    safetensors directory (converted on first use)."""
+    """The existing local path `ref` names under grpo_cli.paths' rule, resolved, or None; a GGUF file is its
+    converted safetensors directory (converted on first use)."""
     path = resolve(ref, base_dir)
     if path.is_file() and is_gguf_reference(str(path)):
-        return materialize(path, where=ref)
+        return materialize(path, where=ref).resolve()
     return path.resolve() if path.exists() else None
 
 
