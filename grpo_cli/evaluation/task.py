@@ -3,9 +3,9 @@ runs it on each model in turn.
 
 A task is a benchmark suite's problems (scored by the suite's answer extraction), or a recipe's held-out rows
 scored with its rewards (and run as tool episodes when it has tools). `evaluate_model` samples and scores one
-loaded model, which is what training's before/after, task metric and `eval.on_save` call; `evaluate_models`
-loads each model of `grpo eval` in turn (transformers' `generate` or vLLM's offline engine, `check_backend`; one
-model in memory at a time, `one_model`) and calls it.
+loaded model, which is what training's before/after, task metric and `eval.on_save` call. For `grpo eval`,
+`prepare_run` resolves everything from the layers below once (the backend, every model's tokenizer and dtype, the
+rows) into an `EvalRun`, and `run_models` loads each model in turn (one in memory at a time) and calls it.
 """
 
 from __future__ import annotations
