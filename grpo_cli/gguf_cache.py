@@ -18,6 +18,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import GgufInfo, read_header
+from grpo_cli.runs import pid_alive
 
 CACHE_ENV = "GRPO_CACHE_DIR"
 """Where converted models live: $GRPO_CACHE_DIR/gguf, default ~/.cache/grpo/gguf."""
@@ -115,16 +116,6 @@ def materialize(path: Path, *, where: str = "model.name_or_path") -> Path:
     return target
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # someone else's process
-    return True
-
-
 def remove_stale_conversions(root: Path) -> list[Path]:
     """Delete `.NAME.PID.tmp` directories of conversions whose process is gone (SIGKILL, power loss: a 7B model
     leaves about 28 GB); returns what was removed. A live conversion's directory is kept."""
@@ -133,7 +124,7 @@ def remove_stale_conversions(root: Path) -> list[Path]:
     removed = []
     for tmp in root.glob(".*.tmp"):
         pid = tmp.name.rsplit(".", 2)[-2]
-        if tmp.is_dir() and pid.isdigit() and not _pid_alive(int(pid)):
+        if tmp.is_dir() and pid.isdigit() and not pid_alive(int(pid)):
             shutil.rmtree(tmp, ignore_errors=True)
             removed.append(tmp)
     return removed

@@ -30,19 +30,29 @@ PACKAGES = ("grpo-cli", "torch", "transformers", "trl", "peft", "accelerate", "d
             "vllm", "deepspeed", "bitsandbytes", "math-verify")
 
 
-class GitState(BaseModel):
-    """The git checkout holding the recipe, when there is one."""
+class _Part(BaseModel):
+    """A part of manifest.json with fixed fields (built on first use: importing grpo stays cheap)."""
 
     model_config = ConfigDict(defer_build=True)
+
+
+class _Record(_Part):
+    """A part of manifest.json that keeps the keys it does not name (a newer grpo's, a tool's own summary), so
+    a manifest read and written back loses nothing."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class GitState(_Part):
+    """The git checkout holding the recipe, when there is one."""
 
     commit: str
     dirty: bool
 
 
-class Hardware(BaseModel):
+class Hardware(_Record):
     """What the run ran on (the torch entries only where torch is installed)."""
 
-    model_config = ConfigDict(extra="allow", defer_build=True)
     platform: str | None = None
     cpu_count: int | None = None
     cuda: bool | None = None
@@ -50,10 +60,8 @@ class Hardware(BaseModel):
     torch_threads: int | None = None
 
 
-class Best(BaseModel):
+class Best(_Part):
     """The model kept in best/ for the task metric (eval.every_steps); also best/grpo_best.json."""
-
-    model_config = ConfigDict(defer_build=True)
 
     step: int
     metric: str
@@ -61,10 +69,9 @@ class Best(BaseModel):
     path: str
 
 
-class ToolUse(BaseModel):
+class ToolUse(_Record):
     """One tool's calls over the run (`tools.ToolStats.summary`)."""
 
-    model_config = ConfigDict(extra="allow", defer_build=True)
     calls: int | None = None
     failures: int | None = None
     timeouts: int | None = None
@@ -73,10 +80,9 @@ class ToolUse(BaseModel):
     last_error: str | None = None
 
 
-class AsyncRun(BaseModel):
+class AsyncRun(_Record):
     """`launch.vllm.mode: async`: which trainer ran, its staleness bound and importance-sampling correction."""
 
-    model_config = ConfigDict(extra="allow", defer_build=True)
     trainer: str | None = None
     max_staleness: int | None = None
     correction: str | None = None
@@ -113,10 +119,10 @@ def _whole(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-class Manifest(BaseModel):
+class Manifest(_Record):
     """Everything manifest.json says about a run; every field may be missing in an older (or a failed) run's."""
 
-    model_config = ConfigDict(extra="allow", defer_build=True, populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
     version: int = 0
     """MANIFEST_VERSION in what grpo writes now; 0 in a file without the field (written before it existed)."""
     status: str | None = None

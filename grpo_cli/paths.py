@@ -189,6 +189,25 @@ def go_offline() -> None:
 _UTF8_FIX = "Save it as UTF-8 (most editors offer 'Save with encoding'; `iconv -f latin1 -t utf-8` converts it)."
 
 
+def check_hub_access(reference: str, revision: str | None, where: str) -> None:
+    """Fail in seconds, not after a minute of retries, when a hub model is needed and there is no network.
+
+    A model already in the local cache is used from there (offline mode); anything else is a clear error.
+    """
+    if Path(reference).is_dir():
+        return
+    why = hub_unreachable()
+    if why is None:
+        return
+    if hub_cache_file(reference, "config.json", revision) is not None:
+        go_offline()
+        return
+    raise GrpoError(f"{reference} is a hub id, but there is no network here: {why}; and it is not in the local "
+                    "Hugging Face cache", where=where,
+                    fix="Give a local model directory, or download it where there is network (`hf download "
+                        f"{reference}`) and copy the cache (HF_HOME) here.")
+
+
 def decode_error(data: bytes, exc: UnicodeDecodeError, what: str) -> str:
     """Where in `data` the first non-UTF-8 byte is, as 'line L, column C'."""
     line = data.count(b"\n", 0, exc.start) + 1

@@ -91,6 +91,31 @@ def read_jsonl(path: Path, garbled: list[int] | None = None, lines: list[int] | 
     return out
 
 
+def run_file(run_dir: Path, name: str, where: str, written: str) -> Path:
+    """`run_dir/name`, refused in one paragraph when a directory stands there or the file is missing; `written`
+    says when grpo train writes it (the fix for a missing file)."""
+    path = run_dir / name
+    if path.is_dir():
+        raise GrpoError(f"{path} is a directory, not the run's {name} file", where=where,
+                        fix=f"Move that directory aside; grpo train writes {name} as a file.")
+    if not path.is_file():
+        raise GrpoError(f"there is no {name} in {run_dir}", where=where,
+                        fix=f"Give the output directory of a `grpo train` run; it writes {name} {written}.")
+    return path
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still runs (another user's counts as running): what a killed writer left behind
+    may be removed only when it does not."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 def damaged_jsonl(path: Path, garbled: list[int], where: str) -> GrpoError:
     """The error for a run file none of whose lines is a record: damaged, not merely empty so far."""
     return GrpoError(f"{path} is damaged: none of its lines is a JSON record ({len(garbled)} unreadable line(s), "

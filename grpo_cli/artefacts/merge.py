@@ -110,16 +110,6 @@ def looks_like_a_model(path: Path) -> bool:
         (path / "config.json").is_file() and any((path / name).is_file() for name in WEIGHT_FILES))
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_stale_temporaries(out: Path) -> list[Path]:
     """Remove `.OUT.tmp-PID-*` / `.OUT.old-PID-*` left by merges that were killed (their PID is gone).
 
@@ -131,7 +121,7 @@ def clean_stale_temporaries(out: Path) -> list[Path]:
     for kind in ("tmp", "old"):
         for path in out.parent.glob(f".{out.name}.{kind}-*"):
             pid = path.name[len(f".{out.name}.{kind}-"):].split("-", 1)[0]
-            stale = not _pid_alive(int(pid)) if pid.isdigit() else time.time() - path.stat().st_mtime > 3600
+            stale = not runs.pid_alive(int(pid)) if pid.isdigit() else time.time() - path.stat().st_mtime > 3600
             if not (stale and path.is_dir()):
                 continue
             if kind == "old" and (path / "dir").is_dir() and not out.exists():

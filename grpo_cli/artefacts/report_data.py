@@ -55,14 +55,7 @@ def load_run(output_dir: str | Path) -> RunData:
     if not out.is_dir():
         raise GrpoError(f"{out} is not a directory", where="OUTPUT_DIR",
                         fix="Give the output directory of a `grpo train` run (output.dir or --output-dir).")
-    metrics = out / runs.METRICS
-    if metrics.is_dir():
-        raise GrpoError(f"{metrics} is a directory, not the run's metrics file", where="OUTPUT_DIR",
-                        fix="Move that directory aside; grpo train writes metrics.jsonl as a file.")
-    if not metrics.is_file():
-        raise GrpoError(f"there is no metrics.jsonl in {out}", where="OUTPUT_DIR",
-                        fix="Give the output directory of a `grpo train` run; it writes metrics.jsonl from the "
-                            "first logging step (training.logging_steps).")
+    metrics = runs.run_file(out, runs.METRICS, "OUTPUT_DIR", "from the first logging step (training.logging_steps)")
     garbled: list[int] = []
     lines: list[int] = []
     records = runs.read_jsonl(metrics, garbled, lines)

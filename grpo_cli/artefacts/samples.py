@@ -87,17 +87,11 @@ def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | N
     Returns the rows and every step that has samples, so callers can say what else there is.
     """
     run = Path(run_dir)
-    path = run / COMPLETIONS_FILE
     if not run.is_dir():
         raise GrpoError(f"{run} {'is a file' if run.exists() else 'does not exist'}, not a run directory",
                         where="RUN_DIR", fix="Give the output dir of a `grpo train` run (output.dir or --output-dir).")
-    if path.is_dir():
-        raise GrpoError(f"{path} is a directory, not the run's samples file", where="RUN_DIR",
-                        fix="Move that directory aside; grpo train writes completions.jsonl as a file.")
-    if not path.is_file():
-        raise GrpoError(f"there is no {COMPLETIONS_FILE} in {run}", where="RUN_DIR",
-                        fix="Give the output dir of a `grpo train` run; it writes completion samples at every "
-                            "logging step (output.completions_per_log > 0).")
+    path = runs.run_file(run, COMPLETIONS_FILE, "RUN_DIR",
+                         "samples at every logging step (output.completions_per_log > 0)")
     garbled: list[int] = []
     records = runs.read_jsonl(path, garbled)
     # A record with neither prompt nor completion is no sample (a hand-edited or foreign file): shown, it is an

@@ -64,7 +64,7 @@ def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrat
     settings = settings_for(recipe, req, reward)
     out = req.out or default_out(recipe)
     check_out(out, settings, resume=req.resume, force=req.force)
-    from grpo_cli.evaluation.task import check_backend
+    from grpo_cli.evaluation.sampling import check_backend
 
     use_vllm = check_backend(req.backend, images=recipe.data.images is not None, tools=bool(recipe.tools)
                              or recipe.environment is not None, profile=recipe.launch.profile)
@@ -94,14 +94,11 @@ def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrat
 
 
 def _tokenizer(recipe: Recipe) -> tuple[Any, Any]:
-    from grpo_cli.models import resolve_model_source, source_reference
-    from grpo_cli.models.loading import apply_overrides
-    from grpo_cli.models.sources import load_tokenizer_for
+    from grpo_cli.models import load_tokenizer_for, resolve_model_source, source_reference
 
     source = resolve_model_source(source_reference(recipe), base_dir=recipe.base_dir, where="model.name_or_path")
-    tokenizer = load_tokenizer_for(source, trust_remote_code=recipe.model.trust_remote_code)
-    apply_overrides(tokenizer, recipe)  # the recipe's chat template / pad token, as training uses them
-    return source, tokenizer
+    # the recipe's chat template / pad token, as training uses them
+    return source, load_tokenizer_for(source, recipe, trust_remote_code=recipe.model.trust_remote_code)
 
 
 def _pending(recipe: Recipe, tokenizer: Any, out: Path, max_prompts: int | None) -> Pending:
@@ -145,7 +142,7 @@ def _sample(recipe: Recipe, source: Any, tokenizer: Any, pending: Pending, setti
     """Sample, score and append each batch of pending prompts."""
     import torch
 
-    from grpo_cli.evaluation.task import one_model
+    from grpo_cli.evaluation.sampling import one_model
     from grpo_cli.models.loading import resolve_dtype
     from grpo_cli.progress import advance, reporting
     from grpo_cli.rewards import load_reward

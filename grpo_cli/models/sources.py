@@ -17,16 +17,7 @@ from typing import Any
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_cache import conversion_record, materialize
-from grpo_cli.paths import (
-    ASSETS_DIR,
-    BUNDLED_PREFIX,
-    go_offline,
-    hub_cache_file,
-    hub_unreachable,
-    is_gguf_reference,
-    is_hub_id,
-    resolve,
-)
+from grpo_cli.paths import ASSETS_DIR, BUNDLED_PREFIX, check_hub_access, is_gguf_reference, is_hub_id, resolve
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
 
@@ -51,6 +42,9 @@ class ModelSource:
     """Training step of a checkpoint dir."""
     base_reference: str = ""
     """The adapter's base as the user or its adapter_config.json names it (`weights` may be a cache dir)."""
+    local: Path | None = None
+    """The local directory the reference named, found once here (None for a hub id); a GGUF file's is its
+    converted safetensors directory."""
 
     @property
     def label(self) -> str:
@@ -80,11 +74,11 @@ def _has_tokenizer(path: Path) -> bool:
 
 
 def local_path(ref: str, base_dir: Path | None = None) -> Path | None:
-    """The existing local path `ref` names under grpo_cli.paths' rule, or None; a GGUF file is its converted
-    safetensors directory (converted on first use)."""
+    """The existing local path `ref` names under grpo_cli.paths' rule, resolved, or None; a GGUF file is its
+    converted safetensors directory (converted on first use)."""
     path = resolve(ref, base_dir)
     if path.is_file() and is_gguf_reference(str(path)):
-        return materialize(path, where=ref)
+        return materialize(path, where=ref).resolve()
     return path.resolve() if path.exists() else None
 
 
@@ -161,7 +155,7 @@ def resolve_model_source(ref: str, *, base: str | None = None, adapter: str | No
         return resolve_model_source(adapter, base=base or ref, base_dir=base_dir, where="--adapter")
     path = local_path(ref, base_dir)
     if path is not None and is_gguf_reference(ref) and conversion_record(path) is not None:
-        return ModelSource(ref, "gguf", str(path), tokenizer=str(path))
+        return ModelSource(ref, "gguf", str(path), tokenizer=str(path), local=path)
     if path is None:
         parent = Path(ref).parent
         if not is_hub_id(ref) or (str(parent) != "." and parent.is_dir()):
@@ -182,9 +176,9 @@ def resolve_model_source(ref: str, *, base: str | None = None, adapter: str | No
     if (path / "adapter_config.json").exists():
         base_ref, base_name = _find_base(path, run_dir, base, where)
         kind = kind if kind != "model" else "adapter"
-        return ModelSource(ref, kind, base_ref, path, str(tokenizer_dir or base_ref), run_dir, step, base_name)
+        return ModelSource(ref, kind, base_ref, path, str(tokenizer_dir or base_ref), run_dir, step, base_name, path)
     if (path / "config.json").exists():
-        return ModelSource(ref, kind, str(path), None, str(tokenizer_dir or path), run_dir, step)
+        return ModelSource(ref, kind, str(path), None, str(tokenizer_dir or path), run_dir, step, local=path)
     hint = "Give a directory holding config.json (a model) or adapter_config.json (a LoRA adapter)."
     if kind == "run":
         ckpt = runs.latest_checkpoint(path)
@@ -239,49 +233,6 @@ def quiet_loading() -> Iterator[None]:
     finally:
         if was:
             hf_logging.enable_progress_bar()
-
-
-def load_tokenizer_for(source: ModelSource, *, trust_remote_code: bool = False) -> Any:
-    """The tokenizer saved with the run/adapter when there is one, else the base model's (for a
-    vision-language model: its processor, which holds the tokenizer)."""
-    from transformers import AutoTokenizer
-
-    from grpo_cli.models.vision import load_processor, source_is_vision_language
-
-    check_hub_access(source.tokenizer or source.weights, None, source.reference)  # seconds, not a minute of retries
-    if source_is_vision_language(source.tokenizer, source.weights):
-        return load_processor(source.tokenizer or source.weights, trust_remote_code=trust_remote_code)
-
-    try:
-        tok = AutoTokenizer.from_pretrained(source.tokenizer or source.weights, trust_remote_code=trust_remote_code)
-    except (OSError, ValueError) as exc:
-        fix = "Check the directory or hub id (offline: give a local directory)."
-        if source.kind == "hub":
-            fix = f"There is no local directory {source.reference}, so it was tried as a hub id. " + fix
-        raise GrpoError(f"cannot load the tokenizer of {source.tokenizer}: {str(exc).splitlines()[0]}",
-                        where=source.reference, fix=fix) from None
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    return tok
-
-
-def check_hub_access(reference: str, revision: str | None, where: str) -> None:
-    """Fail in seconds, not after a minute of retries, when a hub model is needed and there is no network.
-
-    A model already in the local cache is used from there (offline mode); anything else is a clear error.
-    """
-    if Path(reference).is_dir():
-        return
-    why = hub_unreachable()
-    if why is None:
-        return
-    if hub_cache_file(reference, "config.json", revision) is not None:
-        go_offline()
-        return
-    raise GrpoError(f"{reference} is a hub id, but there is no network here: {why}; and it is not in the local "
-                    "Hugging Face cache", where=where,
-                    fix="Give a local model directory, or download it where there is network (`hf download "
-                        f"{reference}`) and copy the cache (HF_HOME) here.")
 
 
 def damaged_weights_error(ref: str, exc: Exception, where: str) -> GrpoError:

@@ -37,9 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 try:
-    from grpo_cli.rewards.sandbox_policy import install_seccomp as _install_seccomp, seccomp_program
+    from grpo_cli.rewards.sandbox_policy import install_seccomp as _install_seccomp, seccomp_program, signal_name
 except ImportError:  # imported from this directory by a bare `python -I -S` (see the module docstring)
-    from sandbox_policy import install_seccomp as _install_seccomp, seccomp_program  # type: ignore[no-redef]
+    from sandbox_policy import (  # type: ignore[no-redef]
+        install_seccomp as _install_seccomp,
+        seccomp_program,
+        signal_name,
+    )
 
 __all__ = ["SandboxResult", "TestOutcome", "TestsResult", "missing_layers", "probe_isolation", "run_python",
            "run_tests", "seccomp_program"]
@@ -210,10 +214,7 @@ def _killed_reason(rc: int, timed_out: bool, truncated: bool, stderr: str) -> st
     if rc == -signal.SIGXCPU:
         return "cpu_limit"
     if rc < 0:
-        try:
-            return f"signal:{signal.Signals(-rc).name}"
-        except ValueError:
-            return f"signal:{-rc}"
+        return f"signal:{signal_name(rc) or -rc}"
     if rc != 0 and "MemoryError" in stderr[-2000:]:
         return "memory_limit"
     return None

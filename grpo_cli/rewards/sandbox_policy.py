@@ -240,6 +240,16 @@ def set_parent_death_signal(prepare_only: bool = False) -> None:
         prctl(1, sigkill, zero, zero, zero)  # PR_SET_PDEATHSIG
 
 
+def signal_name(rc: int) -> str | None:
+    """The name of the signal that ended a sandboxed program (return code -N), as both sides report it."""
+    import signal
+
+    try:
+        return signal.Signals(-rc).name
+    except ValueError:
+        return None
+
+
 def nproc_limit() -> int:
     """RLIMIT_NPROC counts every task of the user: allow what exists now plus a few threads.
 

@@ -227,10 +227,7 @@ def _death_reason(rc: int, timed_out: bool) -> str:
     if rc == -signal.SIGXFSZ:
         return "output_limit"
     if rc < 0:
-        try:
-            return f"killed by {signal.Signals(-rc).name}"
-        except ValueError:
-            return f"killed by signal {-rc}"
+        return f"killed by {policy.signal_name(rc) or f'signal {-rc}'}"
     return f"the process exited with status {rc} during the test"
 
 
