@@ -42,7 +42,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 PROBE = ROOT / "benchmarks" / "train_probe.py"
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-DYNAMIC = ("sampling.dynamic={max_rounds: 5}", "sampling.skip_zero_advantage=true")
+SKIP = "sampling.skip_zero_advantage=true"
+DYNAMIC = ("sampling.dynamic={max_rounds: 5}", SKIP)
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,9 @@ RUNNERS = (
     Runner("grpo-before", "(b) grpo train, generation as before", env=(("GRPO_SHARED_PREFILL", "0"),)),
     Runner("grpo", "(c) grpo train (shared prompt prefill)"),
     Runner("vllm", "(d) grpo train, vLLM colocate", overrides=("launch.vllm.mode=colocate",), vllm=True),
+    Runner("skip", "grpo train, zero-advantage completions skip forward/backward (same update)", overrides=(SKIP,)),
+    Runner("vllm-skip", "grpo train, vLLM colocate + zero-advantage skip",
+           overrides=("launch.vllm.mode=colocate", SKIP), vllm=True),
     Runner("async", "(e) grpo train, async (TRL's AsyncGRPOTrainer, vLLM server)",
            overrides=("launch.vllm.mode=async",), vllm=True, server=True),
     Runner("dynamic", "grpo train, dynamic sampling (max_rounds 5) + skip", overrides=DYNAMIC),
@@ -236,7 +240,8 @@ def row(result: Result, args: argparse.Namespace, base: float, baseline: float |
     completions = (gen * training.num_generations if gen is not None else training.generation_batch(1)) * result.steps
     zero = result.mean("dynamic_sampling/zero_std_trained")
     zero = zero if zero is not None else result.mean("frac_reward_zero_std")
-    split = " / ".join(_fmt(result.mean(k), ".1f") for k in ("time/generation", "time/forward", "time/backward"))
+    split = " / ".join(_fmt(result.mean(k), ".1f")
+                       for k in ("time/weight_sync", "time/generation", "time/forward", "time/backward"))
     curve = "; ".join([f"0: {base:.3f}"] + [f"{s}: {a:.3f} @ {_secs(result.clock.get(s))} s"
                                             for s, a in result.accuracy.items()])
     reach = time_to(result, args.target, args.calibrate_s)
@@ -248,7 +253,7 @@ def row(result: Result, args: argparse.Namespace, base: float, baseline: float |
             f"{_fmt(zero, '.0%')} | {completions:,.0f} | {curve} | {_secs(reach)}{ratio}{extra} | {spent} |")
 
 
-HEADER = ["| runner | steps/s | CPU s/step | gen / fwd / bwd s per step | zero-std groups trained | completions "
+HEADER = ["| runner | steps/s | CPU s/step | sync / gen / fwd / bwd s per step | zero-std groups trained | completions "
           "generated | held-out accuracy by step (@ train s) | s to target | completions to target |",
           "|---|---:|---:|---|---:|---:|---|---:|---:|"]
 
