@@ -48,13 +48,15 @@ def run_train_command(req: TrainRequest, console: Console | None = None) -> tupl
     from grpo_cli.launching.relaunch import maybe_relaunch, resume_command, train_passthrough
     from grpo_cli.recipe import load_recipe
     from grpo_cli.training.run import train
+    from grpo_cli.validation import choose_backend
 
     extra = launch_overrides(req.launch)
     overrides, resume_path = req.overrides, req.resume_path
-    loaded = load_recipe(req.recipe, [*overrides, *extra])
+    loaded, choice = choose_backend(load_recipe(req.recipe, [*overrides, *extra]))
+    chosen = [f"launch.vllm.mode={loaded.launch.vllm.mode}"] if choice else []  # the workers run what was chosen
     passthrough = train_passthrough(req.output_dir, req.resume, resume_path, req.force)
     out = req.output_dir or Path(loaded.output.dir)
-    code = maybe_relaunch(loaded, req.recipe, overrides, extra, passthrough, lock_dir=out)
+    code = maybe_relaunch(loaded, req.recipe, overrides, [*extra, *chosen], passthrough, lock_dir=out)
     if code is not None:
         return code, None
     hint = resume_command(req.recipe, [*overrides, *extra], out)

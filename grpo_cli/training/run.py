@@ -34,8 +34,9 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     continue an interrupted run (default: the recipe with `-o OUT --resume`).
     """
     from grpo_cli.run_lock import LOCKED_ENV, RunLock
-    from grpo_cli.validation import preflight
+    from grpo_cli.validation import choose_backend, preflight
 
+    recipe, _ = choose_backend(recipe)  # `launch.vllm.mode: auto` made concrete, as `grpo validate` showed it
     preflight(recipe).raise_for_problems()
     threads = _choose_threads(recipe)
     out = Path(output_dir or recipe.output.dir)

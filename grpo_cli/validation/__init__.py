@@ -12,6 +12,7 @@
 - environment.py: TRL's version windows and the optional packages a recipe needs (read from metadata).
 - doctor.py: `grpo doctor`: installed packages, torch build and GPUs against those windows.
 - vllm_support.py: whether vLLM can serve the model (head sizes on CPU, its registry) and its sampling dtype.
+- generation_choice.py: transformers or vLLM colocate on a CPU, estimated; `launch.vllm.mode: auto` made concrete.
 Nothing here imports torch except when a GPU count is really needed (and `grpo doctor`'s device probe).
 """
 
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 from grpo_cli.lazy import lazy_exports
 from grpo_cli.validation.batching import BatchPlan, plan_batches
 from grpo_cli.validation.checks import preflight
+from grpo_cli.validation.generation_choice import choose_backend
 from grpo_cli.validation.outcome import Preflight
 from grpo_cli.validation.topology import resolve_num_processes, thread_plan, visible_gpu_count, world_size_explanation
 
@@ -29,7 +31,7 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
     from grpo_cli.validation.memory import MemoryPlan, memory_plan
 
 __all__ = [
-    "BatchPlan", "MemoryPlan", "Preflight", "memory_plan", "plan_batches", "preflight",
+    "BatchPlan", "MemoryPlan", "Preflight", "choose_backend", "memory_plan", "plan_batches", "preflight",
     "resolve_num_processes", "thread_plan", "visible_gpu_count", "world_size_explanation",
 ]
 

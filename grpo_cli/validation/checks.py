@@ -17,7 +17,7 @@ from grpo_cli.validation.callbacks import check_callbacks
 from grpo_cli.validation.data_checks import check_data, check_rewards
 from grpo_cli.validation.environment import check_packages
 from grpo_cli.validation.eval_checks import check_eval
-from grpo_cli.validation.generation_choice import check_generation
+from grpo_cli.validation.generation_choice import check_generation, choose_backend
 from grpo_cli.validation.memory import check_memory
 from grpo_cli.validation.model_checks import check_model, check_vllm
 from grpo_cli.validation.outcome import Preflight
@@ -67,8 +67,11 @@ _PLAN_RANK = {line: rank for rank, group in enumerate(PLAN_LINES) for line in gr
 
 def preflight(recipe: Recipe) -> Preflight:
     """Check everything checkable without loading a model; never raises for recipe problems."""
+    recipe, choice = choose_backend(recipe)  # `launch.vllm.mode: auto`: checked as it will run
     pf = Preflight(recipe)
     for check in CHECKS:
         pf.add(check(recipe, pf))
+    if choice:
+        pf.plan["generation"] = choice + (f"; {pf.plan['generation']}" if "generation" in pf.plan else "")
     pf.plan = {line: pf.plan[line] for line in sorted(pf.plan, key=lambda k: _PLAN_RANK.get(k, len(PLAN_LINES)))}
     return pf

@@ -66,3 +66,45 @@ def check_generation(recipe: Recipe, pf: Preflight) -> Findings:
         advice = "about even"
     found.plan["generation"] = f"{figures} (estimated from steps measured on 2 cores): {advice}"
     return found
+
+
+def choose_backend(recipe: Recipe) -> tuple[Recipe, str]:
+    """`launch.vllm.mode: auto` made concrete on this machine, and why; any other recipe unchanged (and "").
+
+    Colocate where vLLM is installed and can serve the model, and on a CPU only where the estimate above says it
+    shortens the step; off otherwise. `grpo validate` and `grpo train` both choose through here, so the plan says
+    what the run will do.
+    """
+    if recipe.launch.vllm.mode != "auto":
+        return recipe, ""
+    mode, why = _auto_mode(recipe)
+    return _with_mode(recipe, mode), f"auto chose {'vLLM colocate' if mode == 'colocate' else 'transformers'}: {why}"
+
+
+def _auto_mode(recipe: Recipe) -> tuple[str, str]:
+    if importlib.util.find_spec("vllm") is None:
+        return "off", "vLLM is not installed"
+    from grpo_cli.validation.model_config import find_model_config
+    from grpo_cli.validation.vllm_support import vllm_model_findings
+
+    config, _ = find_model_config(recipe)
+    problems = vllm_model_findings(_with_mode(recipe, "colocate"), config).problems
+    if problems:
+        return "off", f"vLLM cannot serve this model here ({problems[0].what})"
+    if not recipe.launch.spec.cpu_only:
+        return "colocate", "vLLM is installed (on GPUs the usual choice; not estimated, GPUs are unmeasured here)"
+    from grpo_cli.validation.memory import memory_plan
+
+    plan, _ = memory_plan(recipe, gpu_memory_gb=None, world_size=1)
+    if plan is None:
+        return "off", "the model's size is unknown, so the two cannot be compared"
+    training = recipe.training
+    hf, vllm, sync = cpu_estimate(plan.params, training.generation_batch(1), training.max_completion_length)
+    figures = f"~{vllm + sync:.1f} s against ~{hf:.1f} s of generation a step, estimated"
+    return ("colocate" if vllm + sync < (1 - WORTH_IT) * hf else "off"), figures
+
+
+def _with_mode(recipe: Recipe, mode: str) -> Recipe:
+    """The recipe with another `launch.vllm.mode` (a copy: the user's recipe object stays as loaded)."""
+    vllm = recipe.launch.vllm.model_copy(update={"mode": mode})
+    return recipe.model_copy(update={"launch": recipe.launch.model_copy(update={"vllm": vllm})})

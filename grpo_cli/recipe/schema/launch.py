@@ -13,8 +13,10 @@ from grpo_cli.recipe.schema.common import Section, omitted_section
 class VllmSection(Section):
     """Generation with vLLM: the `vllm` extra on a GPU, or on CPU the environment scripts/install_vllm_cpu.sh builds."""
 
-    mode: Literal["off", "colocate", "server", "async"] = "off"
-    """off: transformers generate; colocate: vLLM inside each training process; server: a separate
+    mode: Literal["off", "auto", "colocate", "server", "async"] = "off"
+    """off: transformers generate; auto: colocate where vLLM is installed, can serve the model and (on a CPU)
+    `grpo validate`'s estimate says it makes the step shorter, else off (the plan says which and why);
+    colocate: vLLM inside each training process; server: a separate
     `grpo vllm-serve` process on its own GPUs; async: the same server, with TRL's AsyncGRPOTrainer generating
     the next batches while the trainer learns from the current one (docs/distributed.md)."""
     host: str = "127.0.0.1"
