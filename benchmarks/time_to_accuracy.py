@@ -114,6 +114,9 @@ def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Pat
     model = [f"model.name_or_path={_model_dir(args.recipe)}"] if runner.vllm else []
     if runner.calibrated:
         model.append(f"data.pass_rate.file={args.calibration}")
+    # grpo shuffles the rows once before TRL's sampler shuffles them (`data.shuffle`); the plain scripts do not,
+    # so without this the runners would train on other prompts than the plain script from the same seed.
+    model.append("data.shuffle=false")
     return [*head, "-m", "grpo_cli", "train", args.recipe, "-o", str(out), "--force", *model,
             f"training.max_steps={args.steps}", "training.save_strategy=steps",
             f"training.save_steps={args.save_steps}", "training.save_only_model=true", "eval.before_after=false",
