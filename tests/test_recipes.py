@@ -131,3 +131,14 @@ def test_unquoted_no_strategy_is_understood(minimal_dir: Path) -> None:
     recipe = load_recipe(path, ["training.save_strategy=no", "training.eval_strategy=no"])
     assert recipe.training.values()["save_strategy"] == "no"
     assert recipe.training.values()["eval_strategy"] == "no"
+
+
+def test_vllm_mode_off_unquoted_means_off_in_a_file_and_in_an_override(minimal_dir: Path) -> None:
+    # YAML 1.1 reads `off` as false; the fix texts tell users to write `launch.vllm.mode=off`, so it must work.
+    from grpo_cli.recipe import load_recipe
+    from tests.conftest import MINIMAL
+
+    recipe = minimal_dir / "recipe.yaml"
+    recipe.write_text(MINIMAL + "launch:\n  vllm: {mode: off}\n")
+    assert load_recipe(recipe).launch.vllm.mode == "off"
+    assert load_recipe(recipe, ["launch.vllm.mode=colocate", "launch.vllm.mode=off"]).launch.vllm.mode == "off"

@@ -71,7 +71,7 @@ def preflight(recipe: Recipe) -> Preflight:
     pf = Preflight(recipe)
     for check in CHECKS:
         pf.add(check(recipe, pf))
-    if choice:
-        pf.plan["generation"] = choice + (f"; {pf.plan['generation']}" if "generation" in pf.plan else "")
+    if choice:  # what auto chose, and why, in place of the advice to set a mode
+        pf.plan["generation"] = choice
     pf.plan = {line: pf.plan[line] for line in sorted(pf.plan, key=lambda k: _PLAN_RANK.get(k, len(PLAN_LINES)))}
     return pf

