@@ -7,7 +7,8 @@ extra no-grad forward of the whole generation batch right after generating. When
 between that forward and the loss forward, so `old` is exactly what the loss forward computes again with the
 same weights (TRL itself uses `per_token_logps.detach()` as `old` in that case without vLLM). On the SmolLM2 recipe
 that extra forward was 3.3 s of a 17 s step on 2 cores. grpo takes `old` from the loss forward instead: the ratio,
-its truncation or mask and TRL's `sampling/*` metrics are computed there, as TRL computes them.
+its truncation or mask and TRL's `sampling/*` metrics are computed there, as TRL computes them (with
+`sampling.skip_zero_advantage` the metrics cover the completions that are trained on).
 `tests/test_fused_is.py` compares the loss, gradients and ratio with TRL's own path on one generated batch.
 """
 
