@@ -80,7 +80,8 @@ def test_an_interrupted_import_leaves_the_old_file_or_the_new_one_and_nothing_el
         mine.write_text(old, encoding="utf-8")
         proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "import", "trl", str(TRL_CONFIG), "-o", str(mine),
                                  "--force"], env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
+                                text=True,  # SIGINT as a terminal delivers it, even under a backgrounded pytest
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         time.sleep(delay)
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=120)
