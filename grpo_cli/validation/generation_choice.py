@@ -41,22 +41,37 @@ def cpu_estimate(params: int, completions: int, tokens: int) -> tuple[float, flo
     return hf, hf / CPU.vllm_speedup, CPU.reload_s + CPU.reload_s_per_gb * params * 4 / 1e9
 
 
+def step_estimate(recipe: Recipe) -> tuple[float, float, float] | None:
+    """(transformers generation s, vLLM generation s, weight sync s) for one optimizer step of one process, or
+    None when the model's size is unknown. The plan's line and `auto` both read this one estimate."""
+    from grpo_cli.validation.memory import memory_plan
+
+    plan, _ = memory_plan(recipe, gpu_memory_gb=None, world_size=1)
+    if plan is None:
+        return None
+    training = recipe.training  # each process generates its own micro-batches, every one of them
+    per_step = training.per_device_train_batch_size * training.gradient_accumulation_steps
+    return cpu_estimate(plan.params, per_step, training.max_completion_length)
+
+
+def vllm_is_faster(hf: float, with_vllm: float) -> bool:
+    """vLLM colocate (generation + sync) saves at least WORTH_IT of transformers' generation."""
+    return with_vllm < (1 - WORTH_IT) * hf
+
+
 def check_generation(recipe: Recipe, pf: Preflight) -> Findings:
     """The plan's `generation` line on the CPU: the estimated seconds of each backend, and which is shorter."""
     found = Findings()
     if not recipe.launch.spec.cpu_only or recipe.launch.vllm.mode == "async" or pf.batches is None:
         return found
-    from grpo_cli.validation.memory import memory_plan
-
-    plan, _ = memory_plan(recipe, gpu_memory_gb=None, world_size=1)
-    if plan is None:
+    estimate = step_estimate(recipe)
+    if estimate is None:
         return found
-    per_step = pf.batches.completions_per_optimizer_step // max(1, recipe.launch.world_size)
-    hf, vllm, reload = cpu_estimate(plan.params, per_step, recipe.training.max_completion_length)
+    hf, vllm, reload = estimate
     with_vllm = vllm + reload
     figures = f"transformers ~{hf:.1f} s a step, vLLM colocate ~{vllm:.1f} s + ~{reload:.1f} s weight sync"
     mode = recipe.launch.vllm.mode
-    if with_vllm < (1 - WORTH_IT) * hf:
+    if vllm_is_faster(hf, with_vllm):
         advice = "vLLM is faster here" + ("" if mode != "off" else (
             ": set `launch.vllm.mode: colocate`" if importlib.util.find_spec("vllm") is not None
             else ": scripts/install_vllm_cpu.sh, then `launch.vllm.mode: colocate`"))
@@ -102,14 +117,11 @@ def _auto_mode(recipe: Recipe) -> tuple[str, str]:
 
 def _cpu_figures(recipe: Recipe) -> tuple[bool, str] | None:
     """(vLLM colocate is faster, the estimate in words), or None when the model's size is unknown."""
-    from grpo_cli.validation.memory import memory_plan
-
-    plan, _ = memory_plan(recipe, gpu_memory_gb=None, world_size=1)
-    if plan is None:
+    estimate = step_estimate(recipe)
+    if estimate is None:
         return None
-    training = recipe.training
-    hf, vllm, sync = cpu_estimate(plan.params, training.generation_batch(1), training.max_completion_length)
-    return (vllm + sync < (1 - WORTH_IT) * hf,
+    hf, vllm, sync = estimate
+    return (vllm_is_faster(hf, vllm + sync),
             f"vLLM colocate ~{vllm + sync:.1f} s against transformers ~{hf:.1f} s of generation a step, estimated "
             "from steps measured on 2 cores")
 
