@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import textwrap
 from pathlib import Path
 
@@ -33,6 +34,12 @@ def health_events(out: Path) -> list[dict]:
     """The guard events a run wrote to OUTPUT_DIR/health.jsonl ([] when none fired)."""
     path = out / "health.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def sigint_as_a_terminal() -> None:
+    """`preexec_fn` for a child a test interrupts: SIGINT handled as a terminal delivers it. A shell that starts
+    pytest in the background ignores SIGINT, and a child Python keeps an ignored SIGINT (Ctrl-C would do nothing)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def run_cli(*args: str | Path) -> CliResult:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import RECIPES, ROOT, run_cli
+from tests.conftest import RECIPES, ROOT, run_cli, sigint_as_a_terminal
 
 DEMO = RECIPES / "demo.yaml"
 FAST_TRAIN = ["training.max_steps=1", "training.logging_steps=1", "eval.before_after=false"]
@@ -90,11 +90,9 @@ def test_ctrl_c_keeps_the_finished_batches_and_resume_finishes(tmp_path: Path) -
     out = tmp_path / "cal"
     partial = out / "calibration.partial.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    # SIGINT as a terminal delivers it: a shell that starts pytest in the background ignores SIGINT, and a child
-    # Python keeps an ignored SIGINT (it would then calibrate to the end)
     proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "calibrate", str(DEMO), "-k", "4", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            preexec_fn=sigint_as_a_terminal)
     deadline = time.monotonic() + 300
     while not (partial.exists() and len(partial.read_text().splitlines()) >= 16) and time.monotonic() < deadline:
         time.sleep(0.1)

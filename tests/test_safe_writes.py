@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import RECIPES, ROOT, run_cli
+from tests.conftest import RECIPES, ROOT, run_cli, sigint_as_a_terminal
 
 TRL_CONFIG = ROOT / "tests" / "fixtures" / "imports" / "trl" / "clis_grpo_config.yaml"
 DEMO = RECIPES / "demo.yaml"
@@ -80,8 +80,7 @@ def test_an_interrupted_import_leaves_the_old_file_or_the_new_one_and_nothing_el
         mine.write_text(old, encoding="utf-8")
         proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "import", "trl", str(TRL_CONFIG), "-o", str(mine),
                                  "--force"], env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True,  # SIGINT as a terminal delivers it, even under a backgrounded pytest
-                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                text=True, preexec_fn=sigint_as_a_terminal)
         time.sleep(delay)
         proc.send_signal(sig)
         out, _ = proc.communicate(timeout=120)
