@@ -1,4 +1,5 @@
-"""Trainer callbacks: the rich console, metrics.jsonl, and graceful SIGINT/SIGTERM."""
+"""Trainer callbacks: the rich console, metrics.jsonl, and graceful SIGINT/SIGTERM; the base of those that
+need the trainer itself (`TrainerBound`)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,14 @@ from transformers import TrainerCallback
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+class TrainerBound(TrainerCallback):
+    """A callback that reads the trainer's logs, or logs and saves through it (completions.jsonl, the task
+    metric, `eval.on_save`): the GRPOTrainer takes its callbacks when it is built, so `trainer` is set afterwards
+    (training.trainer)."""
+
+    trainer: Any = None
+
 
 # Keys shown on the compact per-log console line, in order: (log key, label, format).
 _LINE = [

@@ -12,16 +12,15 @@ import random
 from pathlib import Path
 from typing import Any
 
-from transformers import TrainerCallback
-
 from grpo_cli import runs
 from grpo_cli.artefacts.samples import finite, message_text
+from grpo_cli.training.callbacks import TrainerBound
 
 COMPLETIONS_FILE = runs.COMPLETIONS
 MAX_LOOKUP_ROWS = 200_000  # prompts -> reference answers are looked up in the train set up to this size
 
 
-class CompletionsLog(TrainerCallback):
+class CompletionsLog(TrainerBound):
     """On each logging step, append up to `per_step` rows of the latest generation batch to completions.jsonl.
 
     Bounded: texts are cut at `max_chars`, and nothing more is written once the file passes `max_bytes`.
@@ -35,7 +34,6 @@ class CompletionsLog(TrainerCallback):
         self.max_chars = max_chars
         self.max_bytes = max_bytes
         self.seed = seed
-        self.trainer: Any = None
         self.full = False
         self._lookup: dict[str, dict[str, Any]] | None = None
         self.prompt_columns = set(prompt_columns or ())  # already in the prompt: not a reference

@@ -10,9 +10,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from transformers import TrainerCallback
-
 from grpo_cli import runs
+from grpo_cli.training.callbacks import TrainerBound
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -22,7 +21,7 @@ if TYPE_CHECKING:
 SUITES_FILE = "suites.json"
 
 
-class SuitesOnSave(TrainerCallback):
+class SuitesOnSave(TrainerBound):
     """Evaluate the model on the recipe's `eval.on_save` suites at every save (main process)."""
 
     def __init__(self, recipe: Recipe, tokenizer: Any, console: Console | None = None) -> None:
@@ -35,7 +34,6 @@ class SuitesOnSave(TrainerCallback):
                       for name in recipe.eval.on_save]
         self.tokenizer = tokenizer
         self.console = console
-        self.trainer: Any = None  # set by training.run, to log through it
 
     def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
         if not state.is_world_process_zero or model is None:

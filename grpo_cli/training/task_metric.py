@@ -17,10 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from transformers import TrainerCallback
-
 from grpo_cli import runs
 from grpo_cli.manifest import Best, Manifest, read_best, write_best
+from grpo_cli.training.callbacks import TrainerBound
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,7 +67,7 @@ def _broadcast(value: Any) -> Any:
     return box[0]
 
 
-class TaskMetric(TrainerCallback):
+class TaskMetric(TrainerBound):
     """Evaluate on a cadence (and once before training), keep best/, early-stop on a plateau.
 
     Set `trainer` after building the GRPOTrainer: logging and saving go through it.
@@ -86,7 +85,6 @@ class TaskMetric(TrainerCallback):
         self.manifest = manifest
         self.write_manifest = write_manifest
         self.console = console
-        self.trainer: Any = None
         self.history: list[tuple[int, float | None]] = []
         self.best: tuple[int, float] | None = self._previous_best()
         self.stale = 0
@@ -162,11 +160,11 @@ class TaskMetric(TrainerCallback):
 
 
 def run_callbacks(recipe: Recipe, out: Path, manifest: Manifest, tokenizer: Any, eval_rows: Any,
-                  console: Console | None = None) -> list[Any]:
+                  console: Console | None = None) -> list[TrainerBound]:
     """The callbacks this issue's outputs need: completions.jsonl, and the task metric when eval.every_steps."""
     from grpo_cli.training.completions import COMPLETIONS_FILE, CompletionsLog
 
-    extras: list[Any] = []
+    extras: list[TrainerBound] = []
     if recipe.output.completions_per_log:
         seed = recipe.training.seed
         import string

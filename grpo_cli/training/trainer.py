@@ -3,7 +3,7 @@ instance (the step time split, the shared prefill, `sampling:`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from grpo_cli import runs
 
@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from trl import GRPOConfig, GRPOTrainer
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
+    from grpo_cli.training.callbacks import TrainerBound
     from grpo_cli.training.run_state import RunState
 
 
@@ -72,7 +73,8 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
     return trainer
 
 
-def _async_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig, extras: list[Any]) -> AsyncGRPOTrainer:
+def _async_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig,
+                   extras: list[TrainerBound]) -> AsyncGRPOTrainer:
     """launch.vllm.mode async: TRL's AsyncGRPOTrainer with the callbacks already in run.callbacks."""
     from trl.experimental.async_grpo import AsyncGRPOConfig
 
