@@ -40,35 +40,29 @@ def _train(recipe: str, steps: int, out: Path, overrides: list[str]) -> None:
 
 
 def _plain_generate(recipe_path: str, overrides: list[str], threads: int, batches: int) -> float:
-    """Median seconds of one plain `model.generate` call at the step's batch, on the recipe's first prompts."""
+    """Median seconds of one plain `model.generate` call at the step's batch, on the recipe's first prompts
+    (mapped and templated as training maps them: `data.map_split`, `evaluation.prompt_texts`)."""
     import statistics
     import time
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from grpo_cli import load_recipe
-    from grpo_cli.models.sources import local_path
+    from grpo_cli.data import map_split
+    from grpo_cli.evaluation import prompt_texts
+    from grpo_cli.models import load_tokenizer, model_reference
 
     recipe = load_recipe(ROOT / recipe_path, overrides)
-    model_dir = local_path(recipe.model.name_or_path, ROOT / Path(recipe_path).parent)
     torch.set_num_threads(threads)
-    tok = AutoTokenizer.from_pretrained(str(model_dir), padding_side="left")
-    model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
-    files = recipe.data.files
-    train = files.get(recipe.data.split) if isinstance(files, dict) else files
-    if not isinstance(train, str):
-        sys.exit(f"--plain-generate reads one local train file; {recipe_path} has {train!r}")
-    rows = [json.loads(line) for line in recipe.resolve_path(train).read_text().splitlines()]
+    tok = load_tokenizer(recipe)
+    tok.padding_side = "left"
+    model = AutoModelForCausalLM.from_pretrained(model_reference(recipe), dtype=torch.float32).eval()
+    rows = map_split(recipe, tok, recipe.data.split)
     per_step = recipe.training.generation_batch(1) // recipe.training.num_generations
-    prompt = recipe.data.prompt
-    system = [{"role": "system", "content": prompt.system_prompt}] if prompt.system_prompt else []
     times = []
     for b in range(batches + 1):  # the first call warms up
-        users = [prompt.template.format(**r) if prompt.template else str(r[prompt.column])
-                 for r in rows[b * per_step:(b + 1) * per_step]]
-        texts = [str(tok.apply_chat_template([*system, {"role": "user", "content": u}], tokenize=False,
-                                             add_generation_prompt=True)) if prompt.chat else u for u in users]
+        texts = prompt_texts(rows[b * per_step:(b + 1) * per_step]["prompt"], tok)
         batch = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         started = time.perf_counter()
         with torch.no_grad():
@@ -95,7 +89,7 @@ def main() -> None:
         if not args.run:
             _train(args.recipe, args.steps, run, args.set)
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        threads = json.loads((run / "manifest.json").read_text()).get("hardware", {}).get("torch_threads") or 1
+        run_threads = json.loads((run / "manifest.json").read_text()).get("hardware", {}).get("torch_threads") or 1
     split = time_split(rows)
     if not split:
         sys.exit(f"{run} logged no time/* split (trained before grpo logged it?)")
@@ -104,9 +98,10 @@ def main() -> None:
     lines += [f"| {part} | {seconds:.2f} | {share:.0%} |" for part, seconds, share in split]
     lines.append(f"| **step** | **{total:.2f}** | 100% |")
     if args.plain_generate:
-        plain = _plain_generate(args.recipe, args.set, threads, args.batches)
+        plain = _plain_generate(args.recipe, args.set, run_threads, args.batches)
         generation = dict((part, seconds) for part, seconds, _ in split).get("generation")
-        lines.append(f"| plain `generate`, same batch, {threads} thread(s), median of {args.batches} | {plain:.2f} | |")
+        lines.append(f"| plain `generate`, same batch, {run_threads} thread(s), median of {args.batches} | {plain:.2f} "
+                     "| |")
         if generation is not None:
             lines.append(f"| in-step generation / plain `generate` | {generation / plain:.2f}x | |")
     table = "\n".join(lines)
