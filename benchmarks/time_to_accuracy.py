@@ -288,7 +288,8 @@ def _run_all(args: argparse.Namespace, work: Path, base: float, lines: list[str]
     """Every runner once per seed (runners interleaved), a row each as it ends, then the seed-mean rows."""
     baseline: float | None = None
     runs: dict[str, list[Result]] = {}
-    for seed in args.seeds or [None]:
+    seeds = args.seeds or [None]
+    for seed in seeds:
         for runner in (r for r in RUNNERS if r.name in args.runners):
             result = train(runner, args, work, seed)
             if isinstance(result, str):
@@ -297,7 +298,7 @@ def _run_all(args: argparse.Namespace, work: Path, base: float, lines: list[str]
                 continue
             accs = evaluate(args, list(result.checkpoints.values()), work / f"eval-{runner.name}-{seed}")
             result.accuracy = dict(zip(result.checkpoints, accs, strict=True))
-            if runner.name == "trl" and seed == (args.seeds or [None])[0]:
+            if runner.name == "trl" and seed == seeds[0]:
                 baseline = time_to(result, args.target)
             runs.setdefault(runner.name, []).append(result)
             lines.append(row(result, args, base, baseline))

@@ -14,6 +14,7 @@ from transformers import TrainerCallback
 if TYPE_CHECKING:
     from rich.console import Console
 
+
 class TrainerBound(TrainerCallback):
     """A callback that reads the trainer's logs, or logs and saves through it (completions.jsonl, the task
     metric, `eval.on_save`): the GRPOTrainer takes its callbacks when it is built, so `trainer` is set afterwards
