@@ -133,11 +133,11 @@ def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Pat
 
 
 def _model_dir(recipe: str) -> str:
+    """The recipe's model as a directory (a GGUF file's converted copy), which plain TRL and vLLM can load."""
     from grpo_cli import load_recipe
-    from grpo_cli.models.sources import local_path
+    from grpo_cli.models.loading import model_reference
 
-    found = local_path(load_recipe(ROOT / recipe).model.name_or_path, ROOT / Path(recipe).parent)
-    return str(found)
+    return model_reference(load_recipe(ROOT / recipe))
 
 
 def _logs(out: Path) -> list[dict[str, Any]]:
