@@ -18,6 +18,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import GgufInfo, read_header
+from grpo_cli.paths import terminate_as_interrupt
 from grpo_cli.runs import pid_alive
 
 CACHE_ENV = "GRPO_CACHE_DIR"
@@ -135,8 +136,6 @@ def _convert(path: Path, info: GgufInfo, target: Path, where: str) -> None:
     the way removes that directory (a half conversion is never reused, and never left behind)."""
     import shutil
     import time
-
-    from grpo_cli.paths import terminate_as_interrupt
 
     try:
         import gguf  # noqa: F401

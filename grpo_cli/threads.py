@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from grpo_cli.errors import GrpoError
+
 THREADS_ENV = "OMP_NUM_THREADS"
 CHOSEN_ENV = "GRPO_CHOSEN_THREADS"  # set by grpo for processes it starts; not a user's setting
 RELAUNCHED_ENV = "GRPO_RELAUNCHED"  # set in workers `grpo train` started under accelerate (launching/relaunch.py)
@@ -145,8 +147,6 @@ def choose_threads(processes: int = 1, *, override: int | None = None, model_par
         return ThreadPlan(chosen, max(1, min(cores, chosen * processes)), "chosen by the launching `grpo train`")
     user = _user_setting()
     if user is not None and user > MAX_THREADS:
-        from grpo_cli.errors import GrpoError
-
         raise GrpoError(f"{THREADS_ENV}={user} asks for more threads per process than any machine has cores",
                         where=THREADS_ENV, fix=f"Unset it (grpo then picks from the free cores: {cores} here) or "
                                                f"set at most {MAX_THREADS}.")

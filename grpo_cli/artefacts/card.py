@@ -23,7 +23,8 @@ from grpo_cli.artefacts.summary import first_and_last, step_span, summary_keys, 
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_source import read_header
 from grpo_cli.manifest import Manifest, Scores
-from grpo_cli.paths import is_gguf_reference, is_hub_id, resolve
+from grpo_cli.models.vision import is_vision_language
+from grpo_cli.paths import is_gguf_reference, is_hub_id, resolve, write_atomic
 from grpo_cli.suite_table import SUITES
 
 CARD_FILE = runs.CARD
@@ -201,7 +202,6 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, 
     manifest = runs.read_manifest(run)
     suites = suite_results(target, run)
     name = name or target.resolve().name
-    from grpo_cli.models.vision import is_vision_language
 
     vision = any((d / n).is_file() for d in (target, run) for n in ("preprocessor_config.json", "processor_config.json")
                  ) or is_vision_language((recipe.get("model") or {}).get("kind", "auto") if recipe else "auto", base,
@@ -277,7 +277,6 @@ def write_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, 
     image = (run_dir or target) / runs.REPORT_IMAGE
     if image.is_file() and not (target / runs.REPORT_IMAGE).exists():
         shutil.copy2(image, target / runs.REPORT_IMAGE)
-    from grpo_cli.paths import write_atomic
 
     path = target / CARD_FILE
     try:

@@ -14,8 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_cli.artefacts.card import GGUF_RECORD
+from grpo_cli.artefacts.card import GGUF_RECORD, refresh_gguf_section
+from grpo_cli.artefacts.merge import probe_inputs, probe_logits
 from grpo_cli.errors import GrpoError
+from grpo_cli.gguf_cache import materialize
+from grpo_cli.models.sources import quiet_loading
+from grpo_cli.paths import check_writable_dir
 
 TYPES = ("f16", "q8_0")
 ARCHS = {"llama": "LLAMA", "qwen2": "QWEN2"}
@@ -185,10 +189,6 @@ def verify_gguf(model_dir: Path, path: Path, kind: str) -> tuple[float, float, b
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_cli.artefacts.merge import probe_inputs, probe_logits
-    from grpo_cli.gguf_cache import materialize
-    from grpo_cli.models.sources import quiet_loading
-
     converted = materialize(path, where=str(path))
     with quiet_loading():
         source_tok, back_tok = AutoTokenizer.from_pretrained(str(model_dir)), AutoTokenizer.from_pretrained(
@@ -217,7 +217,6 @@ def export_gguf(model_dir: str | Path, out: str | Path | None = None, *, kind: s
         raise GrpoError(f"{target} is a directory", where="--out", fix="Give the path of the .gguf file to write.")
     if target.exists() and not force:
         raise GrpoError(f"{target} already exists", where="--out", fix="Choose another --out or pass --force.")
-    from grpo_cli.paths import check_writable_dir
 
     check_writable_dir(target.parent, "--out")  # before minutes of conversion, not at the final rename
     import importlib.util
@@ -238,7 +237,6 @@ def export_gguf(model_dir: str | Path, out: str | Path | None = None, *, kind: s
         raise GrpoError(f"the GGUF read back does not reproduce the model: {what}; nothing was kept",
                         where=str(source), fix=fix[0].upper() + fix[1:])
     _record(source, target, kind, diff, tolerance)
-    from grpo_cli.artefacts.card import refresh_gguf_section
 
     refresh_gguf_section(source)
     return GgufExport(target, source, kind, diff, tolerance, same, converted)

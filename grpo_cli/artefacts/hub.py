@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.artefacts.card import CARD_FILE, CARD_MARK, suite_results, write_card
-from grpo_cli.artefacts.publish import is_full_suite, is_local_path, public_base
+from grpo_cli.artefacts.publish import hub_base_id, is_full_suite, is_local_path, public_base, sanitized
 from grpo_cli.errors import GrpoError
+from grpo_cli.models.sources import read_json
 from grpo_cli.paths import is_hub_id
 
 if TYPE_CHECKING:
@@ -149,8 +150,6 @@ def safetensors_problem(path: Path) -> str | None:
 
 def _check_files(folder: Path) -> None:
     """Before anything is written or sent: every weights file whole, every file scrubbed for paths readable."""
-    from grpo_cli.artefacts.publish import sanitized
-
     for name in staged_files(folder):
         if name.endswith(".safetensors") and (why := safetensors_problem(folder / name)):
             raise GrpoError(f"{folder / name} is damaged or truncated: {why}", where="RUN_DIR",
@@ -161,15 +160,11 @@ def _check_files(folder: Path) -> None:
 
 
 def _merge_info(folder: Path) -> dict[str, Any]:
-    from grpo_cli.models.sources import read_json
-
     return read_json(folder / runs.MERGE_INFO) if (folder / runs.MERGE_INFO).is_file() else {}
 
 
 def _base_of(folder: Path, adapter: bool) -> str:
     """The base model as the run named it: a recipe's reference over PEFT's local path; a merge's record."""
-    from grpo_cli.models.sources import read_json
-
     if adapter:
         base = str(read_json(folder / "adapter_config.json").get("base_model_name_or_path") or "unknown")
         named = _recipe_base(folder)
@@ -204,8 +199,6 @@ def _card(folder: Path, base: str, base_model: str | None, adapter: bool) -> str
 def _scrub_local_paths(staged: StagedPush, base: str, base_model: str | None) -> None:
     """Send adapter_config.json, manifest.json, recipe.yaml, grpo_merge.json and report.md without this machine's
     paths, and adapter_config.json naming its base by a Hub id when one is known; say so."""
-    from grpo_cli.artefacts.publish import sanitized
-
     for name in ("adapter_config.json", runs.MANIFEST, runs.RECIPE, runs.MERGE_INFO, runs.REPORT_SUMMARY):
         if name not in staged.files:
             continue
@@ -223,8 +216,6 @@ def _adapter_config(staged: StagedPush, content: bytes, paths: list[str], base: 
                     ) -> bytes:
     """adapter_config.json as sent: its base a Hub id (--base-model, or what the base's files name) whenever
     the saved one is a path, `bundled:` or `package:` reference that nobody else can load."""
-    from grpo_cli.artefacts.publish import hub_base_id
-
     on_disk = json.loads((staged.folder / "adapter_config.json").read_text(encoding="utf-8"))
     saved = str(on_disk.get("base_model_name_or_path") or "")
     if is_hub_id(saved, owner=True) and not paths and not base_model:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.artefacts.card import write_card
+from grpo_cli.artefacts.publish import hub_base_id
 from grpo_cli.errors import GrpoError
 from grpo_cli.models.sources import (
     ModelSource,
@@ -29,7 +30,9 @@ from grpo_cli.models.sources import (
     resolve_model_source,
     saved_dtype,
 )
-from grpo_cli.paths import share_weights
+from grpo_cli.models.vision import load_processor, source_is_vision_language
+from grpo_cli.paths import check_writable_dir, share_weights
+from grpo_cli.runs import MERGE_INFO, WEIGHT_FILES, latest_checkpoint
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -71,8 +74,6 @@ def _adapter_source(ref: str, base: str | None) -> ModelSource:
         if (path / "config.json").exists():
             fix = "It holds full model weights already (a full fine-tune): it is standalone, there is nothing to merge."
         else:
-            from grpo_cli.runs import latest_checkpoint
-
             ckpt = latest_checkpoint(path)
             has = ckpt is not None and (ckpt / "adapter_config.json").exists()
             fix = (f"The run saved no final adapter; merge its latest checkpoint: grpo merge {ckpt} --out DIR."
@@ -84,7 +85,6 @@ def _adapter_source(ref: str, base: str | None) -> ModelSource:
 def _check_out(out: Path, source: ModelSource, force: bool) -> None:
     if out.exists() and not out.is_dir():
         raise GrpoError(f"{out} exists and is a file", where="--out", fix="Give a directory path.")
-    from grpo_cli.paths import check_writable_dir
 
     check_writable_dir(out.parent, "--out")  # the merge is staged beside `out`, before any weights load
     out_r = out.resolve()
@@ -104,8 +104,6 @@ def _check_out(out: Path, source: ModelSource, force: bool) -> None:
 
 def looks_like_a_model(path: Path) -> bool:
     """A saved model or earlier merge: what `--force` may replace."""
-    from grpo_cli.runs import MERGE_INFO, WEIGHT_FILES
-
     return (path / MERGE_INFO).is_file() or (
         (path / "config.json").is_file() and any((path / name).is_file() for name in WEIGHT_FILES))
 
@@ -192,8 +190,6 @@ def _qlora_notes(source: ModelSource, dtype: str) -> list[str]:
 
 def _hub_base_note(base: str) -> list[str]:
     """Ask for the base's Hub id when nothing on this machine names one (the card's `base_model` stays empty)."""
-    from grpo_cli.artefacts.publish import hub_base_id
-
     if hub_base_id(base) is not None:
         return []
     return [f"the card names no Hub base model: {base} does not say which Hub model it is; pass "
@@ -217,8 +213,6 @@ def _staging_dir(out: Path) -> Path:
 def _processing_class(source: ModelSource) -> tuple[Any, bool]:
     """The tokenizer to save with the merged model, or for a vision-language model its processor; and which."""
     from transformers import AutoTokenizer
-
-    from grpo_cli.models.vision import load_processor, source_is_vision_language
 
     vision = source_is_vision_language(source.tokenizer, source.weights)
     try:

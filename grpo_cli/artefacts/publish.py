@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.paths import is_gguf_reference, is_hub_id
+from grpo_cli.gguf_cache import conversion_record
+from grpo_cli.gguf_source import read_header
+from grpo_cli.paths import is_gguf_reference, is_hub_id, resolve
 
 # A GGUF file's name ends in its quantisation (SmolLM2-135M-Instruct.Q4_1.gguf, qwen2-0_5b-instruct-q8_0.gguf).
 _QUANT_SUFFIX = re.compile(r"[.-](?:[QqIi][Qq]?\d\w*|[Ff]16|[Ff]32|[Bb][Ff]16)$")
@@ -43,9 +45,6 @@ def public_base(base: str, hub_id: str | None = None) -> str:
 
 def gguf_file(reference: str) -> Path | None:
     """The GGUF file a reference names, or the one a converted cache directory was made from."""
-    from grpo_cli.gguf_cache import conversion_record
-    from grpo_cli.paths import resolve
-
     try:
         path = resolve(reference)
     except Exception:  # noqa: BLE001 - a package that is gone: no file to read
@@ -69,9 +68,6 @@ def hub_base_id(reference: str) -> tuple[str, str] | None:
         return reference, "the model reference"
     gguf = gguf_file(reference)
     if gguf is not None:
-        from grpo_cli.errors import GrpoError
-        from grpo_cli.gguf_source import read_header
-
         try:
             meta = read_header(gguf).metadata
         except GrpoError:

@@ -15,9 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.artefacts.report_data import RunData, load_run, num, number_text, reward_keys, series, task_keys
+from grpo_cli.artefacts.report_plot import plot
+from grpo_cli.artefacts.samples import markdown_samples
 from grpo_cli.artefacts.summary import step_span, summary_keys, summary_window, window_mean
 from grpo_cli.artefacts.time_split import time_split_markdown
 from grpo_cli.errors import GrpoError
+from grpo_cli.paths import check_writable_dir, terminate_as_interrupt, write_atomic
 from grpo_cli.tools import stats_markdown
 
 if TYPE_CHECKING:
@@ -124,7 +127,6 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines += time_split_markdown(logs)
     lines += _eval_lines(run) + stats_markdown(run.manifest.tools)  # per-tool table of a run with tools
     lines += _task_lines(run)
-    from grpo_cli.artefacts.samples import markdown_samples
 
     lines += markdown_samples(run.output_dir)
     lines += ["## Health guards", ""]
@@ -195,8 +197,6 @@ def report_paths(output_dir: str | Path, out: str | Path | None = None) -> Repor
 
 def _check_targets(paths: ReportPaths, explicit: bool, force: bool) -> None:
     """A directory in the way, or a file the user named with --out that exists (without --force): refused."""
-    from grpo_cli.paths import check_writable_dir
-
     where = "--out" if explicit else "OUTPUT_DIR"
     for path in (paths.image, paths.summary):
         if path.is_dir():
@@ -213,9 +213,6 @@ def write_report(output_dir: str | Path, out: str | Path | None = None, *, force
     metrics, or when `out` names files that exist (unless `force`)."""
     import os
     import tempfile
-
-    from grpo_cli.artefacts.report_plot import plot
-    from grpo_cli.paths import terminate_as_interrupt, write_atomic
 
     run = load_run(output_dir)
     paths = report_paths(output_dir, out)

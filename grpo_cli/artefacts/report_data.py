@@ -14,6 +14,7 @@ from typing import Any
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.manifest import Manifest
+from grpo_cli.run_lock import mark_if_killed
 
 
 @dataclass
@@ -68,7 +69,6 @@ def load_run(output_dir: str | Path) -> RunData:
         raise GrpoError(f"{metrics} holds no training log yet", where="OUTPUT_DIR",
                         fix="Wait for the first logging step (training.logging_steps), or check that the run "
                             "got past model loading (manifest.json).")
-    from grpo_cli.run_lock import mark_if_killed
 
     # A run that died without a word is `killed`, not running; one without a (readable) manifest still has curves.
     manifest = mark_if_killed(out) or runs.read_manifest(out) or Manifest()

@@ -26,8 +26,16 @@ from grpo_cli.calibration.settings import (
     settings_for,
 )
 from grpo_cli.calibration.summary import Calibrated, finish
+from grpo_cli.data import prepare_data
 from grpo_cli.data.pass_rate import prompt_key
 from grpo_cli.errors import GrpoError
+from grpo_cli.evaluation.sampling import check_backend, generate, one_model
+from grpo_cli.evaluation.scoring import score
+from grpo_cli.models import load_tokenizer_for, resolve_model_source, source_reference
+from grpo_cli.models.loading import resolve_dtype
+from grpo_cli.progress import advance, quiet_libraries, reporting
+from grpo_cli.recipe import load_recipe
+from grpo_cli.rewards import load_reward
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -53,8 +61,6 @@ def default_out(recipe: Recipe) -> Path:
 
 def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrated:
     """Run `grpo calibrate`: every check that can fail cheaply happens before a model loads."""
-    from grpo_cli.recipe import load_recipe
-
     recipe = load_recipe(req.recipe, req.overrides)
     if recipe.data.from_environment:
         raise GrpoError("the recipe has no rows to calibrate: its environment serves every prompt from reset()",
@@ -64,11 +70,9 @@ def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrat
     settings = settings_for(recipe, req, reward)
     out = req.out or default_out(recipe)
     check_out(out, settings, resume=req.resume, force=req.force)
-    from grpo_cli.evaluation.sampling import check_backend
 
     use_vllm = check_backend(req.backend, images=recipe.data.images is not None, tools=bool(recipe.tools)
                              or recipe.environment is not None, profile=recipe.launch.profile)
-    from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()
     unfiltered = recipe.model_copy(update={"data": recipe.data.model_copy(update={"pass_rate": None})})
@@ -94,8 +98,6 @@ def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrat
 
 
 def _tokenizer(recipe: Recipe) -> tuple[Any, Any]:
-    from grpo_cli.models import load_tokenizer_for, resolve_model_source, source_reference
-
     source = resolve_model_source(source_reference(recipe), base_dir=recipe.base_dir, where="model.name_or_path")
     # the recipe's chat template / pad token, as training uses them
     return source, load_tokenizer_for(source, recipe, trust_remote_code=recipe.model.trust_remote_code)
@@ -103,8 +105,6 @@ def _tokenizer(recipe: Recipe) -> tuple[Any, Any]:
 
 def _pending(recipe: Recipe, tokenizer: Any, out: Path, max_prompts: int | None) -> Pending:
     """The training rows to calibrate (the first `max_prompts`, one per distinct prompt) less those done."""
-    from grpo_cli.data import prepare_data
-
     mapped = prepare_data(recipe, tokenizer)
     rows = mapped.train
     keys, index, seen = [], [], set()
@@ -142,11 +142,6 @@ def _sample(recipe: Recipe, source: Any, tokenizer: Any, pending: Pending, setti
     """Sample, score and append each batch of pending prompts."""
     import torch
 
-    from grpo_cli.evaluation.sampling import one_model
-    from grpo_cli.models.loading import resolve_dtype
-    from grpo_cli.progress import advance, reporting
-    from grpo_cli.rewards import load_reward
-
     entry = next(e for e in recipe.rewards if e.label == settings.reward)
     reward = load_reward(entry, recipe.base_dir)
     n = len(pending.keys)
@@ -174,9 +169,6 @@ def _sample(recipe: Recipe, source: Any, tokenizer: Any, pending: Pending, setti
 def _batch(loaded: Any, tokenizer: Any, batch: Any, reward: Any, settings: CalibrationSettings,
            first: int) -> list[dict[str, Any]]:
     """One batch of prompts: k completions each, the chosen reward per completion, the pass count."""
-    from grpo_cli.evaluation.sampling import generate
-    from grpo_cli.evaluation.scoring import score
-
     prompts = list(batch["prompt"])
     columns = {c: list(batch[c]) for c in batch.column_names if c != "prompt"}
     k = settings.k

@@ -13,10 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.evaluation.scoring import EvalSettings
+from grpo_cli.paths import check_writable_dir
 from grpo_cli.recipe.schema.data import parse_pass_range
 
 if TYPE_CHECKING:
-    from grpo_cli.evaluation.scoring import EvalSettings
     from grpo_cli.recipe.schema import Recipe
 
 CALIBRATION = "calibration.jsonl"
@@ -68,8 +69,6 @@ class CalibrationSettings:
 
     def sampling(self) -> EvalSettings:
         """The evaluation sampler's settings for these draws (the samplers are shared with `grpo eval`)."""
-        from grpo_cli.evaluation.scoring import EvalSettings
-
         return EvalSettings(k=self.k, temperature=self.temperature, top_p=self.top_p,
                             max_new_tokens=self.max_new_tokens, batch_size=self.batch_size, seed=self.seed)
 
@@ -124,8 +123,6 @@ def settings_for(recipe: Recipe, req: CalibrateRequest, reward: str) -> Calibrat
 def check_out(out: Path, settings: CalibrationSettings, *, resume: bool, force: bool) -> None:
     """Refuse to mix calibrations: an earlier one in `out` is continued (--resume, same settings) or replaced
     (--force)."""
-    from grpo_cli.paths import check_writable_dir
-
     check_writable_dir(out, "--out")
     earlier = [name for name in OUTPUTS if (out / name).exists()]
     if not earlier:

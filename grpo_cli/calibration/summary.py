@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.calibration.settings import CALIBRATION, FILTERED, OVERRIDE, SETTINGS, CalibrationSettings
+from grpo_cli.data.mapping import source_rows
 from grpo_cli.data.pass_rate import Calibration
 from grpo_cli.recipe.schema.data import PassRateFilter
 
@@ -75,8 +76,6 @@ def finish(recipe: Recipe, unfiltered: Recipe, out: Path, settings: CalibrationS
 
 def _write_filtered(recipe: Recipe, positions: list[int], path: Path) -> Path:
     """The kept training rows as the data file has them (so another tool, or another recipe, can read them)."""
-    from grpo_cli.data.mapping import source_rows
-
     rows = source_rows(recipe).select(positions)
     with path.open("w", encoding="utf-8") as fh:
         for row in rows:

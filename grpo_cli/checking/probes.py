@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.paths import read_text
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.builtins import BUILTIN_REWARDS
 from grpo_cli.rewards.builtins.answers import reference_answer, to_number
+from grpo_cli.rewards.builtins.code import extract_code
 
 REASONING = ("Step 1: Read the question and note what is asked.\n"
              "Step 2: Work through the calculation carefully.\n"
@@ -129,8 +131,6 @@ TRIVIAL_PROGRAM = "```python\nprint(42)\n```"
 
 def code_solution(columns: dict[str, Any]) -> str | None:
     """A row's reference program (a fenced block is unwrapped), or None when the data has none."""
-    from grpo_cli.rewards.builtins.code import extract_code
-
     for name in SOLUTION_COLUMNS:
         value = columns.get(name)
         if isinstance(value, str) and value.strip():
@@ -239,8 +239,6 @@ def read_completions(path: Path, num_rows: int, recipe: Recipe) -> list[FileLine
     `row` (an index into the recipe's training rows, as numbered by check-rewards) or `prompt` plus any
     dataset columns the rewards read (`answer`, `tests`, ...).
     """
-    from grpo_cli.paths import read_text
-
     text = read_text(path, what="completions file", where=str(path), missing_fix="Give a .jsonl file.")
     chat = recipe.data.prompt.chat
     out: list[FileLine] = []

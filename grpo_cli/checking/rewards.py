@@ -12,6 +12,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.checking.probes import (
+    Tokens,
+    code_solution,
+    is_code_row,
+    make_probes,
+    probe_style,
+    read_completions,
+    row_reference,
+)
 from grpo_cli.checking.stats import (
     RewardResult,
     Violation,
@@ -20,10 +29,18 @@ from grpo_cli.checking.stats import (
     describe,
     frac_zero_std,
 )
+from grpo_cli.data.mapping import prepare_data
 from grpo_cli.errors import GrpoError, RewardTimeoutError
+from grpo_cli.evaluation import generate
+from grpo_cli.models import load_model, load_tokenizer
+from grpo_cli.models.loading import apply_overrides, model_reference
+from grpo_cli.models.vision import load_processor, recipe_is_vision_language
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.rewards import build_reward_funcs, inspect_reward
+from grpo_cli.rewards.builtins.answers import completion_text
 from grpo_cli.rewards.calling import call_reward, result_problem, value_problem
 from grpo_cli.rewards.registry import required_columns
+from grpo_cli.rewards.reward_model import RewardModelScorer
 
 __all__ = ["CheckReport", "RewardResult", "Sample", "Violation", "check_rewards"]
 
@@ -97,8 +114,6 @@ class CheckReport:
 
 
 def _rows(recipe: Recipe, tokenizer: Any) -> Any:
-    from grpo_cli.data.mapping import prepare_data
-
     return prepare_data(recipe, tokenizer)
 
 
@@ -117,8 +132,6 @@ def _wrap(text: str, chat: bool) -> Any:
 
 
 def _probe_samples(recipe: Recipe, rows: Any, indices: list[int], tokens: Any, budget: int) -> list[Sample]:
-    from grpo_cli.checking.probes import code_solution, is_code_row, make_probes, probe_style, row_reference
-
     style = probe_style(recipe)
     chat = recipe.data.prompt.chat
     out: list[Sample] = []
@@ -135,8 +148,6 @@ def _probe_samples(recipe: Recipe, rows: Any, indices: list[int], tokens: Any, b
 
 
 def _describe_probes(recipe: Recipe, report: CheckReport) -> None:
-    from grpo_cli.checking.probes import probe_style
-
     report.probe_format = probe_style(recipe).describe()
     note = _format_note(recipe)
     if note:
@@ -145,8 +156,6 @@ def _describe_probes(recipe: Recipe, report: CheckReport) -> None:
 
 def _format_note(recipe: Recipe) -> str | None:
     """Say so when user rewards may expect a format the recipe never declares (the probes cannot follow it)."""
-    from grpo_cli.checking.probes import probe_style
-
     style = probe_style(recipe)
     if style.declared_by or all(e.kind == "builtin" for e in recipe.rewards):
         return None
@@ -157,9 +166,6 @@ def _format_note(recipe: Recipe) -> str | None:
 
 
 def _file_samples(recipe: Recipe, rows: Any, path: Path, tokens: Any) -> list[Sample]:
-    from grpo_cli.checking.probes import read_completions
-    from grpo_cli.rewards.builtins.answers import completion_text
-
     lines = read_completions(path, len(rows), recipe)
     column_names = [c for c in rows.column_names if c != "prompt"]
     groups: dict[str, int] = {}
@@ -180,10 +186,6 @@ def _file_samples(recipe: Recipe, rows: Any, path: Path, tokens: Any) -> list[Sa
 
 
 def _generated_samples(recipe: Recipe, samples: int) -> tuple[list[Sample], Any]:
-    from grpo_cli.data.mapping import prepare_data
-    from grpo_cli.evaluation import generate
-    from grpo_cli.models import load_model
-
     loaded = load_model(recipe)
     rows = prepare_data(recipe, loaded.processing_class).train
     indices = _spread(len(rows), samples)
@@ -282,9 +284,6 @@ def _batches(samples: list[Sample], per_call: int) -> list[list[int]]:
 
 
 def _reward_funcs(recipe: Recipe) -> list[Any]:
-    from grpo_cli.rewards import build_reward_funcs, inspect_reward
-    from grpo_cli.rewards.reward_model import RewardModelScorer
-
     for i, entry in enumerate(recipe.rewards):
         inspect_reward(entry, recipe.base_dir, i)
     funcs = build_reward_funcs(recipe, training=False)
@@ -294,14 +293,8 @@ def _reward_funcs(recipe: Recipe) -> list[Any]:
 
 
 def _tokenizer(recipe: Recipe, notes: list[str]) -> Any:
-    from grpo_cli.models import load_tokenizer
-
     try:
-        from grpo_cli.models.vision import recipe_is_vision_language
-
         if recipe_is_vision_language(recipe):  # the processor counts image tokens when prompts are length-filtered
-            from grpo_cli.models.loading import apply_overrides, model_reference
-            from grpo_cli.models.vision import load_processor
 
             processor = load_processor(model_reference(recipe), revision=recipe.model.revision,
                                        trust_remote_code=recipe.model.trust_remote_code)
@@ -344,8 +337,6 @@ def _refuse_bad_request(recipe: Recipe, completions: str | Path | None, samples:
 def _samples(recipe: Recipe, completions: str | Path | None, samples: int, generate: bool,
              notes: list[str]) -> tuple[list[Sample], str, Any]:
     """The completions to score, their source (generate, file, probes) and the row -> file:line lookup, if any."""
-    from grpo_cli.checking.probes import Tokens
-
     if generate:
         return _generated_samples(recipe, samples)[0], "generate", None
     tokenizer = _tokenizer(recipe, notes)

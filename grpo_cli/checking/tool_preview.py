@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.checking.tool_examples import example_arguments
+from grpo_cli.models.loading import apply_overrides, model_reference
+from grpo_cli.tools.episodes import ensure_response_parser
+
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
 
@@ -18,8 +22,6 @@ PREVIEW_CHARS = 1500
 
 def _load_tokenizer(recipe: Recipe) -> Any:
     from transformers import AutoTokenizer
-
-    from grpo_cli.models.loading import apply_overrides, model_reference
 
     tokenizer = AutoTokenizer.from_pretrained(model_reference(recipe), revision=recipe.model.revision,
                                               trust_remote_code=recipe.model.trust_remote_code)
@@ -51,13 +53,10 @@ def preview(recipe: Recipe, toolset: Any, tools: list[Any], rows: dict[Any, dict
 def _parse_round_trip(tokenizer: Any, prompt: list[dict[str, Any]], report: Any) -> None:
     from trl.chat_template_utils import parse_response
 
-    from grpo_cli.tools.episodes import ensure_response_parser
-
     name = next(iter(report.schemas), None)
     if name is None:
         return
     schema = report.schemas[name]
-    from grpo_cli.checking.tool_examples import example_arguments
 
     args = example_arguments(schema, 0)
     tool_name = schema.get("function", schema).get("name", name)

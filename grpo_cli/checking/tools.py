@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.checking.tool_examples import example_arguments
-from grpo_cli.errors import GrpoError
+from grpo_cli.checking.tool_preview import preview
+from grpo_cli.data import prepare_data
+from grpo_cli.errors import GrpoError, did_you_mean
+from grpo_cli.paths import read_text
+from grpo_cli.rewards import call_reward, load_reward
+from grpo_cli.rewards.calling import run_awaitable
+from grpo_cli.tools.guard import ToolTimeout
 from grpo_cli.tools.loading import Toolset, environment_methods, load_toolset, make_environment
 
 if TYPE_CHECKING:
@@ -70,8 +76,6 @@ def call_once(tool: Any, arguments: dict[str, Any], environment: str | None = No
     import asyncio
     import inspect
 
-    from grpo_cli.tools.guard import ToolTimeout
-
     started = time.perf_counter()
     record = CallRecord(tool.__name__, arguments, 0.0, environment=environment)
     try:
@@ -110,7 +114,6 @@ def _schemas(toolset: Toolset, probes: dict[str | None, Any], report: DryRun) ->
 def _load_examples(path: Path | None) -> dict[str, list[dict[str, Any]]]:
     if path is None:
         return {}
-    from grpo_cli.paths import read_text
 
     text = read_text(path, what="examples file", where="--examples",
                      missing_fix='Give a JSONL file of {"tool": "add", "arguments": {"a": 1, "b": 2}} lines.')
@@ -153,8 +156,6 @@ def dry_run(recipe: Recipe, *, examples: Path | None = None, with_model: bool = 
     callables = _schemas(toolset, probes, report)
     unknown = sorted(set(given) - set(report.schemas))
     if unknown:
-        from grpo_cli.errors import did_you_mean
-
         guess = did_you_mean(unknown[0], list(report.schemas))
         raise GrpoError(f"{examples} has examples for {', '.join(map(repr, unknown))}, which the recipe does not "
                         "define as a tool or environment method", where="--examples",
@@ -169,16 +170,12 @@ def dry_run(recipe: Recipe, *, examples: Path | None = None, with_model: bool = 
         report.episodes.append(_episode(recipe, toolset, name, rows.get(name, {}), given, report))
     _flag(report)
     if with_model:
-        from grpo_cli.checking.tool_preview import preview
-
         preview(recipe, toolset, list(callables.values()), rows, report)
     return report
 
 
 def _first_rows(recipe: Recipe, toolset: Toolset) -> dict[str | None, dict[str, Any]]:
     """The first mapped training row (what TRL hands to reset) for each environment (routed by `environment`)."""
-    from grpo_cli.data import prepare_data
-
     out: dict[str | None, dict[str, Any]] = {}
     train = prepare_data(recipe).train
     for row in train.select(range(min(len(train), 500))):
@@ -222,14 +219,10 @@ def run_awaitable_if(value: Any) -> Any:
     """An async get_reward's value (awaited), else the value itself."""
     import inspect
 
-    from grpo_cli.rewards.calling import run_awaitable
-
     return run_awaitable(value) if inspect.isawaitable(value) else value
 
 
 def _episode_rewards(recipe: Recipe, env: Any, row: dict[str, Any], transcript: list[dict[str, Any]]) -> dict[str, Any]:
-    from grpo_cli.rewards import call_reward, load_reward
-
     out: dict[str, Any] = {}
     if callable(getattr(env, "get_reward", None)):
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpo_cli.data.answers import extract_reference_answer
+from grpo_cli.data.images import image_sizes
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.schema.data import DataSection, RowFilter
 
@@ -26,14 +28,10 @@ def _keeps(test: RowFilter, value: Any) -> bool:
 
 def _mask(ds: Any, test: RowFilter, data: DataSection, where: str) -> list[bool]:
     if test.answer_parses:
-        from grpo_cli.data.answers import extract_reference_answer
-
         answer = data.answer
         assert answer is not None
         return [extract_reference_answer(v, answer.extract, answer.pattern) is not None for v in ds[answer.column]]
     if test.max_image_pixels is not None:
-        from grpo_cli.data.images import image_sizes
-
         return [all(w * h <= test.max_image_pixels for w, h in sizes) for sizes in image_sizes(ds)]
     if test.column not in ds.column_names:
         raise GrpoError(f"column {test.column!r} is not in the {where} data", where="data.filter",

@@ -14,7 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.data.answers import extract_reference_answer
+from grpo_cli.data.derive import derive_columns
+from grpo_cli.data.environment_rows import environment_rows
+from grpo_cli.data.filters import filter_rows
 from grpo_cli.data.images import IMAGES, attach_images, image_sizes, image_token_counts, is_processor
+from grpo_cli.data.pass_rate import keep_in_range
+from grpo_cli.data.peek import locate_record, scan_file
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import go_offline, hub_unreachable
 from grpo_cli.recipe.schema import Recipe
@@ -81,7 +86,6 @@ def _load_split(data: DataSection, recipe: Recipe, split: str, where: str, deriv
                                          "without network use local `data.files`.") from None
     if not derive:
         return ds
-    from grpo_cli.data.derive import derive_columns
 
     return derive_columns(ds, data, split).add_column(SOURCE_INDEX, range(len(ds)))
 
@@ -105,8 +109,6 @@ def _quiet_loader() -> Iterator[None]:
 
 def _local_load_error(data: DataSection, recipe: Recipe, split: str, where: str, exc: Exception) -> GrpoError:
     """The broken record (file and line) when a full scan finds it, else the loader's own first line."""
-    from grpo_cli.data.peek import scan_file
-
     paths = _local_paths(data, recipe, split)
     for path in paths:
         try:
@@ -122,8 +124,6 @@ def _local_load_error(data: DataSection, recipe: Recipe, split: str, where: str,
 
 def _locator(recipe: Recipe, data: DataSection, split: str) -> Any:
     """index -> 'FILE line N' (local files) or 'row N of split S' (hub), for messages about one row."""
-    from grpo_cli.data.peek import locate_record
-
     if data.dataset:
         return lambda index: f"row {index} of {data.dataset} split {split!r} (before shuffling)"
     paths = _local_paths(data, recipe, split)
@@ -255,7 +255,6 @@ def map_split(recipe: Recipe, tokenizer: Any, split: str, *, data: DataSection |
     `data` replaces the recipe's data section (e.g. a copy pointing at another file) for evaluation.
     """
     data = data or recipe.data
-    from grpo_cli.data.filters import filter_rows
 
     ds = _load_split(data, recipe, split, where)
     _check_columns(ds, data, where)
@@ -280,8 +279,6 @@ def _map_train(train: Any, data: DataSection, recipe: Recipe, tokenizer: Any, lo
     the prompt the model sees); with each row's position in its split as stored."""
     train = _limit_length(_map(train, data, locate, keep_source=True), data, tokenizer, stats, "train")
     if data.pass_rate is not None:
-        from grpo_cli.data.pass_rate import keep_in_range
-
         train = keep_in_range(train, data.pass_rate, recipe, stats)
     sources = list(train[SOURCE_INDEX])  # kept for messages only: TRL would pass it to rewards and reset()
     return train.remove_columns([SOURCE_INDEX]), sources
@@ -292,8 +289,6 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
     data = recipe.data
     _check_chat_template(recipe, tokenizer)
     if data.from_environment:
-        from grpo_cli.data.environment_rows import environment_rows
-
         return MappedData(*environment_rows(recipe))
     stats: dict[str, Any] = {}
     train = _load_split(data, recipe, data.split, "data")
@@ -303,7 +298,6 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
         evaluation = _load_split(data, recipe, data.eval_split, "data.eval_split")
         _check_columns(evaluation, data, "eval")
     stats["train_rows_loaded"] = len(train)
-    from grpo_cli.data.filters import filter_rows
 
     train = filter_rows(train, data, stats, "train")
     if evaluation is not None:

@@ -16,7 +16,13 @@ from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.sampling import check_backend
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings
+from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
 from grpo_cli.evaluation.task import EvalRun, EvalTask, prepare_run, run_models
+from grpo_cli.models.loading import source_reference
+from grpo_cli.models.sources import resolve_model_source
+from grpo_cli.paths import ASSETS_DIR, check_writable_dir
+from grpo_cli.progress import quiet_libraries
+from grpo_cli.recipe import load_recipe
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,9 +100,6 @@ def evaluate(req: EvalRequest, console: Console | None = None) -> EvalOutcome:
 def plan_evaluation(req: EvalRequest) -> tuple[EvalRun, list[Path], list[str]]:
     """The request resolved once: the task, every model with its tokenizer and dtype, the rows, where results go
     (refusing to overwrite), and notes for the user. Nothing here loads a model."""
-    from grpo_cli.evaluation.suites import get_suite
-    from grpo_cli.progress import quiet_libraries
-
     if req.suite is not None and not req.suite.strip():
         get_suite(req.suite)  # `--suite ''` is a bad name, not "no suite" (others are checked with suite_files)
     target = _target(req)
@@ -110,8 +113,6 @@ def plan_evaluation(req: EvalRequest) -> tuple[EvalRun, list[Path], list[str]]:
 
 def _target(req: EvalRequest) -> _Target:
     """The loaded recipe or None, and the model reference: with --suite the positional may be a model or run dir."""
-    from grpo_cli.recipe import load_recipe
-
     path, suite = req.recipe, req.suite
     if path is None:
         if suite is None:
@@ -130,8 +131,6 @@ def _target(req: EvalRequest) -> _Target:
 
 def _task(req: EvalRequest, recipe: Recipe | None) -> EvalTask:
     """The suite named by --suite or eval.suite, else the recipe's held-out rows; flags over the recipe's settings."""
-    from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
-
     name = req.suite or (recipe.eval.suite if recipe is not None else None)
     settings = EvalSettings.resolve(recipe, suite=bool(name), limit=req.samples, k=req.k, temperature=req.temperature,
                                     batch_size=req.batch_size, max_new_tokens=req.max_new_tokens)
@@ -143,9 +142,6 @@ def _task(req: EvalRequest, recipe: Recipe | None) -> EvalTask:
 
 def _sources(req: EvalRequest, task: EvalTask, target: _Target) -> tuple[list[ModelSource], list[str]]:
     """The models to evaluate, in order, and a note when the recipe's base model stands in for its trained run."""
-    from grpo_cli.models.loading import source_reference
-    from grpo_cli.models.sources import resolve_model_source
-
     recipe, notes = target.recipe, []
     if task.suite is None and recipe is not None:
         trained = Path(recipe.output.dir)
@@ -166,8 +162,6 @@ def _sources(req: EvalRequest, task: EvalTask, target: _Target) -> tuple[list[Mo
 def _targets(req: EvalRequest, task: EvalTask, sources: list[ModelSource]) -> list[Path]:
     """Where results go (a suite's next to each model, else one directory for all), refusing to overwrite an
     earlier evaluation there unless forced."""
-    from grpo_cli.paths import check_writable_dir
-
     files: tuple[str, ...]
     if task.suite is None:
         targets = [req.out or Path("outputs") / "eval" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")]
@@ -189,8 +183,6 @@ def _targets(req: EvalRequest, task: EvalTask, sources: list[ModelSource]) -> li
 
 def default_result_dir(source: ModelSource) -> Path:
     """Next to the model: the run dir, checkpoint or model dir; outputs/eval/<name> for hub and bundled models."""
-    from grpo_cli.paths import ASSETS_DIR
-
     local = source.local  # resolved when the source was
     if local is not None and local.is_dir() and local != ASSETS_DIR and ASSETS_DIR not in local.parents:
         return local

@@ -10,9 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.data import LOCAL_SUFFIXES, map_split, prepare_data
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.sampling import generate
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings, score
+from grpo_cli.rewards import load_reward
+from grpo_cli.tools import load_toolset, run_episodes, start_episodes
 
 if TYPE_CHECKING:
     from datasets import Dataset
@@ -36,9 +39,6 @@ class HeldOutScoring:
 
     @classmethod
     def load(cls, recipe: Recipe) -> HeldOutScoring:
-        from grpo_cli.rewards import load_reward
-        from grpo_cli.tools import load_toolset
-
         entries = recipe.eval.rewards or recipe.rewards
         return cls([load_reward(e, recipe.base_dir) for e in entries], [e.label for e in entries],
                    {e.label: e.weight for e in entries}, load_toolset(recipe),
@@ -90,8 +90,6 @@ def _evaluate_episodes(model: Any, tokenizer: Any, prompts: list[Any], columns: 
     """k tool episodes per prompt, scored with what TRL gives rewards (messages, environments)."""
     import torch
 
-    from grpo_cli.tools import run_episodes, start_episodes
-
     toolset = scoring.toolset
     assert toolset is not None
     torch.manual_seed(s.seed)
@@ -114,8 +112,6 @@ def _evaluate_episodes(model: Any, tokenizer: Any, prompts: list[Any], columns: 
 
 def load_eval_rows(recipe: Recipe, tokenizer: Any, *, split: str | None = None, file: str | None = None) -> Dataset:
     """The prompts to evaluate, through exactly the training mapping: the recipe's eval split by default."""
-    from grpo_cli.data import LOCAL_SUFFIXES, map_split, prepare_data
-
     if split and file:
         raise GrpoError("give --split or --file, not both", where="command line")
     data = recipe.data

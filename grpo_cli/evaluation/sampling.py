@@ -10,8 +10,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.data.images import is_processor
 from grpo_cli.errors import GrpoError
+from grpo_cli.models.sources import load_source_model, read_json
 from grpo_cli.progress import active, advance
+from grpo_cli.recipe.profiles import launch_profile
+from grpo_cli.validation.vllm_support import cpu_env, head_size_problem, vllm_is_cpu_build
 
 if TYPE_CHECKING:
     from grpo_cli.evaluation.scoring import EvalSettings
@@ -98,8 +102,6 @@ def _generate(model: Any, tokenizer: Any, prompts: list[Any], *, k: int, tempera
                                                                                     list[bool]]:
     import torch
 
-    from grpo_cli.data.images import is_processor
-
     device = next(model.parameters()).device
     processor = tokenizer if is_processor(tokenizer) else None
     if processor is not None:
@@ -170,8 +172,6 @@ def vllm_usable() -> bool:
     """`--backend vllm` can run here: vLLM's CPU build is installed, or vLLM and a CUDA GPU."""
     import importlib.util
 
-    from grpo_cli.validation.vllm_support import vllm_is_cpu_build
-
     if importlib.util.find_spec("vllm") is None:
         return False
     return vllm_is_cpu_build() or vllm_available()
@@ -182,8 +182,6 @@ def vllm_available(profile: str = "single") -> bool:
 
     On the CPU transformers stays the default: for small models it is as fast (docs/performance.md)."""
     import importlib.util
-
-    from grpo_cli.recipe.profiles import launch_profile
 
     if launch_profile(profile).cpu_only or importlib.util.find_spec("vllm") is None:
         return False
@@ -197,9 +195,6 @@ def _prepare_cpu(source: ModelSource) -> bool:
     and set the environment it needs. True when vLLM runs on the CPU."""
     import os
     from pathlib import Path
-
-    from grpo_cli.models.sources import read_json
-    from grpo_cli.validation.vllm_support import cpu_env, head_size_problem, vllm_is_cpu_build
 
     if not vllm_is_cpu_build():
         return False
@@ -217,8 +212,6 @@ def vllm_sampler(source: ModelSource, tokenizer: Any, settings: EvalSettings, dt
                  trust_remote_code: bool = False) -> tuple[Sampler, Callable[[], None]]:
     """A sampler backed by vLLM's offline engine (LoRA through a LoRARequest) and a function freeing it."""
     import gc
-
-    from grpo_cli.models.sources import read_json
 
     on_cpu = _prepare_cpu(source)
     import torch
@@ -301,8 +294,6 @@ def one_model(source: ModelSource, tokenizer: Any, settings: EvalSettings, *, us
     """`source` loaded for sampling (vLLM's engine or transformers' model) and freed afterwards, so an evaluation
     of several models (`grpo eval`, a recipe's or a suite's) holds one of them in memory at a time."""
     import gc
-
-    from grpo_cli.models.sources import load_source_model
 
     loaded, close = Loaded(), None
     if use_vllm:

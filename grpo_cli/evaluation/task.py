@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.held_out import HeldOutScoring, evaluate_rows, load_eval_rows
-from grpo_cli.evaluation.sampling import check_backend, one_model
+from grpo_cli.evaluation.sampling import check_backend, generate, one_model, prompt_texts
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings
 from grpo_cli.evaluation.suites import Suite, SuiteRow, get_suite, recipe_suite_files
+from grpo_cli.models.loading import load_tokenizer_for, resolve_dtype
+from grpo_cli.models.sources import saved_dtype
 from grpo_cli.progress import reporting
 
 if TYPE_CHECKING:
@@ -79,8 +81,6 @@ class EvalTask:
 def evaluate_model(task: EvalTask, model: Any, tokenizer: Any, rows: list[SuiteRow] | Dataset, *, label: str = "",
                    sampler: Sampler | None = None, source: str = "") -> EvalResult:
     """Sample every row (HF generate on `model`, or `sampler` such as vLLM) and score it as the task says."""
-    from grpo_cli.evaluation.sampling import generate
-
     s = task.settings
     if task.suite is None:
         assert not isinstance(rows, list)
@@ -118,10 +118,7 @@ def _placement(task: EvalTask, source: ModelSource, device: str) -> str:
     """The dtype a model is sampled in: a recipe evaluation's as training's; a suite's as saved (float32 on CPU)."""
     recipe = task.recipe
     if task.suite is None and recipe is not None:
-        from grpo_cli.models.loading import resolve_dtype
-
         return resolve_dtype(recipe.model.dtype, recipe.launch.profile)
-    from grpo_cli.models.sources import saved_dtype
 
     dtype = recipe.model.dtype if recipe is not None else "auto"
     want = dtype if dtype != "auto" else (saved_dtype(source.weights) or "float32")
@@ -155,8 +152,6 @@ def prepare_run(task: EvalTask, sources: list[ModelSource], *, backend: str = "a
     """Check the backend, load every tokenizer, map the rows and place each model: all that can fail before a
     model loads (seconds), in one step."""
     import torch
-
-    from grpo_cli.models.loading import load_tokenizer_for
 
     recipe = task.recipe
     held_out = recipe if task.suite is None else None  # the recipe whose rows, rewards and placement are used
@@ -213,8 +208,6 @@ def _start_line(task: EvalTask, source: ModelSource, n: int, use_vllm: bool) -> 
 
 def context_warning(model: Any, tokenizer: Any, prompts: list[Any], max_new_tokens: int) -> str | None:
     """Why the scores will mean nothing when the longest prompt plus the completion exceeds the model's context."""
-    from grpo_cli.evaluation.sampling import prompt_texts
-
     config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     limit = getattr(config, "max_position_embeddings", None)
     if not isinstance(limit, int) or not prompts:

@@ -17,6 +17,8 @@ from grpo_cli.importing.common import (
     number,
     rename_old_keys,
 )
+from grpo_cli.importing.script_rewards import definition, module_file
+from grpo_cli.importing.script_rows import axolotl_transform
 
 # Axolotl's names -> TRL/transformers names (then mapped as any GRPOConfig key).
 RENAMES = {"micro_batch_size": "per_device_train_batch_size", "num_epochs": "num_train_epochs",
@@ -82,9 +84,6 @@ def _model(cfg: dict[str, Any], out: ImportResult) -> None:
 def _transform(name: str, base: Path, out: ImportResult) -> None:
     """`datasets[0].type: module.func`, a row transform: carried as data.prompt / data.answer / data.columns when
     it builds a chat prompt from the row's columns, else listed."""
-    from grpo_cli.importing.script_rewards import definition, module_file
-    from grpo_cli.importing.script_rows import axolotl_transform
-
     module, _, func = name.rpartition(".")
     file = module_file(base, module)
     found = definition(file, func) if file is not None else None

@@ -7,6 +7,9 @@ import tempfile
 from pathlib import Path
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.paths import terminate_as_interrupt, write_atomic
+from grpo_cli.recipe.loader import resolve_recipe, validate_recipe
+from grpo_cli.validation import preflight
 
 
 def check_recipe_text(text: str, where: Path) -> tuple[list[str], list[str]]:
@@ -15,10 +18,6 @@ def check_recipe_text(text: str, where: Path) -> tuple[list[str], list[str]]:
     The text is read from a private temporary directory, never from beside `where`: checking writes nothing
     where the user looks, creates no directory, and an interrupted check leaves nothing behind.
     """
-    from grpo_cli.paths import terminate_as_interrupt
-    from grpo_cli.recipe.loader import resolve_recipe, validate_recipe
-    from grpo_cli.validation import preflight
-
     with terminate_as_interrupt(), tempfile.TemporaryDirectory(prefix="grpo-import-") as tmp_dir:
         tmp = Path(tmp_dir) / "recipe.yaml"
         tmp.write_text(text, encoding="utf-8")
@@ -71,8 +70,6 @@ def write_recipe(out: Path, text: str) -> None:
     """Write the recipe whole or not at all; its missing directories are made only now that there is something
     to write, and removed again when the write fails or is interrupted."""
     import contextlib
-
-    from grpo_cli.paths import write_atomic
 
     made = [p for p in [out.parent, *out.parent.parents] if not p.exists()]  # deepest first
     written = False

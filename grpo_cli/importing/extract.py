@@ -13,6 +13,7 @@ import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.importing.script_ast import Script
 from grpo_cli.importing.script_rewards import module_file
 
@@ -206,8 +207,6 @@ def _module_text(script: Script, pieces: _Pieces) -> str:
 
 def write_module(path: Path, text: str) -> None:
     """Write the extracted module, never over a different file the user has there."""
-    from grpo_cli.errors import GrpoError
-
     if path.exists() and path.read_text(encoding="utf-8", errors="replace") != text:
         raise GrpoError(f"{path} exists and is not the module this import would write", where="--extract-rewards",
                         fix="Move it aside, or write the recipe elsewhere with -o.")

@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.importing import recipe_yaml, set_launch
+from grpo_cli.importing.check import check_recipe_text
 from grpo_cli.importing.common import ImportResult
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -47,8 +49,6 @@ class Outcome:
 
 def finish(result: ImportResult, request: Request) -> Outcome:
     """Validate the converted recipe; a refused one keeps its text, marked, with the command that finishes it."""
-    from grpo_cli.importing import recipe_yaml, set_launch
-
     recipe_path = request.out or Path.cwd() / "imported.yaml"
     relativize(result, recipe_path.parent)
     names = launcher_placeholders(result)
@@ -136,9 +136,6 @@ def _environment(names: list[str]) -> Iterator[None]:
 
 
 def _validate(result: ImportResult, where: Path, names: list[str]) -> tuple[list[str], list[str]]:
-    from grpo_cli.importing import recipe_yaml
-    from grpo_cli.importing.check import check_recipe_text
-
     with _environment(names):
         return check_recipe_text(recipe_yaml(result), where)
 
@@ -150,8 +147,6 @@ def _batch(problem: str) -> bool:
 
 def _processes(result: ImportResult, where: Path, names: list[str], problems: list[str]) -> int | None:
     """The fewest training processes (the source's own count first) on which the batch settings divide."""
-    from grpo_cli.importing import set_launch
-
     others = [p for p in problems if not _batch(p)]
     candidates = [result.processes_hint] if result.processes_hint else []
     candidates += [n for n in (*range(2, 17), 24, 32, 48, 64) if n not in candidates]

@@ -18,6 +18,7 @@ from grpo_cli.importing.common import (
     number,
     rename_old_keys,
 )
+from grpo_cli.importing.script_find import trlparser_scripts
 from grpo_cli.suite_table import bundled_text
 
 # open-r1's reward registry (src/open_r1/rewards.py get_reward_funcs) -> grpo built-in, and the script
@@ -199,8 +200,6 @@ def _dataset(name: str, out: ImportResult) -> None:
 
 def _trlparser_yaml(out: ImportResult, source: str, keys: list[str]) -> None:
     """A YAML with a script's own keys and no rewards is a TrlParser script's launch config: point at the script."""
-    from grpo_cli.importing.script_find import trlparser_scripts
-
     scripts = trlparser_scripts(Path(source), keys)
     named = f"`{scripts[0]}`" if scripts else "the script it is launched with"
     out.problems.append(f"rewards: this YAML's own keys ({', '.join(keys)}) are those of a TrlParser script, which "

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.importing.script_ast import NO, Script, call_name, keyword, receiver
+from grpo_cli.importing.script_rewards import definition, module_file
 from grpo_cli.importing.script_rows import read_row_transform
 
 PASS_THROUGH = {"shuffle", "flatten_indices", "with_format", "cast", "cast_column", "remove_columns"}
@@ -135,8 +136,6 @@ def _helper(script: Script, call: ast.Call, facts: DataFacts, depth: int) -> Non
 
 def _imported_helper(script: Script, name: str) -> tuple[Script, ast.FunctionDef | ast.AsyncFunctionDef | None]:
     """A data helper the script imports from a module beside it (`from data.gsm8k import get_questions`)."""
-    from grpo_cli.importing.script_rewards import definition, module_file
-
     module = script.imports.get(name)
     file = module_file(script.path.resolve().parent, module) if module else None
     found = definition(file, name) if file is not None else None

@@ -8,12 +8,15 @@ import ast
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.importing.common import NO_REWARD, ImportResult
+from grpo_cli.importing.extract import extract, write_module
 from grpo_cli.importing.script_ast import NO, Script, call_name, keyword, receiver
 from grpo_cli.importing.script_data import held_out, read_data
 from grpo_cli.importing.script_marimo import app_note
 from grpo_cli.importing.script_model import read_model
 from grpo_cli.importing.script_rewards import NESTED, Rewards, read_rewards, trains_at_import
+from grpo_cli.paths import read_text
 
 
 def _name(node: ast.AST) -> str:
@@ -75,9 +78,6 @@ def _literal(node: ast.AST) -> tuple[bool, Any]:
 def _parse(path: Path, config: dict[str, Any] | None) -> Script:
     """The script, parsed; a file that is not Python source (binary, Latin-1, a directory, a syntax error) is one
     paragraph naming the file and line."""
-    from grpo_cli.errors import GrpoError
-    from grpo_cli.paths import read_text
-
     text = read_text(path, what="TRL script", where=str(path))
     try:
         return Script.parse(path, text, config)
@@ -272,8 +272,6 @@ def _data(script: Script, trainer: ast.Call, cfg: dict[str, Any], skipped: Impor
 def extract_rewards(script: Script, rewards: Rewards, module: Path, skipped: ImportResult) -> None:
     """Copy the rewards grpo cannot import where they are (defs inside a function; the script's own defs when its
     top-level code trains) into `module`, and point the entries there."""
-    from grpo_cli.importing.extract import extract, write_module
-
     own = f"{script.path.resolve()}:"
     trains = trains_at_import(script.path) is not None
     wanted = {i: (ref.removeprefix(own) if ref else expression) for i, (ref, expression, why) in

@@ -21,6 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.launching.script_values import check_accelerator, check_plain, job_name
+from grpo_cli.paths import write_atomic
+from grpo_cli.recipe.loader import load_recipe
+from grpo_cli.validation import preflight
+from grpo_cli.version import __version__
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -186,9 +190,6 @@ def _check_gpus_per_node(per_node: int, server_gpus: int, gpus_per_node: int | N
 
 def validate_for_cluster(recipe_path: Path, overrides: list[str], plan: ClusterPlan) -> Any:
     """`grpo validate` for the world the cluster gives; returns that recipe (RecipeError on any problem)."""
-    from grpo_cli.recipe.loader import load_recipe
-    from grpo_cli.validation import preflight
-
     layout = [f"launch.num_machines={plan.nodes}", f"launch.num_processes={plan.processes}",
               "launch.main_process_ip=127.0.0.1", *server_node_overrides(plan, "127.0.0.1")]
     world = load_recipe(recipe_path, [*overrides, *layout])
@@ -254,8 +255,6 @@ def _install_spec(workdir: Path, extras: list[str]) -> str:
     """`-e .` from grpo's own source tree; anywhere else the released package of this version."""
     import tomllib
 
-    from grpo_cli.version import __version__
-
     suffix = f"[{','.join(extras)}]" if extras else ""
     try:
         name = tomllib.loads((workdir / "pyproject.toml").read_text(encoding="utf-8"))["project"]["name"]
@@ -311,7 +310,6 @@ def write_file(path: Path, text: str, mode: int | None = None, force: bool = Fal
     if path.exists() and not force and not _written_by_grpo(path):
         raise GrpoError(f"{path} already exists and was not written by `grpo launch`; refusing to overwrite it",
                         where="--out", fix="Choose another --out, or pass --force to replace it.")
-    from grpo_cli.paths import write_atomic
 
     try:
         write_atomic(path, text, mode=mode)

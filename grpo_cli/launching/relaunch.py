@@ -22,7 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.profiles import launch_profile
-from grpo_cli.threads import RELAUNCHED_ENV
+from grpo_cli.run_lock import LOCKED_ENV, RunLock
+from grpo_cli.runs import manifest_status
+from grpo_cli.threads import RELAUNCHED_ENV, launch_env_threads
+from grpo_cli.validation import thread_plan
 from grpo_cli.validation.topology import (
     check_batches_for_world,
     installed,
@@ -274,12 +277,8 @@ def maybe_relaunch(recipe: Recipe, recipe_path: Path, overrides: list[str], laun
     import shlex
 
     print(f"launching: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-    from grpo_cli.run_lock import LOCKED_ENV, RunLock
-    from grpo_cli.runs import manifest_status
 
     env = launch_env(gpus, deepspeed=_uses_deepspeed(recipe))
-    from grpo_cli.threads import launch_env_threads
-    from grpo_cli.validation import thread_plan
 
     launch_env_threads(thread_plan(recipe, gpus), env)  # each worker's share of the free cores
     if lock_dir is None or recipe.launch.machine_rank > 0:

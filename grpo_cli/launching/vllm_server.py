@@ -19,6 +19,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.launching.relaunch import visible_gpu_count
+from grpo_cli.launching.vllm_receiver import RECEIVER
+from grpo_cli.models import model_reference
+from grpo_cli.validation.topology import installed
 from grpo_cli.validation.vllm_support import cpu_env, vllm_runs_on_cpu
 
 if TYPE_CHECKING:
@@ -56,8 +60,6 @@ def vllm_serve_command(recipe: Recipe) -> list[str]:
     """
     from trl.scripts.vllm_serve import ScriptArguments, build_command
 
-    from grpo_cli.models import model_reference
-
     v = recipe.launch.vllm
     if not v.uses_server:
         raise GrpoError(f"launch.vllm.mode is {v.mode!r}; a separate vLLM server is only used in server and async mode",
@@ -81,7 +83,6 @@ def vllm_serve_command(recipe: Recipe) -> list[str]:
     full = build_command(ScriptArguments(**args))  # [python, -m, vllm.entrypoints.cli.main, serve, ...]
     cmd = ["vllm", *full[full.index("serve"):]]
     if vllm_runs_on_cpu(recipe):  # no NCCL: the trainer sends weights to grpo's receiver (training/vllm_cpu.py)
-        from grpo_cli.launching.vllm_receiver import RECEIVER
 
         cmd += ["--worker-extension-cls", RECEIVER]
     return cmd
@@ -107,8 +108,6 @@ def server_gpu_env(recipe: Recipe, gpus: int | None = None, environ: dict[str, s
     if "CUDA_VISIBLE_DEVICES" in environ or k < 1:
         return {}
     if gpus is None:
-        from grpo_cli.launching.relaunch import visible_gpu_count
-
         gpus = visible_gpu_count()
     if gpus <= k:
         return {}
@@ -146,8 +145,6 @@ def check_port_free(recipe: Recipe) -> None:
 
 def exec_server(cmd: list[str], extra_env: dict[str, str], recipe: Recipe | None = None) -> None:
     """Replace this process with the server (signals and exit code then belong to vLLM)."""
-    from grpo_cli.validation.topology import installed
-
     if recipe is not None:
         check_port_free(recipe)
 

@@ -9,7 +9,14 @@ from typing import Any
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_cache import materialize
 from grpo_cli.models.sources import ModelSource, damaged_weights_error
-from grpo_cli.paths import check_hub_access, is_gguf_reference
+from grpo_cli.models.vision import (
+    freeze_vision_tower,
+    is_vision_language,
+    load_processor,
+    lora_exclude_pattern,
+    source_is_vision_language,
+)
+from grpo_cli.paths import check_hub_access, hub_cache_file, is_gguf_reference, read_text
 from grpo_cli.recipe.profiles import launch_profile
 from grpo_cli.recipe.schema import Recipe
 
@@ -68,12 +75,10 @@ def load_tokenizer(recipe: Recipe, *, local_only: bool = False) -> Any:
     from transformers import AutoTokenizer
 
     ref = model_reference(recipe)
-    if local_only and not Path(ref).is_dir():
-        from grpo_cli.paths import hub_cache_file
-
-        if hub_cache_file(ref, "tokenizer_config.json", recipe.model.revision) is None:
-            raise GrpoError(f"{ref} is not in the local Hugging Face cache", where="model.name_or_path",
-                            fix=f"Download it once (`hf download {ref}`) or use a local directory.")
+    if local_only and not Path(ref).is_dir() and hub_cache_file(ref, "tokenizer_config.json",
+                                                                recipe.model.revision) is None:
+        raise GrpoError(f"{ref} is not in the local Hugging Face cache", where="model.name_or_path",
+                        fix=f"Download it once (`hf download {ref}`) or use a local directory.")
     try:
         tok = AutoTokenizer.from_pretrained(ref, revision=recipe.model.revision, local_files_only=local_only,
                                             trust_remote_code=recipe.model.trust_remote_code)
@@ -91,8 +96,6 @@ def load_tokenizer_for(source: ModelSource, recipe: Recipe | None = None, *, tru
     vision-language model: its processor, which holds the tokenizer); with `recipe`, its chat template and pad
     token applied, as training used them."""
     from transformers import AutoTokenizer
-
-    from grpo_cli.models.vision import load_processor, source_is_vision_language
 
     ref = source.tokenizer or source.weights
     check_hub_access(ref, None, source.reference)  # seconds, not a minute of retries
@@ -119,7 +122,6 @@ def chat_template_text(recipe: Recipe) -> str | None:
     value = recipe.model.chat_template
     if value is None or "{{" in value or "{%" in value:
         return value
-    from grpo_cli.paths import read_text
 
     path = recipe.resolve_path(value)
     return read_text(path, what="chat template file", where="model.chat_template")
@@ -145,8 +147,6 @@ def lora_config(recipe: Recipe, model: Any = None, *, vision: bool = False) -> A
     lo = recipe.model.lora
     exclude = None
     if vision and model is not None and not lo.vision_tower:
-        from grpo_cli.models.vision import lora_exclude_pattern
-
         exclude = lora_exclude_pattern(model)
     return LoraConfig(task_type="CAUSAL_LM", r=lo.r, lora_alpha=lo.alpha, lora_dropout=lo.dropout,
                       target_modules=lo.target_modules, bias=lo.bias, modules_to_save=lo.modules_to_save,
@@ -182,8 +182,6 @@ def load_model(recipe: Recipe, *, with_tokenizer: bool = True) -> LoadedModel:
     check_hub_access(model_reference(recipe), recipe.model.revision, "model.name_or_path")
     import torch
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
-    from grpo_cli.models.vision import freeze_vision_tower, is_vision_language, load_processor
 
     dtype = resolve_dtype(recipe.model.dtype, recipe.launch.profile)
     device = "cuda" if torch.cuda.is_available() and not recipe.launch.spec.cpu_only else "cpu"

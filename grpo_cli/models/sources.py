@@ -17,6 +17,7 @@ from typing import Any
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_cache import conversion_record, materialize
+from grpo_cli.models.vision import is_vision_language
 from grpo_cli.paths import ASSETS_DIR, BUNDLED_PREFIX, check_hub_access, is_gguf_reference, is_hub_id, resolve
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -252,8 +253,6 @@ def load_base(weights: str, *, dtype: str, device: str = "cpu", revision: str | 
     import torch
     from safetensors import SafetensorError
     from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
-
-    from grpo_cli.models.vision import is_vision_language
 
     check_hub_access(weights, revision, where)
     auto_class = AutoModelForImageTextToText if is_vision_language("auto", weights, revision) else AutoModelForCausalLM

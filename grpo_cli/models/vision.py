@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.paths import hub_cache_file
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -42,7 +43,6 @@ def is_vision_language(kind: str, ref: str, revision: str | None = None, *, loca
     if path.is_dir():
         config = local_config(path)
         return bool(config and config_is_vision_language(config))
-    from grpo_cli.paths import hub_cache_file
 
     cached = hub_cache_file(ref, "config.json", revision)
     if cached is not None:
@@ -74,8 +74,6 @@ def source_is_vision_language(*refs: str | None) -> bool:
 
 def recipe_is_vision_language(recipe: Recipe) -> bool | None:
     """True/False when known without loading anything (model.kind, or a config.json on disk); None for unknown."""
-    from grpo_cli.paths import hub_cache_file
-
     m = recipe.model
     if m.kind != "auto":
         return m.kind == "vision_language"

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from grpo_cli.errors import did_you_mean
+from grpo_cli.recipe.trl_fields import grpo_config_fields
 
 # Old or foreign name -> (where it lives now, a short explanation).
 MIGRATIONS: dict[str, tuple[str, str]] = {
@@ -100,9 +101,6 @@ def unknown_key_hint(name: str, candidates: Iterable[str], here: str) -> str:
     guess = did_you_mean(name, candidates)
     if guess:
         return f"Did you mean `{guess}`?"
-    if here == "":
-        from grpo_cli.recipe.trl_fields import grpo_config_fields
-
-        if name in grpo_config_fields():
-            return f"`{name}` is a GRPOConfig field: put it under `training:` (`training.{name}`)."
+    if here == "" and name in grpo_config_fields():
+        return f"`{name}` is a GRPOConfig field: put it under `training:` (`training.{name}`)."
     return "Run `grpo schema` or see docs/recipes.md for the valid keys."

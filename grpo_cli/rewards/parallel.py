@@ -16,7 +16,8 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError, RewardTimeoutError
 from grpo_cli.recipe.schema.rewards import RewardEntry
-from grpo_cli.rewards.calling import explain_in_training, locate, run_with_timeout, training_problem
+from grpo_cli.rewards.calling import call_reward, explain_in_training, locate, run_with_timeout, training_problem
+from grpo_cli.rewards.loaders import load_reward
 
 _WORKER_REWARD: Any = None
 _LOCAL_ONLY = frozenset({"trainer_state", "log_extra", "log_metric", "environments"})
@@ -24,15 +25,12 @@ _LOCAL_ONLY = frozenset({"trainer_state", "log_extra", "log_metric", "environmen
 
 def _init_worker(entry_data: dict[str, Any], base_dir: str) -> None:
     global _WORKER_REWARD
-    from grpo_cli.rewards.loaders import load_reward
 
     _WORKER_REWARD = load_reward(RewardEntry.model_validate(entry_data), Path(base_dir))
 
 
 def _score_chunk(kwargs: dict[str, Any]) -> tuple[list[Any], list[tuple[str, str, Any]]]:
     """Score one chunk; return the values and the log calls the reward made."""
-    from grpo_cli.rewards.calling import call_reward
-
     logged: list[tuple[str, str, Any]] = []
     kwargs = dict(kwargs)
     kwargs["log_extra"] = lambda column, values: logged.append(("extra", column, list(values)))
@@ -70,8 +68,6 @@ class ParallelReward:
     CHUNKS_PER_WORKER = 4
 
     def __init__(self, entry: RewardEntry, base_dir: Path, workers: int, index: int | None = None) -> None:
-        from grpo_cli.rewards.loaders import load_reward
-
         load_reward(entry, base_dir, index)  # fail early and clearly on a bad reference
         self.entry = entry
         self.base_dir = base_dir

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from grpo_cli.rewards.builtins import BUILTIN_REWARDS
+from grpo_cli.rewards.builtins import BUILTIN_REWARDS, load_builtin
 
 
 def builtin_names() -> list[str]:
@@ -22,8 +22,6 @@ def required_columns(name: str | None) -> tuple[str, ...]:
 
 def get_builtin(name: str) -> Callable[..., Any]:
     """The built-in reward function called `name` (KeyError when there is none); imports only its module."""
-    from grpo_cli.rewards.builtins import load_builtin
-
     return load_builtin(name)
 
 

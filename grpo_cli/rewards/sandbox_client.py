@@ -25,6 +25,8 @@ import threading
 import time
 from typing import Any
 
+from grpo_cli.threads import free_cores
+
 SERVER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_server.py")
 _ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
 MAX_WORKERS = 32
@@ -36,8 +38,6 @@ class SandboxCrash(RuntimeError):
 
 def default_workers() -> int:
     """One server per core that other work leaves free (this process waits while they run), at most MAX_WORKERS."""
-    from grpo_cli.threads import free_cores
-
     return max(1, min(free_cores(own=1.0), MAX_WORKERS))
 
 

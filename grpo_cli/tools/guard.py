@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.tools.lifecycle import lifecycle_overrides
+
 if TYPE_CHECKING:
     from grpo_cli.manifest import ToolUse
 
@@ -222,8 +224,6 @@ def guarded_class(cls: type, *, timeout: float | None, stats: dict[str, ToolStat
     TRL lists an environment's tools as the public functions of its class, so the guarded
     methods must be functions defined on the class: a subclass overriding each one is that.
     """
-    from grpo_cli.tools.lifecycle import lifecycle_overrides
-
     overrides: dict[str, Any] = lifecycle_overrides(cls, timeout, where)
     for member, func in inspect.getmembers(cls, predicate=inspect.isfunction):
         if member.startswith("_") or member in ("reset", "get_reward"):

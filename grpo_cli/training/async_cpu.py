@@ -17,6 +17,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+from grpo_cli.errors import GrpoError
+from grpo_cli.launching.vllm_receiver import RECEIVER
 from grpo_cli.training.vllm_cpu import rpc, send_weights
 
 
@@ -96,9 +98,6 @@ class CpuWeightTransfer:
 
     def init_weight_transfer(self) -> None:
         """The server must run grpo's receiver (`grpo vllm-serve` on CPU loads it)."""
-        from grpo_cli.errors import GrpoError
-        from grpo_cli.launching.vllm_receiver import RECEIVER
-
         try:
             rpc(self._post, self.base_url, "grpo_ping")
         except Exception as exc:

@@ -16,7 +16,12 @@ import re
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.launching.vllm_server import server_base_url
 from grpo_cli.manifest import AsyncRun
+from grpo_cli.models import model_reference
+from grpo_cli.training.async_cpu import CpuWeightTransfer, patch_trl_for_cpu
+from grpo_cli.training.async_worker import quiet_rollout_worker
+from grpo_cli.validation.async_checks import async_plan, epsilons
 
 if TYPE_CHECKING:
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
@@ -31,8 +36,6 @@ def async_config(recipe: Recipe, kwargs: dict[str, Any], dtype: str) -> AsyncGRP
     """AsyncGRPOConfig from the GRPOConfig keyword arguments grpo builds (the keys it shares with them), plus the
     server, the staleness bound and a fixed count of completions per micro-step (as the synchronous trainer)."""
     from trl.experimental.async_grpo import AsyncGRPOConfig
-
-    from grpo_cli.launching.vllm_server import server_base_url
 
     names = {f.name for f in dataclasses.fields(AsyncGRPOConfig)}
     kw = {k: v for k, v in kwargs.items() if k in names}
@@ -104,11 +107,6 @@ def make_async_trainer(run: RunState, config: AsyncGRPOConfig) -> AsyncGRPOTrain
     from transformers.trainer_callback import PrinterCallback
     from trl.experimental.async_grpo import AsyncGRPOTrainer
 
-    from grpo_cli.launching.vllm_server import server_base_url
-    from grpo_cli.models import model_reference
-    from grpo_cli.training.async_cpu import CpuWeightTransfer, patch_trl_for_cpu
-    from grpo_cli.validation.async_checks import async_plan, epsilons
-
     recipe, on_cpu = run.recipe, run.loaded.device == "cpu"
     transfer = CpuWeightTransfer(server_base_url(recipe), recipe.launch.vllm.server_timeout) if on_cpu else None
     if on_cpu:
@@ -120,7 +118,6 @@ def make_async_trainer(run: RunState, config: AsyncGRPOConfig) -> AsyncGRPOTrain
                                peft_config=run.loaded.peft_config, weight_transfer=transfer)
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     if trainer.rollout_worker is not None:  # Ctrl-C goes to grpo's handler; the worker stops in a second, not 15
-        from grpo_cli.training.async_worker import quiet_rollout_worker
 
         quiet_rollout_worker(trainer.rollout_worker)
     low, high = epsilons(recipe)

@@ -8,6 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.launching.relaunch import maybe_relaunch, resume_command, train_passthrough
+from grpo_cli.recipe import load_recipe
+from grpo_cli.training.run import train
+from grpo_cli.validation import choose_backend
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -45,11 +50,6 @@ def split_resume_path(overrides: list[str], resume: bool) -> tuple[list[str], st
 
 def run_train_command(req: TrainRequest, console: Console | None = None) -> tuple[int | None, Any]:
     """(exit code of a re-launch, None) when accelerate ran the workers; else (None, TrainResult)."""
-    from grpo_cli.launching.relaunch import maybe_relaunch, resume_command, train_passthrough
-    from grpo_cli.recipe import load_recipe
-    from grpo_cli.training.run import train
-    from grpo_cli.validation import choose_backend
-
     extra = launch_overrides(req.launch)
     overrides, resume_path = req.overrides, req.resume_path
     loaded, choice = choose_backend(load_recipe(req.recipe, [*overrides, *extra]))

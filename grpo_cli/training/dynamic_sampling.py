@@ -25,6 +25,8 @@ from typing import Any
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.training.group_rows import join_rows, select_rows
+from grpo_cli.training.zero_advantage import attach_zero_advantage_skip
+from grpo_cli.validation.sampling import chosen_metric
 
 HOOKS = ("_generate_and_score_completions", "_calculate_rewards")
 ATTRIBUTES = ("num_generations", "reward_func_names", "reward_weights", "_metrics", "train_dataset", "accelerator",
@@ -174,7 +176,6 @@ def attach_dynamic_sampling(trainer: Any, recipe: Recipe) -> DynamicSampler | No
     settings = recipe.sampling.dynamic
     if settings is None:
         return None
-    from grpo_cli.validation.sampling import chosen_metric
 
     metric = chosen_metric(recipe) or "reward"
     sampler = DynamicSampler(trainer, metric, settings.min_std, settings.max_rounds, recipe.training.seed)
@@ -187,6 +188,4 @@ def attach_sampling(trainer: Any, recipe: Recipe) -> None:
     default, and then the trainer is left exactly as TRL built it)."""
     attach_dynamic_sampling(trainer, recipe)
     if recipe.sampling.skip_zero_advantage:
-        from grpo_cli.training.zero_advantage import attach_zero_advantage_skip
-
         attach_zero_advantage_skip(trainer)

@@ -19,6 +19,7 @@ from transformers import TrainerCallback
 
 from grpo_cli.artefacts.time_split import bottleneck_advice
 from grpo_cli.training.health import HealthEvents, HealthGuard, Observation, finite, fmt, health_callbacks
+from grpo_cli.training.task_metric import metric_name
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,7 +34,6 @@ class RewardGamingGuard(HealthGuard):
 
     def __init__(self, settings: Any, recipe: Recipe, events: HealthEvents) -> None:
         super().__init__(settings, recipe, events)
-        from grpo_cli.training.task_metric import metric_name
 
         self.metric = metric_name(recipe)
         self.sign = 1.0 if recipe.eval.greater_is_better else -1.0

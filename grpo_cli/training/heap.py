@@ -16,6 +16,8 @@ import os
 import platform
 from typing import TYPE_CHECKING
 
+from grpo_cli.training.cuda_segments import expand_cuda_segments
+
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
 
@@ -52,7 +54,5 @@ def raise_mmap_threshold(nbytes: int = PRIMED_BYTES) -> bool:
 def prepare_allocators(recipe: Recipe) -> None:
     """Both allocators set once before training: PyTorch's CUDA segments (`cuda_segments.py`, before CUDA starts)
     and glibc's thresholds (above); each leaves a user's own settings alone."""
-    from grpo_cli.training.cuda_segments import expand_cuda_segments
-
     expand_cuda_segments(recipe)
     raise_mmap_threshold()

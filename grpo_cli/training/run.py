@@ -11,14 +11,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
+from grpo_cli.artefacts.hub import finish_run_card
+from grpo_cli.artefacts.report import report_after_training
 from grpo_cli.artefacts.summary import run_summary
+from grpo_cli.data import prepare_data
 from grpo_cli.errors import GrpoError
+from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
+from grpo_cli.launching.vllm_server import server_base_url, wait_for_server
 from grpo_cli.manifest import Scores, ToolUse, start_manifest
+from grpo_cli.models import load_model, load_source_model, record_base_reference, resolve_model_source
 from grpo_cli.paths import share_weights
+from grpo_cli.progress import quiet_libraries
 from grpo_cli.recipe.loader import dump_yaml
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.rewards import build_reward_funcs
+from grpo_cli.run_lock import LOCKED_ENV, RunLock, mark_if_killed
+from grpo_cli.threads import apply_torch_threads
+from grpo_cli.tools import load_toolset
+from grpo_cli.training.async_grpo import async_config
 from grpo_cli.training.config import grpo_config_kwargs, tracking_environment
+from grpo_cli.training.heap import prepare_allocators
 from grpo_cli.training.run_state import RunState, TrainResult, is_main_process
+from grpo_cli.training.trainer import make_trainer
+from grpo_cli.validation import choose_backend, preflight, thread_plan
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -33,9 +48,6 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     The output directory is locked for the whole run. `resume_command` is the command printed to
     continue an interrupted run (default: the recipe with `-o OUT --resume`).
     """
-    from grpo_cli.run_lock import LOCKED_ENV, RunLock
-    from grpo_cli.validation import choose_backend, preflight
-
     recipe, _ = choose_backend(recipe)  # `launch.vllm.mode: auto` made concrete, as `grpo validate` showed it
     preflight(recipe).raise_for_problems()
     threads = _choose_threads(recipe)
@@ -66,8 +78,6 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
 def _choose_threads(recipe: Recipe) -> ThreadPlan:
     """The threads for this process from the cores free now (a short sample, grpo_cli.threads); applied in
     `_build`."""
-    from grpo_cli.validation import thread_plan
-
     return thread_plan(recipe, sample=True)
 
 
@@ -82,8 +92,6 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
     A manifest still saying `running` in a directory whose lock this process now holds belongs to
     a run that died without a word: it is recorded as `killed` first.
     """
-    from grpo_cli.run_lock import mark_if_killed
-
     if is_main_process() and (killed := mark_if_killed(out, lock_held=True)) is not None:
         step = "unknown" if killed.global_step is None else killed.global_step
         _say(console, f"note: the run in {out} ended without recording why (last recorded step {step}); its "
@@ -97,8 +105,6 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
         runs.check_resume_compatible(out, name_or_path=recipe.model.name_or_path, lora=bool(recipe.model.lora))
         _say(console, f"resuming from {plan.checkpoint.name} (step {runs.saved_step(plan.checkpoint)})")
     if recipe.launch.vllm.uses_server and is_main_process():
-        from grpo_cli.launching.vllm_server import server_base_url, wait_for_server
-
         wait_for_server(server_base_url(recipe), recipe.launch.vllm.server_timeout, recipe_source=recipe.source)
     return RunState(recipe, out, console, plan.checkpoint, plan.replace)
 
@@ -117,8 +123,6 @@ def _announce(run: RunState) -> None:
 def _build(run: RunState) -> None:
     """Load model, data and rewards, then (only now) replace an old run and write recipe and manifest."""
     _announce(run)
-    from grpo_cli.threads import apply_torch_threads
-    from grpo_cli.training.heap import prepare_allocators
 
     apply_torch_threads(run.threads)
     prepare_allocators(run.recipe)  # before the first CUDA allocation and the first step
@@ -127,14 +131,10 @@ def _build(run: RunState) -> None:
     # transformers 5 warns on every run that TRL's `gradient_checkpointing` is an alias; not the user's doing.
     warnings.filterwarnings("ignore", message=".*(gradient_checkpointing|is_gradient_checkpointing).*deprecated",
                             category=FutureWarning)
-    from grpo_cli.data import prepare_data
-    from grpo_cli.models import load_model
-    from grpo_cli.rewards import build_reward_funcs
     from grpo_cli.training.sharding import adopt_fsdp_on_cpu, skip_deepspeed_cpu_inference_op
 
     skip_deepspeed_cpu_inference_op()  # before GRPOConfig starts DeepSpeed's communication backend
     recipe, out, console = run.recipe, run.out, run.console
-    from grpo_cli.progress import quiet_libraries
 
     quiet_libraries()
     _say(console, f"loading model {recipe.model.name_or_path}")
@@ -142,7 +142,6 @@ def _build(run: RunState) -> None:
     _say(console, "loading data" + (f" ({recipe.data.dataset})" if recipe.data.dataset else ""))
     run.data = prepare_data(recipe, run.loaded.processing_class)
     run.reward_funcs = build_reward_funcs(recipe)
-    from grpo_cli.tools import load_toolset
 
     run.toolset = load_toolset(recipe)
 
@@ -153,8 +152,6 @@ def _build(run: RunState) -> None:
     _start_run_dir(run, config.seed)
     run.result = TrainResult(out, "running", 0, data_stats=run.data.stats)
     if _held_out(run) and is_main_process() and run.ckpt is None:
-        from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
-
         run.result.eval_before = evaluate_loaded(EvalTask.for_recipe(recipe), run.loaded.model,
                                                  run.loaded.processing_class, run.data.eval, console,
                                                  label="before training")
@@ -164,7 +161,6 @@ def _build(run: RunState) -> None:
             console.print("before training: " + ", ".join(f"{k} {v:.4f}" for k, v in headline.items()),
                           markup=False)
     _say(console, "starting TRL's " + ("AsyncGRPOTrainer" if recipe.launch.vllm.mode == "async" else "GRPOTrainer"))
-    from grpo_cli.training.trainer import make_trainer
 
     run.trainer = make_trainer(run, config)
 
@@ -173,8 +169,6 @@ def _trainer_config(recipe: Recipe, out: Path, dtype: str, device: str) -> Any:
     """TRL's GRPOConfig for the recipe (AsyncGRPOConfig in async mode), with TRL's refusal as a paragraph."""
     kwargs = grpo_config_kwargs(recipe, out, dtype, device)
     if recipe.launch.vllm.mode == "async":
-        from grpo_cli.training.async_grpo import async_config
-
         return async_config(recipe, kwargs, dtype)
     from trl import GRPOConfig
 
@@ -220,7 +214,6 @@ def _fit(run: RunState) -> None:
     except BaseException as exc:
         _mark_failed(run, exc)
         if is_main_process() and (run.out / runs.METRICS).is_file():  # a step-0 failure has no curves
-            from grpo_cli.artefacts.report import report_after_training
 
             report_after_training(run.out, run.console)
         raise
@@ -235,7 +228,6 @@ def _mark_failed(run: RunState, exc: BaseException) -> None:
     """Record a run that stopped on an error as `failed`, with the error's first line as its message."""
     if run.manifest.status != "running":
         return  # nothing written yet, or already recorded
-    from grpo_cli.errors import GrpoError
 
     message = exc.render() if isinstance(exc, GrpoError) else f"{type(exc).__name__}: {exc}"
     step = run.trainer.state.global_step if run.trainer is not None else 0
@@ -273,13 +265,9 @@ def _finish(run: RunState) -> TrainResult:
         _say(run.console, f"saving the model to {out}")
         trainer.save_model(str(out))
         if is_main_process():
-            from grpo_cli.models import record_base_reference
-
             run.loaded.processing_class.save_pretrained(str(out))
             record_base_reference(out, recipe)
         if _held_out(run) and is_main_process():
-            from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
-
             # sharded: only every rank together can generate; async: the trainer's model has packed attention
             sharded = layout.get("sharded") or recipe.launch.vllm.mode == "async"
             model = _saved_model(run) if sharded else trainer.model
@@ -291,12 +279,9 @@ def _finish(run: RunState) -> TrainResult:
     if is_main_process():
         share_weights(out)
         runs.write_manifest(out, run.manifest)
-        from grpo_cli.artefacts.report import report_after_training
 
         report_after_training(out, run.console)
         if result.status == "completed":
-            from grpo_cli.artefacts.hub import finish_run_card
-
             finish_run_card(recipe, out, run.console)
     return result
 
@@ -305,8 +290,6 @@ def _saved_model(run: RunState) -> Any:
     """The model just saved in the run directory, loaded whole: a sharded model can only generate with
     every rank taking part, so rank 0 evaluates the saved copy instead (which also proves it loads)."""
     from transformers.integrations.deepspeed import unset_hf_deepspeed_config
-
-    from grpo_cli.models import load_source_model, resolve_model_source
 
     unset_hf_deepspeed_config()  # training is over: load whole weights here, not ZeRO-3 partitions (zero.Init)
     source = resolve_model_source(str(run.out), where="output.dir")

@@ -23,6 +23,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.validation.eval_checks import EVERY_STEPS_SHARDED_FIX
 
 
 def _flag(name: str) -> bool:
@@ -127,8 +128,6 @@ class ShardingProbe(TrainerCallback):
         self.layout = {"type": kind, "world_size": world, "rank": rank, "held": held, "total": total}
         check_layout(kind, world, held, total)
         if self.evaluates_during_training and held < total:
-            from grpo_cli.validation.eval_checks import EVERY_STEPS_SHARDED_FIX
-
             raise GrpoError(f"eval.every_steps evaluates on the main process alone, but under {kind} it holds only "
                             f"{held:,} of {total:,} parameters; generating would wait forever for the others",
                             where="eval.every_steps", fix=f"{EVERY_STEPS_SHARDED_FIX}, or train with `--profile ddp`.")

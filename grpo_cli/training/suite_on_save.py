@@ -11,6 +11,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
+from grpo_cli.evaluation.scoring import EvalSettings
+from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
+from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 from grpo_cli.training.callbacks import TrainerBound
 
 if TYPE_CHECKING:
@@ -25,10 +28,6 @@ class SuitesOnSave(TrainerBound):
     """Evaluate the model on the recipe's `eval.on_save` suites at every save (main process)."""
 
     def __init__(self, recipe: Recipe, tokenizer: Any, console: Console | None = None) -> None:
-        from grpo_cli.evaluation.scoring import EvalSettings
-        from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
-        from grpo_cli.evaluation.task import EvalTask
-
         files, settings = recipe_suite_files(recipe), EvalSettings.resolve(recipe, suite=True)
         self.tasks = [EvalTask(settings, get_suite(name, where="eval.on_save", files=files), recipe)
                       for name in recipe.eval.on_save]
@@ -38,7 +37,6 @@ class SuitesOnSave(TrainerBound):
     def on_save(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
         if not state.is_world_process_zero or model is None:
             return
-        from grpo_cli.evaluation.task import evaluate_loaded
 
         scores: dict[str, Any] = {}
         was_training = model.training

@@ -18,8 +18,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
+from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 from grpo_cli.manifest import Best, Manifest, read_best, write_best
 from grpo_cli.training.callbacks import TrainerBound
+from grpo_cli.training.completions import COMPLETIONS_FILE, CompletionsLog
+from grpo_cli.training.suite_on_save import SuitesOnSave
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -38,8 +41,6 @@ def metric_name(recipe: Recipe) -> str:
 
 def build_evaluator(recipe: Recipe, tokenizer: Any, eval_rows: Any) -> Callable[[Any], float | None]:
     """model -> the task metric, with the recipe's eval settings (a suite decodes greedily by default)."""
-    from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
-
     ev, task = recipe.eval, EvalTask.for_recipe(recipe)
 
     def measure(model: Any) -> float | None:
@@ -162,8 +163,6 @@ class TaskMetric(TrainerBound):
 def run_callbacks(recipe: Recipe, out: Path, manifest: Manifest, tokenizer: Any, eval_rows: Any,
                   console: Console | None = None) -> list[TrainerBound]:
     """The callbacks this issue's outputs need: completions.jsonl, and the task metric when eval.every_steps."""
-    from grpo_cli.training.completions import COMPLETIONS_FILE, CompletionsLog
-
     extras: list[TrainerBound] = []
     if recipe.output.completions_per_log:
         seed = recipe.training.seed
@@ -175,8 +174,6 @@ def run_callbacks(recipe: Recipe, out: Path, manifest: Manifest, tokenizer: Any,
         extras.append(CompletionsLog(out / COMPLETIONS_FILE, per_step=recipe.output.completions_per_log, seed=seed,
                                      prompt_columns=shown))
     if recipe.eval.on_save:
-        from grpo_cli.training.suite_on_save import SuitesOnSave
-
         extras.append(SuitesOnSave(recipe, tokenizer, console))
     if recipe.eval.every_steps:
         evaluate = build_evaluator(recipe, tokenizer, eval_rows)

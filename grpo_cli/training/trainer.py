@@ -6,6 +6,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grpo_cli import runs
+from grpo_cli.training.async_grpo import make_async_trainer
+from grpo_cli.training.dynamic_sampling import attach_sampling
+from grpo_cli.training.fused_is import fuse_importance_sampling
+from grpo_cli.training.sampler import resumable
+from grpo_cli.training.shared_prefill import share_prompt_prefill
+from grpo_cli.training.step_timing import step_timer
+from grpo_cli.training.user_callbacks import load_callbacks
+from grpo_cli.training.vllm_cpu import vllm_on_cpu
 
 if TYPE_CHECKING:
     from trl import GRPOConfig, GRPOTrainer
@@ -22,13 +30,8 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
-    from grpo_cli.training.dynamic_sampling import attach_sampling
-    from grpo_cli.training.fused_is import fuse_importance_sampling
     from grpo_cli.training.health_signal import all_health_callbacks
-    from grpo_cli.training.sampler import resumable
     from grpo_cli.training.sharding import ShardingProbe
-    from grpo_cli.training.shared_prefill import share_prompt_prefill
-    from grpo_cli.training.step_timing import step_timer
 
     recipe = run.recipe
     run.metrics = MetricsJsonl(run.out / runs.METRICS)
@@ -46,7 +49,6 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
 
     extras = run_callbacks(recipe, run.out, run.manifest, run.loaded.processing_class, run.data.eval, run.console)
     run.callbacks += extras
-    from grpo_cli.training.user_callbacks import load_callbacks
 
     run.callbacks += load_callbacks(recipe)  # the recipe's own, after grpo's (they see the same events)
     if recipe.launch.vllm.mode == "async":  # TRL's AsyncGRPOTrainer: its own step, so no step timer
@@ -54,7 +56,6 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
         return _async_trainer(run, config, extras)
     assert isinstance(config, GRPOConfig)
     data = run.data
-    from grpo_cli.training.vllm_cpu import vllm_on_cpu
 
     with vllm_on_cpu(recipe.launch.vllm.mode, run.loaded.device):  # vLLM's CPU build: environment and weight sync
         trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
@@ -77,8 +78,6 @@ def _async_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig,
                    extras: list[TrainerBound]) -> AsyncGRPOTrainer:
     """launch.vllm.mode async: TRL's AsyncGRPOTrainer with the callbacks already in run.callbacks."""
     from trl.experimental.async_grpo import AsyncGRPOConfig
-
-    from grpo_cli.training.async_grpo import make_async_trainer
 
     assert isinstance(config, AsyncGRPOConfig)  # training/run.py builds it for this mode
     trainer = make_async_trainer(run, config)

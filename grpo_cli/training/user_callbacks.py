@@ -6,13 +6,12 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.user_code import import_reference
 
 
 def load_callbacks(recipe: Recipe) -> list[Any]:
     """Import and construct each callback; a wrong reference or a non-callback class is a GrpoError."""
     from transformers import TrainerCallback
-
-    from grpo_cli.user_code import import_reference
 
     out = []
     for i, entry in enumerate(recipe.callbacks):

@@ -21,7 +21,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.launching.vllm_receiver import RECEIVER
+from grpo_cli.launching.vllm_receiver import RECEIVER, reload_into
 from grpo_cli.validation.vllm_support import cpu_env
 
 CHUNK_BYTES = 64 << 20  # one /collective_rpc request carries at most this much raw tensor data
@@ -105,8 +105,6 @@ def _colocate_sync_on_cpu(self: Any) -> None:
     TRL's `load_weights` per tensor fails on CPU (`'Parameter' object has no attribute 'weight_loader'` once
     vLLM has repacked the layers) or, where it passes, writes where the kernels no longer read.
     """
-    from grpo_cli.launching.vllm_receiver import reload_into
-
     runner = self.llm.llm_engine.model_executor.driver_worker.model_runner
     reload_into(runner, ((n, p.detach()) for n, p in self._iter_named_params()))
     self.llm.reset_prefix_cache()

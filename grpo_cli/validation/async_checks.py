@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from grpo_cli.errors import Problem
+from grpo_cli.recipe.trl_fields import async_grpo_config_names
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -50,7 +51,6 @@ def async_problems(recipe: Recipe) -> list[Problem]:
     """What TRL's async trainer cannot do for this recipe (empty unless launch.vllm.mode is async)."""
     if recipe.launch.vllm.mode != "async":
         return []
-    from grpo_cli.recipe.trl_fields import async_grpo_config_names
 
     names = async_grpo_config_names()
     if not names:

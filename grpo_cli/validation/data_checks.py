@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from grpo_cli.data.derive import derived_roots
 from grpo_cli.data.peek import FULL_SCAN_BYTES, scan_file
 from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.findings import Findings
@@ -61,8 +62,6 @@ def _data_source(recipe: Recipe, pf: Preflight, found: Findings) -> str:
 
 def _column_checks(recipe: Recipe, pf: Preflight, columns: list[str], found: Findings) -> None:
     """Every column the recipe names exists in the training files; settles the columns the rewards get."""
-    from grpo_cli.data.derive import derived_roots
-
     data = recipe.data
     for name, root in derived_roots(data).items():
         if root not in columns:

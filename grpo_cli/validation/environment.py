@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from grpo_cli.errors import Problem
 from grpo_cli.findings import Findings
 
 if TYPE_CHECKING:
@@ -159,8 +160,6 @@ def check_packages(recipe: Recipe, pf: Preflight) -> Findings:
 
 def recipe_problems(recipe: Recipe, versions: dict[str, str | None] | None = None) -> Findings:
     """For `grpo validate`: problems and warnings about the optional packages the recipe uses; no torch import."""
-    from grpo_cli.errors import Problem
-
     needs = recipe_needs(recipe)
     wanted = tuple(k for k in (*OPTIONAL, *needs.windows) if k in needs.packages)
     out = Findings()

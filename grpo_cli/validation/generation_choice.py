@@ -15,6 +15,8 @@ import importlib.util
 from typing import TYPE_CHECKING, NamedTuple
 
 from grpo_cli.findings import Findings
+from grpo_cli.validation.memory import memory_plan
+from grpo_cli.validation.model_config import find_model_config
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -44,8 +46,6 @@ def cpu_estimate(params: int, completions: int, tokens: int) -> tuple[float, flo
 def step_estimate(recipe: Recipe) -> tuple[float, float, float] | None:
     """(transformers generation s, vLLM generation s, weight sync s) for one optimizer step of one process, or
     None when the model's size is unknown. The plan's line and `auto` both read this one estimate."""
-    from grpo_cli.validation.memory import memory_plan
-
     plan, _ = memory_plan(recipe, gpu_memory_gb=None, world_size=1)
     if plan is None:
         return None
@@ -101,7 +101,6 @@ def _auto_mode(recipe: Recipe) -> tuple[str, str]:
     if importlib.util.find_spec("vllm") is None:
         with_it = f" (with it: {estimate[1]}; scripts/install_vllm_cpu.sh)" if estimate and estimate[0] else ""
         return "off", f"vLLM is not installed{with_it}"
-    from grpo_cli.validation.model_config import find_model_config
     from grpo_cli.validation.vllm_support import vllm_model_findings
 
     config, _ = find_model_config(recipe)

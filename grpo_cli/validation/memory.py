@@ -28,10 +28,13 @@ import subprocess
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.findings import Findings
 from grpo_cli.models.vision import vision_params
 from grpo_cli.validation.model_config import find_model_config
 from grpo_cli.validation.shapes import ModelShape
+from grpo_cli.validation.topology import resolve_num_processes
+from grpo_cli.validation.vision import image_prompt_tokens
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -147,9 +150,6 @@ def _count(n: int) -> str:
 
 
 def _world_size(recipe: Recipe, gpu_count: int) -> tuple[int, str]:
-    from grpo_cli.errors import GrpoError
-    from grpo_cli.validation.topology import resolve_num_processes
-
     if recipe.launch.num_processes is not None or not recipe.launch.spec.multi_process:
         return recipe.launch.world_size, ""
     try:
@@ -283,8 +283,6 @@ def _sequence(recipe: Recipe, notes: list[str]) -> tuple[int, int, int]:
         prompt = DEFAULT_PROMPT_TOKENS
         notes.append(f"data.max_prompt_tokens is not set: prompts assumed {DEFAULT_PROMPT_TOKENS} tokens")
     if recipe.data.images is not None:
-        from grpo_cli.validation.vision import image_prompt_tokens
-
         prompt = image_prompt_tokens(recipe, prompt, recipe.data.max_prompt_tokens is not None, notes)
     return per_device, completion, prompt + completion
 

@@ -10,6 +10,7 @@ from grpo_cli.errors import GrpoError, Problem, RecipeError
 from grpo_cli.findings import Findings
 from grpo_cli.paths import is_gguf_reference
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.validation.model_config import find_model_config
 
 if TYPE_CHECKING:
     from grpo_cli.validation.outcome import Preflight
@@ -31,7 +32,6 @@ def check_vllm(recipe: Recipe, pf: Preflight) -> Findings:
     if recipe.launch.vllm.mode == "off":
         return Findings()
     from grpo_cli.validation.async_checks import async_plan, async_problems
-    from grpo_cli.validation.model_config import find_model_config
     from grpo_cli.validation.vllm_support import sampling_dtype, vllm_model_findings, vllm_runs_on_cpu
 
     config, _ = find_model_config(recipe)

@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING
 
 from grpo_cli.errors import GrpoError, RecipeError
 from grpo_cli.findings import Findings
+from grpo_cli.threads import choose_threads, pool_workers
 from grpo_cli.validation.batching import plan_batches
+from grpo_cli.validation.model_config import find_model_config
+from grpo_cli.validation.shapes import ModelShape
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -77,8 +80,6 @@ def resolve_num_processes(recipe: Recipe, gpus: int | None = None) -> int:
 
 def check_launch(recipe: Recipe, pf: Preflight) -> Findings:
     """The plan's lines of processes, torch threads and reward process pools."""
-    from grpo_cli.threads import pool_workers
-
     found = Findings()
     found.plan["launch"] = world_size_explanation(recipe) + f", vLLM {recipe.launch.vllm.mode}"
     found.plan["threads"] = thread_plan(recipe).describe(sandboxes=any(e.name == "code" for e in recipe.rewards))
@@ -134,10 +135,6 @@ def thread_plan(recipe: Recipe, gpus: int | None = None, *, sample: bool = False
     tiny model gets one thread per process. `sample`: judge the busy cores by a half-second sample (what
     `grpo train` does) instead of the load average (what the instant `grpo validate` does).
     """
-    from grpo_cli.threads import choose_threads
-    from grpo_cli.validation.model_config import find_model_config
-    from grpo_cli.validation.shapes import ModelShape
-
     launch = recipe.launch
     try:
         per_node = max(1, resolve_num_processes(recipe, gpus) // launch.num_machines)

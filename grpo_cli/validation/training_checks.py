@@ -12,6 +12,7 @@ from grpo_cli.errors import Problem
 from grpo_cli.findings import Findings
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.validation.batching import plan_batches
+from grpo_cli.validation.topology import visible_gpu_count
 
 if TYPE_CHECKING:
     from grpo_cli.validation.outcome import Preflight
@@ -30,13 +31,10 @@ def check_training(recipe: Recipe, pf: Preflight) -> Findings:
             f"multiple of num_generations={plan.num_generations}: a prompt's group is split across processes, so "
             "rewards that compare completions within a call (e.g. `length`) see partial groups. TRL still gathers "
             "all rewards before computing advantages.")
-    if recipe.launch.spec.multi_process and recipe.launch.num_processes is None:
-        from grpo_cli.validation.topology import visible_gpu_count
-
-        if visible_gpu_count() == 0:
-            found.warnings.append(f"launch.profile={recipe.launch.profile} without launch.num_processes and no GPU "
-                                  "visible here: `grpo train` will ask for --num-processes; the batch plan above "
-                                  "assumes 1 process.")
+    if recipe.launch.spec.multi_process and recipe.launch.num_processes is None and visible_gpu_count() == 0:
+        found.warnings.append(f"launch.profile={recipe.launch.profile} without launch.num_processes and no GPU "
+                              "visible here: `grpo train` will ask for --num-processes; the batch plan above "
+                              "assumes 1 process.")
     lr = recipe.training.learning_rate
     if lr > 1e-3 and recipe.model.lora is None and not recipe.model.name_or_path.startswith("bundled:"):
         found.warnings.append(f"training.learning_rate={lr:g} is very high for full fine-tuning of a pretrained "

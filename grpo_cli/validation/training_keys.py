@@ -17,7 +17,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grpo_cli.errors import GrpoError, Problem
+from grpo_cli.errors import GrpoError, Problem, did_you_mean
 from grpo_cli.findings import Findings
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.schema.training import TrainingSection
@@ -111,8 +111,6 @@ def scheduler_problems(training: TrainingSection) -> Findings:
                                     "count), so setting it here is a TypeError when the scheduler is built",
                                     "Use training.warmup_steps / max_steps instead."))
         elif not var_kwargs and key not in accepted:
-            from grpo_cli.errors import did_you_mean
-
             guess = did_you_mean(str(key), accepted)
             problems.append(Problem(f"{where}.{key}", f"is not a parameter of the {kind!r} scheduler; transformers "
                                     "would raise a TypeError when training starts, after the model has loaded",

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import Problem
 from grpo_cli.findings import Findings
+from grpo_cli.validation.model_config import find_model_config
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -213,7 +214,6 @@ def check_trl(recipe: Recipe, pf: Preflight) -> Findings:
     """What TRL would reject (or warn about) after loading, decided from the recipe now."""
     config = None
     if recipe.training.router_aux_loss_coef:  # the one rule that reads the model's config
-        from grpo_cli.validation.model_config import find_model_config
 
         config, _ = find_model_config(recipe)
     return check_trl_rules(rule_input(recipe, config))

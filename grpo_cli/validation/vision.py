@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.findings import Findings
-from grpo_cli.models.vision import recipe_is_vision_language
+from grpo_cli.models.vision import max_image_tokens, processor_settings, recipe_is_vision_language
+from grpo_cli.paths import hub_cache_file
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.schema.data import VLM_TRUNCATION_REASON
 
@@ -90,9 +91,6 @@ def _image_rows(recipe: Recipe, pf: Preflight, found: Findings) -> None:
 def image_tokens_per_image(recipe: Recipe) -> int | None:
     """The most tokens one image adds to a prompt, from the saved processor settings (local or HF cache)."""
     from pathlib import Path
-
-    from grpo_cli.models.vision import max_image_tokens, processor_settings
-    from grpo_cli.paths import hub_cache_file
 
     m = recipe.model
     local = recipe.local_model_dir(m.name_or_path)

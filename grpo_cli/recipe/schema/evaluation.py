@@ -6,6 +6,7 @@ from pydantic import Field, model_validator
 
 from grpo_cli.recipe.schema.common import Section
 from grpo_cli.recipe.schema.rewards import RewardEntry
+from grpo_cli.suite_table import suite_problem
 
 
 class EvalSection(Section):
@@ -56,7 +57,6 @@ class EvalSection(Section):
         """A suite must be a row of the suite table or a name in suite_files (the same rule as `grpo eval`)."""
         if not self.suite and not self.on_save:
             return self  # most recipes name no suite: `grpo validate` does not load the table for them
-        from grpo_cli.suite_table import suite_problem
 
         for key, names in (("suite", [self.suite] if self.suite else []), ("on_save", self.on_save)):
             for name in names:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Generic, TypeVar, overload
 from pydantic import ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
+from grpo_cli.errors import did_you_mean
 from grpo_cli.recipe.hints import MIGRATIONS, unknown_key_hint
 from grpo_cli.recipe.schema.common import Section
 from grpo_cli.recipe.trl_fields import accepted_values, grpo_config_fields, json_schema_for
@@ -162,8 +163,6 @@ def check_training_fields(values: dict[str, Any]) -> tuple[dict[str, Any], list[
             continue
         enum = accepted_values(field) if field is not None and key not in CHOICES else None
         if enum and isinstance(value, str) and value not in enum:
-            from grpo_cli.errors import did_you_mean
-
             guess = did_you_mean(value, enum)
             problems.append((key, f"{value!r} is not an accepted value",
                              (f"Did you mean {guess!r}? " if guess else "") + f"Use one of {', '.join(enum)}."))

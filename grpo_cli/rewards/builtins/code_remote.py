@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.rewards.builtins.code_cloud import run_cloud
 
 BACKENDS = ("local", "piston", "sandbox-fusion", "e2b", "morph")
 DEFAULT_URLS = {"piston": "http://localhost:2000", "sandbox-fusion": "http://localhost:8080"}
@@ -80,8 +81,6 @@ def run_remote(backend: str, url: str, source: str, stdin: str, *, timeout: floa
                image: str | None = None) -> RemoteRun:
     """Run one program on a remote backend; network failures raise GrpoError, program failures do not."""
     if backend in ("e2b", "morph"):
-        from grpo_cli.rewards.builtins.code_cloud import run_cloud
-
         return RemoteRun(*run_cloud(backend, url or None, image, source, stdin, timeout=timeout, memory_mb=memory_mb))
     base = url.rstrip("/")
     if backend == "piston":
