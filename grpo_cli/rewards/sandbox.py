@@ -36,8 +36,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_cli.rewards.sandbox_client import SandboxCrash, call_cold, shared_pool
-
 try:
     from grpo_cli.rewards.sandbox_policy import install_seccomp as _install_seccomp, seccomp_program, signal_name
 except ImportError:  # imported from this directory by a bare `python -I -S` (see the module docstring)
@@ -111,6 +109,8 @@ def run_python(
     sandbox_policy for what that mode cannot confine); by default every open-for-writing fails.
     `warm=False` starts a fresh interpreter for this one program (the old, slower path).
     """
+    from grpo_cli.rewards.sandbox_client import SandboxCrash, call_cold
+
     start = time.monotonic()
     request = {"kind": "run", "source": code, "stdin": stdin, "timeout": timeout, "memory_mb": memory_mb,
                "cpu_seconds": cpu_seconds if cpu_seconds is not None else math.ceil(timeout) + 1,
@@ -139,6 +139,8 @@ def run_tests(
     Each test is `{"script": code}` (passes when the program then the code run to the end) or
     `{"stdin": text, "cap": bytes}` (its stdout comes back to compare). `timeout` is per test.
     """
+    from grpo_cli.rewards.sandbox_client import SandboxCrash
+
     start = time.monotonic()
     request = {"kind": "tests", "source": program, "tests": tests, "timeout": timeout, "memory_mb": memory_mb,
                "cpu_seconds": math.ceil(timeout) + 1, "max_output_bytes": max_output_bytes,
@@ -189,6 +191,8 @@ def missing_layers(isolate_network: bool = True) -> list[str]:
 
 def _pool(isolate_network: bool) -> Any:
     """The shared pool; at its start, one warning naming the isolation layers this machine lacks."""
+    from grpo_cli.rewards.sandbox_client import shared_pool
+
     pool = shared_pool(isolate_network)
     if pool.first_use():  # the probe's own run finds the pool already used: no recursion
         try:
