@@ -23,12 +23,10 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from grpo_cli.manifest import ToolUse
 from grpo_cli.tools.lifecycle import lifecycle_overrides
-
-if TYPE_CHECKING:
-    from grpo_cli.manifest import ToolUse
 
 
 class ToolTimeout(TimeoutError):
@@ -56,10 +54,11 @@ class ToolStats:
     last_error: str = ""
     outputs: set[str] = field(default_factory=set, repr=False)
 
-    def summary(self) -> dict[str, Any]:
-        return {"calls": self.calls, "failures": self.failures, "timeouts": self.timeouts, "results_cut": self.cut,
-                "mean_seconds": round(self.seconds / self.calls, 6) if self.calls else None,
-                "last_error": self.last_error or None}
+    def summary(self) -> ToolUse:
+        """The manifest's record of this tool (`manifest.tools`, the report's Tools table)."""
+        return ToolUse(calls=self.calls, failures=self.failures, timeouts=self.timeouts, results_cut=self.cut,
+                       mean_seconds=round(self.seconds / self.calls, 6) if self.calls else None,
+                       last_error=self.last_error or None)
 
     def record(self, started: float, error: BaseException | None, output: Any = None) -> None:
         self.calls += 1

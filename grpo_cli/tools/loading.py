@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.manifest import ToolUse
 from grpo_cli.tools.guard import ToolStats, guard, guarded_class
 from grpo_cli.tools.lifecycle import guarded_factory
 from grpo_cli.user_code import import_reference
@@ -54,7 +55,7 @@ class Toolset:
         methods = [getattr(env, n) for n in environment_methods(type(env))] if env is not None else []
         return [*self.tools, *methods]
 
-    def summary(self) -> dict[str, dict[str, Any]]:
+    def summary(self) -> dict[str, ToolUse]:
         """Per-tool calls, failures, timeouts and mean seconds (for the manifest)."""
         return {name: s.summary() for name, s in self.stats.items() if s.calls}
 

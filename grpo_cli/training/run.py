@@ -18,7 +18,7 @@ from grpo_cli.data import prepare_data
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 from grpo_cli.launching.vllm_server import server_base_url, wait_for_server
-from grpo_cli.manifest import Scores, ToolUse, start_manifest
+from grpo_cli.manifest import Scores, start_manifest
 from grpo_cli.models import load_model, load_source_model, record_base_reference, resolve_model_source
 from grpo_cli.paths import share_weights
 from grpo_cli.progress import quiet_libraries
@@ -247,7 +247,7 @@ def _finish(run: RunState) -> TrainResult:
         run.manifest.distributed, run.manifest.world_size = layout, layout["world_size"]
     result.global_step = trainer.state.global_step
     if run.toolset is not None:
-        run.manifest.tools = {name: ToolUse.model_validate(use) for name, use in run.toolset.summary().items()}
+        run.manifest.tools = run.toolset.summary()
     result.metrics = run.metrics.records
     result.summary = run_summary(run.metrics.records)
     stop_reason = next((r for c in run.callbacks if (r := getattr(c, "reason", None))), "")
