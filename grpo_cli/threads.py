@@ -10,7 +10,7 @@ must stay instant); `grpo train` samples the cores' busy time for half a second 
 trails: a minute after other work ended it still reads about 0.9 on an idle 2-core machine, and SmolLM2 then
 trained with one thread at 41-44 s a step instead of 27.6 s with two.
 
-Standard library only: `grpo validate` calls this without importing torch.
+The standard library and grpo's errors only: `grpo validate` calls this without importing torch.
 """
 
 from __future__ import annotations

@@ -125,11 +125,13 @@ def test_dynamic_sampling_composes_with_lora(tmp_path: Path) -> None:
 def test_a_recipe_without_sampling_trains_exactly_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from safetensors.torch import load_file
 
-    import grpo_cli.training.dynamic_sampling as hooks
+    import grpo_cli.training.trainer as trainer_module
 
     with_feature_code = _train(tmp_path / "now", "training.max_steps=3")
-    monkeypatch.setattr(hooks, "attach_sampling", lambda trainer, recipe: None)  # as before the feature existed
+    skipped: list[bool] = []  # where make_trainer calls the hook, so the second run is really without it
+    monkeypatch.setattr(trainer_module, "attach_sampling", lambda trainer, recipe: skipped.append(True))
     before = _train(tmp_path / "before", "training.max_steps=3")
+    assert skipped, "the sampling hook was not replaced: make_trainer no longer calls trainer.attach_sampling"
 
     def same(r: dict) -> dict:
         return {k: v for k, v in r.items() if not k.startswith("time") and k != "step_time"}  # clocks

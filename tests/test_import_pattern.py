@@ -26,8 +26,10 @@ HEAVY = {"torch", "transformers", "trl", "datasets", "peft", "vllm", "accelerate
 BARE = {"grpo_cli.rewards.sandbox"}  # imported by `python -I -S` from its own directory (see its docstring)
 _LOADED = ("import sys, io, contextlib\nfrom grpo_cli.cli import app\n"
            "with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):\n"
-           "    try:\n        app(sys.argv[1:], standalone_mode=False)\n    except BaseException:\n        pass\n"
-           "print(' '.join(k for k in sys.modules if k.startswith('grpo_cli')))")
+           "    try:\n        code = app(sys.argv[1:], standalone_mode=False) or 0\n"
+           "    except SystemExit as exc:\n        code = exc.code\n"
+           "    except Exception as exc:\n        code = getattr(exc, 'exit_code', repr(exc))\n"
+           "print(code, ' '.join(k for k in sys.modules if k.startswith('grpo_cli')))")
 
 
 def _startup_sets() -> list[set[str]]:
@@ -37,7 +39,9 @@ def _startup_sets() -> list[set[str]]:
     for args in runs:
         done = subprocess.run([sys.executable, "-c", _LOADED, *args], capture_output=True, text=True, cwd=ROOT,
                               timeout=120, check=True)
-        out.append(set(done.stdout.split()))
+        code, *loaded = done.stdout.split()
+        assert code in ("0", "1", "None"), f"grpo {' '.join(args)} failed ({code}): its path would be cut short"
+        out.append(set(loaded))
     return out
 
 

@@ -205,9 +205,9 @@ def test_batch_sizes_are_checked_for_the_launched_world_size_before_launching(wr
 
 
 def _no_model_load(monkeypatch) -> None:
-    import grpo_cli.models
+    import grpo_cli.training.run
 
-    monkeypatch.setattr(grpo_cli.models, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
+    monkeypatch.setattr(grpo_cli.training.run, "load_model", lambda *a, **k: pytest.fail("loaded a model"))
 
 
 def test_train_zero3_without_deepspeed_fails_before_loading_a_model(write_recipe, minimal_dir, monkeypatch) -> None:

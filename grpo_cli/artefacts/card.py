@@ -202,7 +202,6 @@ def build_card(target: Path, *, run_dir: Path | None, base: str, adapter: bool, 
     manifest = runs.read_manifest(run)
     suites = suite_results(target, run)
     name = name or target.resolve().name
-
     vision = any((d / n).is_file() for d in (target, run) for n in ("preprocessor_config.json", "processor_config.json")
                  ) or is_vision_language((recipe.get("model") or {}).get("kind", "auto") if recipe else "auto", base,
                                          local_only=True)

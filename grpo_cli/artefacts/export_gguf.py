@@ -237,7 +237,6 @@ def export_gguf(model_dir: str | Path, out: str | Path | None = None, *, kind: s
         raise GrpoError(f"the GGUF read back does not reproduce the model: {what}; nothing was kept",
                         where=str(source), fix=fix[0].upper() + fix[1:])
     _record(source, target, kind, diff, tolerance)
-
     refresh_gguf_section(source)
     return GgufExport(target, source, kind, diff, tolerance, same, converted)
 

@@ -127,7 +127,6 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines += time_split_markdown(logs)
     lines += _eval_lines(run) + stats_markdown(run.manifest.tools)  # per-tool table of a run with tools
     lines += _task_lines(run)
-
     lines += markdown_samples(run.output_dir)
     lines += ["## Health guards", ""]
     if run.events:

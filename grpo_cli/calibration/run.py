@@ -70,7 +70,6 @@ def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrat
     settings = settings_for(recipe, req, reward)
     out = req.out or default_out(recipe)
     check_out(out, settings, resume=req.resume, force=req.force)
-
     use_vllm = check_backend(req.backend, images=recipe.data.images is not None, tools=bool(recipe.tools)
                              or recipe.environment is not None, profile=recipe.launch.profile)
 

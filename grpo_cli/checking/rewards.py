@@ -295,7 +295,6 @@ def _reward_funcs(recipe: Recipe) -> list[Any]:
 def _tokenizer(recipe: Recipe, notes: list[str]) -> Any:
     try:
         if recipe_is_vision_language(recipe):  # the processor counts image tokens when prompts are length-filtered
-
             processor = load_processor(model_reference(recipe), revision=recipe.model.revision,
                                        trust_remote_code=recipe.model.trust_remote_code)
             apply_overrides(processor, recipe)

@@ -57,7 +57,6 @@ def _parse_round_trip(tokenizer: Any, prompt: list[dict[str, Any]], report: Any)
     if name is None:
         return
     schema = report.schemas[name]
-
     args = example_arguments(schema, 0)
     tool_name = schema.get("function", schema).get("name", name)
     try:

@@ -255,7 +255,6 @@ def map_split(recipe: Recipe, tokenizer: Any, split: str, *, data: DataSection |
     `data` replaces the recipe's data section (e.g. a copy pointing at another file) for evaluation.
     """
     data = data or recipe.data
-
     ds = _load_split(data, recipe, split, where)
     _check_columns(ds, data, where)
     ds = filter_rows(ds, data, {}, split)
@@ -298,7 +297,6 @@ def prepare_data(recipe: Recipe, tokenizer: Any = None) -> MappedData:
         evaluation = _load_split(data, recipe, data.eval_split, "data.eval_split")
         _check_columns(evaluation, data, "eval")
     stats["train_rows_loaded"] = len(train)
-
     train = filter_rows(train, data, stats, "train")
     if evaluation is not None:
         evaluation = filter_rows(evaluation, data, stats, "eval")

@@ -277,9 +277,7 @@ def maybe_relaunch(recipe: Recipe, recipe_path: Path, overrides: list[str], laun
     import shlex
 
     print(f"launching: {shlex.join(cmd)}", file=sys.stderr, flush=True)
-
     env = launch_env(gpus, deepspeed=_uses_deepspeed(recipe))
-
     launch_env_threads(thread_plan(recipe, gpus), env)  # each worker's share of the free cores
     if lock_dir is None or recipe.launch.machine_rank > 0:
         # Only the main machine writes the run; the others (often on the same shared filesystem) must

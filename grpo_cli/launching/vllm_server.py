@@ -83,7 +83,6 @@ def vllm_serve_command(recipe: Recipe) -> list[str]:
     full = build_command(ScriptArguments(**args))  # [python, -m, vllm.entrypoints.cli.main, serve, ...]
     cmd = ["vllm", *full[full.index("serve"):]]
     if vllm_runs_on_cpu(recipe):  # no NCCL: the trainer sends weights to grpo's receiver (training/vllm_cpu.py)
-
         cmd += ["--worker-extension-cls", RECEIVER]
     return cmd
 

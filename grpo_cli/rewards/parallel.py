@@ -25,7 +25,6 @@ _LOCAL_ONLY = frozenset({"trainer_state", "log_extra", "log_metric", "environmen
 
 def _init_worker(entry_data: dict[str, Any], base_dir: str) -> None:
     global _WORKER_REWARD
-
     _WORKER_REWARD = load_reward(RewardEntry.model_validate(entry_data), Path(base_dir))
 
 

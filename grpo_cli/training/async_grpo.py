@@ -118,7 +118,6 @@ def make_async_trainer(run: RunState, config: AsyncGRPOConfig) -> AsyncGRPOTrain
                                peft_config=run.loaded.peft_config, weight_transfer=transfer)
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     if trainer.rollout_worker is not None:  # Ctrl-C goes to grpo's handler; the worker stops in a second, not 15
-
         quiet_rollout_worker(trainer.rollout_worker)
     low, high = epsilons(recipe)
     run.manifest.async_run = AsyncRun(

@@ -34,7 +34,6 @@ class RewardGamingGuard(HealthGuard):
 
     def __init__(self, settings: Any, recipe: Recipe, events: HealthEvents) -> None:
         super().__init__(settings, recipe, events)
-
         self.metric = metric_name(recipe)
         self.sign = 1.0 if recipe.eval.greater_is_better else -1.0
         self.rewards: list[float] = []  # training rewards since the last evaluation

@@ -123,7 +123,6 @@ def _announce(run: RunState) -> None:
 def _build(run: RunState) -> None:
     """Load model, data and rewards, then (only now) replace an old run and write recipe and manifest."""
     _announce(run)
-
     apply_torch_threads(run.threads)
     prepare_allocators(run.recipe)  # before the first CUDA allocation and the first step
     import warnings
@@ -135,14 +134,12 @@ def _build(run: RunState) -> None:
 
     skip_deepspeed_cpu_inference_op()  # before GRPOConfig starts DeepSpeed's communication backend
     recipe, out, console = run.recipe, run.out, run.console
-
     quiet_libraries()
     _say(console, f"loading model {recipe.model.name_or_path}")
     run.loaded = load_model(recipe)
     _say(console, "loading data" + (f" ({recipe.data.dataset})" if recipe.data.dataset else ""))
     run.data = prepare_data(recipe, run.loaded.processing_class)
     run.reward_funcs = build_reward_funcs(recipe)
-
     run.toolset = load_toolset(recipe)
 
     os.environ.update(tracking_environment(recipe))  # W&B / TensorBoard read their settings from the environment
@@ -161,7 +158,6 @@ def _build(run: RunState) -> None:
             console.print("before training: " + ", ".join(f"{k} {v:.4f}" for k, v in headline.items()),
                           markup=False)
     _say(console, "starting TRL's " + ("AsyncGRPOTrainer" if recipe.launch.vllm.mode == "async" else "GRPOTrainer"))
-
     run.trainer = make_trainer(run, config)
 
 
@@ -214,7 +210,6 @@ def _fit(run: RunState) -> None:
     except BaseException as exc:
         _mark_failed(run, exc)
         if is_main_process() and (run.out / runs.METRICS).is_file():  # a step-0 failure has no curves
-
             report_after_training(run.out, run.console)
         raise
     finally:
@@ -279,7 +274,6 @@ def _finish(run: RunState) -> TrainResult:
     if is_main_process():
         share_weights(out)
         runs.write_manifest(out, run.manifest)
-
         report_after_training(out, run.console)
         if result.status == "completed":
             finish_run_card(recipe, out, run.console)

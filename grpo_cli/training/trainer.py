@@ -49,14 +49,12 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
 
     extras = run_callbacks(recipe, run.out, run.manifest, run.loaded.processing_class, run.data.eval, run.console)
     run.callbacks += extras
-
     run.callbacks += load_callbacks(recipe)  # the recipe's own, after grpo's (they see the same events)
     if recipe.launch.vllm.mode == "async":  # TRL's AsyncGRPOTrainer: its own step, so no step timer
         run.callbacks.remove(timer)
         return _async_trainer(run, config, extras)
     assert isinstance(config, GRPOConfig)
     data = run.data
-
     with vllm_on_cpu(recipe.launch.vllm.mode, run.loaded.device):  # vLLM's CPU build: environment and weight sync
         trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
                                          train_dataset=data.train,

@@ -214,7 +214,6 @@ def check_trl(recipe: Recipe, pf: Preflight) -> Findings:
     """What TRL would reject (or warn about) after loading, decided from the recipe now."""
     config = None
     if recipe.training.router_aux_loss_coef:  # the one rule that reads the model's config
-
         config, _ = find_model_config(recipe)
     return check_trl_rules(rule_input(recipe, config))
 

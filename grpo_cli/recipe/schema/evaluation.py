@@ -56,8 +56,7 @@ class EvalSection(Section):
     def _known_suites(self) -> EvalSection:
         """A suite must be a row of the suite table or a name in suite_files (the same rule as `grpo eval`)."""
         if not self.suite and not self.on_save:
-            return self  # most recipes name no suite: `grpo validate` does not load the table for them
-
+            return self  # most recipes name no suite
         for key, names in (("suite", [self.suite] if self.suite else []), ("on_save", self.on_save)):
             for name in names:
                 problem = suite_problem(name, dict(self.suite_files))
