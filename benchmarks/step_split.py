@@ -30,6 +30,7 @@ from perf_doc import add_no_append, append, load, stamp
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from grpo_cli import runs  # noqa: E402
 from grpo_cli.artefacts.time_split import time_split  # noqa: E402
 
 
@@ -89,7 +90,9 @@ def main() -> None:
         if not args.run:
             _train(args.recipe, args.steps, run, args.set)
         rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        run_threads = json.loads((run / "manifest.json").read_text()).get("hardware", {}).get("torch_threads") or 1
+        manifest = runs.read_manifest(run)
+        hardware = manifest.hardware if manifest is not None else None
+        run_threads = (hardware.torch_threads if hardware is not None else None) or 1
     split = time_split(rows)
     if not split:
         sys.exit(f"{run} logged no time/* split (trained before grpo logged it?)")
