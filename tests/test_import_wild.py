@@ -35,14 +35,14 @@ CASES = [
     ("axolotl", "grpo_code_3ac874e/grpo_code_mp_v3.yaml", [], VALIDATES, ""),
     ("axolotl", "axolotl-cookbook/gsm8k.yaml", [], VALIDATES, ""),
     ("trl", "r1-dynamic-penalty/train.py", [], VALIDATES, ""),
-    ("trl", "aarentai-Qwen/train_grpo.py", [], COMMAND, "--extract-rewards"),
-    ("trl", "unsloth/save_merged_grpo_model.py", [], COMMAND, "--extract-rewards"),
-    ("trl", "unsloth/gemma3_grpo_model.py", [], COMMAND, "--extract-rewards"),
+    ("trl", "aarentai-Qwen/train_grpo.py", [], VALIDATES, ""),  # its rewards extracted by default (exact copies)
+    ("trl", "unsloth/save_merged_grpo_model.py", [], VALIDATES, ""),
+    ("trl", "unsloth/gemma3_grpo_model.py", [], VALIDATES, ""),
     ("trl", "unsloth/run_grpo_t4.py", [], REFUSED, "data.dataset=HUB_DATASET_ID"),
-    ("trl", "opensloth/minimal_grpo.py", [], COMMAND, "--extract-rewards"),
+    ("trl", "opensloth/minimal_grpo.py", [], VALIDATES, ""),
     ("trl", "open-r1-multimodal/grpo.py", [], REFUSED, "--config LAUNCH.yaml"),
     ("trl", "Oxen-GRPO-With-Cargo-Feedback/train.py", [], REFUSED, "downloads cargo_test_passed_train.parquet from "
-     "RemoteRepo('ox/Rust') when it is missing"),
+     "RemoteRepo('ox/Rust') when it is missing"),  # finished by hand: the file is named, no command repeats
 ]
 
 
@@ -53,8 +53,12 @@ def _import(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, fixture:
     return run_cli("import", kind, (WILD / fixture).name, *extra, "-o", out, "--force"), out  # re-imports replace
 
 
-def _finishing_command(output: str) -> str:
+def _finishing_command(output: str) -> str | None:
+    """The printed command; None when the import says the rest is a hand edit (it never repeats itself)."""
     lines = output.splitlines()
+    if "finish it with:" not in lines:
+        assert any(line.startswith("finish it by hand: ") for line in lines), output
+        return None
     return lines[lines.index("finish it with:") + 1].strip()
 
 
@@ -73,7 +77,8 @@ def test_wild_sources_validate_or_print_the_command_that_finishes_them(
     assert run_cli("validate", out).exit_code == 2
     command = _finishing_command(result.output)
     assert phrase in " ".join(result.output.split()), result.output
-    if outcome == COMMAND:  # the printed command, run as printed (a launcher placeholder given a value)
+    if outcome == COMMAND:
+        assert command is not None  # the printed command, run as printed (a launcher placeholder given a value)
         words = shlex.split(command)
         if words[0] == "VERSION=...":
             monkeypatch.setenv("VERSION", "v01")
@@ -128,7 +133,7 @@ def test_a_model_known_only_at_run_time_refuses_with_the_override(tmp_path: Path
 
 def test_unreadable_rewards_never_become_a_placeholder_that_validates(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    result, out = _import(tmp_path, monkeypatch, "trl", "unsloth/gemma3_grpo_model.py")
+    result, out = _import(tmp_path, monkeypatch, "trl", "unsloth/gemma3_grpo_model.py", "--no-extract-rewards")
     assert result.exit_code == 2
     text = " ".join(result.output.split())
     assert "defined inside training_run() (line 298)" in text and "check_numbers" in text
@@ -143,13 +148,14 @@ def test_unreadable_rewards_never_become_a_placeholder_that_validates(tmp_path: 
 
 def test_a_reward_in_a_file_that_trains_when_imported_is_refused_then_extracted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    result, out = _import(tmp_path, monkeypatch, "trl", "opensloth/minimal_grpo.py")
+    result, out = _import(tmp_path, monkeypatch, "trl", "opensloth/minimal_grpo.py", "--no-extract-rewards")
     text = " ".join(result.output.split())
     assert result.exit_code == 2 and "runs its training when imported (line 76" in text
-    assert run_cli("validate", out).exit_code == 2  # the marked recipe fails validate for the same reason
-    result, out = _import(tmp_path, monkeypatch, "trl", "opensloth/minimal_grpo.py", "--extract-rewards",
-                          name="extracted.yaml")
-    assert result.exit_code == 0, result.output
+    refusal = run_cli("validate", out)  # the marked recipe fails validate for the same reason
+    assert refusal.exit_code == 2 and "runs its training when imported (line 76" in " ".join(refusal.output.split())
+    result, out = _import(tmp_path, monkeypatch, "trl", "opensloth/minimal_grpo.py", name="extracted.yaml")
+    assert result.exit_code == 0, result.output  # extracted by default, and said so
+    assert "copied exactly, with what they use, into extracted_rewards.py" in " ".join(result.output.split())
     module = tmp_path / "extracted_rewards.py"
     assert yaml.safe_load(out.read_text())["rewards"] == [{"function": "extracted_rewards.py:reward_correct"}]
     source = module.read_text()
@@ -264,8 +270,10 @@ def test_a_marimo_app_is_read_cell_by_cell(tmp_path: Path, monkeypatch: pytest.M
     result, out = _import(tmp_path, monkeypatch, "trl", app)
     text = " ".join(result.output.split())
     assert result.exit_code == 2 and "names no reward" not in text
+    result, out = _import(tmp_path, monkeypatch, "trl", app, "--no-extract-rewards")
+    text = " ".join(result.output.split())
     assert "defined inside a marimo cell (the cell at line 96, the def at line 177)" in text
-    assert "--extract-rewards" in _finishing_command(result.output)
+    assert "--extract-rewards" in str(_finishing_command(result.output))
     recipe = yaml.safe_load(out.read_text())
     assert recipe["model"]["name_or_path"] == "Qwen/Qwen2.5-Coder-1.5B-Instruct"  # mo.ui.text(value=...) in a cell
     assert recipe["model"]["lora"] == {"r": 16, "alpha": 64, "dropout": 0.05, "target_modules": "all-linear"}
@@ -283,7 +291,7 @@ def test_a_marimo_app_is_read_cell_by_cell(tmp_path: Path, monkeypatch: pytest.M
 
     row = {"task_id": [1], "rust_prompt": ["Add two numbers."], "rust_test_list": [["assert_eq!(add(1, 2), 3);"]]}
     pq.write_table(pa.table(row), tmp_path / "cargo_test_passed_train.parquet")  # what the app downloads
-    second = run_cli(*shlex.split(_finishing_command(result.output))[1:])
+    second = run_cli(*shlex.split(str(_finishing_command(result.output)))[1:])
     assert second.exit_code == 0, second.output
     assert run_cli("validate", out).exit_code == 0
     text = " ".join(second.output.split())

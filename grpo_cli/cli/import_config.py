@@ -33,30 +33,35 @@ def import_cmd(
                                                       "with (the batch arithmetic depends on it).")] = None,
     script_config: Annotated[Path | None, typer.Option("--config", help="For a TrlParser script: the YAML it is "
                                                        "launched with (its model, data and training keys).")] = None,
-    extract_rewards: Annotated[bool, typer.Option("--extract-rewards", help="Copy reward functions grpo cannot "
-                                                  "import in place (defined inside a function, or in a script that "
-                                                  "trains when imported) into RECIPE_rewards.py beside the recipe.")]
-    = False,
+    extract_rewards: Annotated[bool | None, typer.Option("--extract-rewards/--no-extract-rewards", help="Copy "
+                                                         "reward functions grpo cannot import in place (defined "
+                                                         "inside a function or a marimo cell, or in a script that "
+                                                         "trains when imported) into RECIPE_rewards.py beside the "
+                                                         "recipe; on by default with -o.", show_default=False)]
+    = None,
 ) -> None:
     """Convert an open-r1, TRL or Axolotl GRPO config into a recipe, and say what it could not map and why."""
     from grpo_cli.cli.render.importing import render_import
     from grpo_cli.importing import apply_overrides, import_config, rewards_module, set_launch
-    from grpo_cli.importing.check import check_output, check_plain_path, write_recipe
+    from grpo_cli.importing.check import check_module, check_output, check_plain_path, write_recipe
     from grpo_cli.importing.finish import Request, finish
 
     check_plain_path(config, "CONFIG")
     if script_config is not None:
         check_plain_path(script_config, "--config")
-    if out is not None:
-        check_output(out, config, force)  # before anything is converted or written
-    result = import_config(kind, config, script_config, rewards_module(out) if extract_rewards else None)
+    extract = extract_rewards if extract_rewards is not None else out is not None  # exact copies: on by default
+    module = rewards_module(out) if extract else None
+    if out is not None:  # before anything is converted or written
+        check_output(out, [config, *([script_config] if script_config is not None else [])], force, module)
+    result = import_config(kind, config, script_config, module)
     set_launch(result, profile, num_processes)
     apply_overrides(result, overrides or [])
-    result.problems[:0] = result.typos  # a typo'd key is a problem, never a quiet loss
     outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out,
-                                     extract_rewards))
+                                     extract))
     if out is not None:
-        write_recipe(out, outcome.text)  # whole or not at all; "wrote" is said only after this
+        if result.extracted is not None:
+            check_module(*result.extracted, force)
+        write_recipe(out, outcome.text, result.extracted)  # whole or not at all; "wrote" is said only after this
     render_import(console, result, outcome.text, out, outcome.problems, outcome.warnings, outcome.command)
     if outcome.problems:
         raise typer.Exit(2)

@@ -151,8 +151,9 @@ def apply_overrides(result: ImportResult, overrides: list[str]) -> None:
         result.notes.append(f"{key.strip()} set on the command line")
 
 
-def recipe_yaml(result: ImportResult) -> str:
-    """The recipe as YAML, headed by what was converted from where and what was left out."""
+def recipe_yaml(result: ImportResult, mark: dict[str, Any] | None = None) -> str:
+    """The recipe as YAML, headed by what was converted from where and what was left out; with `mark`, its
+    `not_valid:` section first (recipe.marked: every command refuses the recipe while it is there)."""
     import yaml
 
     global _Dumper
@@ -164,7 +165,8 @@ def recipe_yaml(result: ImportResult) -> str:
     lines += [f"# Note: {n}" for n in result.notes]
     order = ["description", "model", "data", "rewards", "tools", "environment", "callbacks", "training", "launch",
              "output", "eval"]
-    recipe = {k: result.recipe[k] for k in order if k in result.recipe}
+    recipe: dict[str, Any] = {"not_valid": mark} if mark is not None else {}
+    recipe.update({k: result.recipe[k] for k in order if k in result.recipe})
     recipe.update({k: v for k, v in result.recipe.items() if k not in recipe})
     body = yaml.dump(recipe, Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=120)
     return "\n".join(lines) + "\n" + body

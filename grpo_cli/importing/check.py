@@ -48,14 +48,18 @@ def check_plain_path(path: Path, where: str) -> None:
                         fix="Rename it (or use a path without such characters).")
 
 
-def check_output(out: Path, source: Path, force: bool) -> None:
-    """Refuse an `-o` that would lose a user's file: the source config itself (even with --force), a directory,
-    or an existing file without --force; or a path with a line break. Checked before anything is converted or
-    written."""
+def check_output(out: Path, sources: list[Path], force: bool, module: Path | None = None) -> None:
+    """Refuse an `-o` that would lose a user's file: a file being imported (the config, the script, its `--config`
+    YAML; even with --force), a directory, or an existing file without --force; a path with a line break; a
+    place nothing can be written (under a file, a read-only directory). The rewards module written beside the
+    recipe is held to the same rules. Checked before anything is converted or written."""
     check_plain_path(out, "-o")
-    if out.exists() and _same_file(out, source):
-        raise GrpoError(f"{out} is the config being imported; writing the recipe there would replace it",
-                        where="-o", fix="Write the recipe to another file, e.g. `-o recipe.yaml`.")
+    for target, what in ((out, "the recipe"), *(((module, "the rewards module"),) if module is not None else ())):
+        for source in sources:
+            if target.exists() and _same_file(target, source):
+                raise GrpoError(f"{target} is {source.name}, a file being imported; writing {what} there would "
+                                "replace it (--force never does)", where="-o",
+                                fix="Write the recipe to another file, e.g. `-o recipe.yaml`.")
     if out.is_dir():
         raise GrpoError(f"{out} is a directory", where="-o",
                         fix=f"Give the path of the recipe file to write, e.g. `-o {out / 'recipe.yaml'}`.")
@@ -64,23 +68,57 @@ def check_output(out: Path, source: Path, force: bool) -> None:
                         fix="Choose another -o, or pass --force to replace it.")
     if out.exists() and not out.is_file():
         raise GrpoError(f"{out} is not a regular file", where="-o", fix="Give the path of a regular file.")
+    _check_writable(out)
 
 
-def write_recipe(out: Path, text: str) -> None:
-    """Write the recipe whole or not at all; its missing directories are made only now that there is something
-    to write, and removed again when the write fails or is interrupted."""
+def _check_writable(out: Path) -> None:
+    """The deepest existing directory above `out` must be a directory grpo may write in (it makes the rest)."""
+    above = next((p for p in [out.parent, *out.parent.parents] if os.path.lexists(p)), Path.cwd())
+    if not above.is_dir():
+        raise GrpoError(f"{above} is not a directory, so {out} cannot be written under it", where="-o",
+                        fix="Give -o a path in a directory.")
+    if not os.access(above, os.W_OK | os.X_OK):
+        raise GrpoError(f"{above} is not writable, so {out} cannot be written", where="-o",
+                        fix="Pass -o a path you can write to.")
+
+
+def check_module(module: Path, text: str, force: bool) -> None:
+    """The extracted rewards module: a file there that is not this import's module is the user's, and stays."""
+    if not module.exists():
+        return
+    if not module.is_file():
+        raise GrpoError(f"{module} (where the rewards are copied, beside the recipe) is not a regular file",
+                        where="-o", fix="Move it aside, or write the recipe elsewhere with -o.")
+    current = module.read_text(encoding="utf-8", errors="replace")
+    ours = current.startswith(text.split("\n", 1)[0])  # the header this import writes
+    if current != text and not (force and ours):
+        raise GrpoError(f"{module} exists and is not the module this import would write", where="--extract-rewards",
+                        fix="Move it aside, write the recipe elsewhere with -o, or pass --no-extract-rewards."
+                            + ("" if ours else " (--force replaces only a module grpo import wrote.)"))
+
+
+def write_recipe(out: Path, text: str, module: tuple[Path, str] | None = None) -> None:
+    """Write the recipe (and the rewards module beside it) whole or not at all; missing directories are made only
+    now that there is something to write, and removed again, with a module written, when a write fails or is
+    interrupted."""
     import contextlib
 
     made = [p for p in [out.parent, *out.parent.parents] if not p.exists()]  # deepest first
+    new_module = module is not None and not module[0].exists()
     written = False
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
+        if module is not None:
+            write_atomic(module[0], module[1])
         write_atomic(out, text)
         written = True
     except OSError as exc:
         raise GrpoError(f"cannot write {out}: {exc.strerror or exc}", where="-o",
                         fix="Pass -o a path you can write to.") from None
     finally:
+        if not written and new_module and module is not None:
+            with contextlib.suppress(OSError):
+                module[0].unlink()
         for directory in made if not written else []:
             with contextlib.suppress(OSError):
                 directory.rmdir()

@@ -47,12 +47,12 @@ class ImportResult:
     """section.key -> the value to give on the command line (shown as a placeholder) to finish the recipe."""
     next_command: str | None = None
     """A different command finishes the import (a TrlParser YAML: import its script with it)."""
+    extracted: tuple[Path, str] | None = None
+    """The module rewards are copied into (its path, its text): written with the recipe once all checks passed."""
     processes_hint: int | None = None
     """Training processes the source's launch implies (open-r1's `vllm_device: cuda:7`: GPUs 0-6 train)."""
     answers: dict[str, str] = field(default_factory=dict)
     """section.key of a need -> the problem that giving it answers (an override of that key clears it)."""
-    typos: list[str] = field(default_factory=list)
-    """Keys that are one slip from a known setting: problems (the recipe does not validate), not quiet losses."""
 
     @property
     def complete(self) -> bool:
@@ -310,8 +310,22 @@ def _unknown(key: str, value: Any, fields: Any, out: ImportResult) -> None:
         out.drop(key, value, NOT_IN_TRL[key])
         return
     close = difflib.get_close_matches(key, list(fields), n=1, cutoff=0.85)
-    if close:
-        out.typos.append(f"{out.source}: {key} is not a setting the installed TRL knows; did you mean {close[0]}? "
-                         f"Fix the key in the config (or give it as the override training.{close[0]}=VALUE).")
+    if close:  # the finishing command carries the value under the key it was one slip from
+        out.refuse(f"{out.source}: {key} is not a setting the installed TRL knows; did you mean {close[0]}? "
+                   f"Fix the key in the config (or give it as the override training.{close[0]}=VALUE).",
+                   f"training.{close[0]}", override_value(value))
     out.drop(key, value, "not a setting grpo or the installed TRL's GRPOConfig knows"
              + (f" (did you mean {close[0]}?)" if close else ""))
+
+
+def override_value(value: Any) -> str:
+    """`value` as the right side of a `key=value` override, read back (as YAML) to the same value: a float keeps
+    a dot (`1e-05` alone is a string to YAML), anything else is written as YAML flow."""
+    import json
+
+    if isinstance(value, float):
+        text = repr(value)
+        return text if "." in text or "e" not in text else text.replace("e", ".0e", 1)
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)

@@ -11,9 +11,7 @@ import builtins
 import symtable
 import textwrap
 from dataclasses import dataclass, field
-from pathlib import Path
 
-from grpo_cli.errors import GrpoError
 from grpo_cli.importing.script_ast import Script
 from grpo_cli.importing.script_rewards import module_file
 
@@ -137,7 +135,7 @@ def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int
         raise CannotExtract(f"it uses `{name}`, which is known only when the script runs")
     before = [s for s in found if s.lineno < getattr(at, "lineno", 0)]
     stmt = before[-1] if before else found[0]
-    if not _safe(stmt.value):
+    if not _safe(stmt.value, script):
         raise CannotExtract(f"it uses `{name}`, set by running code (line {stmt.lineno}: "
                             f"`{' '.join(ast.unparse(stmt.value).split())[:50]}`)")
     source = f"{name} = {ast.get_source_segment(script.text_source, stmt.value) or ast.unparse(stmt.value)}"
@@ -155,21 +153,58 @@ def _class(script: Script, name: str, at: ast.AST) -> ast.ClassDef | None:
     return found[0] if len(found) == 1 else None
 
 
-SAFE_CALLS = {"compile", "str", "int", "float", "bool", "len", "set", "frozenset", "list", "dict", "tuple",
-              "escape", "join", "format", "strip", "lower", "upper", "replace", "get"}
-"""Calls a copied constant may make (re.compile, str.join, os.environ.get...): nothing that loads or trains."""
+PURE_BUILTINS = {"str", "int", "float", "bool", "len", "set", "frozenset", "list", "dict", "tuple", "sorted", "range",
+                 "min", "max", "abs", "round", "sum", "any", "all", "chr", "ord", "repr"}
+PURE_MODULE_CALLS = {("re", "compile"), ("re", "escape"), ("os", "getenv"), ("string", "Template")}
+STRING_METHODS = {"join", "format", "strip", "lstrip", "rstrip", "lower", "upper", "replace", "split", "splitlines",
+                  "encode", "title"}
+"""What a copied constant may call: builtins that compute a value, `re.compile`, reading the environment, and a
+string literal's own methods. Decided by what the name is bound to, never by an attribute's name alone
+(`os.replace` and `requests.get` share names with str and dict methods)."""
 
 
-def _safe(node: ast.AST) -> bool:
+def _safe(node: ast.AST, script: Script) -> bool:
     for inner in ast.walk(node):
-        if isinstance(inner, ast.Call):
-            func = inner.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            if name not in SAFE_CALLS:
-                return False
-        elif isinstance(inner, ast.Lambda | ast.Await | ast.Yield | ast.YieldFrom):
+        if isinstance(inner, ast.Call) and not _pure_call(inner.func, script):
+            return False
+        if isinstance(inner, ast.Lambda | ast.Await | ast.Yield | ast.YieldFrom | ast.NamedExpr):
             return False
     return True
+
+
+def _pure_call(func: ast.AST, script: Script) -> bool:
+    if isinstance(func, ast.Name):  # a builtin the script does not rebind
+        return func.id in PURE_BUILTINS and func.id not in script.defs and func.id not in script.imports \
+            and not any(name == func.id for _, name in script.assigns)
+    if not isinstance(func, ast.Attribute):
+        return False
+    receiver = func.value
+    if _string(receiver):  # "".join(...), "{}".format(...).strip()
+        return func.attr in STRING_METHODS
+    if isinstance(receiver, ast.Name):
+        return (receiver.id, func.attr) in PURE_MODULE_CALLS and _module_bound(script, receiver.id, receiver.id)
+    if isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name):  # os.environ.get
+        return (receiver.value.id, receiver.attr, func.attr) == ("os", "environ", "get") \
+            and _module_bound(script, "os", "os")
+    return False
+
+
+def _string(node: ast.AST) -> bool:
+    """A string literal, an f-string, or a string method called on one: its methods compute, nothing else."""
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in STRING_METHODS \
+        and node.func.attr not in ("split", "splitlines", "encode") and _string(node.func.value)
+
+
+def _module_bound(script: Script, name: str, module: str) -> bool:
+    """`name` is the module `module` (`import re`), and nothing else in the script rebinds it."""
+    imported = [a for n in ast.walk(script.tree) if isinstance(n, ast.Import) for a in n.names
+                if (a.asname or a.name.split(".")[0]) == name]
+    return bool(imported) and all(a.name == module for a in imported) and script.imports.get(name) == module \
+        and name not in script.defs and not any(n == name for _, n in script.assigns)
 
 
 def _imported_module(script: Script, name: str) -> bool:
@@ -203,11 +238,3 @@ def _module_text(script: Script, pieces: _Pieces) -> str:
     imports = sorted(set(pieces.imports.values()))
     body = [f"# {script.path.name}:{line}\n{text.rstrip()}\n" for line, text in sorted(pieces.code.values())]
     return head + "\n" + "\n".join(imports) + ("\n\n\n" if imports else "\n") + "\n\n".join(body)
-
-
-def write_module(path: Path, text: str) -> None:
-    """Write the extracted module, never over a different file the user has there."""
-    if path.exists() and path.read_text(encoding="utf-8", errors="replace") != text:
-        raise GrpoError(f"{path} exists and is not the module this import would write", where="--extract-rewards",
-                        fix="Move it aside, or write the recipe elsewhere with -o.")
-    path.write_text(text, encoding="utf-8")

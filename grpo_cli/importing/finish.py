@@ -18,6 +18,7 @@ from typing import Any
 from grpo_cli.importing import recipe_yaml, set_launch
 from grpo_cli.importing.check import check_recipe_text
 from grpo_cli.importing.common import ImportResult
+from grpo_cli.recipe import marked
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 UNSET = re.compile(r"\$([A-Z][A-Z0-9_]{2,}), which is not set")
@@ -45,6 +46,7 @@ class Outcome:
     problems: list[str]
     warnings: list[str]
     command: str | None = None
+    """The command that finishes a refused recipe; None when only a hand edit can (the problems say where)."""
 
 
 def finish(result: ImportResult, request: Request) -> Outcome:
@@ -72,13 +74,14 @@ def finish(result: ImportResult, request: Request) -> Outcome:
                                f"< {request.config.name}`); the recipe reads it as ${{oc.env:{name}}}: set {name} "
                                "where you validate and train")
     problems = merge_problems(result.problems, problems)
-    text = recipe_yaml(result)
     if not problems:
-        return Outcome(text, [], warnings)
+        return Outcome(recipe_yaml(result), [], warnings)
     unset = [n for p in problems for n in UNSET.findall(p) if n not in missing]  # $MORPH_API_KEY, which is not set
     command = finishing_command(request, result, processes, missing + list(dict.fromkeys(unset)))
-    header = ["# NOT VALID: `grpo import` could not finish this recipe; it does not validate yet:"]
-    header += [f"#   {p}" for p in problems] + ["# Finish it with:", f"#   {command}"]
+    header = ["# NOT VALID: `grpo import` could not finish this recipe. Every grpo command refuses it while it has "
+              f"its `{marked.KEY}:` section",
+              "# (why, and the command that finishes it); delete that section to use it as it is."]
+    text = recipe_yaml(result, marked.mark(problems, command))
     return Outcome("\n".join(header) + "\n" + text, problems, warnings, command)
 
 
@@ -136,8 +139,34 @@ def _environment(names: list[str]) -> Iterator[None]:
 
 
 def _validate(result: ImportResult, where: Path, names: list[str]) -> tuple[list[str], list[str]]:
-    with _environment(names):
-        return check_recipe_text(recipe_yaml(result), where)
+    with _environment(names), _module_in_place(result, where) as (trial, moved):
+        problems, warnings = check_recipe_text(recipe_yaml(trial), where)
+    if moved is not None:  # say the module's own path, not the temporary copy's
+        problems = [p.replace(*moved) for p in problems]
+        warnings = [w.replace(*moved) for w in warnings]
+    return problems, warnings
+
+
+@contextmanager
+def _module_in_place(result: ImportResult, where: Path) -> Iterator[tuple[ImportResult, tuple[str, str] | None]]:
+    """The extracted rewards module is written only with the recipe, after every check: validation reads a
+    temporary copy of it, the recipe's references pointed there."""
+    if result.extracted is None:
+        yield result, None
+        return
+    import tempfile
+
+    module, text = result.extracted
+    with tempfile.TemporaryDirectory(prefix="grpo-import-module-") as tmp:
+        copy_path = Path(tmp) / module.name
+        copy_path.write_text(text, encoding="utf-8")
+        trial = copy.deepcopy(result)
+        for entry in trial.recipe.get("rewards") or []:
+            target, sep, name = str(entry.get("function", "")).rpartition(":") if isinstance(entry, dict) \
+                else ("", "", "")
+            if sep and (where.parent / target).resolve() == module.resolve():
+                entry["function"] = f"{copy_path}:{name}"
+        yield trial, (str(copy_path), str(module))
 
 
 def _batch(problem: str) -> bool:
@@ -170,24 +199,27 @@ def merge_problems(own: list[str], validation: list[str]) -> list[str]:
     return own + [p for p in validation if not said(p)]
 
 
-def finishing_command(request: Request, result: ImportResult, processes: int | None, env: list[str]) -> str:
-    """`grpo import ...` as the user ran it, plus what finishes it (placeholders in capitals)."""
+def finishing_command(request: Request, result: ImportResult, processes: int | None, env: list[str]) -> str | None:
+    """`grpo import ...` as the user ran it, plus what finishes it (placeholders in capitals); None when nothing
+    the import can be given would change its verdict (the problems are fixed by hand, in the source or recipe)."""
     # -o: the refused recipe is written there, marked NOT VALID, so finishing it replaces that file (--force)
     again = f" -o {shlex.quote(str(request.out))} --force" if request.out is not None else ""
     if result.next_command is not None:
         return result.next_command + again
-    words = [f"{name}=..." for name in env] + ["grpo", "import", request.kind, str(request.config)]
-    words += request.overrides
-    words += [f"{k}={v}" for k, v in result.needs.items() if not k.startswith("--")]
     options = {k: v for k, v in result.needs.items() if k.startswith("--")}
+    if request.extract_rewards:
+        options.pop("--extract-rewards", None)  # it ran; what it could not copy is named in the problems
+    added = [f"{k}={v}" for k, v in result.needs.items() if not k.startswith("--")]
+    if not (env or added or options or processes):
+        return None
+    words = [f"{name}=..." for name in env] + ["grpo", "import", request.kind, str(request.config)]
+    words += request.overrides + added
     if request.script_config is not None:
         options["--config"] = str(request.script_config)
     if request.profile:
         options["--profile"] = request.profile
     if request.num_processes or processes:
         options["--num-processes"] = str(request.num_processes or processes)
-    if request.extract_rewards:
-        options["--extract-rewards"] = ""
     for option, value in options.items():
         words += [option, value] if value else [option]
     if request.out is not None:

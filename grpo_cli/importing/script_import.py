@@ -38,6 +38,7 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
     apply_environment(out, environment, prompt)
     out.unmapped[:0] = skipped.unmapped
     out.notes[:0] = skipped.notes
+    out.extracted = skipped.extracted
     if script_prompt is not None:
         out.put("data.prompt", script_prompt)
         out.notes.append("the script's dataset.map builds a chat prompt from a column: data.prompt"

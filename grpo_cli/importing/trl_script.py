@@ -10,7 +10,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.importing.common import NO_REWARD, ImportResult
-from grpo_cli.importing.extract import extract, write_module
+from grpo_cli.importing.extract import extract
 from grpo_cli.importing.script_ast import NO, Script, call_name, keyword, receiver
 from grpo_cli.importing.script_data import held_out, read_data
 from grpo_cli.importing.script_marimo import app_note
@@ -294,9 +294,10 @@ def extract_rewards(script: Script, rewards: Rewards, module: Path, skipped: Imp
                      f"around each (here {decorator}) is code of {script.path.name} that grpo does not run: the "
                      "copies are the undecorated functions")
     if found.names:
-        write_module(module, found.text)
-        skipped.notes.append(f"rewards {', '.join(found.names)} copied with what they use into {module.name} "
-                             f"(--extract-rewards), so grpo imports them without running {script.path.name}")
+        skipped.extracted = (module, found.text)  # written with the recipe, after every check
+        skipped.notes.append(f"rewards {', '.join(found.names)} copied exactly, with what they use, into "
+                             f"{module.name} (extraction is on by default with -o; --no-extract-rewards turns it "
+                             f"off), so grpo imports them without running {script.path.name}")
 
 
 def apply_environment(out: ImportResult, environment: str | None, prompt: str | None) -> None:

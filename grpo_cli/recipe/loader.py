@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from grpo_cli.errors import Problem, RecipeError
 from grpo_cli.recipe.hints import unknown_key_hint
+from grpo_cli.recipe.marked import refuse_marked, refuse_marked_file
 from grpo_cli.recipe.schema import Recipe
 
 
@@ -22,8 +23,10 @@ def resolve_recipe(path: str | Path, overrides: list[str] | None = None) -> dict
     """The recipe as a plain dict: extends merged, overrides applied, ${...} resolved.
 
     A recipe that uses none of these is read without importing OmegaConf (`plain_yaml`), with the same
-    result; anything else, and every error, goes through OmegaConf (`resolve`).
+    result; anything else, and every error, goes through OmegaConf (`resolve`). A recipe `grpo import` marked
+    not valid is refused first (`marked`).
     """
+    refuse_marked_file(Path(path))
     if not overrides:
         from grpo_cli.recipe.plain_yaml import plain_recipe
 
@@ -49,6 +52,7 @@ def load_recipe(path: str | Path, overrides: list[str] | None = None) -> Recipe:
 
 def validate_recipe(data: dict[str, Any], *, source: str = "") -> Recipe:
     """Validate a resolved recipe dict, turning pydantic's errors into located, fixable problems."""
+    refuse_marked(data, source)  # a mark that came through `extends`
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:

@@ -32,6 +32,13 @@ def render_import(console: Console, result: ImportResult, text: str, out: Path |
             console.print(f"wrote {out}, marked NOT VALID at its top", markup=False)
         if command:
             console.print(f"finish it with:\n  {command}", markup=False, soft_wrap=True)
+        else:  # nothing the import could be given changes its verdict: say what to edit, never repeat it
+            import shlex
+
+            where = shlex.quote(str(out)) if out is not None else "the recipe"
+            console.print(f"finish it by hand: fix each problem above (in the source, or in {where}), then delete "
+                          f"the recipe's `not_valid:` section; `grpo validate {where}` checks it", markup=False,
+                          soft_wrap=True)
     elif out is not None:
         import shlex
 
