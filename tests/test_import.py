@@ -3,6 +3,7 @@ into recipes that validate, or say exactly why not; what is left out is listed, 
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import pytest
@@ -141,3 +142,219 @@ def test_bad_import_input_is_one_paragraph(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "not valid YAML" in result.output and "Traceback" not in result.output
     result = run_cli("import", "verl", bad)
     assert result.exit_code == 2 and "open-r1, trl, axolotl" in result.output
+
+
+def _every_fixture() -> list[tuple[str, Path, list[str]]]:
+    """Every source the importer is tested on: these, the wild set and the fresh set (kind, file, extra args)."""
+    from tests.test_import_wild import CASES as WILD_CASES, FRESH, FRESH_CASES, FRESH_LAUNCH, WILD
+
+    cases = [(kind, FIXTURES / fixture, extra) for kind, fixture, extra, *_ in CASES]
+    cases += [(kind, WILD / fixture, extra) for kind, fixture, extra, *_ in WILD_CASES]
+    return cases + [(kind, FRESH / fixture, FRESH_LAUNCH.get(fixture, [])) for kind, fixture, _ in FRESH_CASES]
+
+
+EVERY = _every_fixture()
+PLACEHOLDERS = ("HUB_ID_OR_PATH", "HUB_DATASET_ID", "LOCAL_FILE", "FILE.py:FUNCTION", "rewards.py:FUNCTION",
+                "LAUNCH.yaml", "USER/REPO", "=...")
+"""What a printed finishing command may ask the user to fill in: each is named in the problem it answers."""
+
+
+def _problems(output: str) -> list[str]:
+    lines = output.splitlines()
+    start = lines.index("the converted recipe does not validate:") + 1
+    return [line.strip() for line in lines[start:] if line.startswith("  ")]
+
+
+@pytest.mark.parametrize(("kind", "source", "extra"), EVERY, ids=[str(c[1].relative_to(FIXTURES)) for c in EVERY])
+def test_the_import_and_validate_agree_and_every_finishing_command_finishes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str, source: Path, extra: list[str]) -> None:
+    """Issue 51: the import's verdict is `grpo validate`'s (a refused recipe is refused by validate, naming the
+    import's reasons and the finishing command), and the printed command, run as printed, validates or refuses
+    for a new reason; one with placeholders names each; one that would repeat the import is never printed."""
+    monkeypatch.chdir(source.parent)  # as its README runs it, beside its code
+    monkeypatch.setenv("HF_USERNAME", "friendshipkim")  # gopo's launcher requires it
+    out = tmp_path / "recipe.yaml"
+    result = run_cli("import", kind, source.name, *extra, "-o", out)
+    verdict = run_cli("validate", out)
+    assert "Traceback" not in result.output + verdict.output
+    assert (result.exit_code == 0) == (verdict.exit_code == 0), (result.output, verdict.output)
+    if result.exit_code == 0:
+        return
+    paragraph = " ".join(verdict.output.split())
+    problems = _problems(result.output)
+    assert "marked not valid" in paragraph and all(" ".join(p.split())[:60] in paragraph for p in problems)
+    lines = result.output.splitlines()
+    if "finish it with:" not in lines:  # nothing the command line could give changes the verdict: say so
+        assert any(line.startswith("finish it by hand: ") for line in lines), result.output
+        return
+    command = lines[lines.index("finish it with:") + 1].strip()
+    assert command in paragraph
+    words = shlex.split(command)
+    asked = [w for w in words if any(p in w for p in PLACEHOLDERS)]
+    again = [w for w in words if w not in ("-o", str(out), "--force")]
+    assert again[1:] != ["import", kind, source.name, *extra], "the command repeats the refused import"
+    if asked:
+        return  # the user fills these in; test_import_wild runs the placeholder-free ones of each set
+    second = run_cli(*words[1:])
+    assert "Traceback" not in second.output
+    assert second.exit_code == 0 or _problems(second.output) != problems, second.output
+    assert (second.exit_code == 0) == (run_cli("validate", out).exit_code == 0)
+
+
+def test_a_typo_refuses_everywhere_until_finished_or_the_mark_is_removed(tmp_path: Path) -> None:
+    """Issue 46: a recipe written marked NOT VALID (a typo'd `learning_rat`) validated and trained at TRL's
+    default learning rate. Now every command that reads a recipe refuses it, in one paragraph that names why and
+    the finishing command, which carries the value under the key it was one slip from."""
+    source = tmp_path / "config.yaml"
+    text = (FIXTURES / "open-r1/Qwen2.5-1.5B-Instruct__config_demo.yaml").read_text(encoding="utf-8")
+    source.write_text(text.replace("learning_rate:", "learning_rat:"), encoding="utf-8")
+    out = tmp_path / "recipe.yaml"
+    result = run_cli("import", "open-r1", source, "-o", out)
+    assert result.exit_code == 2 and "did you mean learning_rate" in result.output
+    command = result.output.splitlines()[result.output.splitlines().index("finish it with:") + 1].strip()
+    assert "training.learning_rate=2.0e-05" in command  # the source's value, read back as a number
+    for verb in (["validate"], ["train"], ["check-rewards"], ["calibrate"], ["launch", "slurm"]):
+        refused = run_cli(*verb, out)
+        text = " ".join(refused.output.split())
+        assert refused.exit_code == 2 and "Traceback" not in refused.output, (verb, refused.output)
+        assert "marked not valid" in text and "learning_rat" in text and command in text, (verb, text)
+    lines = out.read_text(encoding="utf-8").splitlines(keepends=True)  # the user deletes the mark: "I know"
+    start = next(i for i, line in enumerate(lines) if line.startswith("not_valid:"))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+    out.write_text("".join(lines[:start] + lines[end:]), encoding="utf-8")
+    assert run_cli("validate", out).exit_code == 0
+    finished = run_cli(*shlex.split(command)[1:])
+    assert finished.exit_code == 0, finished.output
+    assert load_recipe(out).training.learning_rate == 2e-05
+
+
+def test_the_config_a_script_is_launched_with_is_never_the_output(tmp_path: Path) -> None:
+    """Issue 46: `grpo import trl script.py --config cfg.yaml -o cfg.yaml --force` replaced the config."""
+    wild = ROOT / "tests" / "fixtures" / "imports" / "wild" / "philschmid"
+    for name in ("run_r1_grpo.py", "grpo-qwen-2.5-3b-deepseek-r1-countdown.yaml"):
+        (tmp_path / name).write_bytes((wild / name).read_bytes())
+    config = tmp_path / "grpo-qwen-2.5-3b-deepseek-r1-countdown.yaml"
+    before = config.read_bytes()
+    result = run_cli("import", "trl", tmp_path / "run_r1_grpo.py", "--config", config, "-o", config, "--force")
+    assert result.exit_code == 2 and "a file being imported" in result.output and "Traceback" not in result.output
+    assert config.read_bytes() == before
+
+
+def test_an_output_that_cannot_be_written_is_refused_before_anything_is_written(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: `--extract-rewards -o X` under a missing or non-directory path wrote the module first, then died
+    with a traceback. Now the place is checked first; a missing directory is made, with both files in it."""
+    wild = ROOT / "tests" / "fixtures" / "imports" / "wild" / "opensloth"
+    monkeypatch.chdir(wild)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("mine\n", encoding="utf-8")
+    result = run_cli("import", "trl", "minimal_grpo.py", "--extract-rewards", "-o", blocker / "sub" / "r.yaml")
+    assert result.exit_code == 2 and "is not a directory" in result.output and "Traceback" not in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"] and blocker.read_text() == "mine\n"
+    deep = tmp_path / "new" / "deeper" / "r.yaml"
+    result = run_cli("import", "trl", "minimal_grpo.py", "--extract-rewards", "-o", deep)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in deep.parent.iterdir()) == ["r.yaml", "r_rewards.py"]
+
+
+TOKENIZER_SCRIPT = '''from datasets import load_dataset
+from transformers import AutoTokenizer
+from trl import GRPOConfig, GRPOTrainer
+
+MODEL = {model!r}
+tokenizer = AutoTokenizer.from_pretrained(MODEL)
+{change}STOP = tokenizer.eos_token
+
+
+def shorter(completions, **kwargs):
+    return [-float(len(tokenizer(c)["input_ids"])) for c in completions]
+
+
+def stops(completions, **kwargs):
+    return [float(c.endswith(STOP)) for c in completions]
+
+
+dataset = load_dataset("json", data_files="rows.jsonl", split="train")
+trainer = GRPOTrainer(model=MODEL, reward_funcs=[shorter, stops], args=GRPOConfig(output_dir="out"),
+                      train_dataset=dataset)
+trainer.train()
+'''
+
+
+def test_a_reward_reading_the_scripts_tokenizer_gets_the_recipe_models(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 51: rewards that read a tokenizer the script loads at run time are extracted, the tokenizer bound to
+    the one grpo trains with (the recipe's model, loaded on first use); a change the script makes to it that a
+    reward reads keeps that reward refused, naming the line."""
+    from transformers import AutoTokenizer
+
+    model = ROOT / "grpo_cli" / "assets" / "tiny-arith"
+    monkeypatch.chdir(tmp_path)
+    Path("rows.jsonl").write_text('{"prompt": "2+3"}\n{"prompt": "4+4"}\n', encoding="utf-8")
+    Path("train.py").write_text(TOKENIZER_SCRIPT.format(model=str(model), change=""), encoding="utf-8")
+    result = run_cli("import", "trl", "train.py", "-o", "out/recipe.yaml")
+    assert result.exit_code == 0, result.output
+    assert "`tokenizer` (line 6: `tokenizer = AutoTokenizer.from_pretrained(MODEL)`) is bound" in \
+        " ".join(result.output.split())
+    namespace: dict = {"__file__": str(tmp_path / "out" / "recipe_rewards.py")}
+    exec((tmp_path / "out" / "recipe_rewards.py").read_text(encoding="utf-8"), namespace)  # as grpo imports it
+    direct = AutoTokenizer.from_pretrained(model)
+    completions = ["12+3=15", "no" + direct.eos_token]
+    assert namespace["shorter"](completions) == [-float(len(direct(c)["input_ids"])) for c in completions]
+    assert namespace["stops"](completions) == [0.0, 1.0]
+    Path("train.py").write_text(TOKENIZER_SCRIPT.format(model=str(model), change='tokenizer.eos_token = "<e>"\n'),
+                                encoding="utf-8")
+    result = run_cli("import", "trl", "train.py", "-o", "changed/recipe.yaml")
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "'stops': not extracted: it reads `tokenizer.eos_token`, and the script " \
+        "changes tokenizer.eos_token (line 7)" in text
+    assert run_cli("validate", "changed/recipe.yaml").exit_code == 2
+
+
+UNSAFE_SCRIPT = '''import os
+import re
+
+import requests
+from trl import GRPOTrainer
+
+MOVED = os.replace("data.txt", "data.bak")
+REMOTE = requests.get("http://localhost:9/words").text
+PATTERN = re.compile(r"<answer>(.*?)</answer>")
+WORDS = ",".join(["a", "b"]).upper()
+
+
+def moved(completions, **kwargs):
+    return [float(bool(MOVED)) for _ in completions]
+
+
+def remote(completions, **kwargs):
+    return [float(REMOTE in c) for c in completions]
+
+
+def pattern(completions, **kwargs):
+    return [float(bool(PATTERN.search(c))) + len(WORDS) for c in completions]
+
+
+trainer = GRPOTrainer(model="Qwen/Qwen2-0.5B-Instruct", reward_funcs=[moved, remote, pattern],
+                      train_dataset="trl-lib/tldr")
+trainer.train()
+'''
+
+
+def test_only_provably_pure_constants_are_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46: `os.replace(...)` and `requests.get(...)` constants were copied because their attribute names are
+    str/dict methods; importing the module then renamed the user's file or called the network."""
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(UNSAFE_SCRIPT, encoding="utf-8")
+    Path("data.txt").write_text("mine\n", encoding="utf-8")
+    result = run_cli("import", "trl", "train.py", "-o", "recipe.yaml")
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2
+    assert "'moved': not extracted: it uses `MOVED`, set by running code (line 7: `os.replace(" in text
+    assert "'remote': not extracted: it uses `REMOTE`, set by running code (line 8: `requests.get(" in text
+    module = (tmp_path / "recipe_rewards.py").read_text(encoding="utf-8")
+    assert "os.replace" not in module and "requests" not in module and "WORDS = " in module
+    namespace: dict = {}
+    exec(module, namespace)  # nothing is renamed or fetched
+    assert Path("data.txt").read_text() == "mine\n" and not Path("data.bak").exists()
+    assert namespace["pattern"](["<answer>1</answer>", "x"]) == [4.0, 3.0]  # len("A,B") == 3

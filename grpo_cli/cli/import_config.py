@@ -53,7 +53,7 @@ def import_cmd(
     module = rewards_module(out) if extract else None
     if out is not None:  # before anything is converted or written
         check_output(out, [config, *([script_config] if script_config is not None else [])], force, module)
-    result = import_config(kind, config, script_config, module)
+    result = import_config(kind, config, script_config, out if extract else None)
     set_launch(result, profile, num_processes)
     apply_overrides(result, overrides or [])
     outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out,

@@ -85,8 +85,8 @@ def rewards_module(out: Path | None) -> Path:
 def import_config(kind: str, path: str | Path, script_config: str | Path | None = None,
                   extract_to: Path | None = None) -> ImportResult:
     """Translate one foreign config (a YAML file, or for `trl` also a training script) into a recipe dict;
-    `script_config` is the YAML a TrlParser script is launched with (`--config`); `extract_to` the module that
-    rewards which cannot be referenced in place are copied into (`--extract-rewards`)."""
+    `script_config` is the YAML a TrlParser script is launched with (`--config`); `extract_to` the recipe beside
+    which rewards that cannot be referenced in place are copied into a module (`rewards_module`)."""
     path = Path(path)
     if kind not in KINDS:
         raise GrpoError(f"unknown config kind {kind!r}", where="KIND", fix=f"Use one of {', '.join(KINDS)}.")

@@ -12,6 +12,7 @@ import symtable
 import textwrap
 from dataclasses import dataclass, field
 
+from grpo_cli.importing.bound import WRAPPER, WRAPPER_CODE, conflict, tokenizer_binding
 from grpo_cli.importing.script_ast import Script
 from grpo_cli.importing.script_rewards import module_file
 
@@ -27,6 +28,8 @@ class Extracted:
     failed: dict[str, str] = field(default_factory=dict)
     decorators: list[tuple[str, str, int]] = field(default_factory=list)
     """(function, decorator, line) left off the copies: what they wrapped the function in is not copied."""
+    bound: dict[str, tuple[int, str]] = field(default_factory=dict)
+    """Script-time globals given from the recipe (`bound.py`): name -> (line, the statement that made it)."""
 
 
 @dataclass
@@ -35,24 +38,35 @@ class _Pieces:
     code: dict[int, tuple[int, str]] = field(default_factory=dict)  # id(node) -> (line, source)
     done: set[tuple[int, str]] = field(default_factory=set)
     decorators: list[tuple[str, str, int]] = field(default_factory=list)
+    recipe: str = "recipe.yaml"
+    bound: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def copy(self) -> _Pieces:
+        return _Pieces(dict(self.imports), dict(self.code), set(self.done), list(self.decorators), self.recipe,
+                       dict(self.bound))
 
 
 class CannotExtract(Exception):
     pass
 
 
-def extract(script: Script, functions: list[str]) -> Extracted:
-    """A module holding `functions` (defs of the script, at any depth) and everything they use."""
+def extract(script: Script, functions: list[str], recipe: str = "recipe.yaml") -> Extracted:
+    """A module holding `functions` (defs of the script, at any depth) and everything they use; a tokenizer the
+    script loads is bound to the one of `recipe` (the recipe file the module sits beside)."""
     out = Extracted()
-    pieces = _Pieces()
+    pieces = _Pieces(recipe=recipe)
     for name in functions:
         func = _definition(script, name)
         if func is None:
             out.failed[name] = "its def is not in the script"
             continue
-        trial = _Pieces(dict(pieces.imports), dict(pieces.code), set(pieces.done), list(pieces.decorators))
+        trial = pieces.copy()
         try:
             _add_def(script, func, trial, 0)
+            for bound in trial.bound:
+                reason = conflict(script, bound, [text for _, text in trial.code.values()])
+                if reason is not None:
+                    raise CannotExtract(reason)
         except CannotExtract as exc:
             out.failed[name] = str(exc)
             continue
@@ -61,6 +75,7 @@ def extract(script: Script, functions: list[str]) -> Extracted:
     if out.names:
         out.text = _module_text(script, pieces)
         out.decorators = pieces.decorators
+        out.bound = pieces.bound
     return out
 
 
@@ -127,6 +142,15 @@ def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int
     func = script.function(name, at) or _class(script, name, at)
     if func is not None:
         _add_def(script, func, pieces, depth)
+        return
+    binding = tokenizer_binding(script, name)
+    if isinstance(binding, str):
+        raise CannotExtract(binding)
+    if binding is not None:  # the tokenizer grpo trains with, loaded on first use
+        line, statement = binding
+        pieces.code[-1] = (0, WRAPPER_CODE)
+        pieces.code[-2 - line] = (line, f"{name} = {WRAPPER}({pieces.recipe!r})  # was: {statement[:80]}")
+        pieces.bound[name] = binding
         return
     found: list[ast.Assign] = [
         stmt for scope in script.scopes(at) for _, _, stmt in script.assigns.get((id(scope), name), [])
@@ -236,5 +260,6 @@ def _module_text(script: Script, pieces: _Pieces) -> str:
             "they use, so that\ngrpo can import them without running the script (its training runs when it is "
             'imported, or the\nfunctions are defined inside another function). Lines are those of the script."""\n')
     imports = sorted(set(pieces.imports.values()))
-    body = [f"# {script.path.name}:{line}\n{text.rstrip()}\n" for line, text in sorted(pieces.code.values())]
+    body = [f"# {f'{script.path.name}:{line}' if line else 'grpo import: binds what the script loads at run time'}"
+            f"\n{text.rstrip()}\n" for line, text in sorted(pieces.code.values())]
     return head + "\n" + "\n".join(imports) + ("\n\n\n" if imports else "\n") + "\n\n".join(body)

@@ -22,6 +22,8 @@ from grpo_cli.recipe import marked
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 UNSET = re.compile(r"\$([A-Z][A-Z0-9_]{2,}), which is not set")
+MISSING_HERE = re.compile(r"^(model\.name_or_path|data\.files\.\w+): .*(?:is not a model directory|not found)")
+"""A model directory or data file the source's machine had and this one does not."""
 SECTIONS = {"model", "data", "rewards", "tools", "environment", "callbacks", "training", "launch", "output", "eval",
             "description"}
 
@@ -77,6 +79,10 @@ def finish(result: ImportResult, request: Request) -> Outcome:
     if not problems:
         return Outcome(recipe_yaml(result), [], warnings)
     unset = [n for p in problems for n in UNSET.findall(p) if n not in missing]  # $MORPH_API_KEY, which is not set
+    for found in (MISSING_HERE.match(p) for p in problems):  # a path on the source's machine: an override fixes it
+        if found is not None:
+            result.needs.setdefault(found.group(1), "HUB_ID_OR_PATH" if found.group(1).startswith("model") else
+                                    "LOCAL_FILE")
     command = finishing_command(request, result, processes, missing + list(dict.fromkeys(unset)))
     header = ["# NOT VALID: `grpo import` could not finish this recipe. Every grpo command refuses it while it has "
               f"its `{marked.KEY}:` section",

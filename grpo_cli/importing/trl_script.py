@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.importing import rewards_module
 from grpo_cli.importing.common import NO_REWARD, ImportResult
 from grpo_cli.importing.extract import extract
 from grpo_cli.importing.script_ast import NO, Script, call_name, keyword, receiver
@@ -93,7 +94,7 @@ def read_script(path: Path, config: dict[str, Any] | None = None,
                 extract_to: Path | None = None) -> tuple[dict[str, Any], ImportResult]:
     """(config keys in `trl grpo` form, a result holding what could not be read statically). `config` is the YAML
     a TrlParser script is launched with: its keys come first, and `script_args.key` in the script reads them.
-    With `extract_to`, rewards that cannot be referenced in place are copied into that module."""
+    With `extract_to` (the recipe), rewards that cannot be referenced in place are copied into a module beside it."""
     script = _parse(path, config)
     cfg: dict[str, Any] = dict(config or {})
     skipped = ImportResult(str(path), "trl")
@@ -269,9 +270,10 @@ def _data(script: Script, trainer: ast.Call, cfg: dict[str, Any], skipped: Impor
         skipped.drop(key, value, why)
 
 
-def extract_rewards(script: Script, rewards: Rewards, module: Path, skipped: ImportResult) -> None:
-    """Copy the rewards grpo cannot import where they are (defs inside a function; the script's own defs when its
-    top-level code trains) into `module`, and point the entries there."""
+def extract_rewards(script: Script, rewards: Rewards, recipe: Path, skipped: ImportResult) -> None:
+    """Copy the rewards grpo cannot import where they are (defs inside a function or a marimo cell; the script's
+    own defs when its top-level code trains) into the module beside `recipe`, and point the entries there."""
+    module = rewards_module(recipe)
     own = f"{script.path.resolve()}:"
     trains = trains_at_import(script.path) is not None
     wanted = {i: (ref.removeprefix(own) if ref else expression) for i, (ref, expression, why) in
@@ -279,7 +281,7 @@ def extract_rewards(script: Script, rewards: Rewards, module: Path, skipped: Imp
               or (trains and ref is not None and ref.startswith(own))}
     if not wanted:
         return
-    found = extract(script, list(dict.fromkeys(wanted.values())))
+    found = extract(script, list(dict.fromkeys(wanted.values())), recipe.name)
     for i, name in wanted.items():
         _, expression, _ = rewards.entries[i]
         if name in found.names:
@@ -295,6 +297,9 @@ def extract_rewards(script: Script, rewards: Rewards, module: Path, skipped: Imp
                      "copies are the undecorated functions")
     if found.names:
         skipped.extracted = (module, found.text)  # written with the recipe, after every check
+        for name, (line, statement) in found.bound.items():
+            skipped.notes.append(f"`{name}` (line {line}: `{statement[:70]}`) is bound in {module.name} to the "
+                                 f"tokenizer grpo trains with: the recipe's model, loaded when a reward first uses it")
         skipped.notes.append(f"rewards {', '.join(found.names)} copied exactly, with what they use, into "
                              f"{module.name} (extraction is on by default with -o; --no-extract-rewards turns it "
                              f"off), so grpo imports them without running {script.path.name}")
