@@ -81,8 +81,9 @@ def finish(result: ImportResult, request: Request) -> Outcome:
     unset = [n for p in problems for n in UNSET.findall(p) if n not in missing]  # $MORPH_API_KEY, which is not set
     for found in (MISSING_HERE.match(p) for p in problems):  # a path on the source's machine: an override fixes it
         if found is not None:
-            result.needs.setdefault(found.group(1), "HUB_ID_OR_PATH" if found.group(1).startswith("model") else
-                                    "LOCAL_FILE")
+            key = found.group(1) if isinstance(result.get("data.files"), dict) or found.group(1).startswith(
+                "model") else "data.files"  # one path (not a split mapping) is replaced whole
+            result.needs.setdefault(key, "HUB_ID_OR_PATH" if key.startswith("model") else "LOCAL_FILE")
     command = finishing_command(request, result, processes, missing + list(dict.fromkeys(unset)))
     header = ["# NOT VALID: `grpo import` could not finish this recipe. Every grpo command refuses it while it has "
               f"its `{marked.KEY}:` section",
