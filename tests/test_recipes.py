@@ -59,6 +59,25 @@ def test_extends_env_and_overrides(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     assert "learning_rate: 3.0e-06" in out  # command-line override
 
 
+def test_a_marked_recipe_is_refused_itself_and_through_extends(tmp_path: Path) -> None:
+    """The `not_valid:` mark `grpo import` writes (recipe/marked.py) is read by the loader: the marked recipe, and
+    one extending it, are refused in one paragraph with why and the finishing command, even with `${...}` in them;
+    without the mark the same recipe validates."""
+    (tmp_path / "data.jsonl").write_text('{"question": "1+1", "answer": "2"}\n' * 8, encoding="utf-8")
+    mark = ("not_valid:\n  why:\n  - 'rewards: 2 of 4 rewards read a tokenizer built at run time'\n"
+            "  finish: grpo import trl train.py -o base.yaml --force\n")
+    (tmp_path / "base.yaml").write_text(mark + MINIMAL, encoding="utf-8")
+    (tmp_path / "top.yaml").write_text("extends: base.yaml\noutput:\n  dir: ${oc.env:NOPE,out}\n", encoding="utf-8")
+    for name in ("base.yaml", "top.yaml"):
+        result = run_cli("validate", tmp_path / name)
+        text = " ".join(result.output.split())
+        assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+        assert "marked not valid" in text and "2 of 4 rewards read a tokenizer" in text
+        assert "Finish it with `grpo import trl train.py -o base.yaml --force`" in text
+    (tmp_path / "base.yaml").write_text(MINIMAL, encoding="utf-8")  # the user deletes the mark
+    assert run_cli("validate", tmp_path / "top.yaml").exit_code == 0
+
+
 def test_python_api_matches_cli(minimal_dir: Path) -> None:
     from grpo_cli import load_recipe, preflight
 
