@@ -264,6 +264,10 @@ from trl import GRPOConfig, GRPOTrainer
 MODEL = {model!r}
 tokenizer = AutoTokenizer.from_pretrained(MODEL)
 {change}STOP = tokenizer.eos_token
+FOUND = None
+for piece in tokenizer.get_vocab().keys():
+    if piece == STOP:
+        FOUND = piece
 
 
 def shorter(completions, **kwargs):
@@ -274,8 +278,12 @@ def stops(completions, **kwargs):
     return [float(c.endswith(STOP)) for c in completions]
 
 
+def found(completions, **kwargs):
+    return [float(FOUND is not None and FOUND in c) for c in completions]
+
+
 dataset = load_dataset("json", data_files="rows.jsonl", split="train")
-trainer = GRPOTrainer(model=MODEL, reward_funcs=[shorter, stops], args=GRPOConfig(output_dir="out"),
+trainer = GRPOTrainer(model=MODEL, reward_funcs=[shorter, stops, found], args=GRPOConfig(output_dir="out"),
                       train_dataset=dataset)
 trainer.train()
 '''
@@ -285,7 +293,8 @@ def test_a_reward_reading_the_scripts_tokenizer_gets_the_recipe_models(tmp_path:
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 51: rewards that read a tokenizer the script loads at run time are extracted, the tokenizer bound to
     the one grpo trains with (the recipe's model, loaded on first use); a change the script makes to it that a
-    reward reads keeps that reward refused, naming the line."""
+    reward reads keeps that reward refused, naming the line. A name set in a module-level loop over it is copied
+    with the whole loop, never as its one assignment out of context."""
     from transformers import AutoTokenizer
 
     model = ROOT / "grpo_cli" / "assets" / "tiny-arith"
@@ -302,6 +311,7 @@ def test_a_reward_reading_the_scripts_tokenizer_gets_the_recipe_models(tmp_path:
     completions = ["12+3=15", "no" + direct.eos_token]
     assert namespace["shorter"](completions) == [-float(len(direct(c)["input_ids"])) for c in completions]
     assert namespace["stops"](completions) == [0.0, 1.0]
+    assert namespace["found"](completions) == [0.0, 1.0]  # its loop over the vocabulary, copied whole
     Path("train.py").write_text(TOKENIZER_SCRIPT.format(model=str(model), change='tokenizer.eos_token = "<e>"\n'),
                                 encoding="utf-8")
     result = run_cli("import", "trl", "train.py", "-o", "changed/recipe.yaml")
@@ -321,6 +331,12 @@ MOVED = os.replace("data.txt", "data.bak")
 REMOTE = requests.get("http://localhost:9/words").text
 PATTERN = re.compile(r"<answer>(.*?)</answer>")
 WORDS = ",".join(["a", "b"]).upper()
+for entry in os.listdir("."):
+    FIRST = entry
+
+
+def first(completions, **kwargs):
+    return [float(FIRST in c) for c in completions]
 
 
 def moved(completions, **kwargs):
@@ -335,7 +351,7 @@ def pattern(completions, **kwargs):
     return [float(bool(PATTERN.search(c))) + len(WORDS) for c in completions]
 
 
-trainer = GRPOTrainer(model="Qwen/Qwen2-0.5B-Instruct", reward_funcs=[moved, remote, pattern],
+trainer = GRPOTrainer(model="Qwen/Qwen2-0.5B-Instruct", reward_funcs=[moved, remote, pattern, first],
                       train_dataset="trl-lib/tldr")
 trainer.train()
 '''
@@ -352,6 +368,8 @@ def test_only_provably_pure_constants_are_copied(tmp_path: Path, monkeypatch: py
     assert result.exit_code == 2
     assert "'moved': not extracted: it uses `MOVED`, set by running code (line 7: `os.replace(" in text
     assert "'remote': not extracted: it uses `REMOTE`, set by running code (line 8: `requests.get(" in text
+    assert "'first': not extracted: it uses `FIRST`, set inside a statement at line 11 that calls running code" \
+        in text  # a loop's assignment is never copied out of its loop
     module = (tmp_path / "recipe_rewards.py").read_text(encoding="utf-8")
     assert "os.replace" not in module and "requests" not in module and "WORDS = " in module
     namespace: dict = {}

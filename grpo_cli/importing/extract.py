@@ -159,6 +159,10 @@ def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int
         raise CannotExtract(f"it uses `{name}`, which is known only when the script runs")
     before = [s for s in found if s.lineno < getattr(at, "lineno", 0)]
     stmt = before[-1] if before else found[0]
+    block = _enclosing_block(script, stmt)
+    if block is not None:  # set in a loop or a branch: the statement as a whole, or nothing
+        _add_block(script, name, block, found, pieces, depth)
+        return
     if not _safe(stmt.value, script):
         raise CannotExtract(f"it uses `{name}`, set by running code (line {stmt.lineno}: "
                             f"`{' '.join(ast.unparse(stmt.value).split())[:50]}`)")
@@ -167,6 +171,44 @@ def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int
     for inner in _free_names(source):
         if inner != name:
             _resolve(script, inner, stmt, pieces, depth + 1)
+
+
+def _enclosing_block(script: Script, stmt: ast.stmt) -> ast.stmt | None:
+    """The statement of its scope's body that holds `stmt` (a `for` or `if` around it); None when `stmt` is one."""
+    scope = script.scope(stmt)
+    node: ast.AST = stmt
+    while (parent := script.parents.get(id(node))) is not None and parent is not scope:
+        node = parent
+    return None if node is stmt else node if isinstance(node, ast.stmt) else None
+
+
+BLOCK_STATEMENTS = (ast.For, ast.If, ast.Assign, ast.Pass, ast.Break, ast.Continue)
+
+
+def _add_block(script: Script, name: str, block: ast.stmt, found: list[ast.Assign], pieces: _Pieces,
+               depth: int) -> None:
+    """A module-level `for`/`if` that sets `name` (`for token in tokenizer.get_added_vocab(): ...`), copied whole
+    with the plain assignments before it of the names it sets, when all it does is compute names from pure calls."""
+    where = f"`{name}`, set inside a statement at line {block.lineno}"
+    if script.scope(block) is not script.tree or not isinstance(block, ast.For | ast.If):
+        raise CannotExtract(f"it uses {where} that runs when the script runs")
+    inner = [n for n in ast.walk(block) if isinstance(n, ast.stmt)]
+    if not all(isinstance(n, BLOCK_STATEMENTS) for n in inner) or any(
+            isinstance(t, ast.Attribute | ast.Subscript) for n in inner if isinstance(n, ast.Assign)
+            for t in n.targets):
+        raise CannotExtract(f"it uses {where} that does more than compute names")
+    expressions = [n for n in ast.walk(block) if isinstance(n, ast.expr) and not isinstance(n, ast.Name)]
+    if not all(_safe(e, script) for e in expressions):
+        raise CannotExtract(f"it uses {where} that calls running code")
+    text = textwrap.dedent(ast.get_source_segment(script.text_source, block) or ast.unparse(block))
+    pieces.code[id(block)] = (block.lineno, text)
+    earlier = [s for s in found if s.lineno < block.lineno and _enclosing_block(script, s) is None]
+    if earlier:  # e.g. `reasoning_end = None` before the loop: the value when the loop sets nothing
+        if not _safe(earlier[-1].value, script):
+            raise CannotExtract(f"it uses `{name}`, set by running code (line {earlier[-1].lineno})")
+        pieces.code[id(earlier[-1])] = (earlier[-1].lineno, f"{name} = {ast.unparse(earlier[-1].value)}")
+    for free in _free_names(text):
+        _resolve(script, free, block, pieces, depth + 1)
 
 
 def _class(script: Script, name: str, at: ast.AST) -> ast.ClassDef | None:
@@ -180,6 +222,9 @@ def _class(script: Script, name: str, at: ast.AST) -> ast.ClassDef | None:
 PURE_BUILTINS = {"str", "int", "float", "bool", "len", "set", "frozenset", "list", "dict", "tuple", "sorted", "range",
                  "min", "max", "abs", "round", "sum", "any", "all", "chr", "ord", "repr"}
 PURE_MODULE_CALLS = {("re", "compile"), ("re", "escape"), ("os", "getenv"), ("string", "Template")}
+TOKENIZER_READS = {"get_added_vocab", "get_vocab", "convert_tokens_to_ids", "convert_ids_to_tokens", "encode",
+                   "decode", "tokenize"}
+"""Methods of the bound tokenizer that read it (`bound.conflict` refuses when the script changed what they read)."""
 STRING_METHODS = {"join", "format", "strip", "lstrip", "rstrip", "lower", "upper", "replace", "split", "splitlines",
                   "encode", "title"}
 """What a copied constant may call: builtins that compute a value, `re.compile`, reading the environment, and a
@@ -205,6 +250,13 @@ def _pure_call(func: ast.AST, script: Script) -> bool:
     receiver = func.value
     if _string(receiver):  # "".join(...), "{}".format(...).strip()
         return func.attr in STRING_METHODS
+    if isinstance(receiver, ast.Name) and func.attr in TOKENIZER_READS and isinstance(
+            tokenizer_binding(script, receiver.id), tuple):  # the bound tokenizer, read
+        return True
+    if func.attr in ("keys", "values", "items") and isinstance(receiver, ast.Call) and isinstance(
+            receiver.func, ast.Attribute) and receiver.func.attr in ("get_added_vocab", "get_vocab") and \
+            _pure_call(receiver.func, script):
+        return True
     if isinstance(receiver, ast.Name):
         return (receiver.id, func.attr) in PURE_MODULE_CALLS and _module_bound(script, receiver.id, receiver.id)
     if isinstance(receiver, ast.Attribute) and isinstance(receiver.value, ast.Name):  # os.environ.get
