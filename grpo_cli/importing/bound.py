@@ -23,7 +23,8 @@ DEPENDS = {"apply_chat_template": "chat_template"}
 WRAPPER = "_RecipeTokenizer"
 WRAPPER_CODE = f'''class {WRAPPER}:
     """The tokenizer grpo trains with (the recipe's model, chat template and pad token), loaded on first use:
-    what the script's `tokenizer` was. `recipe` is the recipe file beside this module."""
+    what the script's `tokenizer` was. `recipe` is the recipe file beside this module, read as written there (a
+    command-line override of its model does not reach this copy: edit the recipe instead)."""
 
     def __init__(self, recipe):
         self._recipe = recipe
