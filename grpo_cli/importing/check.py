@@ -57,7 +57,7 @@ def check_output(out: Path, sources: list[Path], force: bool, module: Path | Non
     for target, what in ((out, "the recipe"), *(((module, "the rewards module"),) if module is not None else ())):
         for source in sources:
             if target.exists() and _same_file(target, source):
-                raise GrpoError(f"{target} is {source.name}, a file being imported; writing {what} there would "
+                raise GrpoError(f"{target} is a file being imported ({source}); writing {what} there would "
                                 "replace it (--force never does)", where="-o",
                                 fix="Write the recipe to another file, e.g. `-o recipe.yaml`.")
     if out.is_dir():

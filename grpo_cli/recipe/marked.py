@@ -28,8 +28,8 @@ def refuse_marked(data: Any, source: str) -> None:
         return
     section = data[KEY]
     why = section.get("why") if isinstance(section, dict) else None
-    finish = section.get("finish") if isinstance(section, dict) else None
-    reasons = [str(w).replace("\\${", "${") for w in why] if isinstance(why, list) else [str(section)]
+    finish = section.get("finish") if isinstance(section, dict) and isinstance(section.get("finish"), str) else None
+    reasons = [str(w).replace("\\${", "${") for w in why] if isinstance(why, list) else []
     text = "; ".join(r.rstrip(".") for r in reasons if r.strip()) or "no reason recorded"
     step = (f"Finish it with `{str(finish).replace(chr(92) + '${', '${')}`, or fix it by hand" if finish
             else "Fix it by hand")
