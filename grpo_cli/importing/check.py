@@ -55,10 +55,10 @@ def check_output(out: Path, sources: list[Path], force: bool, module: Path | Non
     recipe is held to the same rules. Checked before anything is converted or written."""
     check_plain_path(out, "-o")
     for target, what in ((out, "the recipe"), *(((module, "the rewards module"),) if module is not None else ())):
-        for source in sources:
+        for source, label in zip(sources, ("the config", "the --config YAML"), strict=False):
             if target.exists() and _same_file(target, source):
-                raise GrpoError(f"{target} is a file being imported ({source}); writing {what} there would "
-                                "replace it (--force never does)", where="-o",
+                raise GrpoError(f"{target} is {label} being imported; writing {what} there would replace it "
+                                "(--force never does)", where="-o",
                                 fix="Write the recipe to another file, e.g. `-o recipe.yaml`.")
     if out.is_dir():
         raise GrpoError(f"{out} is a directory", where="-o",
@@ -75,10 +75,10 @@ def _check_writable(out: Path) -> None:
     """The deepest existing directory above `out` must be a directory grpo may write in (it makes the rest)."""
     above = next((p for p in [out.parent, *out.parent.parents] if os.path.lexists(p)), Path.cwd())
     if not above.is_dir():
-        raise GrpoError(f"{above} is not a directory, so {out} cannot be written under it", where="-o",
+        raise GrpoError(f"cannot write {out}: {above} is not a directory", where="-o",
                         fix="Give -o a path in a directory.")
     if not os.access(above, os.W_OK | os.X_OK):
-        raise GrpoError(f"{above} is not writable, so {out} cannot be written", where="-o",
+        raise GrpoError(f"cannot write {out}: {above} is not writable", where="-o",
                         fix="Pass -o a path you can write to.")
 
 
