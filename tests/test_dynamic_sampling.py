@@ -156,9 +156,9 @@ def spy(completions, prompts, log, **kwargs):
 '''
 
 
-def _two_processes(tmp_path: Path, name: str) -> tuple[list[dict], list[dict]]:
-    """The demo on 2 CPU processes (the ddp profile, gloo) with dynamic sampling: its training logs and, per
-    reward call, which process scored which prompts."""
+def _two_processes(tmp_path: Path, name: str, profile: str = "ddp") -> tuple[list[dict], list[dict]]:
+    """The demo on 2 CPU processes (the ddp profile, gloo, unless another is named) with dynamic sampling: its
+    training logs and, per reward call, which process scored which prompts."""
     import os
     import subprocess
     import sys
@@ -167,7 +167,7 @@ def _two_processes(tmp_path: Path, name: str) -> tuple[list[dict], list[dict]]:
     log, out = tmp_path / f"{name}.jsonl", tmp_path / name
     rewards = (f"rewards=[{{name: accuracy, params: {{answer_format: first_number}}}}, "
                f"{{function: {tmp_path / 'spy.py'}:spy, weight: 0.0, params: {{log: {log}}}}}]")
-    cmd = [sys.executable, "-m", "grpo_cli", "train", str(DEMO), "--profile", "ddp", "--num-processes", "2",
+    cmd = [sys.executable, "-m", "grpo_cli", "train", str(DEMO), "--profile", profile, "--num-processes", "2",
            "-o", str(out), *STEPS, "training.max_steps=3", "training.per_device_train_batch_size=8", rewards,
            "sampling.dynamic={max_rounds: 6}"]
     proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
@@ -204,6 +204,18 @@ def test_dynamic_sampling_on_two_processes_agrees_on_every_round(tmp_path: Path)
     assert not drawn[0] & drawn[1], "both processes refilled with the same prompts"
     _, again = _two_processes(tmp_path, "again")  # the same seed draws the same refill prompts on each process
     assert all([c["prompts"] for c in again if c["rank"] == rank] == ranks[rank] for rank in (0, 1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", ["zero2", "zero3", "fsdp"])
+def test_dynamic_sampling_under_the_sharding_profiles(tmp_path: Path, profile: str) -> None:
+    logs, calls = _two_processes(tmp_path, profile, profile)
+    assert [r["step"] for r in logs] == [1, 2, 3]
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
+    assert max(r["dynamic_sampling/rounds"] for r in logs) > 1
+    assert sum(r["dynamic_sampling/zero_std_trained"] for r in logs) / len(logs) <= 0.1
+    sizes = {rank: [len(c["prompts"]) for c in calls if c["rank"] == rank] for rank in (0, 1)}
+    assert sizes[0] == sizes[1] and len(sizes[0]) == sum(r["dynamic_sampling/rounds"] for r in logs)
 
 
 def test_validate_names_the_setting_and_its_cost(tmp_path: Path) -> None:
