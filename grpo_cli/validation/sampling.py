@@ -74,9 +74,6 @@ def _dynamic_problems(recipe: Recipe) -> list[Problem]:
          f"{t.per_device_train_batch_size} x steps_per_generation) is not a multiple of num_generations "
          f"{t.num_generations} under launch.profile={recipe.launch.profile}",
          "Make training.per_device_train_batch_size a multiple of training.num_generations."),
-        (bool(recipe.tools) or recipe.environment is not None, "does not work with tools or environments yet (no "
-         "test runs a multi-turn rollout through a refill round; docs/sampling.md)",
-         "Remove `sampling.dynamic` or the tools."),
         (bool(recipe.data.images), "does not work with vision-language data yet (TRL's image tensors have a row "
          "per image or patch, not per completion, sliced per model family: trl/trainer/grpo_trainer.py "
          "_get_per_token_logps_and_entropies)", "Remove `sampling.dynamic`."),
