@@ -46,6 +46,8 @@ def test_the_hook_matches_the_installed_trl() -> None:
     prepare = inspect.getsource(GRPOTrainer._prepare_inputs)
     assert "self._generate_and_score_completions(generation_batch)" in prepare  # called through the instance
     assert "split_tensor_dict(generation_batch, self.args.steps_per_generation)" in prepare
+    # every process's rewards are gathered before advantages: where several processes agree on one keep-mask
+    assert "rewards_per_func = gather(rewards_per_func)" in inspect.getsource(GRPOTrainer._calculate_rewards)
     score = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     assert "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)" in score
     assert "rewards.view(-1, num_generations)" in score  # groups are consecutive rows

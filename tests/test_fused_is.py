@@ -175,3 +175,16 @@ def test_at_top_p_08_the_importance_ratio_on_smollm2_is_unbiased(tmp_path: Path)
     assert abs(after - 1.0) <= 0.02, (before, after, kept)
     assert before < 0.95 and kept < 0.95, (before, after, kept)  # the bias the renormalisation removed
     assert trl_before < 0.3 < 0.8 < trl_after, (trl_before, trl_after)
+
+
+def test_the_hidden_state_hook_matches_the_installed_trl() -> None:
+    """kept_mass.py captures the backbone's last hidden states during TRL's fused forward and scores position t's
+    state against token t + 1, as TRL's fused head does: a TRL that changes either fails here."""
+    import inspect
+
+    from trl.trainer.utils import add_fused_lm_head
+
+    source = inspect.getsource(add_fused_lm_head)
+    assert 'backbone_attr = "base_model"' in source and "getattr(self, backbone_attr)(*args, **kwargs)" in source
+    assert "hidden_states = backbone_outputs.last_hidden_state[:, :-1]" in source
+    assert "labels = labels[:, 1:]" in source
