@@ -91,7 +91,10 @@ def _logits(lm: Any, hidden: Any, temperature: float) -> Any:
 
     config = lm.config.get_text_config()
     head = lm.get_output_embeddings()
-    out = torch.nn.functional.linear(hidden.to(head.weight.dtype), head.weight, head.bias).float()
+    weight, bias = head.weight, head.bias
+    if hasattr(weight, "full_tensor"):  # FSDP2's DTensor, gathered as TRL's fused head does
+        weight, bias = weight.full_tensor(), bias.full_tensor() if bias is not None else None
+    out = torch.nn.functional.linear(hidden.to(weight.dtype), weight, bias).float()
     scale = getattr(config, "logit_scale", None) or getattr(config, "output_multiplier", None) \
         or getattr(config, "lm_head_multiplier", None)
     if scale is None and getattr(config, "logits_scaling", None):
@@ -134,8 +137,11 @@ def captured_log_mass(lm: Any, truncation: Truncation, logits_to_keep: int) -> I
 def _log_mass_rows(lm: Any, hidden: Any, truncation: Truncation, chunk: int = 256) -> Any:
     """log S for (B, T, H) hidden states, `chunk` positions at a time (a full-vocabulary row each)."""
     import torch
+    from trl.trainer.utils import maybe_gather_lm_head_ctx
 
     flat = hidden.reshape(-1, hidden.size(-1))
-    parts = [log_kept_mass(_logits(lm, flat[i:i + chunk], truncation.temperature), truncation)
-             for i in range(0, flat.size(0), chunk)]
+    head = lm.get_output_embeddings()
+    with maybe_gather_lm_head_ctx(head.weight, head.bias):  # ZeRO-3's sharded head, gathered as TRL's fused head does
+        parts = [log_kept_mass(_logits(lm, flat[i:i + chunk], truncation.temperature), truncation)
+                 for i in range(0, flat.size(0), chunk)]
     return torch.cat(parts).view(hidden.size(0), hidden.size(1))
