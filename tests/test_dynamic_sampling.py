@@ -46,6 +46,8 @@ def test_the_hook_matches_the_installed_trl() -> None:
     prepare = inspect.getsource(GRPOTrainer._prepare_inputs)
     assert "self._generate_and_score_completions(generation_batch)" in prepare  # called through the instance
     assert "split_tensor_dict(generation_batch, self.args.steps_per_generation)" in prepare
+    # every process's rewards are gathered before advantages: where several processes agree on one keep-mask
+    assert "rewards_per_func = gather(rewards_per_func)" in inspect.getsource(GRPOTrainer._calculate_rewards)
     score = inspect.getsource(GRPOTrainer._generate_and_score_completions)
     assert "self._calculate_rewards(inputs, prompts, completions, completion_ids_list)" in score
     assert "rewards.view(-1, num_generations)" in score  # groups are consecutive rows
@@ -144,6 +146,80 @@ def test_a_recipe_without_sampling_trains_exactly_as_before(tmp_path: Path, monk
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+SPY = '''
+import json, os
+
+
+def spy(completions, prompts, log, **kwargs):
+    """Record which process scored which prompts (every generation round calls it), and score nothing."""
+    with open(log, "a") as fh:
+        fh.write(json.dumps({"rank": int(os.environ.get("RANK", "0")), "prompts": list(prompts)}) + "\\n")
+    return [0.0] * len(completions)
+'''
+
+
+def _two_processes(tmp_path: Path, name: str, profile: str = "ddp") -> tuple[list[dict], list[dict]]:
+    """The demo on 2 CPU processes (the ddp profile, gloo, unless another is named) with dynamic sampling: its
+    training logs and, per reward call, which process scored which prompts."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "spy.py").write_text(SPY)
+    log, out = tmp_path / f"{name}.jsonl", tmp_path / name
+    rewards = (f"rewards=[{{name: accuracy, params: {{answer_format: first_number}}}}, "
+               f"{{function: {tmp_path / 'spy.py'}:spy, weight: 0.0, params: {{log: {log}}}}}]")
+    cmd = [sys.executable, "-m", "grpo_cli", "train", str(DEMO), "--profile", profile, "--num-processes", "2",
+           "-o", str(out), *STEPS, "training.max_steps=3", "training.per_device_train_batch_size=8", rewards,
+           "sampling.dynamic={max_rounds: 6}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    return [r for r in _records(out) if "reward" in r], calls
+
+
+@pytest.mark.slow
+def test_dynamic_sampling_on_two_processes_agrees_on_every_round(tmp_path: Path) -> None:
+    logs, calls = _two_processes(tmp_path, "first")
+    assert [r["step"] for r in logs] == [1, 2, 3]
+    assert {k for r in logs for k in r if k.startswith("dynamic_sampling/")} == {
+        "dynamic_sampling/dropped_groups", "dynamic_sampling/rounds", "dynamic_sampling/generated_groups",
+        "dynamic_sampling/zero_std_trained"}
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
+    assert max(r["dynamic_sampling/rounds"] for r in logs) > 1  # refilled
+    assert sum(r["dynamic_sampling/zero_std_trained"] for r in logs) / len(logs) <= 0.1
+    for r in logs:  # 2 processes x 2 groups trained a step: each dropped group was replaced by a generated one
+        assert r["dynamic_sampling/generated_groups"] >= (4 * (1 - r["dynamic_sampling/zero_std_trained"])
+                                                          + r["dynamic_sampling/dropped_groups"])
+    ranks = {rank: [c["prompts"] for c in calls if c["rank"] == rank] for rank in (0, 1)}
+    # every round ran on both processes, with as many completions on each (TRL gathers the rewards)
+    assert [len(p) for p in ranks[0]] == [len(p) for p in ranks[1]]
+    assert len(ranks[0]) == sum(r["dynamic_sampling/rounds"] for r in logs)
+    firsts, at = set(), 0
+    for r in logs:
+        firsts.add(at)
+        at += int(r["dynamic_sampling/rounds"])
+    refills = [{i: set(p) for i, p in enumerate(ranks[rank]) if i not in firsts} for rank in (0, 1)]
+    assert refills[0], "no refill round"
+    drawn = [set().union(*refills[rank].values()) for rank in (0, 1)]
+    assert not drawn[0] & drawn[1], "both processes refilled with the same prompts"
+    _, again = _two_processes(tmp_path, "again")  # the same seed draws the same refill prompts on each process
+    assert all([c["prompts"] for c in again if c["rank"] == rank] == ranks[rank] for rank in (0, 1))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("profile", ["zero2", "zero3", "fsdp"])
+def test_dynamic_sampling_under_the_sharding_profiles(tmp_path: Path, profile: str) -> None:
+    logs, calls = _two_processes(tmp_path, profile, profile)
+    assert [r["step"] for r in logs] == [1, 2, 3]
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
+    assert max(r["dynamic_sampling/rounds"] for r in logs) > 1
+    assert sum(r["dynamic_sampling/zero_std_trained"] for r in logs) / len(logs) <= 0.1
+    sizes = {rank: [len(c["prompts"]) for c in calls if c["rank"] == rank] for rank in (0, 1)}
+    assert sizes[0] == sizes[1] and len(sizes[0]) == sum(r["dynamic_sampling/rounds"] for r in logs)
+
+
 def test_validate_names_the_setting_and_its_cost(tmp_path: Path) -> None:
     out = tmp_path / "last"
     result = run_cli("validate", DEMO, "sampling.dynamic={max_rounds: 3}", f"output.dir={out}")
@@ -159,7 +235,8 @@ def test_validate_names_the_setting_and_its_cost(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("overrides", "expected"), [
-    (["launch.profile=ddp", "launch.num_processes=2"], "runs on one process only"),
+    (["launch.profile=ddp", "launch.num_processes=2", "training.per_device_train_batch_size=12"],
+     "keeps whole groups on each process"),
     (["training.beta=0.04"], "needs beta: 0"),
     (["sampling.dynamic.metric=format"], "'format' is not a reward of this recipe"),
     (["training.num_iterations=2"], "needs on-policy batches"),

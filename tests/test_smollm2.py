@@ -95,3 +95,31 @@ def test_suite_eval_and_generated_reward_check_on_the_gguf_reference(tmp_path: P
     assert report["source"] == "generate" and report["completions"] == 4
     assert [r["name"] for r in report["rewards"]] == ["accuracy"]
     assert all(s["completion"].strip() and s["completion_tokens"] <= 8 for s in report["samples"])
+
+
+def test_dynamic_sampling_on_two_processes_trains_the_real_model(tmp_path: Path) -> None:
+    """SmolLM2 on 2 CPU processes (ddp, gloo) with dynamic sampling: one prompt x 8 completions per process, flat
+    groups dropped and refilled on both processes alike, logged as on one process."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    out = tmp_path / "ddp"
+    cmd = [sys.executable, "-m", "grpo_cli", "train", str(RECIPE), "--profile", "ddp", "--num-processes", "2",
+           "-o", str(out), "training.max_steps=2", "training.per_device_train_batch_size=8",
+           "training.max_completion_length=16", "training.logging_steps=1", "eval.before_after=false",
+           "launch.vllm.mode=off", "sampling.dynamic={max_rounds: 4}"]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["status"] == "completed" and manifest["world_size"] == 2
+    logs = [r for r in (json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines())
+            if "reward" in r]
+    assert [r["step"] for r in logs] == [1, 2]
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0  # about half this model's groups are flat
+    assert max(r["dynamic_sampling/rounds"] for r in logs) > 1
+    for r in logs:  # 2 groups (one per process) a round, every round on both processes
+        assert r["dynamic_sampling/generated_groups"] == 2 * r["dynamic_sampling/rounds"]

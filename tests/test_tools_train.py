@@ -98,3 +98,21 @@ def test_episode_length_counts_the_model_tokens_not_the_tool_result() -> None:
         results = [m for m in e.completion if m["role"] == "tool"]
         assert e.tool_tokens == len(tool_suffix_ids(tokenizer, results)) > 0
         assert e.model_tokens == len(e.ids) - e.tool_tokens
+
+
+@pytest.mark.parametrize("recipe", ["tools-demo.yaml", "environment-demo.yaml"])
+def test_dynamic_sampling_refills_multi_turn_rollouts(tmp_path: Path, recipe: str) -> None:
+    """Each refill round runs TRL's multi-turn loop again (tools called, an environment reset per rollout); the
+    joined batch keeps every round's tool mask with its rows."""
+    from grpo_cli import load_recipe, train
+
+    out = tmp_path / "run"
+    overrides = [*FAST, "training.max_steps=3", "sampling.dynamic={max_rounds: 4, metric: reward}"]
+    result = train(load_recipe(RECIPES / recipe, overrides), output_dir=out)
+    assert result.status == "completed" and result.global_step == 3
+    logs = [r for r in (json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines())
+            if "reward" in r]
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
+    assert max(r["dynamic_sampling/rounds"] for r in logs) > 1  # refilled
+    assert all(r["dynamic_sampling/zero_std_trained"] == 0 for r in logs)
+    assert sum(r["tools/call_frequency"] for r in logs) > 0  # multi-turn rollouts, with tool results masked

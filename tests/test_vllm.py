@@ -336,3 +336,60 @@ def test_stop_server_ends_a_loaded_server_and_its_engine_process() -> None:
     time.sleep(1)
     with pytest.raises(ProcessLookupError):
         os.killpg(pgid, 0)  # no process of the group is left
+
+
+DYNAMIC = ["sampling.dynamic={max_rounds: 6}", "training.max_steps=4", "training.per_device_train_batch_size=16",
+           "training.num_generations=4", "training.temperature=0.7", "training.logging_steps=1",
+           "eval.before_after=false"]
+COUNTED = r'''
+import json, sys
+from trl.generation import vllm_generation as vg
+from grpo_cli import load_recipe, train
+
+calls = []
+original = vg.VLLMGeneration.generate
+
+
+def generate(self, *args, **kwargs):
+    calls.append(1)
+    return original(self, *args, **kwargs)
+
+
+vg.VLLMGeneration.generate = generate
+result = train(load_recipe(sys.argv[1], sys.argv[4:]), output_dir=sys.argv[2])
+json.dump({"status": result.status, "generate_calls": len(calls)}, open(sys.argv[3], "w"))
+'''
+
+
+def _dynamic_through_vllm(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
+    """The demo with `sampling.dynamic` through vLLM, counting vLLM's generate calls; the report and the logs."""
+    script, out, report = tmp_path / "counted.py", tmp_path / "run", tmp_path / "report.json"
+    script.write_text(COUNTED)
+    done = subprocess.run([sys.executable, str(script), str(DEMO), str(out), str(report), *DYNAMIC, *overrides],
+                          env=ENV, capture_output=True, text=True, timeout=1500)
+    assert done.returncode == 0, done.stderr[-4000:]
+    logs = [r for r in (json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines())
+            if "dynamic_sampling/rounds" in r]
+    res = json.loads(report.read_text())
+    assert res["status"] == "completed" and len(logs) == 4
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
+    assert max(r["dynamic_sampling/rounds"] for r in logs) > 1  # refilled
+    assert res["generate_calls"] == sum(r["dynamic_sampling/rounds"] for r in logs)  # every round through vLLM
+    assert sum(r["dynamic_sampling/zero_std_trained"] for r in logs) / len(logs) <= 0.1
+    return res, logs
+
+
+def test_dynamic_sampling_generates_every_round_through_vllm_colocate(tmp_path: Path) -> None:
+    _, logs = _dynamic_through_vllm(tmp_path, "launch.vllm.mode=colocate")
+    # The ratio of the joined batch, refilled groups included, is computed against the weights that sampled them
+    # (vLLM in bf16, the trainer in float32: a few thousandths of a nat apart, as without dynamic sampling).
+    for r in logs:
+        assert r["sampling/sampling_logp_difference/mean"] < 0.02, r
+        assert abs(r["sampling/raw_importance_sampling_ratio/mean"] - 1.0) < 0.02, r
+
+
+def test_dynamic_sampling_generates_every_round_through_a_vllm_server(server, tmp_path: Path) -> None:
+    overrides, _ = server
+    _, logs = _dynamic_through_vllm(tmp_path, *overrides)
+    # float32 on both sides: after each sync the server's log-probs are the trainer's, refilled rows included
+    assert all(r["sampling/sampling_logp_difference/max"] < 1e-3 for r in logs), logs

@@ -68,6 +68,43 @@ def test_skipping_zero_advantage_completions_gives_the_same_parameters(
         assert moved, "training moved no weight"
 
 
+def _train_two_processes(out: Path, *overrides: str) -> dict:
+    """The demo on 2 CPU processes (the ddp profile, gloo), launched as users launch it; its parameters."""
+    import os
+    import subprocess
+    import sys
+
+    from safetensors.torch import load_file
+
+    from tests.conftest import ROOT
+
+    cmd = [sys.executable, "-m", "grpo_cli", "train", str(DEMO), "--profile", "ddp", "--num-processes", "2",
+           "-o", str(out), *STEPS, *overrides]
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
+                          text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return load_file(str(out / "model.safetensors"))
+
+
+# DDP averages the two processes' gradients; each process's skipped loss has its full loss's gradient, so the
+# average is the same. "chat": every reward 0, so no micro-batch on either process has a live completion.
+@pytest.mark.parametrize("prompt", ["training.temperature=0.5", "data.prompt.chat=true"])
+def test_the_skip_gives_the_same_parameters_on_two_processes(tmp_path: Path, prompt: str) -> None:
+    import torch
+
+    common = [prompt, "training.optim=sgd"]
+    full = _train_two_processes(tmp_path / "full", *common)
+    skipped = _train_two_processes(tmp_path / "skip", *common, "sampling.skip_zero_advantage=true")
+    shares = [r["zero_advantage/skipped"] for r in _records(tmp_path / "skip") if "zero_advantage/skipped" in r]
+    assert shares and max(shares) > 0, "no completion had a zero advantage: the test proves nothing"
+    if prompt.startswith("data.prompt.chat"):
+        assert max(shares) == 1.0, shares
+    for name, value in full.items():
+        assert torch.allclose(value, skipped[name], rtol=0, atol=1e-6), name
+    if not prompt.startswith("data.prompt.chat"):
+        assert any(not torch.equal(full[n], _initial()[n]) for n in full), "training moved no weight"
+
+
 def _initial() -> dict:
     from safetensors.torch import load_file
 

@@ -57,9 +57,14 @@ class DynamicSampler:
             raise GrpoError(f"the installed TRL's GRPOTrainer has no {', '.join(missing)}, which dynamic sampling "
                             "hooks into", where="sampling.dynamic",
                             fix="Install the TRL version grpo supports (trl 1.16) or remove `sampling.dynamic`.")
-        if self.trainer.accelerator.num_processes > 1:
-            raise GrpoError("dynamic sampling runs on one process only", where="sampling.dynamic",
-                            fix="Use launch.profile cpu or single_gpu, or remove `sampling.dynamic`.")
+        args, processes = self.trainer.args, self.trainer.accelerator.num_processes
+        if processes > 1 and (args.per_device_train_batch_size * args.steps_per_generation) % self.group:
+            raise GrpoError(f"on {processes} processes dynamic sampling keeps whole groups on each process, but a "
+                            f"process's generation batch ({args.per_device_train_batch_size} x "
+                            f"{args.steps_per_generation} completions) is not a multiple of num_generations "
+                            f"({self.group})", where="sampling.dynamic",
+                            fix="Make training.per_device_train_batch_size times steps_per_generation a multiple of "
+                                "training.num_generations.")
         names = list(self.trainer.reward_func_names)
         if self.metric != "reward" and self.metric not in names:
             raise GrpoError(f"{self.metric!r} is not among the trainer's rewards ({', '.join(names)})",
@@ -101,42 +106,69 @@ class DynamicSampler:
         return kept, dropped
 
     def fill(self, inputs: list[dict[str, Any]], score: Callable[..., Any]) -> dict[str, Any]:
-        """Generate, drop flat groups, refill from further prompts; the joined batch of the original size."""
-        target = len(inputs) // self.group
+        """Generate, drop flat groups, refill from further prompts; the joined batch of the original size.
+
+        On several processes every call of TRL's method is collective (the rewards are gathered), so each round
+        runs on every process with as many prompts on each: the keep-mask over all processes' groups and whether
+        another round follows are decided on the main process from the gathered rewards and broadcast (`agree`).
+        """
+        ranks, rank = self.trainer.accelerator.num_processes, self.trainer.accelerator.process_index
+        target = len(inputs) // self.group  # groups per process
         kept: list[tuple[dict[str, Any], list[int]]] = []
         dropped: list[tuple[dict[str, Any], list[int]]] = []
-        batch, rounds, generated, have = inputs, 0, 0, 0
+        batch, rounds, generated, have, dropped_total = inputs, 0, 0, [0] * ranks, 0
         while True:
             out = score(batch)
             rounds += 1
-            generated += len(batch) // self.group
-            keep, drop = self.split_groups()
-            kept.append((out, keep))
-            dropped.append((out, drop))
-            have += len(keep)
-            if have >= target or rounds >= self.max_rounds:
+            each = len(batch) // self.group
+            generated += each * ranks
+            flat, another = self.agree(have, target, rounds)
+            mine = flat[rank * each:(rank + 1) * each]
+            kept.append((out, [i for i, f in enumerate(mine) if not f]))
+            dropped.append((out, [i for i, f in enumerate(mine) if f]))
+            dropped_total += sum(flat)
+            have = [h + each - sum(flat[r * each:(r + 1) * each]) for r, h in enumerate(have)]
+            if not another:
                 break
-            missing = target - have
-            rate = max(have / generated, 1.0 / target)
+            missing = target - min(have)
+            rate = max(sum(have) / generated, 1.0 / target)
             batch = self.more_prompts(min(target, math.ceil(missing / rate)), inputs[0].keys())
-        if rounds == 1 and have == target:  # nothing dropped: TRL's own batch, untouched
-            batch_out, filler = kept[0][0], 0
-        else:
-            batch_out, filler = self.join(kept, dropped, target)
-        self.log(dropped_groups=sum(len(d) for _, d in dropped), rounds=rounds, generated_groups=generated,
-                 zero_std_trained=filler / target)
+        untouched = rounds == 1 and min(have) == target  # nothing dropped anywhere: TRL's own batch
+        batch_out = kept[0][0] if untouched else self.join(kept, dropped, target)
+        filler = sum(max(target - h, 0) for h in have)
+        self.log(dropped_groups=dropped_total, rounds=rounds, generated_groups=generated,
+                 zero_std_trained=filler / (target * ranks))
         return batch_out
 
+    def agree(self, have: list[int], target: int, rounds: int) -> tuple[list[bool], bool]:
+        """The flat-group mask over every process's groups of the last call, and whether another round follows:
+        decided from the gathered rewards on the main process and broadcast, so every process does the same."""
+        import torch
+
+        _, flat_groups = self.split_groups()
+        flat = [False] * (len(self.last_rewards) // self.group)
+        for g in flat_groups:
+            flat[g] = True
+        each = len(flat) // len(have)
+        now = [h + each - sum(flat[r * each:(r + 1) * each]) for r, h in enumerate(have)]
+        another = min(now) < target and rounds < self.max_rounds
+        if len(have) == 1:
+            return flat, another
+        from accelerate.utils import broadcast
+
+        decided = broadcast(torch.tensor([*flat, another], dtype=torch.long,
+                                         device=self.trainer.accelerator.device), from_process=0).tolist()
+        return [bool(f) for f in decided[:-1]], bool(decided[-1])
+
     def join(self, kept: list[tuple[dict[str, Any], list[int]]], dropped: list[tuple[dict[str, Any], list[int]]],
-             target: int) -> tuple[dict[str, Any], int]:
-        """The first `target` kept groups, then dropped ones with zero advantage; and how many of those."""
+             target: int) -> dict[str, Any]:
+        """This process's first `target` kept groups, then dropped ones with zero advantage."""
         parts, left = [], target
         for out, groups in kept:
             take = groups[:left]
             left -= len(take)
             if take:
                 parts.append(select_rows(out, self.rows(take)))
-        filler = left
         for out, groups in dropped:
             take = groups[:left]
             left -= len(take)
@@ -144,7 +176,10 @@ class DynamicSampler:
                 part = select_rows(out, self.rows(take))
                 part["advantages"] = part["advantages"] * 0.0
                 parts.append(part)
-        return join_rows(parts, self.trainer._tokenizer.pad_token_id), filler
+        joined = join_rows(parts, self.trainer._tokenizer.pad_token_id)
+        if self.trainer.accelerator.num_processes > 1:  # TRL's count spans every process's batch
+            joined["num_items_in_batch"] = self.trainer.accelerator.gather(joined["num_items_in_batch"]).sum()
+        return joined
 
     def rows(self, groups: list[int]) -> Any:
         import torch
@@ -152,14 +187,20 @@ class DynamicSampler:
         return torch.tensor([g * self.group + j for g in groups for j in range(self.group)], dtype=torch.long)
 
     def more_prompts(self, groups: int, keys: Any) -> list[dict[str, Any]]:
-        """`groups` further training rows, each repeated num_generations times, in this sampler's seeded order."""
+        """`groups` further training rows, each repeated num_generations times, in this sampler's seeded order.
+
+        Every process draws the same permutation and takes every n-th row of it from its own offset (the
+        permutation cut to a multiple of n), so the processes' refill prompts differ and follow from the seed.
+        """
         import torch
 
         dataset = self.trainer.train_dataset
+        ranks, rank = self.trainer.accelerator.num_processes, self.trainer.accelerator.process_index
         rows: list[dict[str, Any]] = []
         for _ in range(groups):
             if not self.order:
-                self.order = torch.randperm(len(dataset), generator=self.generator).tolist()
+                order = torch.randperm(len(dataset), generator=self.generator).tolist()
+                self.order = order[:len(order) - len(order) % ranks][rank::ranks] if ranks > 1 else order
             row = dataset[self.order.pop()]
             picked = {k: row[k] for k in keys if k in row}
             rows += [dict(picked) for _ in range(self.group)]

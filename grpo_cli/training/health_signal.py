@@ -83,6 +83,8 @@ class RewardGamingGuard(HealthGuard):
 
 GAP = "sampling/sampling_logp_difference/mean"
 RATIO = "sampling/importance_sampling_ratio/mean"
+RAW = "sampling/raw_importance_sampling_ratio/"  # grpo's: before TRL's clip or mask (training/fused_is.py)
+FULL_VOCAB = "sampling/full_vocab_importance_sampling_ratio/mean"  # with top_p/top_k/min_p: before renormalising
 
 
 class SamplerMismatchGuard(HealthGuard):
@@ -91,11 +93,12 @@ class SamplerMismatchGuard(HealthGuard):
     name = "sampler_mismatch"
 
     def observe(self, logs: dict[str, Any]) -> Observation | None:
-        gap, ratio = logs.get(GAP), logs.get(RATIO)
+        name = RAW + "mean" if finite(logs.get(RAW + "mean")) else RATIO  # the raw ratio: a clip hides drift
+        gap, ratio = logs.get(GAP), logs.get(name)
         if finite(gap) and gap >= self.settings.threshold:
             return Observation(GAP, float(gap), True)
         if finite(ratio) and abs(ratio - 1.0) >= self.settings.ratio_drift:
-            return Observation(RATIO, float(ratio), True)
+            return Observation(name, float(ratio), True)
         if finite(gap) or finite(ratio):
             return Observation(GAP, float(gap) if finite(gap) else None, False)
         return None  # not a vLLM run, or TRL's importance-sampling correction is off
@@ -103,6 +106,11 @@ class SamplerMismatchGuard(HealthGuard):
     def explain(self, seen: list[Observation], logs: dict[str, Any]) -> tuple[str, str]:
         gap, top, ratio = (fmt(v) if finite(v) else "not logged" for v in
                            (logs.get(GAP), logs.get("sampling/sampling_logp_difference/max"), logs.get(RATIO)))
+        if finite(logs.get(RAW + "mean")):
+            ratio += " after TRL's clip; raw min/mean/max " + "/".join(
+                fmt(logs.get(RAW + k)) if finite(logs.get(RAW + k)) else "?" for k in ("min", "mean", "max"))
+        if finite(logs.get(FULL_VOCAB)):
+            ratio += f", {fmt(logs[FULL_VOCAB])} over the whole vocabulary before renormalising to the kept tokens"
         check = ("check the vLLM server's log for weight-sync errors and that it serves "
                  f"{self.recipe.model.name_or_path}" if self.recipe.launch.vllm.mode == "server"
                  else "check that nothing replaced TRL's weight sync (VLLMGeneration.sync_weights)")

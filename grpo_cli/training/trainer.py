@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from grpo_cli import runs
 from grpo_cli.training.async_grpo import make_async_trainer
 from grpo_cli.training.dynamic_sampling import attach_sampling
-from grpo_cli.training.fused_is import fuse_importance_sampling
+from grpo_cli.training.fused_is import correct_trl_ratio, fuse_importance_sampling
 from grpo_cli.training.sampler import resumable
 from grpo_cli.training.shared_prefill import share_prompt_prefill
 from grpo_cli.training.step_timing import step_timer
@@ -63,7 +63,9 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
                                          peft_config=run.loaded.peft_config, callbacks=run.callbacks,
                                          **(run.toolset.trainer_kwargs() if run.toolset else {}))
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
-    fuse_importance_sampling(trainer)  # with vLLM: the mismatch correction from the loss forward, not an extra one
+    # with vLLM: the mismatch correction from the loss forward, not an extra one; else TRL's, with its raw ratio
+    # logged; either renormalised over the kept tokens when top_p/top_k/min_p truncate sampling (TRL 1.17's fix)
+    fuse_importance_sampling(trainer) or correct_trl_ratio(trainer)
     timer.attach(trainer)
     share_prompt_prefill(trainer.model)  # a group's prompt prefilled once, not num_generations times
     attach_sampling(trainer, recipe)  # `sampling:` (off by default: then nothing is wrapped)

@@ -53,17 +53,31 @@ def attach_zero_advantage_skip(trainer: Any) -> None:
             return original(model, inputs, *args, **kwargs)
         advantages = inputs["advantages"]
         live = advantages != 0 if advantages.dim() == 1 else (advantages != 0).any(dim=1)
-        count, total = int(live.sum()), int(live.numel())
+        passed = _same_count_everywhere(trainer, live)
+        count, total = int(passed.sum()), int(passed.numel())
         trainer._metrics["train"][METRIC].append((total - count) / max(total, 1))
         if count == total:
             return original(model, inputs, *args, **kwargs)
         if count == 0:  # zero gradient for every trainable parameter, as the full loss would give
             return sum((p.sum() * 0.0 for p in model.parameters() if p.requires_grad), advantages.new_zeros(()))
-        rows = live.nonzero().squeeze(1)
+        rows = passed.nonzero().squeeze(1)
         subset = {k: _rows(v, rows, total) for k, v in inputs.items()}
-        return original(model, subset, *args, **kwargs) * _scale(trainer.loss_type, inputs, live)
+        return original(model, subset, *args, **kwargs) * _scale(trainer.loss_type, inputs, passed)
 
     trainer.compute_loss = compute_loss
+
+
+def _same_count_everywhere(trainer: Any, live: Any) -> Any:
+    """The rows to give TRL's loss: the live ones, and on several processes as many on each as the process with
+    the most has (TRL's loss gathers per-completion metrics, which needs one size on every process), topped up with
+    zero-advantage rows, which add exactly 0. No process has a live row: none, on every process alike, so none runs
+    the forward and DDP reduces nothing (every gradient is 0 everywhere)."""
+    if trainer.accelerator.num_processes == 1:
+        return live
+    most = int(trainer.accelerator.gather(live.sum().reshape(1)).max())
+    passed = live.clone()
+    passed[(~live).nonzero().squeeze(1)[:most - int(live.sum())]] = True
+    return passed
 
 
 def _rows(value: Any, rows: Any, total: int) -> Any:

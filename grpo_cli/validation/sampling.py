@@ -67,15 +67,16 @@ def _dynamic_problems(recipe: Recipe) -> list[Problem]:
         out.append(Problem(f"{where}.metric", f"{metric!r} is not a reward of this recipe",
                            f"Use one of {', '.join(labels) or '(none)'}, or `reward` for the weighted total."))
     unsupported = [
-        (recipe.launch.spec.multi_process or recipe.launch.world_size > 1,
-         f"runs on one process only (launch.profile={recipe.launch.profile} runs several, and the groups refilled "
-         "on one process would have to be gathered on all)", "Use launch.profile cpu or single_gpu."),
-        (recipe.launch.vllm.mode != "off", "does not work with vLLM yet (untested extra generation rounds and "
-         "importance-sampling tensors)", "Set launch.vllm.mode: off."),
-        (bool(recipe.tools) or recipe.environment is not None, "does not work with tools or environments yet",
-         "Remove `sampling.dynamic` or the tools."),
-        (bool(recipe.data.images), "does not work with vision-language data yet (image tensors are not merged)",
-         "Remove `sampling.dynamic`."),
+        ((recipe.launch.spec.multi_process or recipe.launch.world_size > 1)
+         and (t.per_device_train_batch_size * (t.steps_per_generation or t.gradient_accumulation_steps))
+         % t.num_generations != 0,
+         f"keeps whole groups on each process, but a process's generation batch (per_device_train_batch_size "
+         f"{t.per_device_train_batch_size} x steps_per_generation) is not a multiple of num_generations "
+         f"{t.num_generations} under launch.profile={recipe.launch.profile}",
+         "Make training.per_device_train_batch_size a multiple of training.num_generations."),
+        (bool(recipe.data.images), "does not work with vision-language data yet (TRL's image tensors have a row "
+         "per image or patch, not per completion, sliced per model family: trl/trainer/grpo_trainer.py "
+         "_get_per_token_logps_and_entropies)", "Remove `sampling.dynamic`."),
         (t.beta > 0, "needs beta: 0 (the reference log-probabilities of refilled groups were computed with another "
          "padding)", "Set training.beta: 0, as DAPO does."),
         (t.gradient_accumulation_steps % ((t.steps_per_generation or t.gradient_accumulation_steps)
