@@ -26,6 +26,18 @@ def _rows(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
+def _paragraph(result, *needles: str) -> str:
+    """Assert exit 2, no traceback, one paragraph, and every needle in it (whitespace-insensitive)."""
+    assert result.exit_code == 2, result
+    assert "Traceback" not in result.output, result
+    error = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(error) == 1, result
+    flat = " ".join(result.output.split())
+    for needle in needles:
+        assert needle in flat, f"{needle!r} not in:\n{result.output}"
+    return flat
+
+
 @pytest.mark.slow
 def test_histogram_matches_the_rows_and_validate_and_train_apply_the_filter(tmp_path: Path) -> None:
     out = tmp_path / "cal"
@@ -87,7 +99,7 @@ def test_a_longer_resumed_calibration_equals_an_uninterrupted_one(tmp_path: Path
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_the_finished_batches_and_resume_finishes(tmp_path: Path) -> None:
-    out = tmp_path / "cal"
+    out = tmp_path / "cal $(touch PWNED)"  # the printed hint must quote it: run as printed, it creates nothing
     partial = out / "calibration.partial.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "calibrate", str(DEMO), "-k", "4", "--out", str(out)],
@@ -100,6 +112,13 @@ def test_ctrl_c_keeps_the_finished_batches_and_resume_finishes(tmp_path: Path) -
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 130, output
     assert "--resume" in output and not (out / "calibration.jsonl").exists()
+    hint = re.search(r"continue with `(grpo calibrate .*)`", " ".join(output.split()))
+    assert hint, output
+    shell = subprocess.run(["bash", "-c", 'grpo() { printf "%s\\n" "$@"; }; ' + hint[1]], cwd=tmp_path,
+                           capture_output=True, text=True, check=True)
+    assert not (tmp_path / "PWNED").exists()
+    assert shell.stdout.splitlines() == ["calibrate", str(DEMO), "-k", "4", "--out", str(out), "--resume"]
+    assert not list(out.glob(".*.tmp"))  # no half-written file
     done = _rows(partial)
     assert 16 <= len(done) < 300 and len(done) % 8 == 0  # whole batches only
     resumed = run_cli("calibrate", DEMO, "-k", "4", "--out", out, "--resume")
@@ -108,20 +127,77 @@ def test_ctrl_c_keeps_the_finished_batches_and_resume_finishes(tmp_path: Path) -
     rows = _rows(out / "calibration.jsonl")
     assert len(rows) == 300 and len({r["key"] for r in rows}) == 300 and rows[:len(done)] == done
     assert not partial.exists()
+    train = re.search(r"train on them: (grpo train .*)", resumed.output)
+    shell = subprocess.run(["bash", "-c", 'grpo() { printf "%s\\n" "$@"; }; ' + train[1]], cwd=tmp_path,
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout.splitlines()[-1] == f"data.pass_rate.file={(out / 'calibration.jsonl').resolve()}"
+    assert not (tmp_path / "PWNED").exists()
 
 
 def test_bad_requests_are_one_paragraph_before_any_model_loads(tmp_path: Path) -> None:
     for args, where, words in [
         (["--reward", "nope"], "--reward", "'nope' is not a reward of this recipe"),
+        (["--threshold", "nan"], "--threshold", "--threshold nan is not a number"),
+        (["--threshold", "inf"], "--threshold", "--threshold inf is not a number"),
+        (["-k", "1"], "-k", "its pass rate is 0 or 1, never in (0, 1)"),
+        (["-t", "0"], "--temperature", "samples greedily: the k completions of a prompt are all the same"),
+        (["-t", "inf"], "--temperature", "is not a sampling temperature"),
         (["--range", "(0.9, 0.1)"], "--range", "0 <= LOW <= HIGH <= 1"),
         (["--range", "0-1"], "--range", "is not an interval"),
     ]:
-        result = run_cli("calibrate", DEMO, *args, "--out", tmp_path / "x")
-        assert result.exit_code == 2, result.output
-        assert where in result.output and words in result.output and "Traceback" not in result.output
+        _paragraph(run_cli("calibrate", DEMO, *args, "--out", tmp_path / "x"), where, words)
+    assert not (tmp_path / "x").exists()
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "calibration.jsonl").write_text("")
     result = run_cli("calibrate", DEMO, "--out", tmp_path / "old")
     assert result.exit_code == 2 and "--resume" in result.output and "--force" in result.output
     result = run_cli("validate", DEMO, f"data.pass_rate.file={tmp_path / 'none.jsonl'}")
     assert result.exit_code == 2 and "grpo calibrate" in result.output
+
+
+@pytest.mark.slow
+def test_a_smaller_resume_keeps_every_finished_row(tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    assert run_cli("calibrate", DEMO, "--max-prompts", "16", "-k", "4", "--out", out).exit_code == 0
+    before = (out / "calibration.jsonl").read_text()
+    again = run_cli("calibrate", DEMO, "--max-prompts", "4", "-k", "4", "--out", out, "--resume")
+    assert again.exit_code == 0, again.output
+    assert "(16 done before, resumed; --max-prompts 4 asks no more, and every finished row is kept)" in \
+        " ".join(again.output.split())
+    assert (out / "calibration.jsonl").read_text() == before and len(_rows(out / "calibration.jsonl")) == 16
+    assert json.loads((out / "calibration.json").read_text())["prompts"] == 16
+
+
+@pytest.mark.slow
+def test_a_resume_with_other_settings_is_refused_even_without_calibration_json(tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    assert run_cli("calibrate", DEMO, "--max-prompts", "8", "-k", "4", "--out", out).exit_code == 0
+    rows = _rows(out / "calibration.jsonl")
+    assert all(r["settings"]["k"] == 4 and r["settings"]["prompt"] == '{"template": "{question}="}' for r in rows)
+    (out / "calibration.json").write_text("{ damaged")
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    _paragraph(run_cli("calibrate", DEMO, "--max-prompts", "16", "-k", "8", "--out", out, "--resume"),
+               "--resume", "calibration.jsonl line 1 was calibrated with other settings: k 4 (now 8)", "--force")
+    _paragraph(run_cli("calibrate", DEMO, "--max-prompts", "16", "-k", "4", "--out", out, "--resume",
+                       "data.prompt.template=Q {question}="),
+               "prompt '{\"template\": \"{question}=\"}' (now '{\"template\": \"Q {question}=\"}')",
+               "mix pass rates of two settings", "--force", "another --out")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files  # nothing written
+
+
+def test_damaged_outputs_are_one_paragraph_and_left_alone(tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    (out / "calibration.jsonl").mkdir(parents=True)
+    for flags in ([], ["--resume"], ["--force"]):
+        _paragraph(run_cli("calibrate", DEMO, "--out", out, *flags), "--out",
+                   "calibration.jsonl is not a regular file", "Move it away")
+    assert (out / "calibration.jsonl").is_dir()
+    binary = tmp_path / "bin"
+    binary.mkdir()
+    (binary / "calibration.partial.jsonl").write_bytes(bytes(range(256)) * 4)
+    _paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+               "calibration.partial.jsonl is not a calibration file (not UTF-8 text)", "--force")
+    (binary / "calibration.partial.jsonl").write_text('{"key": "a", "k": 8, "passes": 1, "pass_rate": 0.1}\n[1, 2]\n')
+    _paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+               "calibration.partial.jsonl line 2 is not a calibration row")
+    assert sorted(p.name for p in binary.iterdir()) == ["calibration.partial.jsonl"]
