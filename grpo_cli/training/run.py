@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from grpo_cli import runs
 from grpo_cli.artefacts.hub import finish_run_card
 from grpo_cli.artefacts.report import report_after_training
-from grpo_cli.artefacts.summary import run_summary
+from grpo_cli.artefacts.summary import one_log_note, run_summary
 from grpo_cli.data import prepare_data
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
@@ -257,6 +257,9 @@ def _finish(run: RunState) -> TrainResult:
     else:
         result.status = "completed"
         result.message = next((m for c in run.callbacks if (m := getattr(c, "early_stop_message", ""))), "")
+    result.note = one_log_note(sum(1 for r in result.metrics if "reward" in r), result.status,
+                               recipe.training.logging_steps, resumed=run.ckpt is not None)
+    if result.status == "completed":
         _say(run.console, f"saving the model to {out}")
         trainer.save_model(str(out))
         if is_main_process():
