@@ -11,6 +11,9 @@ from pydantic import Field
 
 from grpo_cli.recipe.schema.common import Section
 
+MAX_ROUNDS = 100
+"""The most generation rounds a batch may take (`sampling.dynamic.max_rounds`)."""
+
 
 class DynamicSamplingSection(Section):
     """DAPO's dynamic sampling: drop the groups whose chosen reward is (nearly) the same for every completion and
@@ -32,10 +35,16 @@ class DynamicSamplingSection(Section):
     pass the filter with a gradient that teaches format, not the task."""
     min_std: float = Field(0.0, ge=0.0, allow_inf_nan=False)
     """Drop a group when the population std of `metric` over its completions is at or below this (0: only groups
-    where every completion got the same value)."""
-    max_rounds: int = Field(3, ge=1)
-    """Generation rounds per batch at most, the first included (1: filter only, never generate more). Each extra
-    round generates only as many groups as are still missing, scaled up by the share kept so far."""
+    where every completion got the same value). Population, not the sample std TRL logs as `reward_std`: a group of
+    0/1 scores has a population std of at most 0.5 (half of them right), so `grpo validate` refuses a min_std that
+    a built-in reward's range makes unreachable, and training warns when batches keep ending with every group
+    dropped."""
+    max_rounds: int = Field(3, ge=1, le=MAX_ROUNDS)
+    """Generation rounds per batch at most, the first included (1: filter only, never generate more), up to 100.
+    Each extra round generates only as many groups as are still missing, scaled up by the share kept so far, and
+    a step whose rounds run long says so on the console. verl (`max_num_gen_batches`) and NeMo-RL
+    (`dynamic_sampling_max_gen_batches`) default to 10 and set no maximum; grpo's bound of 100 rounds (up to 100x
+    a step's generation) stops a typo from looping for hours on a reward that never varies."""
 
 
 class SamplingSection(Section):
