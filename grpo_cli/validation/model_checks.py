@@ -27,6 +27,52 @@ def check_model(recipe: Recipe, pf: Preflight) -> Findings:
     return found
 
 
+def check_context_length(recipe: Recipe, pf: Preflight) -> Findings:
+    """A prompt and completion longer than the model's positions, refused where its config is known (a local
+    directory, the HF cache, `model.shape`, the shipped table; nothing is downloaded). A config that scales its
+    positions (`rope_scaling`) may reach further: then a warning, not a refusal."""
+    found = Findings()
+    try:
+        config, source = find_model_config(recipe)
+    except (GrpoError, OSError, ValueError):
+        return found  # an unreadable config is the model check's to report
+    limit, scaled = _positions(config or {})
+    if limit is None:
+        return found
+    completion = recipe.training.max_completion_length
+    prompt = recipe.data.max_prompt_tokens
+    total = completion + (prompt or 1)
+    if total <= limit:
+        return found
+    if prompt is None:
+        what = (f"training.max_completion_length {completion} leaves no room for a prompt in the model's "
+                f"{limit} positions (max_position_embeddings in {source})")
+        fix = f"Set training.max_completion_length below {limit}, with data.max_prompt_tokens for the prompt."
+    else:
+        what = (f"data.max_prompt_tokens {prompt} + training.max_completion_length {completion} = {total} tokens, "
+                f"more than the model's {limit} positions (max_position_embeddings in {source})")
+        fix = f"Lower them so that data.max_prompt_tokens + training.max_completion_length <= {limit}."
+    if scaled:
+        found.warnings.append(f"{what}; its rope_scaling may extend that: check the model card. {fix}")
+    else:
+        found.problems.append(Problem("training.max_completion_length", what, fix))
+    return found
+
+
+def _positions(config: dict[str, object]) -> tuple[int | None, bool]:
+    """(max_position_embeddings, whether rope scaling may extend it), from the config or its text_config."""
+    for part in (config, config.get("text_config")):
+        if not isinstance(part, dict):
+            continue
+        limit = next((part[k] for k in ("max_position_embeddings", "n_positions") if isinstance(part.get(k), int)),
+                     None)
+        if limit is not None and not isinstance(limit, bool) and limit > 0:
+            rope = part.get("rope_scaling") or part.get("rope_parameters") or {}
+            kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+            return limit, kind not in (None, "default")
+    return None, False
+
+
 def check_vllm(recipe: Recipe, pf: Preflight) -> Findings:
     """A model vLLM cannot serve is refused here, not at its first generate; the plan says vLLM's dtype."""
     if recipe.launch.vllm.mode == "off":
