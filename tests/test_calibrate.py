@@ -142,6 +142,8 @@ def test_bad_requests_are_one_paragraph_before_any_model_loads(tmp_path: Path) -
         (["-k", "1"], "-k", "its pass rate is 0 or 1, never in (0, 1)"),
         (["-t", "0"], "--temperature", "samples greedily: the k completions of a prompt are all the same"),
         (["-t", "inf"], "--temperature", "is not a sampling temperature"),
+        (["--reward", ""], "--reward", "'' is not a reward of this recipe"),
+        (["--resume", "--force"], "--resume/--force", "they cannot both hold"),
         (["--range", "(0.9, 0.1)"], "--range", "0 <= LOW <= HIGH <= 1"),
         (["--range", "0-1"], "--range", "is not an interval"),
     ]:
@@ -200,4 +202,24 @@ def test_damaged_outputs_are_one_paragraph_and_left_alone(tmp_path: Path) -> Non
     (binary / "calibration.partial.jsonl").write_text('{"key": "a", "k": 8, "passes": 1, "pass_rate": 0.1}\n[1, 2]\n')
     _paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
                "calibration.partial.jsonl line 2 is not a calibration row")
+    for bad in ('"passes": "abc", "pass_rate": 0.1', '"passes": 9, "pass_rate": 0.1', '"passes": 1, "pass_rate": NaN'):
+        (binary / "calibration.partial.jsonl").write_text('{"key": "a", "k": 8, ' + bad + '}\n')
+        _paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+                   "calibration.partial.jsonl line 1 is not a calibration row", "passes from 0 to k")
+    (binary / "calibration.partial.jsonl").write_text('{"key": "a", "prompt": "9+9=", "k": 8, "passes": 1, '
+                                                      '"pass_rate": 0.125}\n')
+    _paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+               "1 of the 1 finished rows in", "are of prompts this recipe's training split does not make",
+               "'9+9='", "another --out")
     assert sorted(p.name for p in binary.iterdir()) == ["calibration.partial.jsonl"]
+
+
+def test_a_forced_calibration_that_is_refused_leaves_the_earlier_one(tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    out.mkdir()
+    files = {"calibration.jsonl": '{"key": "a", "k": 8, "passes": 1, "pass_rate": 0.125}\n', "override.yaml": "x\n"}
+    for name, text in files.items():
+        (out / name).write_text(text)
+    _paragraph(run_cli("calibrate", DEMO, "--out", out, "--force", "data.max_prompt_tokens=1"), "data",
+               "no training rows are left")
+    assert {p.name: p.read_text() for p in out.iterdir()} == files

@@ -45,16 +45,26 @@ def _rows(path: Path) -> list[tuple[int, dict[str, Any]]]:
             continue
         try:
             row = json.loads(line)
-            ok = isinstance(row, dict) and all(name in row for name in ROW_KEYS)
         except ValueError:
-            ok = False
+            row = None
+        ok = _is_row(row)
         if not ok:
             if number == len(lines) and not text.endswith("\n"):
                 break  # the torn last line of a killed write: that batch is sampled again
-            raise GrpoError(f"{path} line {number} is not a calibration row (a JSON object with "
-                            f"{', '.join(ROW_KEYS)})", where="--resume", fix=_fix(path))
+            raise GrpoError(f"{path} line {number} is not a calibration row (a JSON object with a key, k, passes "
+                            "from 0 to k and their pass_rate)", where="--resume", fix=_fix(path))
         rows.append((number, row))
     return rows
+
+
+def _is_row(row: Any) -> bool:
+    """A row `finish` can count: a string key, whole k and passes (0 <= passes <= k), a pass rate in [0, 1]."""
+    if not isinstance(row, dict) or not all(name in row for name in ROW_KEYS) or not isinstance(row["key"], str):
+        return False
+    k, passes, rate = row["k"], row["passes"], row["pass_rate"]
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (k, passes))
+    return (whole and 0 <= passes <= k and k >= 1 and isinstance(rate, int | float) and not isinstance(rate, bool)
+            and 0.0 <= rate <= 1.0)
 
 
 def _check_settings(path: Path, number: int, row: dict[str, Any], settings: CalibrationSettings) -> None:

@@ -72,8 +72,9 @@ def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrat
     check_range(req.range)
     settings = settings_for(recipe, req, reward)
     out = req.out or default_out(recipe)
-    check_out(out, settings, resume=req.resume, force=req.force)
-    earlier = earlier_rows(out, settings)  # each row's settings checked: none of another calibration is mixed in
+    replaced = check_out(out, settings, resume=req.resume, force=req.force)
+    # each row's settings checked: none of another calibration is mixed in
+    earlier = {} if req.force else earlier_rows(out, settings)
     use_vllm = check_backend(req.backend, images=recipe.data.images is not None, tools=bool(recipe.tools)
                              or recipe.environment is not None, profile=recipe.launch.profile)
 
@@ -83,6 +84,8 @@ def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrat
     pending = _pending(unfiltered, tokenizer, out, req.max_prompts, earlier)
     total = len(pending.keys) + len(pending.done)
     out.mkdir(parents=True, exist_ok=True)
+    for path in replaced:  # --force: the earlier calibration goes once nothing can refuse this one
+        path.unlink(missing_ok=True)
     settings.save(out / SETTINGS, {"complete": False, "prompts": total})
     # the finished rows (a torn last line dropped) before new ones are appended; calibration.jsonl stays whole
     write_atomic(out / PARTIAL, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n"

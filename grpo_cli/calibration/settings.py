@@ -106,7 +106,7 @@ def default_reward(recipe: Recipe) -> str | None:
 def chosen_reward(recipe: Recipe, name: str | None) -> str:
     """The reward label whose score decides pass or fail, or a paragraph saying what to pass."""
     labels = [e.label for e in recipe.rewards]
-    reward = name or default_reward(recipe)
+    reward = name if name is not None else default_reward(recipe)
     if reward is None:
         raise GrpoError(f"the recipe has several rewards ({', '.join(labels)}) and none is named accuracy",
                         where="--reward", fix=f"Name the outcome reward, e.g. --reward {shlex.quote(labels[0])}.")
@@ -170,9 +170,13 @@ def check_sampling(settings: CalibrationSettings) -> None:
                             "default: training.num_generations).")
 
 
-def check_out(out: Path, settings: CalibrationSettings, *, resume: bool, force: bool) -> None:
+def check_out(out: Path, settings: CalibrationSettings, *, resume: bool, force: bool) -> list[Path]:
     """Refuse to mix calibrations: an earlier one in `out` is continued (--resume, same settings) or replaced
-    (--force). Something other than a file where grpo writes one is never removed."""
+    (--force: its files are returned, removed only once every check has passed). Something other than a file
+    where grpo writes one is never removed."""
+    if resume and force:
+        raise GrpoError("--resume continues the calibration in --out and --force replaces it; they cannot both "
+                        "hold", where="--resume/--force", fix="Give one of them.")
     check_writable_dir(out, "--out")
     for name in OUTPUTS:
         path = out / name
@@ -182,11 +186,9 @@ def check_out(out: Path, settings: CalibrationSettings, *, resume: bool, force: 
                             fix="Move it away, or choose another --out; --force replaces only grpo's own files.")
     earlier = [name for name in OUTPUTS if (out / name).exists()]
     if not earlier:
-        return
+        return []
     if force:
-        for name in earlier:
-            (out / name).unlink()
-        return
+        return [out / name for name in earlier]
     if not resume:
         raise GrpoError(f"{out} already holds a calibration ({', '.join(earlier)})", where="--out",
                         fix="Continue it with --resume, replace it with --force, or choose another --out.")
@@ -194,9 +196,10 @@ def check_out(out: Path, settings: CalibrationSettings, *, resume: bool, force: 
         saved = json.loads((out / SETTINGS).read_text(encoding="utf-8"))["settings"]
         diff = settings.differences(dict(saved))
     except (OSError, ValueError, KeyError, TypeError):
-        return  # killed before its settings were written, or damaged: each row says its own settings
+        return []  # killed before its settings were written, or damaged: each row says its own settings
     if diff:
         raise settings_differ(out / SETTINGS, diff)
+    return []
 
 
 def settings_differ(where: Path, diff: list[str]) -> GrpoError:
