@@ -144,6 +144,8 @@ def test_bad_requests_are_one_paragraph_before_any_model_loads(tmp_path: Path) -
         (["-t", "inf"], "--temperature", "is not a sampling temperature"),
         (["--reward", ""], "--reward", "'' is not a reward of this recipe"),
         (["--resume", "--force"], "--resume/--force", "they cannot both hold"),
+        (["training.max_completion_length=100000"], "training.max_completion_length",
+         "leaves no room for a prompt in the model's 128 positions"),
         (["--range", "(0.9, 0.1)"], "--range", "0 <= LOW <= HIGH <= 1"),
         (["--range", "0-1"], "--range", "is not an interval"),
     ]:

@@ -196,6 +196,8 @@ def _paragraph(result, *needles: str) -> str:
 def test_max_rounds_is_bounded_and_the_bound_priced(tmp_path: Path) -> None:
     _paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=1000000000"), "sampling.dynamic.max_rounds",
                "less than or equal to 100")
+    _paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=true"), "sampling.dynamic.max_rounds",
+               "must be a number of generation rounds (1 to 100)")
     result = run_cli("validate", DEMO, "sampling.dynamic.max_rounds=100", f"output.dir={tmp_path / 'none'}")
     assert result.exit_code == 0, result.output
     assert "up to +9900% per step" in " ".join(result.output.split())

@@ -30,7 +30,7 @@ from grpo_cli.calibration.settings import (
 from grpo_cli.calibration.summary import Calibrated, finish
 from grpo_cli.data import prepare_data
 from grpo_cli.data.pass_rate import prompt_key
-from grpo_cli.errors import GrpoError
+from grpo_cli.errors import GrpoError, RecipeError
 from grpo_cli.evaluation.sampling import check_backend, generate, one_model
 from grpo_cli.evaluation.scoring import score
 from grpo_cli.models import load_tokenizer_for, resolve_model_source, source_reference
@@ -39,6 +39,7 @@ from grpo_cli.paths import write_atomic
 from grpo_cli.progress import advance, quiet_libraries, reporting
 from grpo_cli.recipe import load_recipe
 from grpo_cli.rewards import load_reward
+from grpo_cli.validation.model_checks import context_length_findings
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -71,6 +72,9 @@ def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrat
     reward = chosen_reward(recipe, req.reward)
     check_range(req.range)
     settings = settings_for(recipe, req, reward)
+    too_long = context_length_findings(recipe).problems  # what `grpo validate` refuses, before any sampling
+    if too_long:
+        raise RecipeError(too_long, source=recipe.source)
     out = req.out or default_out(recipe)
     replaced = check_out(out, settings, resume=req.resume, force=req.force)
     # each row's settings checked: none of another calibration is mixed in

@@ -28,15 +28,20 @@ def check_model(recipe: Recipe, pf: Preflight) -> Findings:
 
 
 def check_context_length(recipe: Recipe, pf: Preflight) -> Findings:
+    """`context_length_findings` as a preflight check."""
+    return context_length_findings(recipe)
+
+
+def context_length_findings(recipe: Recipe) -> Findings:
     """A prompt and completion longer than the model's positions, refused where its config is known (a local
     directory, the HF cache, `model.shape`, the shipped table; nothing is downloaded). A config that scales its
-    positions (`rope_scaling`) may reach further: then a warning, not a refusal."""
+    positions (`rope_scaling`) may reach further: then a warning, not a refusal. `grpo calibrate` asks it too."""
     found = Findings()
     try:
         config, source = find_model_config(recipe)
     except (GrpoError, OSError, ValueError):
         return found  # an unreadable config is the model check's to report
-    limit, scaled = _positions(config or {})
+    limit, scaled = _positions(config) if isinstance(config, dict) else (None, False)
     if limit is None:
         return found
     completion = recipe.training.max_completion_length
@@ -55,7 +60,9 @@ def check_context_length(recipe: Recipe, pf: Preflight) -> Findings:
     if scaled:
         found.warnings.append(f"{what}; its rope_scaling may extend that: check the model card. {fix}")
     else:
-        found.problems.append(Problem("training.max_completion_length", what, fix))
+        keys = "training.max_completion_length" if prompt is None else \
+            "data.max_prompt_tokens + training.max_completion_length"
+        found.problems.append(Problem(keys, what, fix))
     return found
 
 

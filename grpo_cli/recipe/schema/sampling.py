@@ -7,7 +7,9 @@ exactly as TRL does.
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, field_validator
 
 from grpo_cli.recipe.schema.common import Section
 
@@ -45,6 +47,15 @@ class DynamicSamplingSection(Section):
     a step whose rounds run long says so on the console. verl (`max_num_gen_batches`) and NeMo-RL
     (`dynamic_sampling_max_gen_batches`) default to 10 and set no maximum; grpo's bound of 100 rounds (up to 100x
     a step's generation) stops a typo from looping for hours on a reward that never varies."""
+
+
+    @field_validator("max_rounds", mode="before")
+    @classmethod
+    def _rounds(cls, value: Any) -> Any:
+        """`true` is not a number of rounds (pydantic would read it as 1)."""
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number of generation rounds (1 to {MAX_ROUNDS}), got {value}")
+        return value
 
 
 class SamplingSection(Section):
