@@ -5,6 +5,8 @@ report.md say why first and last agree."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -78,7 +80,14 @@ def test_the_one_log_note_only_where_setting_logging_steps_helps(tmp_path: Path)
     (tmp_path / "flat.py").write_text("def flat(completions, **kwargs):\n    return [0.0 for _ in completions]\n")
     guarded = ["training.max_steps=6", "training.logging_steps=3", "health.zero_std.window=1",
                "health.zero_std.action=stop", f"rewards=[{{function: {tmp_path / 'flat.py'}:flat}}]"]
-    stopped = run_cli("train", DEMO, *SMALL, *guarded, "-o", tmp_path / "stopped")
+    where = tmp_path / "stopped $(touch PWNED)"
+    stopped = run_cli("train", DEMO, *SMALL, *guarded, "-o", where)
     assert "stopped at step 3" in stopped.output and "Traceback" not in stopped.output, stopped
     assert "logged one step" not in stopped.output  # the guard's paragraph says why it ended
-    assert "One training log" not in (tmp_path / "stopped" / runs.REPORT_SUMMARY).read_text()
+    assert "One training log" not in (where / runs.REPORT_SUMMARY).read_text()
+    hint = re.search(r"continue it with `(grpo train .*?)`", " ".join(stopped.output.split()))
+    assert hint, stopped.output
+    shell = subprocess.run(["bash", "-c", 'grpo() { printf "%s\\n" "$@"; }; ' + hint[1]], cwd=tmp_path,
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout.splitlines() == ["train", str(DEMO), "-o", str(where), "--resume"]
+    assert not (tmp_path / "PWNED").exists()  # the printed hint is shell-quoted

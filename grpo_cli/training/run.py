@@ -7,6 +7,7 @@ before the model loads, and nothing is written until those checks pass.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -248,7 +249,8 @@ def _finish(run: RunState) -> TrainResult:
     stop_reason = next((r for c in run.callbacks if (r := getattr(c, "reason", None))), "")
     if run.stopper.received is not None:
         result.status = "interrupted"
-        command = run.resume_command or f"grpo train {recipe.source or 'RECIPE'} -o {out} --resume"
+        command = run.resume_command or shlex.join(["grpo", "train", str(recipe.source or "RECIPE"), "-o", str(out),
+                                                     "--resume"])
         result.message = (f"{run.stopper.signal_name} received: saved checkpoint-{result.global_step} in {out}; "
                           f"continue with `{command}`.")
     elif stop_reason:
