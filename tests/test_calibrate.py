@@ -142,6 +142,8 @@ def test_bad_requests_are_one_paragraph_before_any_model_loads(tmp_path: Path) -
         (["-k", "1"], "-k", "its pass rate is 0 or 1, never in (0, 1)"),
         (["-t", "0"], "--temperature", "samples greedily: the k completions of a prompt are all the same"),
         (["-t", "inf"], "--temperature", "is not a sampling temperature"),
+        (["-t", "nan"], "--temperature", "--temperature nan is not a sampling temperature"),
+        (["-t", "-1"], "--temperature", "--temperature -1.0 is not a sampling temperature"),
         (["--reward", ""], "--reward", "'' is not a reward of this recipe"),
         (["--resume", "--force"], "--resume/--force", "they cannot both hold"),
         (["training.max_completion_length=100000"], "training.max_completion_length",

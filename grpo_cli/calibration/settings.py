@@ -155,7 +155,7 @@ def check_sampling(settings: CalibrationSettings) -> None:
         raise GrpoError(f"--threshold {settings.threshold} is not a number a reward can be compared with (every "
                         "completion would pass, or none)", where="--threshold",
                         fix="Give a finite score, e.g. --threshold 1 for a 0/1 reward or --threshold 0.5.")
-    if not math.isfinite(settings.temperature):
+    if not math.isfinite(settings.temperature) or settings.temperature < 0:
         raise GrpoError(f"--temperature {settings.temperature} is not a sampling temperature", where="--temperature",
                         fix="Give a finite temperature > 0, e.g. -t 1 (default: training.temperature).")
     if settings.temperature == 0:
