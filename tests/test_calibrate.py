@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -227,3 +228,25 @@ def test_a_forced_calibration_that_is_refused_leaves_the_earlier_one(tmp_path: P
     _paragraph(run_cli("calibrate", DEMO, "--out", out, "--force", "data.max_prompt_tokens=1"), "data",
                "no training rows are left")
     assert {p.name: p.read_text() for p in out.iterdir()} == files
+
+
+def test_a_damaged_tokenizer_file_is_one_paragraph(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(ROOT / "grpo_cli" / "assets" / "tiny-arith", model)
+    (model / "tokenizer_config.json").write_text("[1]")
+    _paragraph(run_cli("calibrate", DEMO, f"model.name_or_path={model}", "--out", tmp_path / "cal"),
+               f"cannot load the tokenizer of {model}", "its tokenizer files")
+    assert not (tmp_path / "cal").exists()
+
+
+@pytest.mark.slow
+def test_a_torn_last_line_is_sampled_again(tmp_path: Path) -> None:
+    whole, torn = tmp_path / "whole", tmp_path / "torn"
+    args = ["-k", "4", "--max-prompts", "8", "--batch-size", "4"]
+    assert run_cli("calibrate", DEMO, *args, "--out", whole).exit_code == 0
+    lines = (whole / "calibration.jsonl").read_text().splitlines(keepends=True)
+    torn.mkdir()  # a write killed in the second batch: its first line half there, no newline
+    (torn / "calibration.partial.jsonl").write_text("".join(lines[:4]) + lines[4][:40])
+    resumed = run_cli("calibrate", DEMO, *args, "--out", torn, "--resume")
+    assert resumed.exit_code == 0 and "(4 done before, resumed)" in resumed.output, resumed
+    assert (torn / "calibration.jsonl").read_text() == (whole / "calibration.jsonl").read_text()

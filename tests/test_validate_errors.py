@@ -189,3 +189,16 @@ def test_prompt_and_completion_longer_than_the_model_positions(tmp_path: Path) -
     (model / "config.json").write_text(json.dumps(config))
     scaled = run_cli("validate", demo, f"model.name_or_path={model}", "training.max_completion_length=200")
     assert scaled.exit_code == 0 and "rope_scaling may extend that" in " ".join(scaled.output.split()), scaled
+
+
+@pytest.mark.parametrize(("content", "what"), [
+    (b"[1, 2]", "is not a model config (a JSON list, not an object"),
+    (b'{"hidden_size": ', "is not a model config (JSONDecodeError"),
+    (b"\x00\xff\xfe", "is not a model config (UnicodeDecodeError"),
+])
+def test_a_damaged_model_config_is_one_paragraph(tmp_path: Path, content: bytes, what: str) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(ROOT / "grpo_cli" / "assets" / "tiny-arith", model)
+    (model / "config.json").write_bytes(content)
+    _expect_error(run_cli("validate", ROOT / "recipes" / "demo.yaml", f"model.name_or_path={model}"),
+                  "model.name_or_path", str(model / "config.json"), what, "Restore the model's config.json")

@@ -179,6 +179,7 @@ def _has_chat_template(model_dir: Path) -> bool:
     if not config.exists():
         return True  # a tokenizer we cannot read here; training checks it when it loads
     try:
-        return bool(json.loads(config.read_text(encoding="utf-8")).get("chat_template"))
+        settings = json.loads(config.read_text(encoding="utf-8"))
     except ValueError:
         return True
+    return not isinstance(settings, dict) or bool(settings.get("chat_template"))  # not a dict: loading names it
