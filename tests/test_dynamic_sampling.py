@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import RECIPES, ROOT, health_events, run_cli
+from tests.conftest import RECIPES, ROOT, health_events, one_paragraph, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 STEPS = ["training.max_steps=4", "training.per_device_train_batch_size=16", "training.num_generations=4",
@@ -183,20 +183,10 @@ def test_validate_asks_which_reward_when_several_could_be_meant(write_recipe) ->
     assert "Name the outcome reward: one of a, b" in " ".join(result.output.split())
 
 
-def _paragraph(result, *needles: str) -> str:
-    """Assert exit 2, no traceback, and every needle in the message (whitespace-insensitive)."""
-    assert result.exit_code == 2, result
-    assert "Traceback" not in result.output, result
-    flat = " ".join(result.output.split())
-    for needle in needles:
-        assert needle in flat, f"{needle!r} not in:\n{result.output}"
-    return flat
-
-
 def test_max_rounds_is_bounded_and_the_bound_priced(tmp_path: Path) -> None:
-    _paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=1000000000"), "sampling.dynamic.max_rounds",
+    one_paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=1000000000"), "sampling.dynamic.max_rounds",
                "less than or equal to 100")
-    _paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=true"), "sampling.dynamic.max_rounds",
+    one_paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=true"), "sampling.dynamic.max_rounds",
                "must be a number of generation rounds (1 to 100)")
     result = run_cli("validate", DEMO, "sampling.dynamic.max_rounds=100", f"output.dir={tmp_path / 'none'}")
     assert result.exit_code == 0, result.output
@@ -209,7 +199,7 @@ def test_max_rounds_is_bounded_and_the_bound_priced(tmp_path: Path) -> None:
       "{answer_format: first_number}}, {name: format, weight: 2}]"], "1.5"),  # the weighted total spans [0, 3]
 ])
 def test_a_min_std_no_group_can_exceed_is_refused(overrides: list[str], most: str) -> None:
-    _paragraph(run_cli("validate", DEMO, *overrides), "sampling.dynamic.min_std", "drops every group",
+    one_paragraph(run_cli("validate", DEMO, *overrides), "sampling.dynamic.min_std", "drops every group",
                f"is at most {most} (half of them at each end)", f"Set min_std below {most}")
 
 
