@@ -180,6 +180,8 @@ def test_prompt_and_completion_longer_than_the_model_positions(tmp_path: Path) -
                   "data.max_prompt_tokens 64 + training.max_completion_length 100 = 164 tokens", "128 positions",
                   "<= 128")
     assert run_cli("validate", demo, "training.max_completion_length=64", "data.max_prompt_tokens=64").exit_code == 0
+    _expect_error(run_cli("validate", demo, "eval.max_new_tokens=100000"),  # held-out sampling too
+                  "eval.max_new_tokens 100000 leaves no room for a prompt in the model's 128 positions")
     for key in ("data.max_prompt_tokens", "data.max_samples"):  # not read as 1
         _expect_error(run_cli("validate", demo, f"{key}=true"), key, "must be a whole number > 0, got True")
     model = tmp_path / "scaled"  # a config whose rope scaling may reach further: warned, not refused

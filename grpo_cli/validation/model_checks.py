@@ -44,26 +44,32 @@ def context_length_findings(recipe: Recipe) -> Findings:
     limit, scaled = _positions(config) if isinstance(config, dict) else (None, False)
     if limit is None:
         return found
-    completion = recipe.training.max_completion_length
-    prompt = recipe.data.max_prompt_tokens
-    total = completion + (prompt or 1)
-    if total <= limit:
-        return found
-    if prompt is None:
-        what = (f"training.max_completion_length {completion} leaves no room for a prompt in the model's "
-                f"{limit} positions (max_position_embeddings in {source})")
-        fix = f"Set training.max_completion_length below {limit}, with data.max_prompt_tokens for the prompt."
-    else:
-        what = (f"data.max_prompt_tokens {prompt} + training.max_completion_length {completion} = {total} tokens, "
-                f"more than the model's {limit} positions (max_position_embeddings in {source})")
-        fix = f"Lower them so that data.max_prompt_tokens + training.max_completion_length <= {limit}."
-    if scaled:
-        found.warnings.append(f"{what}; its rope_scaling may extend that: check the model card. {fix}")
-    else:
-        keys = "training.max_completion_length" if prompt is None else \
-            "data.max_prompt_tokens + training.max_completion_length"
-        found.problems.append(Problem(keys, what, fix))
+    lengths = [("training.max_completion_length", recipe.training.max_completion_length)]
+    if recipe.eval.max_new_tokens is not None:
+        lengths.append(("eval.max_new_tokens", recipe.eval.max_new_tokens))
+    for key, completion in lengths:
+        too_long = _too_long(key, completion, recipe.data.max_prompt_tokens, limit, source)
+        if too_long is None:
+            continue
+        if scaled:
+            found.warnings.append(f"{too_long.what}; its rope_scaling may extend that: check the model card. "
+                                  f"{too_long.fix}")
+        else:
+            found.problems.append(too_long)
     return found
+
+
+def _too_long(key: str, completion: int, prompt: int | None, limit: int, source: str) -> Problem | None:
+    """The paragraph for a completion length (`key`) that, with the longest prompt, passes the model's positions."""
+    if completion + (prompt or 1) <= limit:
+        return None
+    where = f"(max_position_embeddings in {source})"
+    if prompt is None:
+        return Problem(key, f"{key} {completion} leaves no room for a prompt in the model's {limit} positions {where}",
+                       f"Set {key} below {limit}, with data.max_prompt_tokens for the prompt.")
+    return Problem(f"data.max_prompt_tokens + {key}", f"data.max_prompt_tokens {prompt} + {key} {completion} = "
+                   f"{completion + prompt} tokens, more than the model's {limit} positions {where}",
+                   f"Lower them so that data.max_prompt_tokens + {key} <= {limit}.")
 
 
 def _positions(config: dict[str, object]) -> tuple[int | None, bool]:
