@@ -56,6 +56,18 @@ def run_cli(*args: str | Path) -> CliResult:
     return CliResult(result.exit_code, out)
 
 
+def one_paragraph(result: CliResult, *needles: str) -> str:
+    """Assert a refusal as grpo promises it: exit 2, no traceback, one `error:` paragraph holding every needle
+    (whitespace-insensitive); returns that text, flattened."""
+    assert result.exit_code == 2, result
+    assert "Traceback" not in result.output, result
+    assert sum(line.startswith("error:") for line in result.output.splitlines()) == 1, result
+    flat = " ".join(result.output.split())
+    for needle in needles:
+        assert needle in flat, f"{needle!r} not in:\n{result.output}"
+    return flat
+
+
 @pytest.fixture
 def write_recipe(tmp_path: Path):
     """Write a YAML text (dedented) to tmp_path/name and return its path."""

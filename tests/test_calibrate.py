@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import RECIPES, ROOT, run_cli, sigint_as_a_terminal
+from tests.conftest import RECIPES, ROOT, one_paragraph, run_cli, sigint_as_a_terminal
 
 DEMO = RECIPES / "demo.yaml"
 FAST_TRAIN = ["training.max_steps=1", "training.logging_steps=1", "eval.before_after=false"]
@@ -87,7 +88,7 @@ def test_a_longer_resumed_calibration_equals_an_uninterrupted_one(tmp_path: Path
 
 @pytest.mark.slow
 def test_ctrl_c_keeps_the_finished_batches_and_resume_finishes(tmp_path: Path) -> None:
-    out = tmp_path / "cal"
+    out = tmp_path / "cal $(touch PWNED)"  # the printed hint must quote it: run as printed, it creates nothing
     partial = out / "calibration.partial.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "calibrate", str(DEMO), "-k", "4", "--out", str(out)],
@@ -100,6 +101,13 @@ def test_ctrl_c_keeps_the_finished_batches_and_resume_finishes(tmp_path: Path) -
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 130, output
     assert "--resume" in output and not (out / "calibration.jsonl").exists()
+    hint = re.search(r"continue with `(grpo calibrate .*)`", " ".join(output.split()))
+    assert hint, output
+    shell = subprocess.run(["bash", "-c", 'grpo() { printf "%s\\n" "$@"; }; ' + hint[1]], cwd=tmp_path,
+                           capture_output=True, text=True, check=True)
+    assert not (tmp_path / "PWNED").exists()
+    assert shell.stdout.splitlines() == ["calibrate", str(DEMO), "-k", "4", "--out", str(out), "--resume"]
+    assert not list(out.glob(".*.tmp"))  # no half-written file
     done = _rows(partial)
     assert 16 <= len(done) < 300 and len(done) % 8 == 0  # whole batches only
     resumed = run_cli("calibrate", DEMO, "-k", "4", "--out", out, "--resume")
@@ -108,20 +116,125 @@ def test_ctrl_c_keeps_the_finished_batches_and_resume_finishes(tmp_path: Path) -
     rows = _rows(out / "calibration.jsonl")
     assert len(rows) == 300 and len({r["key"] for r in rows}) == 300 and rows[:len(done)] == done
     assert not partial.exists()
+    train = re.search(r"train on them: (grpo train .*)", resumed.output)
+    shell = subprocess.run(["bash", "-c", 'grpo() { printf "%s\\n" "$@"; }; ' + train[1]], cwd=tmp_path,
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout.splitlines()[-1] == f"data.pass_rate.file={(out / 'calibration.jsonl').resolve()}"
+    assert not (tmp_path / "PWNED").exists()
 
 
 def test_bad_requests_are_one_paragraph_before_any_model_loads(tmp_path: Path) -> None:
     for args, where, words in [
         (["--reward", "nope"], "--reward", "'nope' is not a reward of this recipe"),
+        (["--threshold", "nan"], "--threshold", "--threshold nan is not a number"),
+        (["--threshold", "inf"], "--threshold", "--threshold inf is not a number"),
+        (["-k", "1"], "-k", "its pass rate is 0 or 1, never in (0, 1)"),
+        (["-t", "0"], "--temperature", "samples greedily: the k completions of a prompt are all the same"),
+        (["-t", "inf"], "--temperature", "is not a sampling temperature"),
+        (["-t", "nan"], "--temperature", "--temperature nan is not a sampling temperature"),
+        (["-t", "-1"], "--temperature", "--temperature -1.0 is not a sampling temperature"),
+        (["--reward", ""], "--reward", "'' is not a reward of this recipe"),
+        (["--resume", "--force"], "--resume/--force", "they cannot both hold"),
+        (["training.max_completion_length=100000"], "training.max_completion_length",
+         "leaves no room for a prompt in the model's 128 positions"),
         (["--range", "(0.9, 0.1)"], "--range", "0 <= LOW <= HIGH <= 1"),
         (["--range", "0-1"], "--range", "is not an interval"),
     ]:
-        result = run_cli("calibrate", DEMO, *args, "--out", tmp_path / "x")
-        assert result.exit_code == 2, result.output
-        assert where in result.output and words in result.output and "Traceback" not in result.output
+        one_paragraph(run_cli("calibrate", DEMO, *args, "--out", tmp_path / "x"), where, words)
+    assert not (tmp_path / "x").exists()
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "calibration.jsonl").write_text("")
     result = run_cli("calibrate", DEMO, "--out", tmp_path / "old")
     assert result.exit_code == 2 and "--resume" in result.output and "--force" in result.output
     result = run_cli("validate", DEMO, f"data.pass_rate.file={tmp_path / 'none.jsonl'}")
     assert result.exit_code == 2 and "grpo calibrate" in result.output
+
+
+@pytest.mark.slow
+def test_a_smaller_resume_keeps_every_finished_row(tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    assert run_cli("calibrate", DEMO, "--max-prompts", "16", "-k", "4", "--out", out).exit_code == 0
+    before = (out / "calibration.jsonl").read_text()
+    again = run_cli("calibrate", DEMO, "--max-prompts", "4", "-k", "4", "--out", out, "--resume")
+    assert again.exit_code == 0, again.output
+    assert "(16 done before, resumed; --max-prompts 4 asks no more, and every finished row is kept)" in \
+        " ".join(again.output.split())
+    assert (out / "calibration.jsonl").read_text() == before and len(_rows(out / "calibration.jsonl")) == 16
+    assert json.loads((out / "calibration.json").read_text())["prompts"] == 16
+
+
+@pytest.mark.slow
+def test_a_resume_with_other_settings_is_refused_even_without_calibration_json(tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    assert run_cli("calibrate", DEMO, "--max-prompts", "8", "-k", "4", "--out", out).exit_code == 0
+    rows = _rows(out / "calibration.jsonl")
+    assert all(r["settings"]["k"] == 4 and r["settings"]["prompt"] == '{"template": "{question}="}' for r in rows)
+    (out / "calibration.json").write_text("{ damaged")
+    files = {p.name: p.read_bytes() for p in out.iterdir()}
+    one_paragraph(run_cli("calibrate", DEMO, "--max-prompts", "16", "-k", "8", "--out", out, "--resume"),
+               "--resume", "calibration.jsonl line 1 was calibrated with other settings: k 4 (now 8)", "--force")
+    one_paragraph(run_cli("calibrate", DEMO, "--max-prompts", "16", "-k", "4", "--out", out, "--resume",
+                       "data.prompt.template=Q {question}="),
+               "prompt '{\"template\": \"{question}=\"}' (now '{\"template\": \"Q {question}=\"}')",
+               "mix pass rates of two settings", "--force", "another --out")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == files  # nothing written
+
+
+def test_damaged_outputs_are_one_paragraph_and_left_alone(tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    (out / "calibration.jsonl").mkdir(parents=True)
+    for flags in ([], ["--resume"], ["--force"]):
+        one_paragraph(run_cli("calibrate", DEMO, "--out", out, *flags), "--out",
+                   "calibration.jsonl is not a regular file", "Move it away")
+    assert (out / "calibration.jsonl").is_dir()
+    binary = tmp_path / "bin"
+    binary.mkdir()
+    (binary / "calibration.partial.jsonl").write_bytes(bytes(range(256)) * 4)
+    one_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+               "calibration.partial.jsonl is not a calibration file (not UTF-8 text)", "--force")
+    (binary / "calibration.partial.jsonl").write_text('{"key": "a", "k": 8, "passes": 1, "pass_rate": 0.1}\n[1, 2]\n')
+    one_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+               "calibration.partial.jsonl line 2 is not a calibration row")
+    for bad in ('"passes": "abc", "pass_rate": 0.1', '"passes": 9, "pass_rate": 0.1', '"passes": 1, "pass_rate": NaN'):
+        (binary / "calibration.partial.jsonl").write_text('{"key": "a", "k": 8, ' + bad + '}\n')
+        one_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+                   "calibration.partial.jsonl line 1 is not a calibration row", "passes from 0 to k")
+    (binary / "calibration.partial.jsonl").write_text('{"key": "a", "prompt": "9+9=", "k": 8, "passes": 1, '
+                                                      '"pass_rate": 0.125}\n')
+    one_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+               "1 of the 1 finished rows in", "are of prompts this recipe's training split does not make",
+               "'9+9='", "another --out")
+    assert sorted(p.name for p in binary.iterdir()) == ["calibration.partial.jsonl"]
+
+
+def test_a_forced_calibration_that_is_refused_leaves_the_earlier_one(tmp_path: Path) -> None:
+    out = tmp_path / "cal"
+    out.mkdir()
+    files = {"calibration.jsonl": '{"key": "a", "k": 8, "passes": 1, "pass_rate": 0.125}\n', "override.yaml": "x\n"}
+    for name, text in files.items():
+        (out / name).write_text(text)
+    one_paragraph(run_cli("calibrate", DEMO, "--out", out, "--force", "data.max_prompt_tokens=1"), "data",
+               "no training rows are left")
+    assert {p.name: p.read_text() for p in out.iterdir()} == files
+
+
+def test_a_damaged_tokenizer_file_is_oneone_paragraph(tmp_path: Path) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(ROOT / "grpo_cli" / "assets" / "tiny-arith", model)
+    (model / "tokenizer_config.json").write_text("[1]")
+    one_paragraph(run_cli("calibrate", DEMO, f"model.name_or_path={model}", "--out", tmp_path / "cal"),
+               f"cannot load the tokenizer of {model}", "its tokenizer files")
+    assert not (tmp_path / "cal").exists()
+
+
+@pytest.mark.slow
+def test_a_torn_last_line_is_sampled_again(tmp_path: Path) -> None:
+    whole, torn = tmp_path / "whole", tmp_path / "torn"
+    args = ["-k", "4", "--max-prompts", "8", "--batch-size", "4"]
+    assert run_cli("calibrate", DEMO, *args, "--out", whole).exit_code == 0
+    lines = (whole / "calibration.jsonl").read_text().splitlines(keepends=True)
+    torn.mkdir()  # a write killed in the second batch: its first line half there, no newline
+    (torn / "calibration.partial.jsonl").write_text("".join(lines[:4]) + lines[4][:40])
+    resumed = run_cli("calibrate", DEMO, *args, "--out", torn, "--resume")
+    assert resumed.exit_code == 0 and "(4 done before, resumed)" in resumed.output, resumed
+    assert (torn / "calibration.jsonl").read_text() == (whole / "calibration.jsonl").read_text()

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import RECIPES, ROOT, run_cli
+from tests.conftest import RECIPES, ROOT, health_events, one_paragraph, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 STEPS = ["training.max_steps=4", "training.per_device_train_batch_size=16", "training.num_generations=4",
@@ -131,7 +131,7 @@ def test_a_recipe_without_sampling_trains_exactly_as_before(tmp_path: Path, monk
 
     with_feature_code = _train(tmp_path / "now", "training.max_steps=3")
     skipped: list[bool] = []  # where make_trainer calls the hook, so the second run is really without it
-    monkeypatch.setattr(trainer_module, "attach_sampling", lambda trainer, recipe: skipped.append(True))
+    monkeypatch.setattr(trainer_module, "attach_sampling", lambda trainer, recipe, console: skipped.append(True))
     before = _train(tmp_path / "before", "training.max_steps=3")
     assert skipped, "the sampling hook was not replaced: make_trainer no longer calls trainer.attach_sampling"
 
@@ -258,3 +258,66 @@ def test_validate_asks_which_reward_when_several_could_be_meant(write_recipe) ->
     result = run_cli("validate", recipe)
     assert result.exit_code == 2, result.output
     assert "Name the outcome reward: one of a, b" in " ".join(result.output.split())
+
+
+def test_max_rounds_is_bounded_and_the_bound_priced(tmp_path: Path) -> None:
+    one_paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=1000000000"), "sampling.dynamic.max_rounds",
+               "less than or equal to 100")
+    one_paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=true"), "sampling.dynamic.max_rounds",
+               "must be a number of generation rounds (1 to 100)")
+    result = run_cli("validate", DEMO, "sampling.dynamic.max_rounds=100", f"output.dir={tmp_path / 'none'}")
+    assert result.exit_code == 0, result.output
+    assert "up to +9900% per step" in " ".join(result.output.split())
+
+
+@pytest.mark.parametrize(("overrides", "most"), [
+    (["sampling.dynamic.min_std=0.5"], "0.5"),  # accuracy scores 0 or 1: half at each end gives std 0.5
+    (["sampling.dynamic.min_std=1.5", "sampling.dynamic.metric=reward", "rewards=[{name: accuracy, params: "
+      "{answer_format: first_number}}, {name: format, weight: 2}]"], "1.5"),  # the weighted total spans [0, 3]
+])
+def test_a_min_std_no_group_can_exceed_is_refused(overrides: list[str], most: str) -> None:
+    one_paragraph(run_cli("validate", DEMO, *overrides), "sampling.dynamic.min_std", "drops every group",
+               f"is at most {most} (half of them at each end)", f"Set min_std below {most}")
+
+
+def test_a_reachable_min_std_or_an_unknown_range_validates(write_recipe) -> None:
+    assert run_cli("validate", DEMO, "sampling.dynamic.min_std=0.49").exit_code == 0
+    text = (DEMO.read_text().replace("  - name: accuracy\n    params: {answer_format: first_number}\n",
+                                     "  - {function: r.py:a}\n")
+            .replace("bundled:tiny-arith-data", str(ROOT / "grpo_cli" / "assets" / "tiny-arith-data")))
+    recipe = write_recipe(text + "sampling:\n  dynamic: {min_std: 5}\n")  # user code: its range is unknown
+    (recipe.parent / "r.py").write_text("def a(completions, **kw):\n    return [0.0] * len(completions)\n")
+    assert run_cli("validate", recipe).exit_code == 0
+
+
+def test_a_nan_zero_std_share_of_the_last_run_is_unknown_not_nan(tmp_path: Path) -> None:
+    out = tmp_path / "last"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1, "frac_reward_zero_std": NaN}\n'
+                                       '{"step": 2, "frac_reward_zero_std": Infinity}\n')
+    result = run_cli("validate", DEMO, "sampling.dynamic={}", f"output.dir={out}")
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "nan%" not in text.lower() and "up to +200% per step (unknown: the last run's" in text
+    assert "logged frac_reward_zero_std only as NaN, inf or out of [0, 1]" in text
+
+
+@pytest.mark.slow
+def test_rounds_that_drop_every_group_are_said_and_warned(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import grpo_cli.training.dynamic_sampling as dynamic
+
+    monkeypatch.setattr(dynamic, "SAY_EVERY_S", 0.0)  # say every round: a fast CPU step is never long
+    (tmp_path / "flat.py").write_text("def flat(completions, **kwargs):\n    return [0.0 for _ in completions]\n")
+    out = tmp_path / "run"
+    result = run_cli("train", DEMO, *STEPS, "training.max_steps=3", "sampling.dynamic={max_rounds: 3}",
+                     f"rewards=[{{function: {tmp_path / 'flat.py'}:flat}}]", "-o", out)
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    for step in (1, 2, 3):
+        for round_ in (2, 3):
+            assert f"dynamic sampling, step {step}: round {round_} of 3, 0 of 4 groups kept so far" in text, text
+    assert "rounds 3" in text  # the per-step line
+    warned = [e for e in health_events(out) if e["guard"] == "dynamic_sampling"]
+    assert [e["step"] for e in warned] == [2]  # once, when the second batch in a row kept nothing
+    assert "every group of the last 2 generation batches was dropped after 3 rounds each" in warned[0]["message"]
+    assert "health warn dynamic_sampling at step 2" in text

@@ -347,3 +347,16 @@ def test_rewards_are_floats_in_range_for_conversational_batch() -> None:
         out = BUILTINS[name](comps, answer=["4", "4"], completion_ids=[[1] * 5, [1] * 9])
         assert len(out) == 2 and all(isinstance(x, float) and not math.isnan(x) for x in out), name
     assert BUILTINS["accuracy"](comps, answer=["4", "4"]) == [1.0, 0.0]
+
+
+def test_a_declared_span_is_the_range_the_docstring_gives() -> None:
+    """`span` (what validate's min_std check reads) agrees with each reward's documented `Returns:`."""
+    from grpo_cli.rewards.builtins import BUILTIN_REWARDS, load_builtin
+
+    documented = {"{0, 1}": (0.0, 1.0), "0 ... 1": (0.0, 1.0)}
+    spans = {name: row.span for name, row in BUILTIN_REWARDS.items() if row.span is not None}
+    assert {"accuracy", "format", "code"} <= set(spans)
+    for name, span in spans.items():
+        doc = inspect.getdoc(load_builtin(name)) or ""
+        returns = doc.split("Returns:", 1)[1].strip().splitlines()[0]
+        assert documented.get(returns.split(";")[0].split(" in steps")[0].strip()) == span, (name, returns)

@@ -5,6 +5,8 @@ report.md say why first and last agree."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -65,3 +67,27 @@ def test_card_and_report_label_the_windows_alike(tmp_path: Path) -> None:
     card, report = (out / runs.CARD).read_text(), (out / runs.REPORT_SUMMARY).read_text()
     assert "| metric | first (steps 1–2) | final (steps 9–10) |" in card, card
     assert "| metric | first (steps 1–2) | best (" in report and "final (steps 9–10) |" in report, report
+
+
+@pytest.mark.slow
+def test_the_one_log_note_only_where_setting_logging_steps_helps(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    every = ["training.logging_steps=1", "training.save_strategy=steps", "training.save_steps=1"]
+    assert run_cli("train", DEMO, *SMALL, *every, "training.max_steps=1", "-o", out).exit_code == 0
+    resumed = run_cli("train", DEMO, *SMALL, *every, "training.max_steps=2", "-o", out, "--resume")
+    assert resumed.exit_code == 0 and "completed at step 2" in resumed.output, resumed
+    assert "logged one step" not in resumed.output  # it logs every step already: nothing to set
+    (tmp_path / "flat.py").write_text("def flat(completions, **kwargs):\n    return [0.0 for _ in completions]\n")
+    guarded = ["training.max_steps=6", "training.logging_steps=3", "health.zero_std.window=1",
+               "health.zero_std.action=stop", f"rewards=[{{function: {tmp_path / 'flat.py'}:flat}}]"]
+    where = tmp_path / "stopped $(touch PWNED)"
+    stopped = run_cli("train", DEMO, *SMALL, *guarded, "-o", where)
+    assert "stopped at step 3" in stopped.output and "Traceback" not in stopped.output, stopped
+    assert "logged one step" not in stopped.output  # the guard's paragraph says why it ended
+    assert "One training log" not in (where / runs.REPORT_SUMMARY).read_text()
+    hint = re.search(r"continue it with `(grpo train .*?)`", " ".join(stopped.output.split()))
+    assert hint, stopped.output
+    shell = subprocess.run(["bash", "-c", 'grpo() { printf "%s\\n" "$@"; }; ' + hint[1]], cwd=tmp_path,
+                           capture_output=True, text=True, check=True)
+    assert shell.stdout.splitlines() == ["train", str(DEMO), "-o", str(where), "--resume"]
+    assert not (tmp_path / "PWNED").exists()  # the printed hint is shell-quoted

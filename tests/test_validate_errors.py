@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import MINIMAL, run_cli
+from tests.conftest import MINIMAL, ROOT, run_cli
 
 
 def _expect_error(result, *needles: str) -> None:
@@ -167,3 +169,38 @@ def test_chat_prompts_with_a_local_model_lacking_a_chat_template(minimal_dir: Pa
     path = _recipe(minimal_dir, MINIMAL.replace("Qwen/Qwen2.5-0.5B-Instruct", "./base-model")
                    .replace("prompt: {column: question}", "prompt: {column: question, chat: true}"))
     _expect_error(run_cli("validate", path), "data.prompt.chat", "no chat template")
+
+
+def test_prompt_and_completion_longer_than_the_model_positions(tmp_path: Path) -> None:
+    demo = ROOT / "recipes" / "demo.yaml"  # its bundled model has 128 positions (max_position_embeddings)
+    _expect_error(run_cli("validate", demo, "training.max_completion_length=100000"),
+                  "training.max_completion_length 100000 leaves no room for a prompt in the model's 128 positions",
+                  "tiny-arith/config.json", "below 128")
+    _expect_error(run_cli("validate", demo, "training.max_completion_length=100", "data.max_prompt_tokens=64"),
+                  "data.max_prompt_tokens 64 + training.max_completion_length 100 = 164 tokens", "128 positions",
+                  "<= 128")
+    assert run_cli("validate", demo, "training.max_completion_length=64", "data.max_prompt_tokens=64").exit_code == 0
+    _expect_error(run_cli("validate", demo, "eval.max_new_tokens=100000"),  # held-out sampling too
+                  "eval.max_new_tokens 100000 leaves no room for a prompt in the model's 128 positions")
+    for key in ("data.max_prompt_tokens", "data.max_samples"):  # not read as 1
+        _expect_error(run_cli("validate", demo, f"{key}=true"), key, "must be a whole number > 0, got True")
+    model = tmp_path / "scaled"  # a config whose rope scaling may reach further: warned, not refused
+    shutil.copytree(ROOT / "grpo_cli" / "assets" / "tiny-arith", model)
+    config = json.loads((model / "config.json").read_text())
+    config["rope_parameters"] = {"rope_theta": 10000.0, "rope_type": "yarn", "factor": 4.0}
+    (model / "config.json").write_text(json.dumps(config))
+    scaled = run_cli("validate", demo, f"model.name_or_path={model}", "training.max_completion_length=200")
+    assert scaled.exit_code == 0 and "rope_scaling may extend that" in " ".join(scaled.output.split()), scaled
+
+
+@pytest.mark.parametrize(("content", "what"), [
+    (b"[1, 2]", "is not a model config (a JSON list, not an object"),
+    (b'{"hidden_size": ', "is not a model config (JSONDecodeError"),
+    (b"\x00\xff\xfe", "is not a model config (UnicodeDecodeError"),
+])
+def test_a_damaged_model_config_is_one_paragraph(tmp_path: Path, content: bytes, what: str) -> None:
+    model = tmp_path / "model"
+    shutil.copytree(ROOT / "grpo_cli" / "assets" / "tiny-arith", model)
+    (model / "config.json").write_bytes(content)
+    _expect_error(run_cli("validate", ROOT / "recipes" / "demo.yaml", f"model.name_or_path={model}"),
+                  "model.name_or_path", str(model / "config.json"), what, "Restore the model's config.json")

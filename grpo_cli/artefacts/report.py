@@ -111,7 +111,8 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines.append(f"- {len(logs)} training log{plural}, steps {logs[0].get('step')}–{last.get('step')}"
                  + (f", {last['time']:.0f} s" if num(last.get("time")) is not None else ""))
     lines += ["", f"## Training (windows of {summary.size} logging step{'s' if summary.size > 1 else ''})", ""]
-    if len(logs) == 1:  # a run shorter than logging_steps: say why the columns agree and the curves are dots
+    if len(logs) == 1 and m.status in (None, "completed"):  # a run shorter than logging_steps: say why the columns
+        # agree and the curves are dots (a run a guard or a signal ended has its own reason, in its status)
         lines += ["One training log: first and final are the same step (training.max_steps is not above "
                   "training.logging_steps); set training.logging_steps=1 for curves.", ""]
     cols = [(name, w) for name, w in (("first", summary.first), ("best", summary.best), ("final", summary.final))

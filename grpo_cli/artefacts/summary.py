@@ -56,3 +56,15 @@ def run_summary(records: list[dict[str, Any]]) -> list[tuple[str, float, float]]
     """(metric, first-window mean, last-window mean) of a run's logs, as `grpo train` prints it at the end."""
     logs = training_logs(records)
     return [(k, a, b) for k, a, b in first_and_last(logs, summary_keys(logs)) if a is not None and b is not None]
+
+
+def one_log_note(logs: int, status: str, logging_steps: float, resumed: bool) -> str:
+    """Why first and last agree when a run logged one training step, with the fix; "" where that fix does not
+    apply: a run a guard, a signal or an error ended (it stopped early for its own reason), or one that logged
+    every step already."""
+    if logs != 1 or status != "completed" or logging_steps == 1:
+        return ""
+    cause = ("this resumed run had no more steps left than training.logging_steps" if resumed else
+             "training.max_steps is not above training.logging_steps")
+    return (f"the run logged one step ({cause}), so first and last are the same step and the plots have one point; "
+            "set training.logging_steps=1 for curves")

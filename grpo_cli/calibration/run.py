@@ -10,10 +10,12 @@ the same draws an uninterrupted run makes). When every prompt is in, the file be
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.calibration.rows import earlier_rows
 from grpo_cli.calibration.settings import (
     CALIBRATION,
     PARTIAL,
@@ -28,14 +30,16 @@ from grpo_cli.calibration.settings import (
 from grpo_cli.calibration.summary import Calibrated, finish
 from grpo_cli.data import prepare_data
 from grpo_cli.data.pass_rate import prompt_key
-from grpo_cli.errors import GrpoError
+from grpo_cli.errors import GrpoError, RecipeError
 from grpo_cli.evaluation.sampling import check_backend, generate, one_model
 from grpo_cli.evaluation.scoring import score
 from grpo_cli.models import load_tokenizer_for, resolve_model_source, source_reference
 from grpo_cli.models.loading import resolve_dtype
+from grpo_cli.paths import write_atomic
 from grpo_cli.progress import advance, quiet_libraries, reporting
 from grpo_cli.recipe import load_recipe
 from grpo_cli.rewards import load_reward
+from grpo_cli.validation.model_checks import context_length_findings
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -68,32 +72,64 @@ def calibrate(req: CalibrateRequest, console: Console | None = None) -> Calibrat
     reward = chosen_reward(recipe, req.reward)
     check_range(req.range)
     settings = settings_for(recipe, req, reward)
+    too_long = context_length_findings(recipe).problems  # what `grpo validate` refuses, before any sampling
+    if too_long:
+        raise RecipeError(too_long, source=recipe.source)
     out = req.out or default_out(recipe)
-    check_out(out, settings, resume=req.resume, force=req.force)
+    replaced = check_out(out, settings, resume=req.resume, force=req.force)
+    # each row's settings checked: none of another calibration is mixed in
+    earlier = {} if req.force else earlier_rows(out, settings)
     use_vllm = check_backend(req.backend, images=recipe.data.images is not None, tools=bool(recipe.tools)
                              or recipe.environment is not None, profile=recipe.launch.profile)
 
     quiet_libraries()
     unfiltered = recipe.model_copy(update={"data": recipe.data.model_copy(update={"pass_rate": None})})
     source, tokenizer = _tokenizer(unfiltered)
-    pending = _pending(unfiltered, tokenizer, out, req.max_prompts)
+    pending = _pending(unfiltered, tokenizer, out, req.max_prompts, earlier)
     total = len(pending.keys) + len(pending.done)
     out.mkdir(parents=True, exist_ok=True)
+    for path in replaced:  # --force: the earlier calibration goes once nothing can refuse this one
+        path.unlink(missing_ok=True)
     settings.save(out / SETTINGS, {"complete": False, "prompts": total})
+    # the finished rows (a torn last line dropped) before new ones are appended; calibration.jsonl stays whole
+    write_atomic(out / PARTIAL, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n"
+                                            for r in pending.done.values()))
     if console is not None:
         console.print(f"calibrating {total} training prompts x {settings.k} completions with "
-                      f"{source.describe()}, reward {reward!r}"
-                      + (f" ({len(pending.done)} done before, resumed)" if pending.done else ""),
+                      f"{source.describe()}, reward {reward!r}" + _resumed(pending, req.max_prompts),
                       markup=False, soft_wrap=True)
     try:
         _sample(unfiltered, source, tokenizer, pending, settings, out / PARTIAL, use_vllm, console)
     except KeyboardInterrupt:
         if console is not None:
             console.print(f"{len(pending.done)} of {total} prompts calibrated, kept in {out / PARTIAL}; continue "
-                          f"with `grpo calibrate {req.recipe} --out {out} --resume`", markup=False, soft_wrap=True)
+                          f"with `{resume_command(req, out)}`", markup=False, soft_wrap=True)
         raise
     (out / PARTIAL).replace(out / CALIBRATION)
     return finish(recipe, unfiltered, out, settings, req.range, pending.done, pending.sources)
+
+
+def resume_command(req: CalibrateRequest, out: Path) -> str:
+    """The command that continues this calibration, every word shell-quoted (it is printed to be pasted)."""
+    words = ["grpo", "calibrate", str(req.recipe), *req.overrides]
+    for flag, value in (("-k", req.k), ("--max-prompts", req.max_prompts), ("-t", req.temperature),
+                        ("--reward", req.reward)):
+        if value is not None:
+            words += [flag, str(value)]
+    for flag, value, default in (("--batch-size", req.batch_size, 8), ("--threshold", req.threshold, 1.0),
+                                 ("--range", req.range, "(0, 1)"), ("--backend", req.backend, "transformers")):
+        if value != default:
+            words += [flag, str(value)]
+    return shlex.join([*words, "--out", str(out), "--resume"])
+
+
+def _resumed(pending: Pending, max_prompts: int | None) -> str:
+    if not pending.done:
+        return ""
+    more = ""
+    if max_prompts is not None and len(pending.done) >= max_prompts:
+        more = f"; --max-prompts {max_prompts} asks no more, and every finished row is kept"
+    return f" ({len(pending.done)} done before, resumed{more})"
 
 
 def _tokenizer(recipe: Recipe) -> tuple[Any, Any]:
@@ -102,38 +138,25 @@ def _tokenizer(recipe: Recipe) -> tuple[Any, Any]:
     return source, load_tokenizer_for(source, recipe, trust_remote_code=recipe.model.trust_remote_code)
 
 
-def _pending(recipe: Recipe, tokenizer: Any, out: Path, max_prompts: int | None) -> Pending:
-    """The training rows to calibrate (the first `max_prompts`, one per distinct prompt) less those done."""
+def _pending(recipe: Recipe, tokenizer: Any, out: Path, max_prompts: int | None,
+             earlier: dict[str, dict[str, Any]]) -> Pending:
+    """The training rows to calibrate (the first `max_prompts`, one per distinct prompt) less those done; every
+    finished row is kept, whatever `max_prompts` says now."""
     mapped = prepare_data(recipe, tokenizer)
     rows = mapped.train
-    keys, index, seen = [], [], set()
+    position: dict[str, int] = {}  # each distinct prompt's first row, in training order
     for i, prompt in enumerate(rows["prompt"]):
-        key = prompt_key(prompt)
-        if key not in seen:
-            seen.add(key)
-            keys.append(key)
-            index.append(i)
-        if max_prompts is not None and len(keys) >= max_prompts:
-            break
-    done: dict[str, dict[str, Any]] = {}
-    for name in (CALIBRATION, PARTIAL):  # a finished calibration extended by a larger --max-prompts, or a partial
-        path = out / name
-        if path.is_file():
-            for line in path.read_text(encoding="utf-8").splitlines():
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue  # the last line of a killed write
-                if record.get("key") in seen:
-                    done[record["key"]] = record
-            if name == CALIBRATION:
-                path.replace(out / PARTIAL)
-    if done:  # rewrite what counts (a torn last line dropped) before appending
-        (out / PARTIAL).write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in done.values()),
-                                   encoding="utf-8")
-    todo = [(k, i) for k, i in zip(keys, index, strict=True) if k not in done]
-    sources = {k: mapped.train_sources[i] for k, i in zip(keys, index, strict=True)}
-    return Pending(rows.select([i for _, i in todo]), [k for k, _ in todo], sources, done)
+        position.setdefault(prompt_key(prompt), i)
+    keys = list(position)[:max_prompts] if max_prompts is not None else list(position)
+    unknown = [row for key, row in earlier.items() if key not in position]
+    if unknown:
+        raise GrpoError(f"{len(unknown)} of the {len(earlier)} finished rows in {out} are of prompts this recipe's "
+                        f"training split does not make (the first: {unknown[0].get('prompt')!r}): its data, "
+                        "data.prompt or chat template changed since; resuming would mix the two in one file",
+                        where="--resume", fix="Calibrate into another --out, or replace the calibration with --force.")
+    todo = [key for key in keys if key not in earlier]
+    sources = {key: mapped.train_sources[position[key]] for key in [*earlier, *todo]}
+    return Pending(rows.select([position[key] for key in todo]), todo, sources, dict(earlier))
 
 
 def _sample(recipe: Recipe, source: Any, tokenizer: Any, pending: Pending, settings: CalibrationSettings,
@@ -159,7 +182,7 @@ def _sample(recipe: Recipe, source: Any, tokenizer: Any, pending: Pending, setti
             if loaded.sampler is not None:
                 advance(len(records) * settings.k)
             for key, record in zip(pending.keys[start:start + len(records)], records, strict=True):
-                record = {"key": key, **record}
+                record = {"key": key, **record, "settings": settings.row()}
                 pending.done[key] = record
                 fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
             fh.flush()

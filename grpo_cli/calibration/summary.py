@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from grpo_cli.calibration.settings import CALIBRATION, FILTERED, OVERRIDE, SETTINGS, CalibrationSettings
 from grpo_cli.data.mapping import source_rows
 from grpo_cli.data.pass_rate import Calibration
+from grpo_cli.paths import write_atomic
 from grpo_cli.recipe.schema.data import PassRateFilter
 
 if TYPE_CHECKING:
@@ -33,8 +34,8 @@ class Calibrated:
     """The expected share of training groups whose completions all pass or all fail."""
     out: Path
     files: list[Path] = field(default_factory=list)
-    override: str = ""
-    """The command-line override that applies the filter."""
+    override: list[str] = field(default_factory=list)
+    """The command-line overrides that apply the filter (one word each, to be shell-quoted when printed)."""
 
     @property
     def never(self) -> int:
@@ -65,8 +66,8 @@ def finish(recipe: Recipe, unfiltered: Recipe, out: Path, settings: CalibrationS
                         calibration.zero_std_share(group), out)
     result.files = [out / CALIBRATION, _write_filtered(unfiltered, kept, out / FILTERED),
                     _write_override(spec, out / OVERRIDE, result)]
-    result.override = f"data.pass_rate.file={spec.file}" + (
-        "" if interval == "(0, 1)" else f" 'data.pass_rate.range=\"{interval}\"'")
+    result.override = [f"data.pass_rate.file={spec.file}"] + (
+        [] if interval == "(0, 1)" else [f'data.pass_rate.range="{interval}"'])
     settings.save(out / SETTINGS, {"complete": True, "prompts": len(done), "histogram": histogram, "range": interval,
                                    "kept": len(kept), "no_signal": result.no_signal,
                                    "zero_std_share": {"num_generations": group, "expected": result.zero_std_share}})
@@ -77,9 +78,7 @@ def finish(recipe: Recipe, unfiltered: Recipe, out: Path, settings: CalibrationS
 def _write_filtered(recipe: Recipe, positions: list[int], path: Path) -> Path:
     """The kept training rows as the data file has them (so another tool, or another recipe, can read them)."""
     rows = source_rows(recipe).select(positions)
-    with path.open("w", encoding="utf-8") as fh:
-        for row in rows:
-            fh.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+    write_atomic(path, "".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows))
     return path
 
 
@@ -88,7 +87,6 @@ def _write_override(spec: PassRateFilter, path: Path, result: Calibrated) -> Pat
 
     counts = f"{result.kept} of {result.prompts} calibrated prompts have a pass rate in {result.range}"
     block = {"data": {"pass_rate": spec.model_dump(exclude={"keep_uncalibrated"})}}
-    path.write_text(f"# grpo calibrate: {counts}.\n# Add this block to the recipe (under its `data:`), or pass "
-                    f"data.pass_rate.file=... on the command line.\n" + yaml.safe_dump(block, sort_keys=False),
-                    encoding="utf-8")
+    write_atomic(path, f"# grpo calibrate: {counts}.\n# Add this block to the recipe (under its `data:`), or pass "
+                    f"data.pass_rate.file=... on the command line.\n" + yaml.safe_dump(block, sort_keys=False))
     return path

@@ -29,7 +29,7 @@ def calibrate_command(
                                                     "training prompts (the first, in training order).",
                                                     show_default=False)] = None,
     batch_size: Annotated[int, typer.Option("--batch-size", min=1, help="Prompts per generate call.")] = 8,
-    temperature: Annotated[float | None, typer.Option("--temperature", "-t", min=0.0, help="Sampling temperature "
+    temperature: Annotated[float | None, typer.Option("--temperature", "-t", help="Sampling temperature > 0 "
                                                       "(default: training.temperature).", show_default=False)] = None,
     reward: Annotated[str | None, typer.Option("--reward", help="The reward that decides pass or fail (default: "
                                                "the one named accuracy, else eval.metric, else the only reward).",

@@ -104,8 +104,8 @@ def load_tokenizer_for(source: ModelSource, recipe: Recipe | None = None, *, tru
     else:
         try:
             tok = AutoTokenizer.from_pretrained(ref, trust_remote_code=trust_remote_code)
-        except (OSError, ValueError) as exc:
-            fix = "Check the directory or hub id (offline: give a local directory)."
+        except (OSError, ValueError, AttributeError, TypeError) as exc:  # the last two: a damaged tokenizer file
+            fix = "Check the directory (its tokenizer files) or hub id (offline: give a local directory)."
             if source.kind == "hub":
                 fix = f"There is no local directory {source.reference}, so it was tried as a hub id. " + fix
             raise GrpoError(f"cannot load the tokenizer of {source.tokenizer}: {str(exc).splitlines()[0]}",

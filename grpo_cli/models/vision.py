@@ -30,9 +30,10 @@ def config_is_vision_language(config: dict[str, Any]) -> bool:
 
 def local_config(model_dir: Path) -> dict[str, Any] | None:
     try:
-        return json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return config if isinstance(config, dict) else None  # a damaged one is named by the model checks
 
 
 def is_vision_language(kind: str, ref: str, revision: str | None = None, *, local_only: bool = False) -> bool:

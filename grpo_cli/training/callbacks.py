@@ -28,6 +28,7 @@ _LINE = [
     ("reward", "reward", "{:.3f}"),
     ("reward_std", "std", "{:.3f}"),
     ("frac_reward_zero_std", "zero_std", "{:.2f}"),
+    ("dynamic_sampling/rounds", "rounds", "{:.3g}"),
     ("completions/mean_length", "len", "{:.1f}"),
     ("tools/call_frequency", "tool_calls", "{:.2f}"),
     ("tools/failure_frequency", "tool_fail", "{:.2f}"),

@@ -12,15 +12,19 @@ The hook is the narrowest one that sees whole groups with their rewards: `_gener
    advantages are set to 0, so the batch keeps the size TRL splits into micro-batches.
 
 TRL's own metrics (reward, frac_reward_zero_std, ...) still describe everything generated; grpo adds
-`dynamic_sampling/*` once per generation batch. `tests/test_dynamic_sampling.py` pins the hook to the installed
-TRL (signatures, attributes, output keys), so a TRL change fails loudly.
+`dynamic_sampling/*` once per generation batch. A step whose extra rounds run past `SAY_EVERY_S` says so on the
+console, round by round, and batches that end with every group dropped (only zero-advantage filler trained) are
+a health warning (`health.jsonl`, guard `dynamic_sampling`). `tests/test_dynamic_sampling.py` pins the hook to
+the installed TRL (signatures, attributes, output keys), so a TRL change fails loudly.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.schema import Recipe
@@ -32,6 +36,13 @@ HOOKS = ("_generate_and_score_completions", "_calculate_rewards")
 ATTRIBUTES = ("num_generations", "reward_func_names", "reward_weights", "_metrics", "train_dataset", "accelerator",
               "_tokenizer", "model", "args")
 PREFIX = "dynamic_sampling/"
+SAY_EVERY_S = 10.0
+"""A step's extra rounds are printed once its generation has run this long, and then at most this often."""
+EMPTY_BATCHES = 2
+"""Consecutive batches with every group dropped before the warning."""
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 
 def hook_problems(trainer: Any) -> list[str]:
@@ -42,7 +53,8 @@ def hook_problems(trainer: Any) -> list[str]:
 class DynamicSampler:
     """The wrapper's state: the chosen reward, the extra prompts' order, and the last call's rewards."""
 
-    def __init__(self, trainer: Any, metric: str, min_std: float, max_rounds: int, seed: int) -> None:
+    def __init__(self, trainer: Any, metric: str, min_std: float, max_rounds: int, seed: int,
+                 console: Console | None = None) -> None:
         import torch
 
         self.trainer, self.metric, self.min_std, self.max_rounds = trainer, metric, min_std, max_rounds
@@ -50,6 +62,11 @@ class DynamicSampler:
         self.generator = torch.Generator().manual_seed(seed + 7919)  # its own stream: TRL's sampler is untouched
         self.order: list[int] = []
         self.last_rewards: Any = None
+        self.console = console
+        self.say_every_s = SAY_EVERY_S
+        self.said = 0.0
+        self.empty = 0
+        """Consecutive batches that ended with every group dropped."""
 
     def attach(self) -> None:
         missing = hook_problems(self.trainer)
@@ -117,7 +134,10 @@ class DynamicSampler:
         kept: list[tuple[dict[str, Any], list[int]]] = []
         dropped: list[tuple[dict[str, Any], list[int]]] = []
         batch, rounds, generated, have, dropped_total = inputs, 0, 0, [0] * ranks, 0
+        self.said = time.monotonic()  # the first round-by-round line comes after say_every_s
         while True:
+            if rounds:
+                self.say_round(rounds + 1, have[rank], target)
             out = score(batch)
             rounds += 1
             each = len(batch) // self.group
@@ -138,6 +158,7 @@ class DynamicSampler:
         filler = sum(max(target - h, 0) for h in have)
         self.log(dropped_groups=dropped_total, rounds=rounds, generated_groups=generated,
                  zero_std_trained=filler / (target * ranks))
+        self.watch(sum(have), rounds)
         return batch_out
 
     def agree(self, have: list[int], target: int, rounds: int) -> tuple[list[bool], bool]:
@@ -159,6 +180,39 @@ class DynamicSampler:
         decided = broadcast(torch.tensor([*flat, another], dtype=torch.long,
                                          device=self.trainer.accelerator.device), from_process=0).tolist()
         return [bool(f) for f in decided[:-1]], bool(decided[-1])
+
+    def step(self) -> int:
+        """The optimizer step this generation batch is for (TRL generates before the step counts)."""
+        return int(getattr(getattr(self.trainer, "state", None), "global_step", 0)) + 1
+
+    def say_round(self, round_: int, have: int, target: int) -> None:
+        """Round `round_` is about to start: printed when the step has run long, so a round loop is never silent."""
+        now = time.monotonic()
+        if self.console is None or now - self.said < self.say_every_s:
+            return
+        self.said = now
+        self.console.print(f"  dynamic sampling, step {self.step()}: round {round_} of {self.max_rounds}, {have} of "
+                           f"{target} groups kept so far (a group's {self.metric} std must exceed {self.min_std:g})",
+                           markup=False, soft_wrap=True)
+
+    def watch(self, have: int, rounds: int) -> None:
+        """Warn once per streak when batches keep ending with every group dropped: those steps train on
+        zero-advantage filler alone and change nothing."""
+        self.empty = self.empty + 1 if have == 0 else 0
+        if self.empty != EMPTY_BATCHES:
+            return
+        from grpo_cli.training.health import HealthEvents  # loads transformers, which this module does not
+
+        out = Path(getattr(self.trainer.args, "output_dir", "."))
+        message = (f"every group of the last {EMPTY_BATCHES} generation batches was dropped after {rounds} rounds "
+                   f"each: the std of {self.metric!r} never exceeded sampling.dynamic.min_std {self.min_std:g}, so "
+                   "those steps trained on zero-advantage filler alone and changed nothing (dynamic_sampling/"
+                   "zero_std_trained 1.0). Try: lower sampling.dynamic.min_std (0 drops only groups whose completions "
+                   "all scored the same), check that the reward varies (grpo check-rewards), or use prompts the "
+                   "model sometimes solves (grpo calibrate).")
+        HealthEvents(out, self.console).record(step=self.step(), guard="dynamic_sampling", action="warn",
+                                               metric=PREFIX + "zero_std_trained", observed=1.0, settings=None,
+                                               message=message, main=self.trainer.accelerator.is_main_process)
 
     def join(self, kept: list[tuple[dict[str, Any], list[int]]], dropped: list[tuple[dict[str, Any], list[int]]],
              target: int) -> dict[str, Any]:
@@ -212,21 +266,21 @@ class DynamicSampler:
             buffer[PREFIX + name].append(float(value))
 
 
-def attach_dynamic_sampling(trainer: Any, recipe: Recipe) -> DynamicSampler | None:
+def attach_dynamic_sampling(trainer: Any, recipe: Recipe, console: Console | None = None) -> DynamicSampler | None:
     """Wrap the trainer when the recipe asks for `sampling.dynamic`; None (nothing touched) otherwise."""
     settings = recipe.sampling.dynamic
     if settings is None:
         return None
 
     metric = chosen_metric(recipe) or "reward"
-    sampler = DynamicSampler(trainer, metric, settings.min_std, settings.max_rounds, recipe.training.seed)
+    sampler = DynamicSampler(trainer, metric, settings.min_std, settings.max_rounds, recipe.training.seed, console)
     sampler.attach()
     return sampler
 
 
-def attach_sampling(trainer: Any, recipe: Recipe) -> None:
+def attach_sampling(trainer: Any, recipe: Recipe, console: Console | None = None) -> None:
     """The recipe's `sampling:` on a built trainer: dynamic sampling, then the zero-advantage skip (both off by
     default, and then the trainer is left exactly as TRL built it)."""
-    attach_dynamic_sampling(trainer, recipe)
+    attach_dynamic_sampling(trainer, recipe, console)
     if recipe.sampling.skip_zero_advantage:
         attach_zero_advantage_skip(trainer)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import shlex
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -150,9 +151,10 @@ class HealthGuard(TrainerCallback):
             return None
         out = Path(args.output_dir)
         saved = out / f"{runs.CHECKPOINT_PREFIX}{step}"
+        command = shlex.join(["grpo", "train", str(self.recipe.source or "RECIPE"), "-o", str(out), "--resume"])
         self.reason = (f"Health guard `{self.name}` stopped the run at step {step}: {message} Saved "
-                       f"{saved}; continue it with `grpo train {self.recipe.source or 'RECIPE'} "
-                       f"-o {out} --resume` after changing the recipe, or set health.{self.name}.action=warn.")
+                       f"{saved}; continue it with `{command}` after changing the recipe, or set "
+                       f"health.{self.name}.action=warn.")
         control.should_save = True
         control.should_training_stop = True
         return control

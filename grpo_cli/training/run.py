@@ -7,13 +7,14 @@ before the model loads, and nothing is written until those checks pass.
 from __future__ import annotations
 
 import os
+import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.artefacts.hub import finish_run_card
 from grpo_cli.artefacts.report import report_after_training
-from grpo_cli.artefacts.summary import run_summary
+from grpo_cli.artefacts.summary import one_log_note, run_summary
 from grpo_cli.data import prepare_data
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
@@ -248,7 +249,8 @@ def _finish(run: RunState) -> TrainResult:
     stop_reason = next((r for c in run.callbacks if (r := getattr(c, "reason", None))), "")
     if run.stopper.received is not None:
         result.status = "interrupted"
-        command = run.resume_command or f"grpo train {recipe.source or 'RECIPE'} -o {out} --resume"
+        command = run.resume_command or shlex.join(["grpo", "train", str(recipe.source or "RECIPE"), "-o", str(out),
+                                                     "--resume"])
         result.message = (f"{run.stopper.signal_name} received: saved checkpoint-{result.global_step} in {out}; "
                           f"continue with `{command}`.")
     elif stop_reason:
@@ -257,6 +259,9 @@ def _finish(run: RunState) -> TrainResult:
     else:
         result.status = "completed"
         result.message = next((m for c in run.callbacks if (m := getattr(c, "early_stop_message", ""))), "")
+    result.note = one_log_note(sum(1 for r in result.metrics if "reward" in r), result.status,
+                               recipe.training.logging_steps, resumed=run.ckpt is not None)
+    if result.status == "completed":
         _say(run.console, f"saving the model to {out}")
         trainer.save_model(str(out))
         if is_main_process():

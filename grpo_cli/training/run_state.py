@@ -39,6 +39,8 @@ class TrainResult:
     eval_after: EvalResult | None = None
     data_stats: dict[str, Any] = field(default_factory=dict)
     message: str = ""
+    note: str = ""
+    """A remark on the summary (why its first and last agree), "" when none applies."""
 
 
 def is_main_process() -> bool:

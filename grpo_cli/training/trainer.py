@@ -68,7 +68,7 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
     fuse_importance_sampling(trainer) or correct_trl_ratio(trainer)
     timer.attach(trainer)
     share_prompt_prefill(trainer.model)  # a group's prompt prefilled once, not num_generations times
-    attach_sampling(trainer, recipe)  # `sampling:` (off by default: then nothing is wrapped)
+    attach_sampling(trainer, recipe, run.console)  # `sampling:` (off by default: then nothing is wrapped)
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
     return trainer

@@ -19,7 +19,7 @@ from grpo_cli.validation.environment import check_packages
 from grpo_cli.validation.eval_checks import check_eval
 from grpo_cli.validation.generation_choice import check_generation, choose_backend
 from grpo_cli.validation.memory import check_memory
-from grpo_cli.validation.model_checks import check_model, check_vllm
+from grpo_cli.validation.model_checks import check_context_length, check_model, check_vllm
 from grpo_cli.validation.outcome import Preflight
 from grpo_cli.validation.sampling import check_pass_rate, check_sampling
 from grpo_cli.validation.template_override import check_chat_template
@@ -38,6 +38,7 @@ CHECKS: tuple[Check, ...] = (
     check_rewards,        # data_checks.py: reward references and the columns they need; settles pf.rewards
     check_tools,          # training_checks.py: tools and environments, read statically
     check_training,       # training_checks.py: TRL's batch arithmetic, processes, learning rate; settles pf.batches
+    check_context_length,  # model_checks.py: prompt + completion within the model's positions
     check_trl,            # trl_rules.py: TRL's other raise sites the recipe decides
     check_packages,       # environment.py: the optional packages the recipe uses, in TRL's windows
     check_training_keys,  # training_keys.py: scheduler kwargs, Hub uploads, do_eval, logging steps

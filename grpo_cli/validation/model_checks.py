@@ -27,6 +27,65 @@ def check_model(recipe: Recipe, pf: Preflight) -> Findings:
     return found
 
 
+def check_context_length(recipe: Recipe, pf: Preflight) -> Findings:
+    """`context_length_findings` as a preflight check."""
+    return context_length_findings(recipe)
+
+
+def context_length_findings(recipe: Recipe) -> Findings:
+    """A prompt and completion longer than the model's positions, refused where its config is known (a local
+    directory, the HF cache, `model.shape`, the shipped table; nothing is downloaded). A config that scales its
+    positions (`rope_scaling`) may reach further: then a warning, not a refusal. `grpo calibrate` asks it too."""
+    found = Findings()
+    try:
+        config, source = find_model_config(recipe)
+    except (GrpoError, OSError, ValueError):
+        return found  # an unreadable config is the model check's to report
+    limit, scaled = _positions(config) if isinstance(config, dict) else (None, False)
+    if limit is None:
+        return found
+    lengths = [("training.max_completion_length", recipe.training.max_completion_length)]
+    if recipe.eval.max_new_tokens is not None:
+        lengths.append(("eval.max_new_tokens", recipe.eval.max_new_tokens))
+    for key, completion in lengths:
+        too_long = _too_long(key, completion, recipe.data.max_prompt_tokens, limit, source)
+        if too_long is None:
+            continue
+        if scaled:
+            found.warnings.append(f"{too_long.what}; its rope_scaling may extend that: check the model card. "
+                                  f"{too_long.fix}")
+        else:
+            found.problems.append(too_long)
+    return found
+
+
+def _too_long(key: str, completion: int, prompt: int | None, limit: int, source: str) -> Problem | None:
+    """The paragraph for a completion length (`key`) that, with the longest prompt, passes the model's positions."""
+    if completion + (prompt or 1) <= limit:
+        return None
+    where = f"(max_position_embeddings in {source})"
+    if prompt is None:
+        return Problem(key, f"{key} {completion} leaves no room for a prompt in the model's {limit} positions {where}",
+                       f"Set {key} below {limit}, with data.max_prompt_tokens for the prompt.")
+    return Problem(f"data.max_prompt_tokens + {key}", f"data.max_prompt_tokens {prompt} + {key} {completion} = "
+                   f"{completion + prompt} tokens, more than the model's {limit} positions {where}",
+                   f"Lower them so that data.max_prompt_tokens + {key} <= {limit}.")
+
+
+def _positions(config: dict[str, object]) -> tuple[int | None, bool]:
+    """(max_position_embeddings, whether rope scaling may extend it), from the config or its text_config."""
+    for part in (config, config.get("text_config")):
+        if not isinstance(part, dict):
+            continue
+        limit = next((part[k] for k in ("max_position_embeddings", "n_positions") if isinstance(part.get(k), int)),
+                     None)
+        if limit is not None and not isinstance(limit, bool) and limit > 0:
+            rope = part.get("rope_scaling") or part.get("rope_parameters") or {}
+            kind = rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+            return limit, kind not in (None, "default")
+    return None, False
+
+
 def check_vllm(recipe: Recipe, pf: Preflight) -> Findings:
     """A model vLLM cannot serve is refused here, not at its first generate; the plan says vLLM's dtype."""
     if recipe.launch.vllm.mode == "off":
@@ -126,6 +185,7 @@ def _has_chat_template(model_dir: Path) -> bool:
     if not config.exists():
         return True  # a tokenizer we cannot read here; training checks it when it loads
     try:
-        return bool(json.loads(config.read_text(encoding="utf-8")).get("chat_template"))
+        settings = json.loads(config.read_text(encoding="utf-8"))
     except ValueError:
         return True
+    return not isinstance(settings, dict) or bool(settings.get("chat_template"))  # not a dict: loading names it

@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.paths import ASSETS_DIR, hub_cache_file, is_gguf_reference
 
 if TYPE_CHECKING:
@@ -79,10 +80,10 @@ def find_model_config(recipe: Recipe) -> tuple[dict[str, Any] | None, str]:
         path = local / "config.json"
         if not path.is_file():
             return None, f"{local} has no config.json"
-        return json.loads(path.read_text(encoding="utf-8")), str(path)
+        return read_config(path), str(path)
     cached = hub_cache_file(ref, "config.json", recipe.model.revision)
     if cached is not None:
-        return json.loads(Path(cached).read_text(encoding="utf-8")), f"hub cache {cached}"
+        return read_config(Path(cached)), f"hub cache {cached}"
     if recipe.model.shape is not None:
         return recipe.model.shape.model_dump(exclude_none=True), "the recipe's model.shape"
     shipped = shipped_shape(ref)
@@ -90,3 +91,24 @@ def find_model_config(recipe: Recipe) -> tuple[dict[str, Any] | None, str]:
         return shipped
     return None, (f"{ref}'s config.json is not in the local HF cache and grpo's shape table does not know it; "
                   f"`hf download {ref} config.json` or a `model.shape` block enables it (the plan never downloads)")
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A config.json as a dict, or one paragraph naming it (binary, not JSON, not an object, unreadable): every
+    check that reads the model's shape would otherwise fail on it with a traceback of its own."""
+    try:
+        config = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise GrpoError(f"cannot read {path}: {exc.strerror or exc}", where="model.name_or_path",
+                        fix="Check the file's permissions, or point model.name_or_path at another model.") from None
+    except ValueError as exc:  # not UTF-8, or not JSON
+        raise GrpoError(f"{path} is not a model config ({type(exc).__name__}: {str(exc)[:120]})",
+                        where="model.name_or_path", fix=_FIX) from None
+    if not isinstance(config, dict):
+        raise GrpoError(f"{path} is not a model config (a JSON {type(config).__name__}, not an object of the model's "
+                        "settings)", where="model.name_or_path", fix=_FIX)
+    return config
+
+
+_FIX = ("Restore the model's config.json (save_pretrained writes it), or point model.name_or_path at an intact model "
+        "directory or a hub id.")

@@ -11,12 +11,15 @@ when the recipe reads them. The pass-rate filter's calibration file is read (one
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.findings import Findings
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.recipe.schema.rewards import RewardEntry
+from grpo_cli.rewards.builtins import BUILTIN_REWARDS
 
 if TYPE_CHECKING:
     from grpo_cli.validation.outcome import Preflight
@@ -66,6 +69,7 @@ def _dynamic_problems(recipe: Recipe) -> list[Problem]:
     elif metric != "reward" and metric not in labels:
         out.append(Problem(f"{where}.metric", f"{metric!r} is not a reward of this recipe",
                            f"Use one of {', '.join(labels) or '(none)'}, or `reward` for the weighted total."))
+    out += _unreachable_min_std(recipe, metric)
     unsupported = [
         ((recipe.launch.spec.multi_process or recipe.launch.world_size > 1)
          and (t.per_device_train_batch_size * (t.steps_per_generation or t.gradient_accumulation_steps))
@@ -89,6 +93,48 @@ def _dynamic_problems(recipe: Recipe) -> list[Problem]:
     return out
 
 
+def metric_span(recipe: Recipe, metric: str | None) -> tuple[float, float] | None:
+    """The lowest and highest value the chosen metric can take, where grpo knows it: a built-in reward with a
+    fixed range, or the weighted total of rewards that all have one; None otherwise (user code, reward models)."""
+    def span(entry: RewardEntry) -> tuple[float, float] | None:
+        row = BUILTIN_REWARDS.get(entry.name or "") if not (entry.function or entry.model) else None
+        return row.span if row is not None else None
+
+    entries = recipe.rewards if metric == "reward" else [e for e in recipe.rewards if e.label == metric]
+    low = high = 0.0
+    for entry in entries:
+        known = span(entry)
+        if known is None:
+            return None
+        ends = sorted((known[0] * entry.weight, known[1] * entry.weight))
+        low, high = low + ends[0], high + ends[1]
+    return (low, high) if entries else None
+
+
+def max_group_std(span: tuple[float, float], group: int) -> float:
+    """The largest population std a group of `group` values in `span` can have: half of them at each end (one
+    more at one end when the group is odd). The std grpo's filter computes is the population one."""
+    low, high = group // 2, group - group // 2
+    return (span[1] - span[0]) * math.sqrt(low * high) / group
+
+
+def _unreachable_min_std(recipe: Recipe, metric: str | None) -> list[Problem]:
+    dyn = recipe.sampling.dynamic
+    span = metric_span(recipe, metric) if dyn is not None and metric else None
+    if dyn is None or span is None:
+        return []
+    group = recipe.training.num_generations
+    most = max_group_std(span, group)
+    if dyn.min_std < most - 1e-7:
+        return []
+    return [Problem("sampling.dynamic.min_std",
+                    f"{dyn.min_std:g} drops every group: {metric!r} scores in [{span[0]:g}, {span[1]:g}], so the "
+                    f"population std of a group of {group} completions is at most {most:.3g} (half of them at each "
+                    "end); every batch would train on zero-advantage filler alone",
+                    f"Set min_std below {most:.3g} (0, DAPO's choice, drops only groups whose completions all got "
+                    "the same score).")]
+
+
 def skip_blockers(recipe: Recipe) -> list[tuple[str, str]]:
     """(what, fix) for each reason the gradient of a zero-advantage completion may not be exactly zero."""
     t = recipe.training
@@ -108,22 +154,30 @@ def skip_blockers(recipe: Recipe) -> list[tuple[str, str]]:
     return [(what, fix) for bad, what, fix in blockers if bad]
 
 
-def last_zero_std_share(recipe: Recipe) -> float | None:
-    """The mean `frac_reward_zero_std` of the last run in the recipe's output directory, if it left metrics."""
+def last_zero_std_share(recipe: Recipe) -> tuple[float | None, str]:
+    """The mean `frac_reward_zero_std` of the last run in the recipe's output directory, and what the estimate
+    rests on; (None, why) when that run left no usable value (none, or only NaN/inf/out-of-range ones)."""
     from grpo_cli import runs  # here: `validate` of a recipe without sampling never needs the run directory
 
     path = Path(recipe.output.dir) / runs.METRICS  # where `grpo train` writes it (relative to the current directory)
     if not path.is_file():
-        return None
-    values = []
+        return None, f"no earlier run in {recipe.output.dir} to estimate from"
+    values, unusable = [], 0
     for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
         try:
             value = json.loads(line).get("frac_reward_zero_std")
         except (ValueError, AttributeError):
             continue
-        if isinstance(value, int | float):
+        if isinstance(value, int | float) and math.isfinite(value) and 0.0 <= value <= 1.0:
             values.append(float(value))
-    return sum(values) / len(values) if values else None
+        elif value is not None:
+            unusable += 1
+    if values:
+        return sum(values) / len(values), "last run had"
+    if unusable:
+        return None, (f"unknown: the last run's {path} logged frac_reward_zero_std only as NaN, inf or out of "
+                      "[0, 1], nothing to estimate from")
+    return None, f"no earlier run in {recipe.output.dir} to estimate from"
 
 
 def check_pass_rate(recipe: Recipe, pf: Preflight) -> Findings:
@@ -176,13 +230,14 @@ def sampling_plan(recipe: Recipe) -> dict[str, str]:
         d = s.dynamic
         head = (f"dynamic, on {chosen_metric(recipe) or '?'} (drop groups with std <= {d.min_std:g}), up to "
                 f"{d.max_rounds} generation rounds per batch")
-        zero, source = last_zero_std_share(recipe), "last run had"
+        zero, source = last_zero_std_share(recipe)
         if zero is None:
-            zero, source = calibrated_zero_std_share(recipe), "calibrated pass rates give"
+            calibrated = calibrated_zero_std_share(recipe)
+            if calibrated is not None:
+                zero, source = calibrated, "calibrated pass rates give"
         cap = d.max_rounds - 1
         if zero is None:
-            cost = (f"extra generation up to +{cap:.0%} per step (no earlier run in {recipe.output.dir} to "
-                    "estimate from)")
+            cost = f"extra generation up to +{cap:.0%} per step ({source})"
         else:
             extra = min(zero / max(1.0 - zero, 1e-9), float(cap))
             cost = (f"{source} {zero:.0%} zero-std groups: about +{extra:.0%} generation per step "

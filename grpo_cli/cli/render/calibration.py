@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -36,4 +37,5 @@ def render_calibration(console: Console, result: Calibrated, recipe: str) -> Non
                       f"{result.zero_std_share:.0%}", markup=False, soft_wrap=True)
     console.print(f"kept by {result.range}: {result.kept} of {n} prompts", markup=False, soft_wrap=True)
     console.print("wrote " + ", ".join(str(p) for p in result.files), markup=False, soft_wrap=True)
-    console.print(f"train on them: grpo train {recipe} {result.override}", markup=False, soft_wrap=True)
+    command = shlex.join(["grpo", "train", recipe, *result.override])
+    console.print(f"train on them: {command}", markup=False, soft_wrap=True)

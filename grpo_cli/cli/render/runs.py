@@ -36,10 +36,6 @@ def render_eval_pair(console: Console, before: EvalResult, after: EvalResult | N
     print_table(console, table)
 
 
-ONE_LOG = ("the run logged one step (training.max_steps is not above training.logging_steps), so first and last "
-           "are the same step and the plots have one point; set training.logging_steps=1 for curves")
-
-
 def render_train_result(console: Console, result: TrainResult) -> None:
     """The end-of-run summary: first vs last logging window, eval before/after, where things are."""
     if result.data_stats:
@@ -64,8 +60,8 @@ def render_train_result(console: Console, result: TrainResult) -> None:
         for key, first, last in result.summary:
             table.add_row(key, f"{first:.4f}", f"{last:.4f}", f"{last - first:+.4f}")
         print_table(console, table)
-        if sum(1 for r in result.metrics if "reward" in r) == 1:
-            console.print(f"note: {ONE_LOG}", markup=False, soft_wrap=True)
+        if result.note:
+            console.print(f"note: {result.note}", markup=False, soft_wrap=True)
     if result.eval_before is not None:
         render_eval_pair(console, result.eval_before, result.eval_after)
     style = {"completed": "green", "interrupted": "yellow", "stopped": "red"}.get(result.status, "white")

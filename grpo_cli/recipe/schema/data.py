@@ -265,6 +265,14 @@ class DataSection(Section):
     max_eval_samples: int | None = Field(None, gt=0)
     """Use at most this many eval rows."""
 
+    @field_validator("max_prompt_tokens", "max_samples", "max_eval_samples", mode="before")
+    @classmethod
+    def _counts(cls, value: object) -> object:
+        """`true` is not a count (pydantic would read it as 1: one-token prompts, one row)."""
+        if isinstance(value, bool):
+            raise ValueError(f"must be a whole number > 0, got {value}")
+        return value
+
     @field_validator("files", mode="before")
     @classmethod
     def _files_suffix(cls, value: object) -> object:

@@ -7,9 +7,14 @@ exactly as TRL does.
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, field_validator
 
 from grpo_cli.recipe.schema.common import Section
+
+MAX_ROUNDS = 100
+"""The most generation rounds a batch may take (`sampling.dynamic.max_rounds`)."""
 
 
 class DynamicSamplingSection(Section):
@@ -32,10 +37,25 @@ class DynamicSamplingSection(Section):
     pass the filter with a gradient that teaches format, not the task."""
     min_std: float = Field(0.0, ge=0.0, allow_inf_nan=False)
     """Drop a group when the population std of `metric` over its completions is at or below this (0: only groups
-    where every completion got the same value)."""
-    max_rounds: int = Field(3, ge=1)
-    """Generation rounds per batch at most, the first included (1: filter only, never generate more). Each extra
-    round generates only as many groups as are still missing, scaled up by the share kept so far."""
+    where every completion got the same value). Population, not the sample std TRL logs as `reward_std`: a group of
+    0/1 scores has a population std of at most 0.5 (half of them right), so `grpo validate` refuses a min_std that
+    a built-in reward's range makes unreachable, and training warns when batches keep ending with every group
+    dropped."""
+    max_rounds: int = Field(3, ge=1, le=MAX_ROUNDS)
+    """Generation rounds per batch at most, the first included (1: filter only, never generate more), up to 100.
+    Each extra round generates only as many groups as are still missing, scaled up by the share kept so far, and
+    a step whose rounds run long says so on the console. verl (`max_num_gen_batches`) and NeMo-RL
+    (`dynamic_sampling_max_gen_batches`) default to 10 and set no maximum; grpo's bound of 100 rounds (up to 100x
+    a step's generation) stops a typo from looping for hours on a reward that never varies."""
+
+
+    @field_validator("max_rounds", mode="before")
+    @classmethod
+    def _rounds(cls, value: Any) -> Any:
+        """`true` is not a number of rounds (pydantic would read it as 1)."""
+        if isinstance(value, bool):
+            raise ValueError(f"must be a number of generation rounds (1 to {MAX_ROUNDS}), got {value}")
+        return value
 
 
 class SamplingSection(Section):

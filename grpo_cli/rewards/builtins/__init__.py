@@ -32,20 +32,23 @@ class BuiltinReward:
     reward with columns judges against a reference (check-rewards reads its spread with that in mind)."""
     tags_only: bool = False
     """Scores the completion's tags alone (check-rewards probes the prompt's tags against it)."""
+    span: tuple[float, float] | None = None
+    """The lowest and highest score whatever its params (its docstring's `Returns:`); None where params move
+    them. `grpo validate` reads it to refuse a `sampling.dynamic.min_std` no group can exceed."""
 
 
 BUILTIN_REWARDS: dict[str, BuiltinReward] = {
-    "accuracy": BuiltinReward("answers", "accuracy", columns=("answer", "solution")),
-    "format": BuiltinReward("formats", "format_reward", tags_only=True),
-    "soft_format": BuiltinReward("formats", "soft_format", tags_only=True),
-    "tag_count": BuiltinReward("formats", "tag_count", tags_only=True),
-    "reasoning_steps": BuiltinReward("formats", "reasoning_steps"),
+    "accuracy": BuiltinReward("answers", "accuracy", columns=("answer", "solution"), span=(0.0, 1.0)),
+    "format": BuiltinReward("formats", "format_reward", tags_only=True, span=(0.0, 1.0)),
+    "soft_format": BuiltinReward("formats", "soft_format", tags_only=True, span=(0.0, 1.0)),
+    "tag_count": BuiltinReward("formats", "tag_count", tags_only=True, span=(0.0, 1.0)),
+    "reasoning_steps": BuiltinReward("formats", "reasoning_steps", span=(0.0, 1.0)),
     "length": BuiltinReward("length", "length", columns=("answer", "solution")),
     "cosine": BuiltinReward("length", "cosine", columns=("answer", "solution")),
     "repetition_penalty": BuiltinReward("length", "repetition_penalty"),
     "soft_overlong_punishment": BuiltinReward("length", "soft_overlong_punishment"),
-    "code_format": BuiltinReward("formats", "code_format", tags_only=True),
-    "code": BuiltinReward("code", "code", columns=("tests",)),
+    "code_format": BuiltinReward("formats", "code_format", tags_only=True, span=(0.0, 1.0)),
+    "code": BuiltinReward("code", "code", columns=("tests",), span=(0.0, 1.0)),
 }
 
 def load_builtin(name: str) -> Callable[..., list[Any]]:
