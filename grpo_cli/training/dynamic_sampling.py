@@ -25,7 +25,6 @@ from typing import Any
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.training.group_rows import join_rows, select_rows
-from grpo_cli.training.zero_advantage import attach_zero_advantage_skip
 from grpo_cli.validation.sampling import chosen_metric
 
 HOOKS = ("_generate_and_score_completions", "_calculate_rewards")
@@ -181,11 +180,3 @@ def attach_dynamic_sampling(trainer: Any, recipe: Recipe) -> DynamicSampler | No
     sampler = DynamicSampler(trainer, metric, settings.min_std, settings.max_rounds, recipe.training.seed)
     sampler.attach()
     return sampler
-
-
-def attach_sampling(trainer: Any, recipe: Recipe) -> None:
-    """The recipe's `sampling:` on a built trainer: dynamic sampling, then the zero-advantage skip (both off by
-    default, and then the trainer is left exactly as TRL built it)."""
-    attach_dynamic_sampling(trainer, recipe)
-    if recipe.sampling.skip_zero_advantage:
-        attach_zero_advantage_skip(trainer)
