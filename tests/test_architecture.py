@@ -201,3 +201,14 @@ def test_every_face_follows_the_one_pattern() -> None:
         for name, module in lazy.items():
             assert getattr(face, name) is getattr(importlib.import_module(module), name), (mod, name)
         assert all(hasattr(face, name) for name in face.__all__), mod
+
+
+def test_training_face_names_every_module_of_its_package() -> None:
+    """training/ is the largest package: its face's docstring is the map a reader starts from."""
+    import grpo_cli.training as training
+
+    doc = training.__doc__ or ""
+    names = [p.name for p in (PACKAGE / "training").iterdir()
+             if p.suffix == ".py" and p.name != "__init__.py" or (p / "__init__.py").exists()]
+    missing = [n for n in names if (n if n.endswith(".py") else n + "/") not in doc]
+    assert not missing, f"grpo_cli/training/__init__.py does not name {missing}"
