@@ -10,7 +10,7 @@ Every module of the package, by concern (docs/architecture.md has the longer acc
   recipe's `callbacks:`), completions.py (completions.jsonl), task_metric.py (`eval.every_steps`, best/, early
   stop), suite_on_save.py (`eval.on_save`), health.py and health_signal.py (health guards).
 - grpo's patches of TRL: hooks/ (the one ordered, version-checked list and its loop) and the modules it applies:
-  vllm_cpu.py, sampler.py, async_cpu.py, fused_is.py, step_timing.py, shared_prefill.py, dynamic_sampling.py
+  vllm_cpu.py, resumable_sampler.py, async_cpu.py, fused_is.py, step_timing.py, shared_prefill.py, dynamic_sampling.py
   (with group_rows.py), zero_advantage.py, async_worker.py; async_grpo.py builds TRL's AsyncGRPOTrainer.
 - The process: heap.py (glibc's heap thresholds), cuda_segments.py (CUDA's expandable segments), sharding.py
   (FSDP2 / ZeRO-3 on CPU, what each rank held).

@@ -19,7 +19,7 @@ from grpo_cli.training.async_cpu import patch_trl_for_cpu
 from grpo_cli.training.async_worker import quiet_rollout_worker
 from grpo_cli.training.dynamic_sampling import attach_dynamic_sampling
 from grpo_cli.training.fused_is import fuse_importance_sampling
-from grpo_cli.training.sampler import resumable
+from grpo_cli.training.resumable_sampler import resumable
 from grpo_cli.training.shared_prefill import share_prompt_prefill
 from grpo_cli.training.vllm_cpu import vllm_on_cpu
 from grpo_cli.training.zero_advantage import attach_zero_advantage_skip
@@ -111,7 +111,8 @@ HOOKS: tuple[Hook, ...] = (
          (VLLM_GENERATION + "VLLMClient", VLLM_GENERATION + "VLLMGeneration.sync_weights"),
          "launch.vllm.mode", "feature", "before_build", "sync",
          lambda run: _vllm_on(run) and run.loaded.device == "cpu", _vllm_cpu),
-    Hook("resumable_sampler", "training/sampler.py", (GRPO + "_get_train_sampler", "trl.trainer.utils.RepeatSampler"),
+    Hook("resumable_sampler", "training/resumable_sampler.py",
+         (GRPO + "_get_train_sampler", "trl.trainer.utils.RepeatSampler"),
          "--resume", "feature", "before_build", "sync", lambda run: run.ckpt is not None, _resumable),
     Hook("async_cpu", "training/async_cpu.py",
          (ASYNC + "packing._flash_attn", ASYNC + "async_grpo_trainer.get_peak_flops_per_device"),
