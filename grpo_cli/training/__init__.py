@@ -8,7 +8,7 @@ Every module of the package, by concern (docs/architecture.md has the longer acc
   callbacks and hooks).
 - Callbacks: callbacks.py (console, metrics.jsonl, graceful stop, `TrainerBound`), user_callbacks.py (the
   recipe's `callbacks:`), completions.py (completions.jsonl), task_metric.py (`eval.every_steps`, best/, early
-  stop), suite_on_save.py (`eval.on_save`), health.py and health_signal.py (health guards).
+  stop), suite_on_save.py (`eval.on_save`), health_guards.py and learning_guards.py (health guards).
 - grpo's patches of TRL: hooks/ (the one ordered, version-checked list and its loop) and the modules it applies:
   vllm_cpu.py, resumable_sampler.py, async_cpu.py, fused_is.py, step_timing.py, shared_prefill.py, dynamic_sampling.py
   (with group_rows.py), zero_advantage.py, async_worker.py; async_grpo.py builds TRL's AsyncGRPOTrainer.

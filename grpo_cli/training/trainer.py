@@ -28,7 +28,7 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
-    from grpo_cli.training.health_signal import all_health_callbacks
+    from grpo_cli.training.learning_guards import all_health_callbacks
     from grpo_cli.training.sharding import ShardingProbe
 
     recipe = run.recipe
