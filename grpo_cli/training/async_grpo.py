@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any
 from grpo_cli import trl_compat
 from grpo_cli.errors import GrpoError
 from grpo_cli.launching.vllm_server import server_base_url
-from grpo_cli.manifest import AsyncRun
 from grpo_cli.models import model_reference
+from grpo_cli.runs.manifest import AsyncRun
 from grpo_cli.training.async_cpu import CpuWeightTransfer
 from grpo_cli.validation.async_checks import async_plan, epsilons
 

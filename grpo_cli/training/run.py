@@ -18,14 +18,14 @@ from grpo_cli.data import prepare_data
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 from grpo_cli.launching.vllm_server import server_base_url, wait_for_server
-from grpo_cli.manifest import Scores, start_manifest
 from grpo_cli.models import load_model, load_source_model, record_base_reference, resolve_model_source
 from grpo_cli.paths import share_weights
 from grpo_cli.progress import quiet_libraries
 from grpo_cli.recipe.loader import dump_yaml
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards import build_reward_funcs
-from grpo_cli.run_lock import LOCKED_ENV, RunLock, mark_if_killed
+from grpo_cli.runs.lock import LOCKED_ENV, RunLock, mark_if_killed
+from grpo_cli.runs.manifest import Scores, start_manifest
 from grpo_cli.threads import apply_torch_threads
 from grpo_cli.tools import load_toolset
 from grpo_cli.training.async_grpo import async_config

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
-from grpo_cli.manifest import Manifest
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.runs.manifest import Manifest
 
 if TYPE_CHECKING:
     from rich.console import Console
