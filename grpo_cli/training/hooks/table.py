@@ -6,6 +6,10 @@ The order is the stacking order: where two hooks wrap one method (`_generate_and
 fused_is, then step_timing, then dynamic_sampling), the later one wraps the earlier, so the last in the list runs
 first. The code of each hook stays in the module of its concern (`module`); this list only calls it.
 `tests/test_trl_hooks.py` pins the order and resolves every replaced name on the installed TRL.
+
+Not TRL's, so not here: sharding.py's two process-wide changes (accelerate's shared state made FSDP on CPU,
+DeepSpeed's shared-memory op marked incompatible), which run.py applies before GRPOConfig, and heap.py /
+cuda_segments.py, which set the C and CUDA allocators.
 """
 
 from __future__ import annotations
