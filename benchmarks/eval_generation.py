@@ -1,6 +1,6 @@
 """Batched vs per-prompt sampling for `grpo eval` on the bundled tiny model (target: batched >= 10x faster).
 
-Both paths run the same `grpo_cli.evaluation.sampling.generate` (left padding, k samples per prompt); the only
+Both paths run the same `grpo_cli.evaluation.backends.generate` (left padding, k samples per prompt); the only
 difference is how many prompts go into one `generate` call. Prints a table of samples/s and appends it
 to docs/performance.md.
 
@@ -56,7 +56,7 @@ def main() -> None:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_cli.evaluation.sampling import generate
+    from grpo_cli.evaluation.backends import generate
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32)

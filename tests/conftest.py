@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -40,6 +41,18 @@ def sigint_as_a_terminal() -> None:
     """`preexec_fn` for a child a test interrupts: SIGINT handled as a terminal delivers it. A shell that starts
     pytest in the background ignores SIGINT, and a child Python keeps an ignored SIGINT (Ctrl-C would do nothing)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """This process's SIGINT as Python sets it up at a terminal (KeyboardInterrupt), for the test's duration: a
+    shell that starts pytest in the background (`nohup`, `&`) has it ignored, and a test of what grpo does on
+    Ctrl-C must not depend on how the suite was started."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_cli(*args: str | Path) -> CliResult:

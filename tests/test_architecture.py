@@ -16,8 +16,8 @@ from tests.conftest import ROOT
 PACKAGE = ROOT / "grpo_cli"
 # Lower number = lower layer. A module may import its own layer or lower ones.
 LAYERS = {"grpo_cli": 0, "version": 0, "errors": 0, "findings": 0, "user_code": 0, "lazy": 0, "threads": 0,
-          "progress": 0, "paths": 0, "runs": 0, "run_lock": 0, "manifest": 0, "gguf_source": 0, "gguf_cache": 0,
-          "suite_table": 0,
+          "progress": 0, "paths": 0, "runs": 0, "gguf": 0,
+          "suite_table": 0, "trl_compat": 0,
           "assets": 0,
           "recipe": 1, "data": 2, "rewards": 2, "tools": 3, "models": 3, "artefacts": 3,
           "validation": 4, "evaluation": 5, "importing": 5, "launching": 5, "calibration": 5,
@@ -133,8 +133,10 @@ def test_recipe_imports_nothing_above_it_and_cli_is_imported_by_nobody() -> None
     edges = _graph()
     for mod, targets in edges.items():
         if _package(mod) == "recipe":
-            # suite_table: the suite names `eval.suite` accepts (plain data that imports nothing of grpo_cli)
-            assert {_package(t) for t in targets} <= {"recipe", "errors", "paths", "suite_table"}, (mod, targets)
+            # suite_table: the suite names `eval.suite` accepts (plain data that imports nothing of grpo_cli);
+            # trl_compat: where the installed TRL keeps AsyncGRPOConfig's source (stdlib only)
+            assert {_package(t) for t in targets} <= {"recipe", "errors", "paths", "suite_table", "trl_compat"}, (
+                mod, targets)
         if _package(mod) not in ("cli", "__main__"):
             assert not any(_package(t) == "cli" for t in targets), (mod, targets)
 
@@ -199,3 +201,14 @@ def test_every_face_follows_the_one_pattern() -> None:
         for name, module in lazy.items():
             assert getattr(face, name) is getattr(importlib.import_module(module), name), (mod, name)
         assert all(hasattr(face, name) for name in face.__all__), mod
+
+
+def test_training_face_names_every_module_of_its_package() -> None:
+    """training/ is the largest package: its face's docstring is the map a reader starts from."""
+    import grpo_cli.training as training
+
+    doc = training.__doc__ or ""
+    names = [p.name for p in (PACKAGE / "training").iterdir()
+             if p.suffix == ".py" and p.name != "__init__.py" or (p / "__init__.py").exists()]
+    missing = [n for n in names if (n if n.endswith(".py") else n + "/") not in doc]
+    assert not missing, f"grpo_cli/training/__init__.py does not name {missing}"

@@ -136,7 +136,7 @@ def test_memory_and_validate_of_a_gguf_that_is_missing_or_a_directory(tmp_path: 
 
 def test_an_unusable_cache_dir_is_one_paragraph(tmp_path: Path, monkeypatch) -> None:
     from grpo_cli.errors import GrpoError
-    from grpo_cli.gguf_cache import materialize
+    from grpo_cli.gguf.cache import materialize
 
     model = _small_gguf(tmp_path / "m.gguf")
     (tmp_path / "afile").write_text("x")
@@ -163,7 +163,7 @@ def test_an_interrupted_first_conversion_leaves_no_temporary_directory(tmp_path:
     cache = tmp_path / "cache"
     (cache / "gguf" / ".old-0123.999999999.tmp").mkdir(parents=True)  # pid 999999999 cannot exist (pid_max 2^22)
     (cache / "gguf" / f".busy-0123.{os.getpid()}.tmp").mkdir()  # a live process's conversion
-    code = ("import sys; from pathlib import Path; from grpo_cli.gguf_cache import materialize\n"
+    code = ("import sys; from pathlib import Path; from grpo_cli.gguf.cache import materialize\n"
             "try:\n    materialize(Path(sys.argv[1]))\nexcept KeyboardInterrupt:\n    sys.exit(130)\n")
     proc = subprocess.Popen([sys.executable, "-c", code, str(resolve(SMOLLM2))], stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "GRPO_CACHE_DIR": str(cache), "PYTHONPATH": str(ROOT)})
@@ -295,7 +295,7 @@ def test_a_damaged_conversion_cache_names_the_directory_to_delete(tmp_path: Path
     import shutil
 
     from grpo_cli.errors import GrpoError
-    from grpo_cli.gguf_cache import MARKER
+    from grpo_cli.gguf.cache import MARKER
     from grpo_cli.models.sources import load_base
 
     converted = tmp_path / "m-0123456789abcdef"

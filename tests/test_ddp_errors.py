@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RECIPES, ROOT
+from tests.conftest import RECIPES, ROOT, sigint_as_a_terminal
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +29,8 @@ def test_ctrl_c_of_a_ddp_run_prints_no_traceback(tmp_path: Path) -> None:
     out = tmp_path / "ddp"
     cmd = _ddp(out, "training.max_steps=200")
     env = ENV
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=sigint_as_a_terminal)
     metrics = out / "metrics.jsonl"
     deadline = time.monotonic() + 300
     while not (metrics.exists() and metrics.read_text().count('"reward"') >= 2):

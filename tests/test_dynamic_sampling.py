@@ -127,13 +127,15 @@ def test_dynamic_sampling_composes_with_lora(tmp_path: Path) -> None:
 def test_a_recipe_without_sampling_trains_exactly_as_before(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from safetensors.torch import load_file
 
-    import grpo_cli.training.trainer as trainer_module
+    import grpo_cli.training.hooks.table as hooks_table
 
     with_feature_code = _train(tmp_path / "now", "training.max_steps=3")
-    skipped: list[bool] = []  # where make_trainer calls the hook, so the second run is really without it
-    monkeypatch.setattr(trainer_module, "attach_sampling", lambda trainer, recipe, console: skipped.append(True))
+    skipped: list[str] = []  # where the hook list calls them, so the second run is really without them
+    monkeypatch.setattr(hooks_table, "attach_dynamic_sampling",
+                        lambda trainer, recipe, console=None: skipped.append("dynamic"))
+    monkeypatch.setattr(hooks_table, "attach_zero_advantage_skip", lambda trainer: skipped.append("zero"))
     before = _train(tmp_path / "before", "training.max_steps=3")
-    assert skipped, "the sampling hook was not replaced: make_trainer no longer calls trainer.attach_sampling"
+    assert skipped == ["dynamic"], "the sampling hook was not replaced: the hook list no longer calls it"
 
     def same(r: dict) -> dict:
         return {k: v for k, v in r.items() if not k.startswith("time") and k != "step_time"}  # clocks

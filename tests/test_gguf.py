@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_source import DEQUANTISABLE, SUPPORTED_ARCHITECTURES, read_header
+from grpo_cli.gguf.source import DEQUANTISABLE, SUPPORTED_ARCHITECTURES, read_header
 from grpo_cli.paths import resolve
 from tests.conftest import run_cli
 
@@ -153,7 +153,7 @@ def test_conversion_bar_is_silent_when_piped_and_restored_after(capsys: pytest.C
     """transformers draws its GGUF conversion bar with tqdm directly; piped, that is one long line of `\\r`."""
     import transformers.modeling_gguf_pytorch_utils as gguf_utils
 
-    from grpo_cli.gguf_cache import _quiet_conversion_bar
+    from grpo_cli.gguf.cache import _quiet_conversion_bar
 
     undo = _quiet_conversion_bar()  # capsys: stderr is not a terminal, as when piped
     list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))

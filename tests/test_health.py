@@ -21,7 +21,7 @@ FAST = ["training.max_steps=4", "training.per_device_train_batch_size=8", "train
 
 def _guards(tmp_path: Path, *overrides: str) -> tuple[list[Any], io.StringIO]:
     from grpo_cli import load_recipe
-    from grpo_cli.training.health import health_callbacks
+    from grpo_cli.training.health_guards import health_callbacks
 
     buf = io.StringIO()
     console = Console(file=buf, width=300, highlight=False, color_system=None)

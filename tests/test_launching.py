@@ -352,6 +352,7 @@ time.sleep(30)
 """
 
 
+@pytest.mark.usefixtures("python_sigint")  # SIGINT as at a terminal, even when the suite runs in the background
 def test_first_ctrl_c_asks_every_process_of_the_group_to_stop_gracefully(tmp_path: Path) -> None:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
@@ -369,4 +370,4 @@ def test_first_ctrl_c_asks_every_process_of_the_group_to_stop_gracefully(tmp_pat
     time.sleep(0.3)  # the worker may finish writing just after its parent exits
     got = sorted(p.read_text() for p in tmp_path.glob("got.[0-9]*"))
     assert got == ["SIGTERM", "SIGTERM"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # handlers restored
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler it found, restored

@@ -1,4 +1,4 @@
-"""The run manifest (grpo_cli/manifest.py): a run directory written before manifests had a version still reads,
+"""The run manifest (grpo_cli/runs/manifest.py): a run directory written before manifests had a version still reads,
 and renders in `grpo report` and the model card as it did; a manifest written and read back is the same."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from grpo_cli import runs
-from grpo_cli.manifest import MANIFEST_VERSION, Best, Manifest, Scores, start_manifest
+from grpo_cli.runs.manifest import MANIFEST_VERSION, Best, Manifest, Scores, start_manifest
 from tests.conftest import run_cli
 
 # A completed run's manifest as grpo wrote it before the `version` field: `runs.start_manifest` plus the

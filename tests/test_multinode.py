@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RECIPES, ROOT
+from tests.conftest import RECIPES, ROOT, sigint_as_a_terminal
 
 pytestmark = pytest.mark.slow
 
@@ -34,7 +34,7 @@ def _machine(rank: int, out: Path, port: int, *extra: str) -> subprocess.Popen[s
            "training.num_generations=4", "training.logging_steps=1", "eval.before_after=false", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=sigint_as_a_terminal)
 
 
 def _finish(procs: list[subprocess.Popen[str]], timeout: float = 600) -> list[str]:

@@ -125,7 +125,7 @@ def test_gguf_export_round_trips_and_the_card_says_so(merged: tuple[Path, Path],
     from huggingface_hub import ModelCard
 
     from grpo_cli.artefacts.hub import stage_run
-    from grpo_cli.gguf_source import read_header
+    from grpo_cli.gguf.source import read_header
 
     run, out = merged
     monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))  # the read-back conversions go here

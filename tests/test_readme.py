@@ -31,6 +31,14 @@ def test_ci_runs_the_readme_test_command() -> None:
     assert all("install_vllm_cpu.sh" in c or "-m vllm" in c for c in commands[3:]), commands[3:]
 
 
+def test_readme_command_table_names_every_verb() -> None:
+    from grpo_cli.cli.commands import VERBS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"^\| `grpo ([a-z-]+)", text, re.MULTILINE)) | set(re.findall(r"/ `grpo ([a-z-]+)", text))
+    assert {verb for verb, *_ in VERBS} <= listed, {verb for verb, *_ in VERBS} - listed
+
+
 def test_readme_links_exist() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     for target in re.findall(r"\]\(((?:docs|recipes|grpo_cli)/[^)#]+)\)", text):

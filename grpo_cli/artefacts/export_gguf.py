@@ -2,7 +2,7 @@
 
 Written with the `gguf` package as llama.cpp's converter lays it out (tensor names from gguf's own map, Llama's
 Q and K rows permuted for its rotary layout, the byte-level BPE vocabulary, merges, special tokens and the chat
-template), then trusted only after it is read back through grpo's own GGUF loader (`gguf_source.materialize`,
+template), then trusted only after it is read back through grpo's own GGUF loader (`gguf.cache.materialize`,
 transformers' GGUF conversion) and its logits agree with the source model's on fixed probes.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from grpo_cli.artefacts.card import GGUF_RECORD, refresh_gguf_section
 from grpo_cli.artefacts.merge import probe_inputs, probe_logits
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_cache import materialize
+from grpo_cli.gguf.cache import materialize
 from grpo_cli.models.sources import quiet_loading
 from grpo_cli.paths import check_writable_dir
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_cache import conversion_record
-from grpo_cli.gguf_source import read_header
+from grpo_cli.gguf.cache import conversion_record
+from grpo_cli.gguf.source import read_header
 from grpo_cli.paths import is_gguf_reference, is_hub_id, resolve
 
 # A GGUF file's name ends in its quantisation (SmolLM2-135M-Instruct.Q4_1.gguf, qwen2-0_5b-instruct-q8_0.gguf).

@@ -13,8 +13,8 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.manifest import Manifest
-from grpo_cli.run_lock import mark_if_killed
+from grpo_cli.runs.lock import mark_if_killed
+from grpo_cli.runs.manifest import Manifest
 
 
 @dataclass

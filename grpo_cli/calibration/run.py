@@ -31,7 +31,7 @@ from grpo_cli.calibration.summary import Calibrated, finish
 from grpo_cli.data import prepare_data
 from grpo_cli.data.pass_rate import prompt_key
 from grpo_cli.errors import GrpoError, RecipeError
-from grpo_cli.evaluation.sampling import check_backend, generate, one_model
+from grpo_cli.evaluation.backends import check_backend, generate, one_model
 from grpo_cli.evaluation.scoring import score
 from grpo_cli.models import load_tokenizer_for, resolve_model_source, source_reference
 from grpo_cli.models.loading import resolve_dtype

@@ -3,8 +3,8 @@
 A new verb is one file in this package plus one line here; nothing registers itself by being imported, and
 every verb is wrapped in the error guard here, so its function is flat (no guard of its own).
 A command line that names its verb gets an app with that verb alone (`app_for`): Typer inspects the
-signature of every registered function before it parses anything, and importing and inspecting all
-fourteen was a tenth of `grpo validate`. `grpo --help` and anything else get every verb.
+signature of every registered function before it parses anything, and importing and inspecting every verb
+(`VERBS`) was a tenth of `grpo validate`. `grpo --help` and anything else get every verb.
 """
 
 from __future__ import annotations

@@ -3,16 +3,16 @@
 `evaluate(EvalRequest(...))` is what `grpo eval` does (command.py: the request resolved once by `plan_evaluation`
 into an `EvalRun`, then run on every model, one writer);
 `EvalTask.for_recipe` and `evaluate_loaded` give `grpo train` its before/after numbers and task metric (task.py).
-Sampling is batched transformers `generate` or vLLM's offline engine (sampling.py); held_out.py
+Sampling is batched transformers `generate` or vLLM's offline engine (backends.py); held_out.py
 maps and scores a recipe's rows, suites.py a suite's (which suites exist is `grpo_cli.suite_table`); scoring.py has
 the one settings and result types. Heavy libraries load only when sampling runs.
 """
 
 from __future__ import annotations
 
+from grpo_cli.evaluation.backends import check_backend, generate, one_model, prompt_texts
 from grpo_cli.evaluation.command import EvalOutcome, EvalRequest, evaluate, label_models, plan_evaluation, write_results
 from grpo_cli.evaluation.held_out import HeldOutScoring, evaluate_rows
-from grpo_cli.evaluation.sampling import check_backend, generate, one_model, prompt_texts
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings, score, wilson_interval
 from grpo_cli.evaluation.suites import Suite, get_suite
 from grpo_cli.evaluation.task import (

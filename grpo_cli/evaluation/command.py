@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.evaluation.sampling import check_backend
+from grpo_cli.evaluation.backends import check_backend
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings
 from grpo_cli.evaluation.suites import get_suite, recipe_suite_files
 from grpo_cli.evaluation.task import EvalRun, EvalTask, prepare_run, run_models

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli.data import LOCAL_SUFFIXES, map_split, prepare_data
 from grpo_cli.errors import GrpoError
-from grpo_cli.evaluation.sampling import generate
+from grpo_cli.evaluation.backends import generate
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings, score
 from grpo_cli.rewards import load_reward
 from grpo_cli.tools import load_toolset, run_episodes, start_episodes
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from rich.console import Console
 
-    from grpo_cli.evaluation.sampling import Sampler
+    from grpo_cli.evaluation.backends import Sampler
     from grpo_cli.recipe.schema import Recipe
     from grpo_cli.tools import Toolset
 

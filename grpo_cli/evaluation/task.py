@@ -15,8 +15,8 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.evaluation.backends import check_backend, generate, one_model, prompt_texts
 from grpo_cli.evaluation.held_out import HeldOutScoring, evaluate_rows, load_eval_rows
-from grpo_cli.evaluation.sampling import check_backend, generate, one_model, prompt_texts
 from grpo_cli.evaluation.scoring import EvalResult, EvalSettings
 from grpo_cli.evaluation.suites import Suite, SuiteRow, get_suite, recipe_suite_files
 from grpo_cli.models.loading import load_tokenizer_for, resolve_dtype
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from datasets import Dataset
     from rich.console import Console
 
-    from grpo_cli.evaluation.sampling import Sampler
+    from grpo_cli.evaluation.backends import Sampler
     from grpo_cli.models.sources import ModelSource
     from grpo_cli.recipe.schema import Recipe
 

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.profiles import launch_profile
-from grpo_cli.run_lock import LOCKED_ENV, RunLock
 from grpo_cli.runs import manifest_status
+from grpo_cli.runs.lock import LOCKED_ENV, RunLock
 from grpo_cli.threads import RELAUNCHED_ENV, launch_env_threads
 from grpo_cli.validation import thread_plan
 from grpo_cli.validation.topology import (

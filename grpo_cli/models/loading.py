@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_cache import materialize
+from grpo_cli.gguf.cache import materialize
 from grpo_cli.models.sources import ModelSource, damaged_weights_error
 from grpo_cli.models.vision import (
     freeze_vision_tower,

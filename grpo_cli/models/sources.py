@@ -16,7 +16,7 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_cache import conversion_record, materialize
+from grpo_cli.gguf.cache import conversion_record, materialize
 from grpo_cli.models.vision import is_vision_language
 from grpo_cli.paths import ASSETS_DIR, BUNDLED_PREFIX, check_hub_access, is_gguf_reference, is_hub_id, resolve
 

@@ -20,6 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from grpo_cli import trl_compat
+
 # Which classes make up GRPOConfig, base first, in each package.
 _SOURCES = [
     ("transformers", "training_args.py", "TrainingArguments"),
@@ -238,15 +240,12 @@ def json_schema_for(field: TrlField) -> dict[str, Any]:
     return schema
 
 
-# TRL's AsyncGRPOConfig (launch.vllm.mode: async): TrainingArguments and _BaseConfig, then its own fields.
-_ASYNC_SOURCE = ("trl", "experimental/async_grpo/async_grpo_config.py", "AsyncGRPOConfig")
-
-
 @cache
 def async_grpo_config_names() -> frozenset[str]:
     """The fields the installed TRL's AsyncGRPOConfig takes, read from source (empty if it has none)."""
     names: set[str] = set()
-    for package, rel, class_name in (*_SOURCES[:2], _ASYNC_SOURCE):
+    own = ("trl", *trl_compat.async_config_source())  # where the installed TRL keeps it (moved in 1.18)
+    for package, rel, class_name in (*_SOURCES[:2], own):  # TrainingArguments and _BaseConfig, then its own
         base = _package_dir(package)
         if base is None or not (base / rel).exists():
             return frozenset()

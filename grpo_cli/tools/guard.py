@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from grpo_cli.manifest import ToolUse
+from grpo_cli.runs.manifest import ToolUse
 from grpo_cli.tools.lifecycle import lifecycle_overrides
 
 

@@ -239,7 +239,7 @@ def check_tools(recipe: Recipe, columns: list[str] | None) -> ToolCheck:
     version_checks(recipe, out)
     local = recipe.local_model_dir(recipe.model.name_or_path)
     if local is not None and local.is_file():  # a GGUF file: its converted directory, when converted already
-        from grpo_cli.gguf_cache import cached_conversion
+        from grpo_cli.gguf.cache import cached_conversion
 
         local = cached_conversion(local)
     if local is not None and (local / "config.json").exists():

@@ -1,14 +1,23 @@
 """Training: recipe -> TRL GRPOTrainer, run on CPU, one GPU or many processes through accelerate.
 
-- run.py: `train(recipe)` in named phases (prepare, build the trainer, train, finish).
-- config.py: recipe -> GRPOConfig keyword arguments.
-- callbacks.py / health.py: console, metrics.jsonl, graceful stop, health guards.
-- vllm_cpu.py: vLLM on CPU during training (environment, grpo's CPU weight sync, client side).
-- task_metric.py: eval.every_steps (task metric, best/, early stop); completions.py: completions.jsonl.
-- command.py: what `grpo train` does with its command line (re-launch, resume).
+Every module of the package, by concern (docs/architecture.md has the longer account):
+
+- The run: run.py (`train(recipe)` in named phases: prepare, build the trainer, train, finish), run_state.py
+  (what a run holds between phases, `TrainResult`), command.py (what `grpo train` does with its command line:
+  re-launch, resume), config.py (recipe -> GRPOConfig keyword arguments), trainer.py (the trainer with grpo's
+  callbacks and hooks).
+- Callbacks: callbacks.py (console, metrics.jsonl, graceful stop, `TrainerBound`), user_callbacks.py (the
+  recipe's `callbacks:`), completions.py (completions.jsonl), task_metric.py (`eval.every_steps`, best/, early
+  stop), suite_on_save.py (`eval.on_save`), health_guards.py and learning_guards.py (health guards).
+- grpo's patches of TRL: hooks/ (the one ordered, version-checked list and its loop) and the modules it applies:
+  vllm_cpu.py, resumable_sampler.py, async_cpu.py, fused_is.py (with kept_mass.py, the renormalisation over the
+  tokens top_p/top_k/min_p kept), step_timing.py, shared_prefill.py, dynamic_sampling.py
+  (with group_rows.py), zero_advantage.py, async_worker.py; async_grpo.py builds TRL's AsyncGRPOTrainer.
+- The process: heap.py (glibc's heap thresholds), cuda_segments.py (CUDA's expandable segments), sharding.py
+  (FSDP2 / ZeRO-3 on CPU, what each rank held).
+
 Launching (accelerate, clusters, the vLLM server) is grpo_cli.launching; the report, samples, model card and
-push are grpo_cli.artefacts.
-Importing this package stays light; transformers and TRL load when a run starts.
+push are grpo_cli.artefacts. Importing this package stays light; transformers and TRL load when a run starts.
 """
 
 from __future__ import annotations

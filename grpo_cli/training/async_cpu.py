@@ -70,7 +70,9 @@ def _no_peak_flops(*_: Any, **__: Any) -> None:
 
 
 def patch_trl_for_cpu() -> None:
-    """Point TRL's async trainer at the CPU attention and MFU hooks (for this process; it trains on the CPU)."""
+    """Point TRL's async trainer at the CPU attention and MFU hooks (for this process; it trains on the CPU).
+
+    TRL 1.16's private submodules, which TRL 1.18 removed: training/hooks/ applies this only on a verified TRL."""
     from trl.experimental.async_grpo import async_grpo_trainer, packing
 
     packing._flash_attn = _cpu_flash_attn  # type: ignore[assignment]

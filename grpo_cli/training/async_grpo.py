@@ -4,7 +4,8 @@ The async trainer differs from GRPOTrainer in what it is handed: a model path (i
 packed prefix-tree attention), conversational prompts only (its rollout worker renders every prompt through the
 chat template and parses each answer with a response template), and its own AsyncGRPOConfig. This module maps
 the recipe onto those; validation/async_checks.py has already refused what it cannot honour. On a GPU the
-trainer runs as TRL ships it (NCCL weight transfer); on the CPU through training/async_cpu.py.
+trainer runs as TRL ships it (NCCL weight transfer); on the CPU through training/async_cpu.py. Where the
+installed TRL keeps the async trainer is grpo_cli/trl_compat.py's to say.
 """
 
 from __future__ import annotations
@@ -15,19 +16,18 @@ import json
 import re
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli import trl_compat
 from grpo_cli.errors import GrpoError
 from grpo_cli.launching.vllm_server import server_base_url
-from grpo_cli.manifest import AsyncRun
 from grpo_cli.models import model_reference
-from grpo_cli.training.async_cpu import CpuWeightTransfer, patch_trl_for_cpu
-from grpo_cli.training.async_worker import quiet_rollout_worker
+from grpo_cli.runs.manifest import AsyncRun
+from grpo_cli.training.async_cpu import CpuWeightTransfer
 from grpo_cli.validation.async_checks import async_plan, epsilons
 
 if TYPE_CHECKING:
-    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
-
     from grpo_cli.recipe.schema import Recipe
     from grpo_cli.training.run_state import RunState
+    from grpo_cli.trl_compat import AsyncGRPOConfig, AsyncGRPOTrainer
 
 RAW_ROLE = "user"
 
@@ -35,9 +35,8 @@ RAW_ROLE = "user"
 def async_config(recipe: Recipe, kwargs: dict[str, Any], dtype: str) -> AsyncGRPOConfig:
     """AsyncGRPOConfig from the GRPOConfig keyword arguments grpo builds (the keys it shares with them), plus the
     server, the staleness bound and a fixed count of completions per micro-step (as the synchronous trainer)."""
-    from trl.experimental.async_grpo import AsyncGRPOConfig
-
-    names = {f.name for f in dataclasses.fields(AsyncGRPOConfig)}
+    config_class = trl_compat.async_classes()[0]
+    names = {f.name for f in dataclasses.fields(config_class)}
     kw = {k: v for k, v in kwargs.items() if k in names}
     v = recipe.launch.vllm
     kw.update(vllm_server_base_url=server_base_url(recipe), vllm_server_timeout=v.server_timeout,
@@ -46,7 +45,7 @@ def async_config(recipe: Recipe, kwargs: dict[str, Any], dtype: str) -> AsyncGRP
     if recipe.model.revision:
         kw["model_init_kwargs"] = {"revision": recipe.model.revision}
     try:
-        return AsyncGRPOConfig(**kw)
+        return config_class(**kw)
     except (ValueError, TypeError) as exc:
         raise GrpoError(f"TRL rejected the async training settings: {str(exc).splitlines()[0]}", where="training",
                         fix="Fix the named training key; `grpo validate` checks most of these up front.") from None
@@ -103,25 +102,22 @@ def async_dataset(train: Any) -> tuple[Any, bool, str | None]:
 
 
 def make_async_trainer(run: RunState, config: AsyncGRPOConfig) -> AsyncGRPOTrainer:
-    """TRL's AsyncGRPOTrainer with grpo's callbacks (already in run.callbacks); CPU hooks when on the CPU."""
+    """TRL's AsyncGRPOTrainer with grpo's callbacks (already in run.callbacks); on the CPU, grpo's weight transfer
+    (the CPU attention and the rollout worker's hooks come from training/hooks/, around this)."""
     from transformers.trainer_callback import PrinterCallback
-    from trl.experimental.async_grpo import AsyncGRPOTrainer
 
     recipe, on_cpu = run.recipe, run.loaded.device == "cpu"
     transfer = CpuWeightTransfer(server_base_url(recipe), recipe.launch.vllm.server_timeout) if on_cpu else None
-    if on_cpu:
-        patch_trl_for_cpu()
     train, plain, first = async_dataset(run.data.train)
     tokenizer = async_tokenizer(run.loaded.processing_class, plain, first)
-    trainer = AsyncGRPOTrainer(model=model_reference(recipe), reward_funcs=run.reward_funcs, args=config,
+    trainer_class = trl_compat.async_classes()[1]
+    trainer = trainer_class(model=model_reference(recipe), reward_funcs=run.reward_funcs, args=config,
                                train_dataset=train, processing_class=tokenizer, callbacks=run.callbacks,
                                peft_config=run.loaded.peft_config, weight_transfer=transfer)
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
-    if trainer.rollout_worker is not None:  # Ctrl-C goes to grpo's handler; the worker stops in a second, not 15
-        quiet_rollout_worker(trainer.rollout_worker)
     low, high = epsilons(recipe)
     run.manifest.async_run = AsyncRun(
-        trainer="trl.experimental.async_grpo.AsyncGRPOTrainer", max_staleness=recipe.launch.vllm.max_staleness,
+        trainer=trl_compat.async_home() + ".AsyncGRPOTrainer", max_staleness=recipe.launch.vllm.max_staleness,
         correction=f"token ratio pi_theta/pi_server clipped to [{1 - low:g}, {1 + high:g}]",
         weight_sync="grpo-cpu" if on_cpu else "nccl")
     if run.console is not None:

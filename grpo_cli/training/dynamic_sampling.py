@@ -29,8 +29,7 @@ from typing import TYPE_CHECKING, Any
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.training.group_rows import join_rows, select_rows
-from grpo_cli.training.zero_advantage import attach_zero_advantage_skip
-from grpo_cli.validation.sampling import chosen_metric
+from grpo_cli.validation.sampling_checks import chosen_metric
 
 HOOKS = ("_generate_and_score_completions", "_calculate_rewards")
 ATTRIBUTES = ("num_generations", "reward_func_names", "reward_weights", "_metrics", "train_dataset", "accelerator",
@@ -201,7 +200,7 @@ class DynamicSampler:
         self.empty = self.empty + 1 if have == 0 else 0
         if self.empty != EMPTY_BATCHES:
             return
-        from grpo_cli.training.health import HealthEvents  # loads transformers, which this module does not
+        from grpo_cli.training.health_guards import HealthEvents  # loads transformers, which this module does not
 
         out = Path(getattr(self.trainer.args, "output_dir", "."))
         message = (f"every group of the last {EMPTY_BATCHES} generation batches was dropped after {rounds} rounds "
@@ -276,11 +275,3 @@ def attach_dynamic_sampling(trainer: Any, recipe: Recipe, console: Console | Non
     sampler = DynamicSampler(trainer, metric, settings.min_std, settings.max_rounds, recipe.training.seed, console)
     sampler.attach()
     return sampler
-
-
-def attach_sampling(trainer: Any, recipe: Recipe, console: Console | None = None) -> None:
-    """The recipe's `sampling:` on a built trainer: dynamic sampling, then the zero-advantage skip (both off by
-    default, and then the trainer is left exactly as TRL built it)."""
-    attach_dynamic_sampling(trainer, recipe, console)
-    if recipe.sampling.skip_zero_advantage:
-        attach_zero_advantage_skip(trainer)

@@ -19,20 +19,20 @@ from grpo_cli.data import prepare_data
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 from grpo_cli.launching.vllm_server import server_base_url, wait_for_server
-from grpo_cli.manifest import Scores, start_manifest
 from grpo_cli.models import load_model, load_source_model, record_base_reference, resolve_model_source
 from grpo_cli.paths import share_weights
 from grpo_cli.progress import quiet_libraries
 from grpo_cli.recipe.loader import dump_yaml
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards import build_reward_funcs
-from grpo_cli.run_lock import LOCKED_ENV, RunLock, mark_if_killed
+from grpo_cli.runs.lock import LOCKED_ENV, RunLock, mark_if_killed
+from grpo_cli.runs.manifest import Scores, start_manifest
 from grpo_cli.threads import apply_torch_threads
 from grpo_cli.tools import load_toolset
 from grpo_cli.training.async_grpo import async_config
 from grpo_cli.training.config import grpo_config_kwargs, tracking_environment
 from grpo_cli.training.heap import prepare_allocators
-from grpo_cli.training.run_state import RunState, TrainResult, is_main_process
+from grpo_cli.training.run_state import RunState, TrainResult, is_main_process, say
 from grpo_cli.training.trainer import make_trainer
 from grpo_cli.validation import choose_backend, preflight, thread_plan
 
@@ -82,11 +82,6 @@ def _choose_threads(recipe: Recipe) -> ThreadPlan:
     return thread_plan(recipe, sample=True)
 
 
-def _say(console: Console | None, text: str) -> None:
-    if console is not None and is_main_process():
-        console.print(text, markup=False, soft_wrap=True)
-
-
 def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Console | None) -> RunState:
     """Everything that can fail cheaply, before any model loads and before anything is written.
 
@@ -95,16 +90,16 @@ def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, 
     """
     if is_main_process() and (killed := mark_if_killed(out, lock_held=True)) is not None:
         step = "unknown" if killed.global_step is None else killed.global_step
-        _say(console, f"note: the run in {out} ended without recording why (last recorded step {step}); its "
+        say(console, f"note: the run in {out} ended without recording why (last recorded step {step}); its "
                       "manifest now says `killed`")
     plan = runs.plan_output_dir(out, resume=resume, force=force, policy=recipe.output.overwrite)
     for path, why in plan.skipped:
-        _say(console, f"skipping {path.name}: {why}")
+        say(console, f"skipping {path.name}: {why}")
     for note in plan.notes:
-        _say(console, f"note: {note}")
+        say(console, f"note: {note}")
     if plan.checkpoint is not None:
         runs.check_resume_compatible(out, name_or_path=recipe.model.name_or_path, lora=bool(recipe.model.lora))
-        _say(console, f"resuming from {plan.checkpoint.name} (step {runs.saved_step(plan.checkpoint)})")
+        say(console, f"resuming from {plan.checkpoint.name} (step {runs.saved_step(plan.checkpoint)})")
     if recipe.launch.vllm.uses_server and is_main_process():
         wait_for_server(server_base_url(recipe), recipe.launch.vllm.server_timeout, recipe_source=recipe.source)
     return RunState(recipe, out, console, plan.checkpoint, plan.replace)
@@ -117,8 +112,8 @@ def _announce(run: RunState) -> None:
     steps = run.recipe.training.max_steps
     run.console.print(f"[bold]grpo train[/] {run.recipe.source or 'recipe'}: {run.recipe.model.name_or_path} "
                       f"-> {run.out}" + (f", {steps} steps" if steps > 0 else ""), soft_wrap=True)
-    _say(run.console, "threads: " + run.threads.describe(sandboxes=any(e.name == "code" for e in run.recipe.rewards)))
-    _say(run.console, "importing torch, transformers and TRL")
+    say(run.console, "threads: " + run.threads.describe(sandboxes=any(e.name == "code" for e in run.recipe.rewards)))
+    say(run.console, "importing torch, transformers and TRL")
 
 
 def _build(run: RunState) -> None:
@@ -136,9 +131,9 @@ def _build(run: RunState) -> None:
     skip_deepspeed_cpu_inference_op()  # before GRPOConfig starts DeepSpeed's communication backend
     recipe, out, console = run.recipe, run.out, run.console
     quiet_libraries()
-    _say(console, f"loading model {recipe.model.name_or_path}")
+    say(console, f"loading model {recipe.model.name_or_path}")
     run.loaded = load_model(recipe)
-    _say(console, "loading data" + (f" ({recipe.data.dataset})" if recipe.data.dataset else ""))
+    say(console, "loading data" + (f" ({recipe.data.dataset})" if recipe.data.dataset else ""))
     run.data = prepare_data(recipe, run.loaded.processing_class)
     run.reward_funcs = build_reward_funcs(recipe)
     run.toolset = load_toolset(recipe)
@@ -158,7 +153,7 @@ def _build(run: RunState) -> None:
                         if k in ("pass@1", "accuracy", "reward/mean") and isinstance(v, float)}
             console.print("before training: " + ", ".join(f"{k} {v:.4f}" for k, v in headline.items()),
                           markup=False)
-    _say(console, "starting TRL's " + ("AsyncGRPOTrainer" if recipe.launch.vllm.mode == "async" else "GRPOTrainer"))
+    say(console, "starting TRL's " + ("AsyncGRPOTrainer" if recipe.launch.vllm.mode == "async" else "GRPOTrainer"))
     run.trainer = make_trainer(run, config)
 
 
@@ -262,7 +257,7 @@ def _finish(run: RunState) -> TrainResult:
     result.note = one_log_note(sum(1 for r in result.metrics if "reward" in r), result.status,
                                recipe.training.logging_steps, resumed=run.ckpt is not None)
     if result.status == "completed":
-        _say(run.console, f"saving the model to {out}")
+        say(run.console, f"saving the model to {out}")
         trainer.save_model(str(out))
         if is_main_process():
             run.loaded.processing_class.save_pretrained(str(out))

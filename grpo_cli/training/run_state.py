@@ -8,14 +8,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
-from grpo_cli.manifest import Manifest
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.runs.manifest import Manifest
 
 if TYPE_CHECKING:
     from rich.console import Console
     from transformers import TrainerCallback
     from trl import GRPOTrainer
-    from trl.experimental.async_grpo import AsyncGRPOTrainer
 
     from grpo_cli.data.mapping import MappedData
     from grpo_cli.evaluation.scoring import EvalResult
@@ -24,6 +23,7 @@ if TYPE_CHECKING:
     from grpo_cli.tools.loading import Toolset
     from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl
     from grpo_cli.training.sharding import ShardingProbe
+    from grpo_cli.trl_compat import AsyncGRPOTrainer
 
 
 @dataclass
@@ -46,6 +46,12 @@ class TrainResult:
 def is_main_process() -> bool:
     """Rank 0 (or a single process): the one that writes files and prints summaries."""
     return int(os.environ.get("RANK", "0")) == 0
+
+
+def say(console: Console | None, text: str) -> None:
+    """One line of a run's progress, on the main process's console."""
+    if console is not None and is_main_process():
+        console.print(text, markup=False, soft_wrap=True)
 
 
 @dataclass

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
 from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
-from grpo_cli.manifest import Best, Manifest, read_best, write_best
+from grpo_cli.runs.manifest import Best, Manifest, read_best, write_best
 from grpo_cli.training.callbacks import TrainerBound
 from grpo_cli.training.completions import COMPLETIONS_FILE, CompletionsLog
 from grpo_cli.training.suite_on_save import SuitesOnSave

@@ -1,26 +1,24 @@
-"""TRL's GRPOTrainer as `grpo train` builds it: grpo's callbacks around the recipe's own, and grpo's hooks on the
-instance (the step time split, the shared prefill, `sampling:`)."""
+"""TRL's GRPOTrainer as `grpo train` builds it: grpo's callbacks around the recipe's own, and grpo's hooks into
+TRL from their one list (training/hooks/), before TRL builds the trainer and on the built one."""
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING
 
-from grpo_cli import runs
+from grpo_cli import runs, trl_compat
 from grpo_cli.training.async_grpo import make_async_trainer
-from grpo_cli.training.dynamic_sampling import attach_sampling
-from grpo_cli.training.fused_is import correct_trl_ratio, fuse_importance_sampling
-from grpo_cli.training.sampler import resumable
-from grpo_cli.training.shared_prefill import share_prompt_prefill
+from grpo_cli.training.hooks import Build, attach_hooks
+from grpo_cli.training.run_state import say
 from grpo_cli.training.step_timing import step_timer
 from grpo_cli.training.user_callbacks import load_callbacks
-from grpo_cli.training.vllm_cpu import vllm_on_cpu
 
 if TYPE_CHECKING:
     from trl import GRPOConfig, GRPOTrainer
-    from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
 
     from grpo_cli.training.callbacks import TrainerBound
     from grpo_cli.training.run_state import RunState
+    from grpo_cli.trl_compat import AsyncGRPOConfig, AsyncGRPOTrainer
 
 
 def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTrainer | AsyncGRPOTrainer:
@@ -30,7 +28,7 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_cli.training.callbacks import GracefulStop, MetricsJsonl, OnFirstStep, RichConsole, ToolResultCuts
-    from grpo_cli.training.health_signal import all_health_callbacks
+    from grpo_cli.training.learning_guards import all_health_callbacks
     from grpo_cli.training.sharding import ShardingProbe
 
     recipe = run.recipe
@@ -54,21 +52,18 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
         run.callbacks.remove(timer)
         return _async_trainer(run, config, extras)
     assert isinstance(config, GRPOConfig)
-    data = run.data
-    with vllm_on_cpu(recipe.launch.vllm.mode, run.loaded.device):  # vLLM's CPU build: environment and weight sync
-        trainer = resumable(GRPOTrainer)(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
-                                         train_dataset=data.train,
-                                         eval_dataset=data.eval if config.eval_strategy != "no" else None,
-                                         processing_class=run.loaded.processing_class,
-                                         peft_config=run.loaded.peft_config, callbacks=run.callbacks,
-                                         **(run.toolset.trainer_kwargs() if run.toolset else {}))
+    data, build = run.data, Build(run, trainer_class=GRPOTrainer, timer=timer)
+    attach_hooks("before_build", "sync", build, partial(say, run.console))  # vLLM's CPU build, the resumable sampler
+    assert build.trainer_class is not None
+    trainer = build.trainer_class(model=run.loaded.model, reward_funcs=run.reward_funcs, args=config,
+                                  train_dataset=data.train,
+                                  eval_dataset=data.eval if config.eval_strategy != "no" else None,
+                                  processing_class=run.loaded.processing_class,
+                                  peft_config=run.loaded.peft_config, callbacks=run.callbacks,
+                                  **(run.toolset.trainer_kwargs() if run.toolset else {}))
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
-    # with vLLM: the mismatch correction from the loss forward, not an extra one; else TRL's, with its raw ratio
-    # logged; either renormalised over the kept tokens when top_p/top_k/min_p truncate sampling (TRL 1.17's fix)
-    fuse_importance_sampling(trainer) or correct_trl_ratio(trainer)
-    timer.attach(trainer)
-    share_prompt_prefill(trainer.model)  # a group's prompt prefilled once, not num_generations times
-    attach_sampling(trainer, recipe, run.console)  # `sampling:` (off by default: then nothing is wrapped)
+    build.trainer = trainer
+    attach_hooks("built", "sync", build, partial(say, run.console))  # fused IS, step timing, prefill, `sampling:`
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
     return trainer
@@ -77,10 +72,13 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
 def _async_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig,
                    extras: list[TrainerBound]) -> AsyncGRPOTrainer:
     """launch.vllm.mode async: TRL's AsyncGRPOTrainer with the callbacks already in run.callbacks."""
-    from trl.experimental.async_grpo import AsyncGRPOConfig
-
-    assert isinstance(config, AsyncGRPOConfig)  # training/run.py builds it for this mode
+    assert isinstance(config, trl_compat.async_classes()[0])  # training/run.py builds it for this mode
+    build = Build(run)
+    attach_hooks("before_build", "async", build, partial(say, run.console))  # the CPU attention and MFU
     trainer = make_async_trainer(run, config)
+    build.trainer = trainer
+    attach_hooks("built", "async", build, partial(say, run.console))  # the rollout worker's Ctrl-C and shutdown
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
     return trainer
+

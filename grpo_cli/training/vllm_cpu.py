@@ -15,7 +15,6 @@ never be used. grpo routes the colocate sync through vLLM's `reload_weights`, wh
 from __future__ import annotations
 
 import base64
-import contextlib
 import os
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -110,15 +109,13 @@ def _colocate_sync_on_cpu(self: Any) -> None:
     self.llm.reset_prefix_cache()
 
 
-@contextlib.contextmanager
-def vllm_on_cpu(mode: str, device: str) -> Iterator[None]:
-    """While TRL builds its trainer (and for the run after it): vLLM's CPU environment and grpo's CPU sync.
+def vllm_on_cpu(mode: str, device: str) -> None:
+    """Before TRL builds its trainer (and for the run after it): vLLM's CPU environment and grpo's CPU sync.
 
     A no-op unless vLLM is used and the run is on the CPU. The environment stays set (vLLM reads it
     when it starts); the client class and the colocate sync are swapped for the whole run.
     """
     if mode == "off" or device != "cpu":
-        yield
         return
     for key, value in cpu_env().items():
         os.environ.setdefault(key, value)
@@ -137,4 +134,3 @@ def vllm_on_cpu(mode: str, device: str) -> Iterator[None]:
 
         sync_weights.grpo_cpu = True  # type: ignore[attr-defined]
         vllm_generation.VLLMGeneration.sync_weights = sync_weights  # type: ignore[method-assign]
-    yield

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from grpo_cli import trl_compat
 from grpo_cli.errors import Problem
 from grpo_cli.recipe.trl_fields import async_grpo_config_names
 
@@ -54,8 +55,8 @@ def async_problems(recipe: Recipe) -> list[Problem]:
 
     names = async_grpo_config_names()
     if not names:
-        return [Problem(MODE, "the installed TRL has no AsyncGRPOTrainer (trl.experimental.async_grpo)",
-                        "Install TRL 1.16 (`pip install 'trl>=1.16'`), " + FIX_MODE + ".")]
+        return [Problem(MODE, f"the installed TRL has no AsyncGRPOTrainer ({trl_compat.async_home()})",
+                        f"Install TRL 1.16 (`pip install 'trl{trl_compat.VERIFIED}'`), " + FIX_MODE + ".")]
     found: list[Problem] = []
     for key, value in recipe.training.values().items():
         if key in names or value in SAME_AS_ASYNC.get(key, ()):

@@ -21,7 +21,7 @@ from grpo_cli.validation.generation_choice import check_generation, choose_backe
 from grpo_cli.validation.memory import check_memory
 from grpo_cli.validation.model_checks import check_context_length, check_model, check_vllm
 from grpo_cli.validation.outcome import Preflight
-from grpo_cli.validation.sampling import check_pass_rate, check_sampling
+from grpo_cli.validation.sampling_checks import check_pass_rate, check_sampling
 from grpo_cli.validation.template_override import check_chat_template
 from grpo_cli.validation.topology import check_launch
 from grpo_cli.validation.training_checks import check_tools, check_training
@@ -34,7 +34,7 @@ Check = Callable[[Recipe, Preflight], Findings]
 CHECKS: tuple[Check, ...] = (
     check_model,          # model_checks.py: the model reference (directory, GGUF header, hub id)
     check_data,           # data_checks.py: files, columns, rows; settles pf.columns, rows, scans
-    check_pass_rate,      # sampling.py: `data.pass_rate` (grpo calibrate's file) narrows the training rows
+    check_pass_rate,      # sampling_checks.py: `data.pass_rate` (grpo calibrate's file) narrows the training rows
     check_rewards,        # data_checks.py: reward references and the columns they need; settles pf.rewards
     check_tools,          # training_checks.py: tools and environments, read statically
     check_training,       # training_checks.py: TRL's batch arithmetic, processes, learning rate; settles pf.batches
@@ -49,7 +49,7 @@ CHECKS: tuple[Check, ...] = (
     check_vision,         # vision.py: image columns, the first images, vision-language rules
     check_vllm,           # model_checks.py: whether vLLM can serve the model, in which dtype
     check_generation,     # generation_choice.py: transformers or vLLM, whichever makes a CPU step shorter
-    check_sampling,       # sampling.py: what `sampling:` needs and costs
+    check_sampling,       # sampling_checks.py: what `sampling:` needs and costs
     check_launch,         # topology.py: processes, torch threads, reward pools
     check_memory,         # memory.py: the memory plan per GPU
 )

@@ -11,6 +11,7 @@ import sys
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli import trl_compat
 from grpo_cli.validation.environment import (
     CORE,
     DEEPSPEED_TRANSFORMERS_EXCLUDED,
@@ -99,6 +100,9 @@ def diagnose(versions: dict[str, str | None], torch: TorchBuild, devices: list[D
             asked = f" ({needs.why[c.name]})" if c.name in needs.why else ""
             state = "is not installed" if c.found is None else f"{c.found} is outside {c.wants}"
             report.problems.append(f"{c.name}{asked}: {state} [{c.source}]. Fix: {c.fix}")
+    untested = trl_compat.untested_line(seen.get("trl"))
+    if untested:
+        report.notes.append(untested)
     _vllm_cpu_fixes(report, versions, torch, needed="vllm" in needs.packages)
     _device_problems(report, versions, torch, devices, needs)
     return report

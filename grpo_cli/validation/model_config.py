@@ -72,7 +72,7 @@ def find_model_config(recipe: Recipe) -> tuple[dict[str, Any] | None, str]:
     if local is not None and is_gguf_reference(str(local)):
         if not local.is_file():
             return None, f"GGUF file {local} not found"
-        from grpo_cli.gguf_source import read_header
+        from grpo_cli.gguf.source import read_header
 
         info = read_header(local)
         return info.config(), f"the GGUF header of {local.name}"

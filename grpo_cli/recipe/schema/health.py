@@ -97,7 +97,7 @@ class FlatRewardSettings(Guard):
     """Logging steps compared (never fires before this many)."""
 
 
-class ToolFailureGuard(Guard):
+class ToolFailureSettings(Guard):
     """Most tool calls fail (bad arguments, exceptions, timeouts): the model learns from error messages.
 
     Watches `tools/failure_frequency` (only logged when the recipe has tools or an environment).
@@ -109,7 +109,7 @@ class ToolFailureGuard(Guard):
     """Consecutive logging steps the condition must hold."""
 
 
-class NoToolCallsGuard(Guard):
+class NoToolCallsSettings(Guard):
     """The model never calls a tool: the tools train nothing (often a chat template or parsing problem).
 
     Watches `tools/call_frequency` (only logged when the recipe has tools or an environment).
@@ -180,9 +180,9 @@ class HealthSection(Section):
     """Nearly every completion hits the length limit."""
     flat_reward: FlatRewardSettings = omitted_section()
     """The reward stopped moving."""
-    tool_failures: ToolFailureGuard = omitted_section()
+    tool_failures: ToolFailureSettings = omitted_section()
     """Most tool calls fail."""
-    no_tool_calls: NoToolCallsGuard = omitted_section()
+    no_tool_calls: NoToolCallsSettings = omitted_section()
     """The model never calls a tool."""
     reward_gaming: RewardGamingSettings = omitted_section()
     """The training reward rises while the task metric falls (needs `eval.every_steps`)."""

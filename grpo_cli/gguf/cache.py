@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.gguf_source import GgufInfo, read_header
+from grpo_cli.gguf.source import GgufInfo, read_header
 from grpo_cli.paths import terminate_as_interrupt
 from grpo_cli.runs import pid_alive
 

@@ -1,4 +1,5 @@
-"""The run-directory contract: what `grpo train` writes where, and the rules for reusing a directory.
+"""The run-directory contract: what `grpo train` writes where, and the rules for reusing a directory. The package
+is the run directory's subject: its manifest (manifest.py, one typed model) and its one-writer lock (lock.py).
 
 Every other module names run files through the constants here, so the layout is stated once:
 
@@ -7,7 +8,7 @@ Every other module names run files through the constants here, so the layout is 
       metrics.jsonl    one record per log          health.jsonl    health guard events
       report.png/.md   `grpo report`                checkpoint-N/   transformers checkpoints (TRL's naming)
       model/adapter files and the tokenizer, once the run completes
-      .grpo.lock       held by the live run (see run_lock.py)
+      .grpo.lock       held by the live run (see lock.py)
 
 Rules every writer follows: a checkpoint counts only when complete (its trainer_state.json, written
 last, parses); a resumed run first drops the step logs written after its checkpoint; `--force`
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from grpo_cli.errors import GrpoError
 
 if TYPE_CHECKING:
-    from grpo_cli.manifest import Manifest
+    from grpo_cli.runs.manifest import Manifest
 
 RECIPE = "recipe.yaml"
 MANIFEST = "manifest.json"
@@ -125,8 +126,8 @@ def damaged_jsonl(path: Path, garbled: list[int], where: str) -> GrpoError:
 
 
 def read_manifest(out: Path) -> Manifest | None:
-    """The manifest of the run in `out` (None when missing or damaged); its format is `grpo_cli.manifest`'s."""
-    from grpo_cli.manifest import Manifest  # its models: not for the readers of run files that never open it
+    """The manifest of the run in `out` (None when missing or damaged); its format is `grpo_cli.runs.manifest`'s."""
+    from grpo_cli.runs.manifest import Manifest  # its models: not for the readers of run files that never open it
 
     return Manifest.read(out / MANIFEST)
 

@@ -1,4 +1,4 @@
-"""Guards that read the learning signal, beside the per-log guards of `health.py`.
+"""Guards that read whether learning works (the learning signal), beside the per-log guards of `health_guards.py`.
 
 - `reward_gaming`: the task metric (`eval.every_steps`) falls from its best while the training reward rises, the
   shape of a reward being gamed; a HealthGuard like the others (warn or stop, health.jsonl, the report).
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from transformers import TrainerCallback
 
 from grpo_cli.artefacts.time_split import bottleneck_advice
-from grpo_cli.training.health import HealthEvents, HealthGuard, Observation, finite, fmt, health_callbacks
+from grpo_cli.training.health_guards import HealthEvents, HealthGuard, Observation, finite, fmt, health_callbacks
 from grpo_cli.training.task_metric import metric_name
 
 if TYPE_CHECKING:
@@ -146,7 +146,7 @@ def _events(guards: list[TrainerCallback], output_dir: str | Path, console: Cons
 
 def all_health_callbacks(recipe: Recipe, output_dir: str | Path,
                          console: Console | None = None) -> list[TrainerCallback]:
-    """`health.py`'s guards, then the reward-gaming guard (with `eval.every_steps`), the sampler-mismatch guard
+    """`health_guards.py`'s guards, then the reward-gaming guard (with `eval.every_steps`), the sampler-mismatch guard
     (with vLLM) and the bottleneck advice."""
     guards = health_callbacks(recipe, output_dir, console=console)
     health = recipe.health

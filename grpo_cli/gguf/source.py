@@ -2,7 +2,7 @@
 
 A `.gguf` reference (a path, or `package:NAME/FILE.gguf` for a file shipped inside an installed Python package)
 names a llama.cpp model file. `grpo validate` and `grpo memory` read its shape and quantisation from the header
-alone (a small parser here: no numpy, no torch). Everything that loads weights asks `gguf_cache.materialize()`, which
+alone (a small parser here: no numpy, no torch). Everything that loads weights asks `cache.materialize()`, which
 dequantises the file once with transformers + `gguf` and saves an ordinary safetensors model directory (config,
 weights, tokenizer, chat template) in the cache, keyed by the file's SHA-256; every later load reads that directory.
 """

@@ -16,7 +16,7 @@ import socket
 from pathlib import Path
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.manifest import Manifest, now
+from grpo_cli.runs.manifest import Manifest, now
 from grpo_cli.runs import LOCK, read_manifest, run_entries, write_manifest
 
 # Set by the `grpo train` that re-launches itself under accelerate: it holds the lock for its workers.
