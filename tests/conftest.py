@@ -56,6 +56,19 @@ def run_cli(*args: str | Path) -> CliResult:
     return CliResult(result.exit_code, out)
 
 
+def assert_paragraph(result: CliResult, *needles: str) -> str:
+    """A refusal as grpo promises it: exit 2, no traceback, one paragraph (an `error:` line, wrapped or not, with
+    nothing after it) holding every needle (whitespace-insensitive). Returns the paragraph, flattened."""
+    assert result.exit_code == 2, result
+    assert "Traceback" not in result.output, result
+    _, found, paragraph = result.output.rpartition("error:")  # run_cli may repeat stderr after the interleaved output
+    assert found and "\n\n" not in paragraph.strip(), result
+    flat = " ".join(paragraph.split())
+    for needle in needles:
+        assert needle in flat, f"{needle!r} not in:\n{result.output}"
+    return flat
+
+
 @pytest.fixture
 def write_recipe(tmp_path: Path):
     """Write a YAML text (dedented) to tmp_path/name and return its path."""

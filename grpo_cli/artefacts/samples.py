@@ -16,6 +16,7 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
+from grpo_cli.terminal_text import visible
 
 COMPLETIONS_FILE = runs.COMPLETIONS
 
@@ -157,8 +158,8 @@ def markdown_samples(output_dir: Path, count: int = 3) -> list[str]:
     rows = sorted(unique_rows(r for r in rows if r.get("step") == last), key=lambda r: finite(r.get("reward")) or 0.0)
     picked = rows if len(rows) <= count else [*rows[:count // 2 + count % 2], *rows[-(count // 2):]]
 
-    def cell(text: Any) -> str:
-        text = " ".join(str(text or "").split())
+    def cell(text: Any) -> str:  # escapes shown, not kept: report.md is read with `cat` and on the Hub
+        text = visible(" ".join(str(text or "").split()))
         return (text[:150] + " …" if len(text) > 150 else text).replace("|", "\\|")
 
     lines = [f"## Sample completions (step {last}, lowest and highest reward)", "",

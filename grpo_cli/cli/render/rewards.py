@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from grpo_cli.cli.render.tables import print_table
+from grpo_cli.terminal_text import visible
 
 if TYPE_CHECKING:
     from grpo_cli.checking.rewards import CheckReport
@@ -22,7 +23,7 @@ def _fmt_score(value: float | None, digits: int = 3) -> str:
 
 
 def _preview(text: str, width: int = 32) -> str:
-    flat = text.replace("\n", "⏎")
+    flat = visible(text.replace("\n", "⏎"))  # a generated completion's ESC[2J is shown, not obeyed
     return flat if len(flat) <= width else flat[:width - 1] + "…"
 
 
