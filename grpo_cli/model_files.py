@@ -33,6 +33,14 @@ def regular_file_problem(path: Path) -> str | None:
 def read_json_object(path: Path, *, what: str, where: str, fix: str, missing_fix: str = "") -> dict[str, Any]:
     """The JSON object in `path`; GrpoError (exit 2) when it is missing, not a regular file, binary, not UTF-8,
     empty, not JSON, or JSON but not an object. `fix` says how to repair a damaged file."""
+    data = read_json_value(path, what=what, where=where, fix=fix, missing_fix=missing_fix, kind=dict)
+    assert isinstance(data, dict)
+    return data
+
+
+def read_json_value(path: Path, *, what: str, where: str, fix: str, missing_fix: str = "",
+                    kind: type = dict) -> Any:
+    """`read_json_object` for a file that holds `kind` (a list: grpo_gguf.json)."""
     text = read_text(path, what=what, where=where, missing_fix=missing_fix or fix, damaged_fix=fix)
     name = f"{what} {path}" if where != str(path) else what
     if not text.strip():
@@ -42,8 +50,9 @@ def read_json_object(path: Path, *, what: str, where: str, fix: str, missing_fix
     except ValueError as exc:
         line = f" (line {exc.lineno}, column {exc.colno}: {exc.msg})" if isinstance(exc, json.JSONDecodeError) else ""
         raise GrpoError(f"{name} is not valid JSON{line}", where=where, fix=fix) from None
-    if not isinstance(data, dict):
-        raise GrpoError(f"{name} holds a JSON {type(data).__name__}, not an object of settings", where=where, fix=fix)
+    if not isinstance(data, kind):
+        wanted = "an object of settings" if kind is dict else f"a JSON {kind.__name__}"
+        raise GrpoError(f"{name} holds a JSON {type(data).__name__}, not {wanted}", where=where, fix=fix)
     return data
 
 

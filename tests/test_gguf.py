@@ -234,6 +234,8 @@ def _fifo_weights(m: Path) -> None:
     (_truncated_weights, ["model.safetensors is damaged or truncated", "Re-save the model"]),
     (lambda m: (m / "model.safetensors").unlink(), ["no weights found in", "safetensors"]),
     (_fifo_weights, ["model.safetensors is not a regular file", "Put the saved weights file itself there"]),
+    (lambda m: (m / "README.md").mkdir(), ["README.md is a directory", "records each verified GGUF there"]),
+    (lambda m: __import__("os").mkfifo(m / "grpo_gguf.json"), ["grpo_gguf.json is not a regular file", "Move it"]),
 ])
 def test_export_of_a_damaged_model_is_one_paragraph_before_anything_is_written(tmp_path: Path, damage,
                                                                               needles: list[str]) -> None:
@@ -265,6 +267,8 @@ def test_a_failed_or_interrupted_export_leaves_no_file_and_keeps_the_one_it_woul
                      "does not reproduce the model", "nothing was kept")
     assert sorted(p.name for p in out.iterdir()) == ["t.gguf"]
     assert (out / "t.gguf").read_bytes() == b"an earlier export"
+    assert_paragraph(run_cli("export", model, "--gguf", "-o", out / "new" / "deeper" / "t.gguf"), "nothing was kept")
+    assert sorted(p.name for p in out.iterdir()) == ["t.gguf"]  # the folders --out named are not left behind
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPO_CACHE_DIR": str(tmp_path / "cache2")}
     proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "export", str(model), "--gguf", "-o",

@@ -286,17 +286,21 @@ def _pushable(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("name, content, needles", [
-    ("config.json", "junk{{", ["config.json is not valid JSON (line 1, column 1"]),
+    ("config.json", "junk{{", ["RUN_DIR", "config.json is not valid JSON (line 1, column 1", "re-saving the model"]),
     ("config.json", "[1, 2]", ["config.json holds a JSON list, not an object"]),
-    ("tokenizer.json", "", ["tokenizer.json is empty"]),
+    ("tokenizer.json", "", ["RUN_DIR", "tokenizer.json is empty", "re-saving the model"]),
     ("generation_config.json", "\x00\x01binary", ["generation_config.json is a binary file"]),
+    ("config.json", "{}", ["config.json has no `model_type`"]),
+    ("tokenizer.json", '{"version": "1.0"}', ["tokenizer.json has no `model`"]),
+    ("model-f16.gguf", "GGUF\x03\x00", ["cannot read the GGUF file", "truncated"]),
+    ("grpo_gguf.json", "{junk", ["grpo_gguf.json is not valid JSON", "or delete grpo_gguf.json"]),
 ])
 def test_push_dry_run_refuses_a_junk_model_file(tmp_path: Path, name: str, content: str, needles: list[str]) -> None:
     """`push --dry-run` once listed a junk config.json or an empty tokenizer.json as uploadable: a model nobody
     can load. It is refused before the card is written."""
     model = _pushable(tmp_path)
     (model / name).write_text(content)
-    assert_paragraph(run_cli("push", model, "me/model", "--dry-run"), "RUN_DIR", *needles, "re-saving the model")
+    assert_paragraph(run_cli("push", model, "me/model", "--dry-run"), *needles)
     assert not (model / "README.md").exists()
 
 
@@ -312,3 +316,14 @@ def test_push_of_a_device_or_pipe_as_weights_says_it_is_not_a_regular_file(tmp_p
     (model / "model.safetensors").symlink_to("/dev/urandom")
     assert_paragraph(run_cli("push", model, "me/model", "--dry-run"), "model.safetensors is not a regular file")
     assert not (model / "README.md").exists()
+
+
+def test_samples_of_hand_edited_lines_are_shown_or_named_never_a_traceback(tmp_path: Path) -> None:
+    """`rewards` as a list (not a table) once raised AttributeError; a text step was reported as 'no samples
+    yet', which reads like a run still starting."""
+    path = tmp_path / "completions.jsonl"
+    path.write_text(json.dumps({"step": 1, "prompt": "p", "completion": "c", "reward": 1, "rewards": [1, 2]}) + "\n")
+    shown = run_cli("samples", tmp_path)
+    assert shown.exit_code == 0 and "step 1" in shown.output, shown
+    path.write_text(json.dumps({"step": "one", "prompt": "p", "completion": "c"}) + "\n")
+    assert_paragraph(run_cli("samples", tmp_path), "RUN_DIR", "is damaged", "whole-number step", "'one'")

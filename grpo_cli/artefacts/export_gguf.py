@@ -8,6 +8,7 @@ transformers' GGUF conversion) and its logits agree with the source model's on f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -21,7 +22,7 @@ from grpo_cli.artefacts.merge import probe_inputs, probe_logits
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf_cache import materialize, record_source
 from grpo_cli.models.sources import quiet_loading
-from grpo_cli.paths import check_writable_dir, terminate_as_interrupt
+from grpo_cli.paths import check_writable_dir, terminate_as_interrupt, write_atomic
 from grpo_cli.runs import pid_alive
 
 TYPES = ("f16", "q8_0")
@@ -41,6 +42,8 @@ class GgufExport:
     tolerance: float
     tokens_match: bool
     converted: Path
+    note: str | None = None
+    """Why the model dir does not record the export (it could not be written), if so."""
 
 
 def _metadata(writer: Any, config: dict[str, Any]) -> None:
@@ -225,9 +228,8 @@ def export_gguf(model_dir: str | Path, out: str | Path | None = None, *, kind: s
         raise GrpoError("writing GGUF needs the `gguf` package, which is not installed here", where="--gguf",
                         fix="pip install gguf   (or pip install 'grpo-cli[gguf]')")
     diff, tolerance, same, converted = _write_verified(source, target, kind)
-    _record(directory, target, kind, diff, tolerance)
-    refresh_gguf_section(directory)
-    return GgufExport(target, directory, kind, diff, tolerance, same, converted)
+    note = _record(directory, target, kind, diff, tolerance)
+    return GgufExport(target, directory, kind, diff, tolerance, same, converted, note)
 
 
 def _write_verified(source: ExportSource, target: Path, kind: str) -> tuple[float, float, bool, Path]:
@@ -239,10 +241,12 @@ def _write_verified(source: ExportSource, target: Path, kind: str) -> tuple[floa
 
     _remove_stale_staging(target)
     staging = target.parent / f".{target.name}.grpo-export-{os.getpid()}"
+    created = [p for p in (target.parent, *target.parent.parents) if not p.exists()]  # --out in a new folder
+    done = False
     with terminate_as_interrupt():
         try:
             shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir()
+            staging.mkdir(parents=True)
             written = staging / target.name
             write_gguf(source, written, kind)
             diff, tolerance, same, converted = verify_gguf(source.directory, written, kind)
@@ -250,8 +254,12 @@ def _write_verified(source: ExportSource, target: Path, kind: str) -> tuple[floa
                 raise _not_reproduced(source.directory, kind, diff, tolerance, same)
             os.replace(written, target)
             record_source(converted, target.resolve())
+            done = True
         finally:
             shutil.rmtree(staging, ignore_errors=True)
+            for made in created if not done else ():  # deepest first: the folders this export made, if empty
+                with contextlib.suppress(OSError):
+                    made.rmdir()
     return diff, tolerance, same, converted
 
 
@@ -276,14 +284,22 @@ def _not_reproduced(source: Path, kind: str, diff: float, tolerance: float, same
                      where=str(source), fix=fix[0].upper() + fix[1:])
 
 
-def _record(source: Path, target: Path, kind: str, diff: float, tolerance: float) -> None:
-    """grpo_gguf.json in the model dir: each verified export, which the model card lists."""
+def _record(source: Path, target: Path, kind: str, diff: float, tolerance: float) -> str | None:
+    """grpo_gguf.json in the model dir: each verified export, which the model card lists. The GGUF is written
+    and verified by now, so a model dir that cannot take the record (read-only) is a note, not a failure."""
     record = source / GGUF_RECORD
     try:
         entries = json.loads(record.read_text(encoding="utf-8")) if record.is_file() else []
-    except ValueError:
+    except (OSError, ValueError):
         entries = []
-    entries = [e for e in entries if isinstance(e, dict) and e.get("file") != target.name]
+    entries = [e for e in entries if isinstance(e, dict) and e.get("file") != target.name] \
+        if isinstance(entries, list) else []
     entries.append({"file": target.name, "type": kind, "max_logit_diff": diff, "tolerance": tolerance,
                     "in_model_dir": target.parent.resolve() == source.resolve()})
-    record.write_text(json.dumps(entries, indent=2) + "\n", encoding="utf-8")
+    try:
+        write_atomic(record, json.dumps(entries, indent=2) + "\n")
+        refresh_gguf_section(source)
+    except OSError as exc:
+        return (f"the export is not recorded in {source} ({GGUF_RECORD} and the model card's GGUF section): "
+                f"{exc.strerror or exc}; the GGUF file itself is whole and verified")
+    return None

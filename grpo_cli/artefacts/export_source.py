@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.artefacts.card import CARD_FILE, GGUF_RECORD
 from grpo_cli.errors import GrpoError
 from grpo_cli.model_files import WEIGHTS_GLOB, read_json_object, regular_file_problem, weight_files
 
@@ -58,6 +59,11 @@ def read_source(model_dir: Path) -> ExportSource:
             raise GrpoError(f"{config_path} has no usable `{key}` (found {value!r}); the GGUF header needs it",
                             where="DIR", fix=_RESAVE)
     tokenizer = _tokenizer(model_dir)
+    for name in (GGUF_RECORD, CARD_FILE):  # written after the export: a directory or a FIFO there is refused now
+        why = regular_file_problem(model_dir / name)
+        if why is not None:
+            raise GrpoError(f"{model_dir / name} {why}; grpo export records each verified GGUF there", where="DIR",
+                            fix=f"Move it aside (grpo writes {name} as a file), then export again.")
     weights = weight_files(model_dir, where="DIR", fix=_RESAVE)
     if not weights:
         others = sorted(p.name for p in model_dir.glob("*.bin"))

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
-from grpo_cli.artefacts.card import CARD_FILE, CARD_MARK, suite_results, write_card
+from grpo_cli.artefacts.card import CARD_FILE, CARD_MARK, GGUF_RECORD, suite_results, write_card
 from grpo_cli.artefacts.publish import hub_base_id, is_full_suite, is_local_path, public_base, sanitized
 from grpo_cli.errors import GrpoError
-from grpo_cli.model_files import read_json_object, regular_file_problem, safetensors_problem
+from grpo_cli.gguf_source import read_header
+from grpo_cli.model_files import read_json_value, regular_file_problem, safetensors_problem
 from grpo_cli.models.sources import read_json
 from grpo_cli.paths import is_hub_id
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 UPLOAD_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
                    "adapter_config.json", "tokenizer*", "special_tokens_map.json", "vocab.*", "merges.txt",
                    "chat_template.*", "added_tokens.json", CARD_FILE, runs.REPORT_IMAGE, runs.REPORT_SUMMARY,
-                   runs.RECIPE, runs.MANIFEST, runs.suite_result("*"), runs.MERGE_INFO, "*.gguf", "grpo_gguf.json")
+                   runs.RECIPE, runs.MANIFEST, runs.suite_result("*"), runs.MERGE_INFO, "*.gguf", GGUF_RECORD)
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
 
 
@@ -133,8 +134,10 @@ def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None, 
 
 _RESAVE = ("Push the run again after re-saving the model (`grpo train --resume` finishes it, `grpo merge` writes a "
            "merged copy), or restore the file from the model's original files.")
-LIST_FILES = frozenset({"grpo_gguf.json"})
-GRPO_RECORDS = (runs.MANIFEST, runs.MERGE_INFO, runs.suite_result("*"))
+LIST_FILES = frozenset({GGUF_RECORD})
+REQUIRED_KEYS = {"config.json": "model_type", "tokenizer.json": "model"}
+"""What a model file must name for transformers to load it."""
+GRPO_RECORDS = (runs.MANIFEST, runs.MERGE_INFO, runs.suite_result("*"), GGUF_RECORD)
 """JSON files grpo wrote about the model (not part of it): a damaged one is restored or left out, not re-saved."""
 """JSON files an upload sends that hold a list (each verified GGUF export), not an object."""
 
@@ -155,11 +158,23 @@ def _check_files(folder: Path) -> None:
             raise GrpoError(f"{path} is damaged or truncated: {why}", where="RUN_DIR", fix=_RESAVE)
         if name in ("adapter_config.json", runs.MANIFEST, runs.RECIPE):
             sanitized(path)
-        if name.endswith(".json") and name not in LIST_FILES:
-            model_file = not any(fnmatch.fnmatch(name, pat) for pat in GRPO_RECORDS)
-            read_json_object(path, what="the file", where="RUN_DIR", fix=_RESAVE if model_file else
-                             f"It would be uploaded with the model: restore it from a copy, or delete {name} (the "
-                             "upload then goes without it).")
+        if name.endswith(".json"):
+            _check_json(path)
+        if name.endswith(".gguf"):
+            read_header(path)  # a GGUF cut short (tensor data past its end) is refused, naming the file
+
+
+def _check_json(path: Path) -> None:
+    """A JSON file an upload sends parses to what its readers expect; config.json names its model type and
+    tokenizer.json holds a tokenizer model (`{}` for either is a model nobody can load)."""
+    name = path.name
+    model_file = not any(fnmatch.fnmatch(name, pat) for pat in GRPO_RECORDS)
+    fix = _RESAVE if model_file else (f"It would be uploaded with the model: restore it from a copy, or delete {name} "
+                                      "(the upload then goes without it).")
+    data = read_json_value(path, what="the file", where="RUN_DIR", fix=fix, kind=list if name in LIST_FILES else dict)
+    key = REQUIRED_KEYS.get(name)
+    if key is not None and not data.get(key):
+        raise GrpoError(f"{path} has no `{key}`: transformers cannot load the model from it", where="RUN_DIR", fix=fix)
 
 
 def _merge_info(folder: Path) -> dict[str, Any]:

@@ -89,6 +89,8 @@ def render_export(console: Console, result: GgufExport) -> None:
                   soft_wrap=True)
     console.print(f"[green]wrote[/] {escape(str(result.path))}; run it with llama.cpp (llama-cli -m FILE) or "
                   "Ollama (a Modelfile `FROM ./FILE`)", soft_wrap=True)
+    if result.note:
+        console.print(f"[yellow]note:[/] {escape(result.note)}", soft_wrap=True)
 
 
 def render_push(console: Console, staged: StagedPush, *, dry_run: bool) -> None:
