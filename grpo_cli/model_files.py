@@ -9,6 +9,7 @@ a named pipe standing where a file belongs are a read that never ends. Headers o
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,15 @@ NOT_REGULAR = "is not a regular file (a device, a named pipe or a socket)"
 
 
 def regular_file_problem(path: Path) -> str | None:
-    """Why `path`, which exists, cannot be read as a file (a directory, a device, a FIFO), or None. Reading a FIFO
-    or /dev/urandom would block or never end, so nothing opens such a path."""
+    """Why `path` cannot be read as a file (a directory, a device, a FIFO, a link to nothing), or None (a regular
+    file, or nothing there). Reading a FIFO or /dev/urandom would block or never end, so nothing opens such a
+    path."""
     if path.is_dir():
         return "is a directory, not a file"
     if path.exists() and not path.is_file():
         return NOT_REGULAR
+    if path.is_symlink() and not path.exists():
+        return f"is a symbolic link to nothing (it points to {os.readlink(path)}, which does not exist)"
     return None
 
 
@@ -88,7 +92,7 @@ def weight_files(model_dir: Path, *, where: str, fix: str) -> list[Path]:
         why = safetensors_problem(file)
         if why is not None and regular_file_problem(file) is not None:
             raise GrpoError(f"{file} {why}", where=where, fix="Put the saved weights file itself there (a device, a "
-                            "named pipe or a link to one is no model file).")
+                            "named pipe or a link to one, or to nothing, is no model file).")
         if why is not None:
             raise GrpoError(f"{file} is damaged or truncated: {why}", where=where, fix=fix)
     return files
