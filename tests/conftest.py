@@ -69,6 +69,17 @@ def assert_paragraph(result: CliResult, *needles: str) -> str:
     return flat
 
 
+def not_regular_files(root: Path, name: str) -> list[Path]:
+    """Two run directories under `root` where `name` is no file on disk: a link to /dev/urandom (endless) and a
+    named pipe (blocks forever when opened). Returns the directories."""
+    dirs = [root / "urandom", root / "fifo"]
+    for d in dirs:
+        d.mkdir()
+    (dirs[0] / name).symlink_to("/dev/urandom")
+    os.mkfifo(dirs[1] / name)
+    return dirs
+
+
 @pytest.fixture
 def write_recipe(tmp_path: Path):
     """Write a YAML text (dedented) to tmp_path/name and return its path."""

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from grpo_cli.artefacts.time_split import PARTS
-from tests.conftest import RECIPES, assert_paragraph, run_cli
+from tests.conftest import RECIPES, assert_paragraph, not_regular_files, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 FAST = ["training.max_steps=4", "training.per_device_train_batch_size=8", "training.num_generations=4",
@@ -187,15 +187,9 @@ def test_held_out_scores_and_tool_metrics_get_panels(tmp_path: Path) -> None:
 
 def test_report_of_a_device_or_pipe_as_metrics_says_it_is_not_a_regular_file(tmp_path: Path) -> None:
     """/dev/urandom or a named pipe standing as metrics.jsonl was reported missing; read, it would never end."""
-    import os
-
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "metrics.jsonl").symlink_to("/dev/urandom")
-    (tmp_path / "b").mkdir()
-    os.mkfifo(tmp_path / "b" / "metrics.jsonl")
-    for run in ("a", "b"):
-        assert_paragraph(run_cli("report", tmp_path / run), "OUTPUT_DIR", "metrics.jsonl is not a regular file")
-        assert not (tmp_path / run / "report.png").exists()
+    for run in not_regular_files(tmp_path, "metrics.jsonl"):
+        assert_paragraph(run_cli("report", run), "OUTPUT_DIR", "metrics.jsonl is not a regular file")
+        assert not (run / "report.png").exists()
 
 
 def test_report_md_shows_escapes_from_completions_not_the_raw_bytes(gappy_run: Path) -> None:

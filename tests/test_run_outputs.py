@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RECIPES, assert_paragraph, run_cli
+from tests.conftest import RECIPES, assert_paragraph, not_regular_files, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -266,14 +266,8 @@ def test_samples_show_terminal_escapes_from_completions_instead_of_obeying_them(
 
 def test_samples_of_a_device_or_pipe_say_it_is_not_a_regular_file(tmp_path: Path) -> None:
     """/dev/urandom or a named pipe as completions.jsonl was called missing (and read, would never end)."""
-    import os
-
-    (tmp_path / "a").mkdir()
-    (tmp_path / "a" / "completions.jsonl").symlink_to("/dev/urandom")
-    (tmp_path / "b").mkdir()
-    os.mkfifo(tmp_path / "b" / "completions.jsonl")
-    for run in ("a", "b"):
-        assert_paragraph(run_cli("samples", tmp_path / run), "RUN_DIR", "completions.jsonl is not a regular file",
+    for run in not_regular_files(tmp_path, "completions.jsonl"):
+        assert_paragraph(run_cli("samples", run), "RUN_DIR", "completions.jsonl is not a regular file",
                          "grpo train writes it as a file")
 
 
