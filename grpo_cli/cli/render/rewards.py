@@ -171,14 +171,15 @@ def render_tool_dry_run(out: Console, report: DryRun) -> None:
                   soft_wrap=True)
     if report.prompt_preview:
         out.print("[bold]first prompt, rendered with the tools:[/]")
-        out.print(escape(report.prompt_preview), soft_wrap=True)
+        out.print(escape(visible(report.prompt_preview)), soft_wrap=True)
     if report.parse_check:
         out.print(f"[green]✓ tool-call parsing[/] {escape(report.parse_check)}", soft_wrap=True)
     calls = Table(title="tool calls", title_justify="left")
     for col in ("tool", "arguments", "ms", "result / error"):
         calls.add_column(col, justify="right" if col == "ms" else "left")
     for c in report.calls + [c for e in report.episodes for c in e.calls]:
-        outcome = f"[red]{'TIMEOUT' if c.timeout else 'ERROR'}[/] {escape(c.error)}" if c.error else escape(c.result)
+        outcome = f"[red]{'TIMEOUT' if c.timeout else 'ERROR'}[/] {escape(visible(c.error))}" if c.error \
+            else escape(visible(c.result))  # a tool's output, shown and not obeyed
         tool = f"{c.environment}.{c.tool}" if c.environment else c.tool
         calls.add_row(escape(tool), escape(json.dumps(c.arguments, default=str)), f"{1000 * c.seconds:.3g}", outcome)
     print_table(out, calls)
