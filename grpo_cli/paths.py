@@ -215,8 +215,9 @@ def decode_error(data: bytes, exc: UnicodeDecodeError, what: str) -> str:
     return f"{what} is not UTF-8 text: byte 0x{data[exc.start]:02x} at line {line}, column {column}"
 
 
-def read_text(path: Path, *, what: str, where: str, missing_fix: str = "") -> str:
-    """The file's text; GrpoError (exit 2) when it is missing, a directory, binary, unreadable or not UTF-8."""
+def read_text(path: Path, *, what: str, where: str, missing_fix: str = "", damaged_fix: str = "") -> str:
+    """The file's text; GrpoError (exit 2) when it is missing, a directory, binary, unreadable or not UTF-8.
+    `damaged_fix` replaces the advice for a binary or non-UTF-8 file (a file grpo or a library wrote, damaged)."""
     if where != str(path):
         what = f"{what} {path}"  # the message names the file unless `where` already does
     if not path.exists():
@@ -234,11 +235,11 @@ def read_text(path: Path, *, what: str, where: str, missing_fix: str = "") -> st
                         fix="Check the file's permissions.") from None
     if b"\x00" in data[:8192]:
         raise GrpoError(f"{what} is a binary file, not text", where=where,
-                        fix="Give the text file itself (YAML for a recipe, Python source for a reward).")
+                        fix=damaged_fix or "Give the text file itself (YAML for a recipe, Python source for a reward).")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise GrpoError(decode_error(data, exc, f"{what}"), where=where, fix=_UTF8_FIX) from None
+        raise GrpoError(decode_error(data, exc, f"{what}"), where=where, fix=damaged_fix or _UTF8_FIX) from None
 
 
 # ---------------------------------------------------------------------------- writing a user's file

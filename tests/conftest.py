@@ -69,16 +69,28 @@ def run_cli(*args: str | Path) -> CliResult:
     return CliResult(result.exit_code, out)
 
 
-def one_paragraph(result: CliResult, *needles: str) -> str:
-    """Assert a refusal as grpo promises it: exit 2, no traceback, one `error:` paragraph holding every needle
-    (whitespace-insensitive); returns that text, flattened."""
+def assert_paragraph(result: CliResult, *needles: str) -> str:
+    """A refusal as grpo promises it: exit 2, no traceback, one paragraph (an `error:` line, wrapped or not, with
+    nothing after it) holding every needle (whitespace-insensitive). Returns the paragraph, flattened."""
     assert result.exit_code == 2, result
     assert "Traceback" not in result.output, result
-    assert sum(line.startswith("error:") for line in result.output.splitlines()) == 1, result
-    flat = " ".join(result.output.split())
+    _, found, paragraph = result.output.rpartition("error:")  # run_cli may repeat stderr after the interleaved output
+    assert found and "\n\n" not in paragraph.strip(), result
+    flat = " ".join(paragraph.split())
     for needle in needles:
         assert needle in flat, f"{needle!r} not in:\n{result.output}"
     return flat
+
+
+def not_regular_files(root: Path, name: str) -> list[Path]:
+    """Two run directories under `root` where `name` is no file on disk: a link to /dev/urandom (endless) and a
+    named pipe (blocks forever when opened). Returns the directories."""
+    dirs = [root / "urandom", root / "fifo"]
+    for d in dirs:
+        d.mkdir()
+    (dirs[0] / name).symlink_to("/dev/urandom")
+    os.mkfifo(dirs[1] / name)
+    return dirs
 
 
 @pytest.fixture

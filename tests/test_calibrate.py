@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import RECIPES, ROOT, one_paragraph, run_cli, sigint_as_a_terminal
+from tests.conftest import RECIPES, ROOT, assert_paragraph, run_cli, sigint_as_a_terminal
 
 DEMO = RECIPES / "demo.yaml"
 FAST_TRAIN = ["training.max_steps=1", "training.logging_steps=1", "eval.before_after=false"]
@@ -140,7 +140,7 @@ def test_bad_requests_are_one_paragraph_before_any_model_loads(tmp_path: Path) -
         (["--range", "(0.9, 0.1)"], "--range", "0 <= LOW <= HIGH <= 1"),
         (["--range", "0-1"], "--range", "is not an interval"),
     ]:
-        one_paragraph(run_cli("calibrate", DEMO, *args, "--out", tmp_path / "x"), where, words)
+        assert_paragraph(run_cli("calibrate", DEMO, *args, "--out", tmp_path / "x"), where, words)
     assert not (tmp_path / "x").exists()
     (tmp_path / "old").mkdir()
     (tmp_path / "old" / "calibration.jsonl").write_text("")
@@ -171,9 +171,9 @@ def test_a_resume_with_other_settings_is_refused_even_without_calibration_json(t
     assert all(r["settings"]["k"] == 4 and r["settings"]["prompt"] == '{"template": "{question}="}' for r in rows)
     (out / "calibration.json").write_text("{ damaged")
     files = {p.name: p.read_bytes() for p in out.iterdir()}
-    one_paragraph(run_cli("calibrate", DEMO, "--max-prompts", "16", "-k", "8", "--out", out, "--resume"),
+    assert_paragraph(run_cli("calibrate", DEMO, "--max-prompts", "16", "-k", "8", "--out", out, "--resume"),
                "--resume", "calibration.jsonl line 1 was calibrated with other settings: k 4 (now 8)", "--force")
-    one_paragraph(run_cli("calibrate", DEMO, "--max-prompts", "16", "-k", "4", "--out", out, "--resume",
+    assert_paragraph(run_cli("calibrate", DEMO, "--max-prompts", "16", "-k", "4", "--out", out, "--resume",
                        "data.prompt.template=Q {question}="),
                "prompt '{\"template\": \"{question}=\"}' (now '{\"template\": \"Q {question}=\"}')",
                "mix pass rates of two settings", "--force", "another --out")
@@ -184,24 +184,24 @@ def test_damaged_outputs_are_one_paragraph_and_left_alone(tmp_path: Path) -> Non
     out = tmp_path / "cal"
     (out / "calibration.jsonl").mkdir(parents=True)
     for flags in ([], ["--resume"], ["--force"]):
-        one_paragraph(run_cli("calibrate", DEMO, "--out", out, *flags), "--out",
+        assert_paragraph(run_cli("calibrate", DEMO, "--out", out, *flags), "--out",
                    "calibration.jsonl is not a regular file", "Move it away")
     assert (out / "calibration.jsonl").is_dir()
     binary = tmp_path / "bin"
     binary.mkdir()
     (binary / "calibration.partial.jsonl").write_bytes(bytes(range(256)) * 4)
-    one_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+    assert_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
                "calibration.partial.jsonl is not a calibration file (not UTF-8 text)", "--force")
     (binary / "calibration.partial.jsonl").write_text('{"key": "a", "k": 8, "passes": 1, "pass_rate": 0.1}\n[1, 2]\n')
-    one_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+    assert_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
                "calibration.partial.jsonl line 2 is not a calibration row")
     for bad in ('"passes": "abc", "pass_rate": 0.1', '"passes": 9, "pass_rate": 0.1', '"passes": 1, "pass_rate": NaN'):
         (binary / "calibration.partial.jsonl").write_text('{"key": "a", "k": 8, ' + bad + '}\n')
-        one_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+        assert_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
                    "calibration.partial.jsonl line 1 is not a calibration row", "passes from 0 to k")
     (binary / "calibration.partial.jsonl").write_text('{"key": "a", "prompt": "9+9=", "k": 8, "passes": 1, '
                                                       '"pass_rate": 0.125}\n')
-    one_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
+    assert_paragraph(run_cli("calibrate", DEMO, "--out", binary, "--resume"), "--resume",
                "1 of the 1 finished rows in", "are of prompts this recipe's training split does not make",
                "'9+9='", "another --out")
     assert sorted(p.name for p in binary.iterdir()) == ["calibration.partial.jsonl"]
@@ -213,7 +213,7 @@ def test_a_forced_calibration_that_is_refused_leaves_the_earlier_one(tmp_path: P
     files = {"calibration.jsonl": '{"key": "a", "k": 8, "passes": 1, "pass_rate": 0.125}\n', "override.yaml": "x\n"}
     for name, text in files.items():
         (out / name).write_text(text)
-    one_paragraph(run_cli("calibrate", DEMO, "--out", out, "--force", "data.max_prompt_tokens=1"), "data",
+    assert_paragraph(run_cli("calibrate", DEMO, "--out", out, "--force", "data.max_prompt_tokens=1"), "data",
                "no training rows are left")
     assert {p.name: p.read_text() for p in out.iterdir()} == files
 
@@ -222,7 +222,7 @@ def test_a_damaged_tokenizer_file_is_oneone_paragraph(tmp_path: Path) -> None:
     model = tmp_path / "model"
     shutil.copytree(ROOT / "grpo_cli" / "assets" / "tiny-arith", model)
     (model / "tokenizer_config.json").write_text("[1]")
-    one_paragraph(run_cli("calibrate", DEMO, f"model.name_or_path={model}", "--out", tmp_path / "cal"),
+    assert_paragraph(run_cli("calibrate", DEMO, f"model.name_or_path={model}", "--out", tmp_path / "cal"),
                f"cannot load the tokenizer of {model}", "its tokenizer files")
     assert not (tmp_path / "cal").exists()
 

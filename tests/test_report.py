@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from grpo_cli.artefacts.time_split import PARTS
-from tests.conftest import RECIPES, run_cli
+from tests.conftest import RECIPES, assert_paragraph, not_regular_files, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 FAST = ["training.max_steps=4", "training.per_device_train_batch_size=8", "training.num_generations=4",
@@ -183,3 +183,20 @@ def test_held_out_scores_and_tool_metrics_get_panels(tmp_path: Path) -> None:
     held = panels["held-out evaluation (before → after training)"]
     assert [t.get_text() for t in held.get_xticklabels()] == ["pass@1", "pass@4"]
     assert sorted(t.get_text() for t in held.texts) == ["0.200", "0.450", "0.500", "0.800"]
+
+
+def test_report_of_a_device_or_pipe_as_metrics_says_it_is_not_a_regular_file(tmp_path: Path) -> None:
+    """/dev/urandom or a named pipe standing as metrics.jsonl was reported missing; read, it would never end."""
+    for run in not_regular_files(tmp_path, "metrics.jsonl"):
+        assert_paragraph(run_cli("report", run), "OUTPUT_DIR", "metrics.jsonl is not a regular file")
+        assert not (run / "report.png").exists()
+
+
+def test_report_md_shows_escapes_from_completions_not_the_raw_bytes(gappy_run: Path) -> None:
+    """report.md is read with `cat` as often as on the Hub: a completion's ESC[2J is written as its escape."""
+    _write_jsonl(gappy_run / "completions.jsonl", [{"step": 4, "prompt": "q\x1b]0;title\x07", "completion":
+                                                    "A\x1b[2JB", "reward": 1.0, "advantage": 0.0}])
+    result = run_cli("report", gappy_run)
+    assert result.exit_code == 0, result
+    md = (gappy_run / "report.md").read_text()
+    assert "\x1b" not in md and "A\\x1b[2JB" in md and "q\\x1b]0;title\\x07" in md

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import RECIPES, run_cli
+from tests.conftest import RECIPES, assert_paragraph, not_regular_files, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -241,3 +241,83 @@ def test_a_resumed_run_keeps_the_best_of_before(tmp_path: Path) -> None:
     assert after["value"] >= before["value"]
     assert json.loads((out / "best" / "grpo_best.json").read_text()) == after
 
+
+
+HOSTILE = {"A\x1b[2JB": "A\\x1b[2JB", "\x1b]0;T\x07": "\\x1b]0;T\\x07", "\x1b]8;;u\x1b\\L": "\\x1b]8;;u\\x1b\\L",
+           "[/]": "[/]", "[red]x[/red]": "[red]x[/red]", "\rc\bb": "\\x0dc\\x08b", "\u202eevil": "\\u202eevil",
+           "s\ud800": "s\\ud800"}
+"""What a model may write, and how `grpo samples` shows it."""
+
+
+def test_samples_show_terminal_escapes_from_completions_instead_of_obeying_them(tmp_path: Path) -> None:
+    """A completion's ESC[2J, an OSC title or OSC 8 link, a carriage return or `[/]` once went to the terminal
+    raw (or crashed rich's markup parser): each is shown as its escape, and nothing is interpreted."""
+    rows = [{"step": 1, "prompt": f"p{i}", "completion": text, "reward": 1.0, "advantage": 0.5,
+             "rewards": {"acc\x1b[31m": 1.0}} for i, text in enumerate(HOSTILE)]
+    (tmp_path / "completions.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = run_cli("samples", tmp_path)
+    assert result.exit_code == 0, result
+    for raw in ("\x1b", "\r", "\b", "\x07", "\u202e"):
+        assert raw not in result.output, repr(raw)
+    for shown in [*HOSTILE.values(), "acc\\x1b[31m"]:
+        assert shown in result.output, shown
+    assert_paragraph(run_cli("samples", tmp_path, "--reward", "\x1b[2J"), "--reward", "'\\x1b[2J'")
+
+
+def test_samples_of_a_device_or_pipe_say_it_is_not_a_regular_file(tmp_path: Path) -> None:
+    """/dev/urandom or a named pipe as completions.jsonl was called missing (and read, would never end)."""
+    for run in not_regular_files(tmp_path, "completions.jsonl"):
+        assert_paragraph(run_cli("samples", run), "RUN_DIR", "completions.jsonl is not a regular file",
+                         "grpo train writes it as a file")
+
+
+def _pushable(tmp_path: Path) -> Path:
+    import shutil
+
+    from grpo_cli.paths import ASSETS_DIR
+
+    return Path(shutil.copytree(ASSETS_DIR / "tiny-arith", tmp_path / "model"))
+
+
+@pytest.mark.parametrize("name, content, needles", [
+    ("config.json", "junk{{", ["RUN_DIR", "config.json is not valid JSON (line 1, column 1", "re-saving the model"]),
+    ("config.json", "[1, 2]", ["config.json holds a JSON list, not an object"]),
+    ("tokenizer.json", "", ["RUN_DIR", "tokenizer.json is empty", "re-saving the model"]),
+    ("generation_config.json", "\x00\x01binary", ["generation_config.json is a binary file"]),
+    ("config.json", "{}", ["config.json has no `model_type`"]),
+    ("tokenizer.json", '{"version": "1.0"}', ["tokenizer.json has no `model`"]),
+    ("model-f16.gguf", "GGUF\x03\x00", ["cannot read the GGUF file", "truncated"]),
+    ("grpo_gguf.json", "{junk", ["grpo_gguf.json is not valid JSON", "or delete grpo_gguf.json"]),
+])
+def test_push_dry_run_refuses_a_junk_model_file(tmp_path: Path, name: str, content: str, needles: list[str]) -> None:
+    """`push --dry-run` once listed a junk config.json or an empty tokenizer.json as uploadable: a model nobody
+    can load. It is refused before the card is written."""
+    model = _pushable(tmp_path)
+    (model / name).write_text(content)
+    assert_paragraph(run_cli("push", model, "me/model", "--dry-run"), *needles)
+    assert not (model / "README.md").exists()
+
+
+def test_push_of_a_device_or_pipe_as_weights_says_it_is_not_a_regular_file(tmp_path: Path) -> None:
+    import os
+
+    model = _pushable(tmp_path)
+    (model / "model.safetensors").unlink()
+    os.mkfifo(model / "model.safetensors")
+    assert_paragraph(run_cli("push", model, "me/model", "--dry-run"), "RUN_DIR",
+                     "model.safetensors is not a regular file")
+    (model / "model.safetensors").unlink()
+    (model / "model.safetensors").symlink_to("/dev/urandom")
+    assert_paragraph(run_cli("push", model, "me/model", "--dry-run"), "model.safetensors is not a regular file")
+    assert not (model / "README.md").exists()
+
+
+def test_samples_of_hand_edited_lines_are_shown_or_named_never_a_traceback(tmp_path: Path) -> None:
+    """`rewards` as a list (not a table) once raised AttributeError; a text step was reported as 'no samples
+    yet', which reads like a run still starting."""
+    path = tmp_path / "completions.jsonl"
+    path.write_text(json.dumps({"step": 1, "prompt": "p", "completion": "c", "reward": 1, "rewards": [1, 2]}) + "\n")
+    shown = run_cli("samples", tmp_path)
+    assert shown.exit_code == 0 and "step 1" in shown.output, shown
+    path.write_text(json.dumps({"step": "one", "prompt": "p", "completion": "c"}) + "\n")
+    assert_paragraph(run_cli("samples", tmp_path), "RUN_DIR", "is damaged", "whole-number step", "'one'")

@@ -5,7 +5,8 @@
 - samples.py: `grpo samples` (completions.jsonl read back).
 - card.py: the Hub model card (README.md) of a run or merged model; hub.py: `grpo push` (staging, upload);
   publish.py: what may be published (no local paths, smoke-test suites kept out of the Hub metadata).
-- merge.py: `grpo merge`, a LoRA adapter folded into its base, verified by logits; export_gguf.py: `grpo export`.
+- merge.py: `grpo merge`, a LoRA adapter folded into its base, verified by logits; export_gguf.py: `grpo export`,
+  export_source.py: the model's files it reads, checked, and where `--out` may not land.
 Above models/ (it imports models, never the reverse). Only merge and export import torch and transformers, when
 they run; matplotlib and huggingface_hub load when a plot or upload runs.
 """

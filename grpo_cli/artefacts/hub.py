@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli import runs
-from grpo_cli.artefacts.card import CARD_FILE, CARD_MARK, suite_results, write_card
+from grpo_cli.artefacts.card import CARD_FILE, CARD_MARK, GGUF_RECORD, suite_results, write_card
 from grpo_cli.artefacts.publish import hub_base_id, is_full_suite, is_local_path, public_base, sanitized
 from grpo_cli.errors import GrpoError
+from grpo_cli.gguf.source import read_header
+from grpo_cli.model_files import read_json_value, regular_file_problem, safetensors_problem
 from grpo_cli.models.sources import read_json
 from grpo_cli.paths import is_hub_id
 
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
 UPLOAD_PATTERNS = ("*.safetensors", "*.safetensors.index.json", "config.json", "generation_config.json",
                    "adapter_config.json", "tokenizer*", "special_tokens_map.json", "vocab.*", "merges.txt",
                    "chat_template.*", "added_tokens.json", CARD_FILE, runs.REPORT_IMAGE, runs.REPORT_SUMMARY,
-                   runs.RECIPE, runs.MANIFEST, runs.suite_result("*"), runs.MERGE_INFO, "*.gguf", "grpo_gguf.json")
+                   runs.RECIPE, runs.MANIFEST, runs.suite_result("*"), runs.MERGE_INFO, "*.gguf", GGUF_RECORD)
 WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.safetensors")
 
 
@@ -47,9 +49,10 @@ class StagedPush:
 
 
 def staged_files(folder: Path) -> list[str]:
-    """The top-level files of `folder` that an upload sends, sorted."""
+    """The top-level entries of `folder` that an upload sends, sorted (anything but a directory: a device or a
+    named pipe under a model file's name is refused by the checks, not left out unsaid)."""
     return sorted(p.name for p in folder.iterdir()
-                  if p.is_file() and any(fnmatch.fnmatch(p.name, pat) for pat in UPLOAD_PATTERNS))
+                  if not p.is_dir() and any(fnmatch.fnmatch(p.name, pat) for pat in UPLOAD_PATTERNS))
 
 
 HUB_NAME_LIMIT = 96
@@ -100,15 +103,15 @@ def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None, 
         raise GrpoError(f"{folder} is not a directory", where="RUN_DIR",
                         fix="Give the output dir of `grpo train` or of `grpo merge`.")
     check_repo_id(repo_id)
-    if not any((folder / w).is_file() for w in WEIGHTS):
+    if not any((folder / w).exists() for w in WEIGHTS):
         raise GrpoError(f"{folder} holds no final model (no {' or '.join(WEIGHTS[::2])})", where="RUN_DIR",
                         fix="Push a finished run, a checkpoint's parent after training completed, or a merged model.")
+    _check_files(folder)
     adapter = (folder / "adapter_config.json").is_file()
     base = _base_of(folder, adapter)
     if base_model is not None and not is_hub_id(base_model, owner=True):
         raise GrpoError(f"{base_model!r} is not a Hub model id", where="--base-model",
                         fix="Name the base model as the Hub does, `org/name` (e.g. Qwen/Qwen2.5-0.5B-Instruct).")
-    _check_files(folder)
     _check_own_card(folder, force)
     kept = _card(folder, base, base_model, adapter)
     card = ModelCard.load(folder / CARD_FILE)  # the Hub's own parser: bad front matter raises here
@@ -129,34 +132,49 @@ def stage_run(run_dir: str | Path, repo_id: str, base_model: str | None = None, 
     return staged
 
 
-def safetensors_problem(path: Path) -> str | None:
-    """Why a .safetensors file is not whole (header length, header JSON, tensor offsets against the file size),
-    or None; read from its header alone."""
-    size = path.stat().st_size
-    with open(path, "rb") as f:
-        head = f.read(8)
-        length = int.from_bytes(head, "little") if len(head) == 8 else -1
-        if length < 0 or 8 + length > size:
-            return f"its header does not fit in the file ({size:,} bytes)"
-        try:
-            header = json.loads(f.read(length))
-            end = max((int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__"), default=0)
-        except (ValueError, TypeError, KeyError, IndexError, AttributeError):
-            return "its header is not a safetensors tensor table"
-    if 8 + length + end != size:
-        return f"its tensors need {8 + length + end:,} bytes and the file has {size:,}"
-    return None
+_RESAVE = ("Push the run again after re-saving the model (`grpo train --resume` finishes it, `grpo merge` writes a "
+           "merged copy), or restore the file from the model's original files.")
+LIST_FILES = frozenset({GGUF_RECORD})
+REQUIRED_KEYS = {"config.json": "model_type", "tokenizer.json": "model"}
+"""What a model file must name for transformers to load it."""
+GRPO_RECORDS = (runs.MANIFEST, runs.MERGE_INFO, runs.suite_result("*"), GGUF_RECORD)
+"""JSON files grpo wrote about the model (not part of it): a damaged one is restored or left out, not re-saved."""
+"""JSON files an upload sends that hold a list (each verified GGUF export), not an object."""
 
 
 def _check_files(folder: Path) -> None:
-    """Before anything is written or sent: every weights file whole, every file scrubbed for paths readable."""
-    for name in staged_files(folder):
-        if name.endswith(".safetensors") and (why := safetensors_problem(folder / name)):
-            raise GrpoError(f"{folder / name} is damaged or truncated: {why}", where="RUN_DIR",
-                            fix="Push the run again after re-saving the model (`grpo train --resume` finishes it, "
-                                "`grpo merge` writes a merged copy), or restore the file.")
+    """Before anything is written or sent: every file a regular one, every weights file whole, every JSON file
+    parsed (a junk config.json or an empty tokenizer.json would upload a model nobody can load), every file
+    scrubbed for paths readable."""
+    for name in (*staged_files(folder), CARD_FILE):
+        path = folder / name
+        if name == CARD_FILE and path.is_dir():
+            continue  # the card is written before it is sent: writing it names the directory in the way
+        why = regular_file_problem(path)
+        if why is not None:
+            raise GrpoError(f"{path} {why}", where="RUN_DIR", fix="Put the file itself there, or move the entry "
+                            "aside; push reads and uploads files saved on disk.")
+        if name.endswith(".safetensors") and (why := safetensors_problem(path)):
+            raise GrpoError(f"{path} is damaged or truncated: {why}", where="RUN_DIR", fix=_RESAVE)
         if name in ("adapter_config.json", runs.MANIFEST, runs.RECIPE):
-            sanitized(folder / name)
+            sanitized(path)
+        if name.endswith(".json"):
+            _check_json(path)
+        if name.endswith(".gguf"):
+            read_header(path)  # a GGUF cut short (tensor data past its end) is refused, naming the file
+
+
+def _check_json(path: Path) -> None:
+    """A JSON file an upload sends parses to what its readers expect; config.json names its model type and
+    tokenizer.json holds a tokenizer model (`{}` for either is a model nobody can load)."""
+    name = path.name
+    model_file = not any(fnmatch.fnmatch(name, pat) for pat in GRPO_RECORDS)
+    fix = _RESAVE if model_file else (f"It would be uploaded with the model: restore it from a copy, or delete {name} "
+                                      "(the upload then goes without it).")
+    data = read_json_value(path, what="the file", where="RUN_DIR", fix=fix, kind=list if name in LIST_FILES else dict)
+    key = REQUIRED_KEYS.get(name)
+    if key is not None and not data.get(key):
+        raise GrpoError(f"{path} has no `{key}`: transformers cannot load the model from it", where="RUN_DIR", fix=fix)
 
 
 def _merge_info(folder: Path) -> dict[str, Any]:

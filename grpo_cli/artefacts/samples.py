@@ -16,6 +16,7 @@ from typing import Any
 
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
+from grpo_cli.terminal_text import visible
 
 COMPLETIONS_FILE = runs.COMPLETIONS
 
@@ -97,11 +98,18 @@ def read_samples(run_dir: str | Path, *, step: int | None = None, order: str | N
     # A record with neither prompt nor completion is no sample (a hand-edited or foreign file): shown, it is an
     # empty row that reads like a model that said nothing.
     rows = unique_rows(r for r in records if r.get("prompt") is not None or r.get("completion") is not None)
+    fix = ("grpo train writes step, prompt, completion and rewards per line; restore the file from a copy, or train "
+           "again.")
     if records and not rows:
         raise GrpoError(f"{path} is damaged: none of its {len(records)} record(s) has a prompt or a completion",
-                        where="RUN_DIR", fix="grpo train writes step, prompt, completion and rewards per line; "
-                        "restore the file from a copy, or train again.")
+                        where="RUN_DIR", fix=fix)
+    for r in rows:  # a hand-edited line: per-reward scores that are no table are no scores
+        if not isinstance(r.get("rewards"), dict):
+            r["rewards"] = {}
     steps = sorted({int(r["step"]) for r in rows if isinstance(r.get("step"), int)})
+    if rows and not steps:
+        raise GrpoError(f"{path} is damaged: none of its {len(rows)} sample(s) has a whole-number step (the first "
+                        f"has {rows[0].get('step')!r})", where="RUN_DIR", fix=fix)
     if not rows and garbled:
         raise runs.damaged_jsonl(path, garbled, "RUN_DIR")
     if not steps:
@@ -157,8 +165,8 @@ def markdown_samples(output_dir: Path, count: int = 3) -> list[str]:
     rows = sorted(unique_rows(r for r in rows if r.get("step") == last), key=lambda r: finite(r.get("reward")) or 0.0)
     picked = rows if len(rows) <= count else [*rows[:count // 2 + count % 2], *rows[-(count // 2):]]
 
-    def cell(text: Any) -> str:
-        text = " ".join(str(text or "").split())
+    def cell(text: Any) -> str:  # escapes shown, not kept: report.md is read with `cat` and on the Hub
+        text = visible(" ".join(str(text or "").split()))
         return (text[:150] + " …" if len(text) > 150 else text).replace("|", "\\|")
 
     lines = [f"## Sample completions (step {last}, lowest and highest reward)", "",

@@ -42,6 +42,7 @@ import typer  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from grpo_cli.progress import silence_cpu_accelerator_notice  # noqa: E402
+from grpo_cli.terminal_text import visible  # noqa: E402
 from grpo_cli.version import __version__  # noqa: E402
 
 if TYPE_CHECKING:
@@ -184,7 +185,7 @@ def _paragraph(exc: GrpoError) -> NoReturn:
     """The one place an error becomes its paragraph on stderr and its exit code."""
     from rich.markup import escape
 
-    err_console.print(f"[bold red]error:[/] {escape(exc.render())}", soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(visible(exc.render()))}", soft_wrap=True)
     raise typer.Exit(exc.exit_code) from None
 
 

@@ -7,9 +7,11 @@ process died without a word (SIGKILL) is removed by the next conversion into the
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import shlex
 import sys
 from collections.abc import Callable
 from functools import partial
@@ -18,6 +20,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf.source import GgufInfo, read_header
+from grpo_cli.model_files import model_dir_problem
 from grpo_cli.paths import terminate_as_interrupt
 from grpo_cli.runs import pid_alive
 
@@ -100,7 +103,7 @@ def materialize(path: Path, *, where: str = "model.name_or_path") -> Path:
                             "model's safetensors checkpoint.")
     target = converted_dir(path)
     if (target / MARKER).is_file():
-        return target
+        return _whole(target, path, where)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         lock = open(target.parent / f"{target.name}.lock", "w")  # noqa: SIM115 (closed below)
@@ -114,7 +117,19 @@ def materialize(path: Path, *, where: str = "model.name_or_path") -> Path:
         remove_stale_conversions(target.parent)
         if not (target / MARKER).is_file():
             _convert(path, info, target, where)
-    return target
+    return _whole(target, path, where)
+
+
+def _whole(target: Path, path: Path, where: str) -> Path:
+    """`target` when the conversion there is intact; a cache entry damaged after it was written (a file deleted,
+    cut short or overwritten) is named with the command that clears it, not left to the loader, whose error
+    suggests the network."""
+    why = model_dir_problem(target)
+    if why is None:
+        return target
+    raise GrpoError(f"grpo's converted copy of {path.name} in its cache is damaged: {why}", where=where,
+                    fix=f"Delete the cache entry (rm -r {shlex.quote(str(target))}) and run again: {path.name} is "
+                        "converted afresh.")
 
 
 def remove_stale_conversions(root: Path) -> list[Path]:
@@ -211,3 +226,14 @@ def conversion_record(model_dir: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def record_source(converted: Path, path: Path) -> None:
+    """Name `path` as the source in a conversion's record after the GGUF file was moved there (`grpo export`
+    checks its file in a private directory, then renames it); a record that cannot be rewritten stays as it was."""
+    record = conversion_record(converted)
+    if record is None:
+        return
+    record["source"] = str(path)
+    with contextlib.suppress(OSError):  # a read-only cache: the record keeps the checked copy's path; loads still work
+        (converted / MARKER).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

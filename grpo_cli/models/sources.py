@@ -6,7 +6,6 @@ keeps the two commands agreeing on where the weights, the base model and the tok
 
 from __future__ import annotations
 
-import json
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ from typing import Any
 from grpo_cli import runs
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf.cache import conversion_record, materialize
+from grpo_cli.model_files import read_json_object
 from grpo_cli.models.vision import is_vision_language
 from grpo_cli.paths import ASSETS_DIR, BUNDLED_PREFIX, check_hub_access, is_gguf_reference, is_hub_id, resolve
 
@@ -84,12 +84,9 @@ def local_path(ref: str, base_dir: Path | None = None) -> Path | None:
 
 
 def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise GrpoError(f"cannot read {path}: {exc}", where=str(path.parent),
-                        fix="The file is damaged; re-save the model or adapter.") from None
-    return data if isinstance(data, dict) else {}
+    """A model's or adapter's JSON file (config.json, adapter_config.json), through the one checked reader."""
+    return read_json_object(path, what="the file", where=str(path.parent),
+                            fix="The file is damaged; re-save the model or adapter.")
 
 
 def _find_base(adapter_dir: Path, run_dir: Path | None, override: str | None, where: str) -> tuple[str, str]:

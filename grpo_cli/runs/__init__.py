@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.model_files import NOT_REGULAR
 
 if TYPE_CHECKING:
     from grpo_cli.runs.manifest import Manifest
@@ -93,12 +94,16 @@ def read_jsonl(path: Path, garbled: list[int] | None = None, lines: list[int] | 
 
 
 def run_file(run_dir: Path, name: str, where: str, written: str) -> Path:
-    """`run_dir/name`, refused in one paragraph when a directory stands there or the file is missing; `written`
-    says when grpo train writes it (the fix for a missing file)."""
+    """`run_dir/name`, refused in one paragraph when a directory, a device or a named pipe stands there or the file
+    is missing; `written` says when grpo train writes it (the fix for a missing file)."""
     path = run_dir / name
     if path.is_dir():
         raise GrpoError(f"{path} is a directory, not the run's {name} file", where=where,
                         fix=f"Move that directory aside; grpo train writes {name} as a file.")
+    if path.exists() and not path.is_file():  # /dev/urandom or a named pipe: reading it would never end
+        raise GrpoError(f"{path} {NOT_REGULAR}", where=where,
+                        fix=f"Put the run's own {name} there (grpo train writes it as a file), or give the run "
+                            "directory that holds it.")
     if not path.is_file():
         raise GrpoError(f"there is no {name} in {run_dir}", where=where,
                         fix=f"Give the output directory of a `grpo train` run; it writes {name} {written}.")

@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
-from grpo_cli.cli.render.tables import cell, print_table
+from grpo_cli.cli.render.tables import cell, plain, print_table
+from grpo_cli.terminal_text import visible
 
 if TYPE_CHECKING:
     from grpo_cli.artefacts.export_gguf import GgufExport
@@ -32,15 +34,16 @@ def render_report_written(console: Console, run: RunData, paths: ReportPaths) ->
     console.print(line, markup=False)
     if run.events:
         console.print(f"[yellow]{len(run.events)} health event(s):[/] "
-                      + ", ".join(f"{e.get('guard')} at step {e.get('step')}" for e in run.events))
+                      + escape(visible(", ".join(f"{e.get('guard')} at step {e.get('step')}" for e in run.events))))
     console.print(f"wrote {paths.image} and {paths.summary}", markup=False, soft_wrap=True)
 
 
 def render_samples(console: Console, rows: list[dict[str, Any]], title: str, width: int = 400) -> None:
-    """`grpo samples`: one row per completion with its total reward, each reward and its advantage."""
+    """`grpo samples`: one row per completion with its total reward, each reward and its advantage. Every text
+    from completions.jsonl is a `plain` cell: a model's `[/]` or `ESC[2J` is shown, not obeyed."""
     names: list[str] = []
     for r in rows:
-        names += [n for n in (r.get("rewards") or {}) if n not in names]
+        names += [str(n) for n in (r.get("rewards") or {}) if str(n) not in names]
     table = Table(title=title, title_justify="left", show_lines=True)
     table.add_column("step", justify="right")
     table.add_column("prompt", overflow="fold", ratio=2)
@@ -50,21 +53,21 @@ def render_samples(console: Console, rows: list[dict[str, Any]], title: str, wid
     table.add_column("completion", overflow="fold", ratio=3)
     table.add_column("reward", justify="right")
     for n in names:
-        table.add_column(n, justify="right")
+        table.add_column(plain(n), justify="right")
     table.add_column("adv.", justify="right")
 
-    def cut(text: Any) -> str:
+    def cut(text: Any) -> Text:
         text = str(text or "")
-        return text if len(text) <= width else text[:width] + " …"
+        return plain(text if len(text) <= width else text[:width] + " …")
 
     from grpo_cli.artefacts.samples import reference_text
 
     for r in rows:
-        scores = r.get("rewards") or {}
+        scores = {str(k): v for k, v in (r.get("rewards") or {}).items()}
         reference = [cut(reference_text(r.get("reference")))] if with_reference else []
-        table.add_row(str(r.get("step")), cut(r.get("prompt")), *reference, cut(r.get("completion")),
-                      cell(r.get("reward")), *(cell(scores.get(n)) for n in names),
-                      cell(r.get("advantage")), style=None)
+        table.add_row(plain(r.get("step")), cut(r.get("prompt")), *reference, cut(r.get("completion")),
+                      plain(cell(r.get("reward"))), *(plain(cell(scores.get(n))) for n in names),
+                      plain(cell(r.get("advantage"))), style=None)
     print_table(console, table)
 
 
@@ -86,6 +89,8 @@ def render_export(console: Console, result: GgufExport) -> None:
                   soft_wrap=True)
     console.print(f"[green]wrote[/] {escape(str(result.path))}; run it with llama.cpp (llama-cli -m FILE) or "
                   "Ollama (a Modelfile `FROM ./FILE`)", soft_wrap=True)
+    if result.note:
+        console.print(f"[yellow]note:[/] {escape(result.note)}", soft_wrap=True)
 
 
 def render_push(console: Console, staged: StagedPush, *, dry_run: bool) -> None:

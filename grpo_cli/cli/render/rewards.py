@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from grpo_cli.cli.render.tables import print_table
+from grpo_cli.terminal_text import visible
 
 if TYPE_CHECKING:
     from grpo_cli.checking.rewards import CheckReport
@@ -22,7 +23,7 @@ def _fmt_score(value: float | None, digits: int = 3) -> str:
 
 
 def _preview(text: str, width: int = 32) -> str:
-    flat = text.replace("\n", "⏎")
+    flat = visible(text.replace("\n", "⏎"))  # a generated completion's ESC[2J is shown, not obeyed
     return flat if len(flat) <= width else flat[:width - 1] + "…"
 
 
@@ -170,14 +171,15 @@ def render_tool_dry_run(out: Console, report: DryRun) -> None:
                   soft_wrap=True)
     if report.prompt_preview:
         out.print("[bold]first prompt, rendered with the tools:[/]")
-        out.print(escape(report.prompt_preview), soft_wrap=True)
+        out.print(escape(visible(report.prompt_preview)), soft_wrap=True)
     if report.parse_check:
         out.print(f"[green]✓ tool-call parsing[/] {escape(report.parse_check)}", soft_wrap=True)
     calls = Table(title="tool calls", title_justify="left")
     for col in ("tool", "arguments", "ms", "result / error"):
         calls.add_column(col, justify="right" if col == "ms" else "left")
     for c in report.calls + [c for e in report.episodes for c in e.calls]:
-        outcome = f"[red]{'TIMEOUT' if c.timeout else 'ERROR'}[/] {escape(c.error)}" if c.error else escape(c.result)
+        outcome = f"[red]{'TIMEOUT' if c.timeout else 'ERROR'}[/] {escape(visible(c.error))}" if c.error \
+            else escape(visible(c.result))  # a tool's output, shown and not obeyed
         tool = f"{c.environment}.{c.tool}" if c.environment else c.tool
         calls.add_row(escape(tool), escape(json.dumps(c.arguments, default=str)), f"{1000 * c.seconds:.3g}", outcome)
     print_table(out, calls)

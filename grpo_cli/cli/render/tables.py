@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 
+from grpo_cli.terminal_text import visible
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.table import Table
@@ -17,8 +19,8 @@ def print_table(console: Console, table: Table) -> None:
     title, caption = table.title, table.caption
     table.title = table.caption = None
     if title:
-        console.print(title if isinstance(title, Text) else Text(str(title), style=table.title_style or "bold"),
-                      soft_wrap=True)
+        shown = title if isinstance(title, Text) else Text(visible(str(title)), style=table.title_style or "bold")
+        console.print(shown, soft_wrap=True)
     console.print(table)
     if caption:
         console.print(caption if isinstance(caption, Text) else Text(str(caption), style=table.caption_style or ""),
@@ -30,3 +32,9 @@ def cell(value: Any) -> str:
     from grpo_cli.artefacts.report_data import number_text
 
     return str(value) if isinstance(value, str) else number_text(value)
+
+
+def plain(value: Any) -> Text:
+    """A cell of text grpo did not write (a prompt, a completion, a name from a run file): never read as rich
+    markup, its control characters shown as escapes (`terminal_text.visible`)."""
+    return Text(visible("" if value is None else str(value)))
