@@ -7,13 +7,16 @@ from typing import TYPE_CHECKING
 
 from grpo_cli import runs
 from grpo_cli.training.async_grpo import make_async_trainer
+from grpo_cli.training.compiled_decode import allow_compile
 from grpo_cli.training.dynamic_sampling import attach_sampling
 from grpo_cli.training.fused_is import fuse_importance_sampling
+from grpo_cli.training.merged_generation import attach_merged_generation
 from grpo_cli.training.sampler import resumable
 from grpo_cli.training.shared_prefill import share_prompt_prefill
 from grpo_cli.training.step_timing import step_timer
 from grpo_cli.training.user_callbacks import load_callbacks
 from grpo_cli.training.vllm_cpu import vllm_on_cpu
+from grpo_cli.validation.fast_generation import generation_path
 
 if TYPE_CHECKING:
     from trl import GRPOConfig, GRPOTrainer
@@ -66,6 +69,9 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
     fuse_importance_sampling(trainer)  # with vLLM: the mismatch correction from the loss forward, not an extra one
     timer.attach(trainer)
     share_prompt_prefill(trainer.model)  # a group's prompt prefilled once, not num_generations times
+    path = generation_path(recipe, cuda=run.loaded.device.startswith("cuda"))
+    attach_merged_generation(trainer, path)  # after the prefill: merged around it, so it prefills merged too
+    allow_compile(trainer, path)  # the static cache's decode compiled (CUDA); TRL hard-codes disable_compile
     attach_sampling(trainer, recipe)  # `sampling:` (off by default: then nothing is wrapped)
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
