@@ -205,3 +205,28 @@ def test_grpo_train_on_the_fast_path_sees_what_trls_default_path_sees(tmp_path: 
     for trl_row, fast_row in zip(default_rows, fast_rows, strict=True):  # the same samples, rewards and update
         for key in ("reward", "completions/mean_length", "loss", "grad_norm"):
             assert fast_row[key] == pytest.approx(trl_row[key], rel=1e-4, abs=1e-6), key
+
+
+def test_decode_with_the_merged_adapter_compiles_once_into_one_graph() -> None:
+    """What CUDA compiles, traced on the CPU (dynamo with its eager backend): the merged model's decode step is one
+    graph without breaks, and later rounds, after the adapter changed in place, reuse it (no recompile)."""
+    from torch._dynamo.utils import counters
+    from transformers import CompileConfig
+
+    model, twin, batch = _lora_model(), _lora_model(), _batch()  # twin: unmerged, eager, the same weights
+    merged = merge_for_generation(model)
+    assert merged is not None
+    compile_config = CompileConfig(backend="eager", fullgraph=True, mode=None)
+    compile_config._compile_all_devices = True  # transformers compiles on GPUs only unless told
+    torch._dynamo.reset()
+    counters.clear()
+    for _ in range(2):
+        tokens, _ = _sample(model, batch, cache_implementation="static", max_cache_len=32,
+                            compile_config=compile_config, disable_compile=False)
+        assert torch.equal(tokens, _sample(twin, batch)[0])
+        with torch.no_grad():  # an optimizer step: the adapter changes in place
+            for one in (model, twin):
+                for name, param in one.named_parameters():
+                    if "lora_B" in name:
+                        param.add_(0.02)
+    assert merged.rounds == 2 and counters["stats"]["unique_graphs"] == 1, dict(counters["stats"])
