@@ -35,6 +35,8 @@ def _setup():  # type: ignore[no-untyped-def]
     path = materialize(resolve(SMOLLM2))
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
+    if tok.pad_token is None:  # the GGUF's tokenizer names none; grpo's loader sets the EOS token, as here
+        tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
                                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])).train()
