@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 
-from shared_prefill import _setup, _timed
+from shared_prefill import _setup, alternate
 
 
 def main() -> None:
@@ -38,16 +37,8 @@ def main() -> None:
     shared = SharedPrefill(model)
     merged = merge_for_generation(model)
     assert merged is not None
-    _timed(shared.generate, batch, config, 0)  # warm-up
-    plain, mine, same = [], [], True
-    for pair in range(args.pairs):
-        t_plain, out_plain = _timed(shared.generate, batch, config, pair)
-        t_mine, out_mine = _timed(merged.generate, batch, config, pair)
-        plain.append(t_plain)
-        mine.append(t_mine)
-        same = same and torch.equal(out_plain, out_mine)  # type: ignore[arg-type]
+    p, m, same = alternate(shared.generate, merged.generate, batch, config, args.pairs)
     exact = all(torch.equal(before[k], v) for k, v in model.state_dict().items())
-    p, m = statistics.median(plain), statistics.median(mine)
     print(f"load average {os.getloadavg()[0]:.1f}, {args.pairs} pairs, {args.threads} torch thread(s)\n")
     print("| unmerged LoRA (CPU s) | merged (CPU s) | change | same tokens | weights bit-identical after |")
     print("|---|---|---|---|---|")
