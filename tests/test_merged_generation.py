@@ -150,6 +150,9 @@ def test_the_path_is_chosen_per_device_and_refused_where_it_cannot_apply(tmp_pat
     assert generation_path(load_recipe(smollm2, overrides=["launch.vllm.mode=colocate"]), cuda=True).vllm
     forced = load_recipe(smollm2, overrides=["launch.vllm.mode=off", "sampling.compiled_decode=false"])
     assert not generation_path(forced, cuda=True).static
+    own = load_recipe(smollm2, overrides=["launch.vllm.mode=off", "training.cache_implementation=offloaded"])
+    assert not generation_path(own, cuda=True).static  # the recipe's own cache is TRL's to run, untouched
+    assert "own cache_implementation: offloaded" in generation_path(own, cuda=True).static_why
     tools = load_recipe(ROOT / "recipes" / "tools-demo.yaml", overrides=["sampling.compiled_decode=true"])
     assert "tool calls" in generation_path(tools, cuda=True).static_why
     quantized = load_recipe(ROOT / "recipes" / "gsm8k.yaml", overrides=["model.quantization=4bit"])

@@ -91,7 +91,9 @@ def _static_rule(recipe: Recipe, cuda: bool) -> tuple[bool, str]:
         return False, "dynamic cache (sampling.compiled_decode: false)"
     kwargs = t.get("generation_kwargs")
     own = t.get("cache_implementation") or (kwargs.get("cache_implementation") if isinstance(kwargs, dict) else None)
-    blocked = _static_blocked(recipe, own)
+    if own:
+        return False, f"the recipe's own cache_implementation: {own}, as TRL runs it"
+    blocked = _static_blocked(recipe)
     if blocked:
         return False, f"dynamic cache ({blocked})"
     if forced is None and not cuda:
@@ -104,11 +106,9 @@ def _static_rule(recipe: Recipe, cuda: bool) -> tuple[bool, str]:
                   "static cache (forced; compiled decode needs a GPU)")
 
 
-def _static_blocked(recipe: Recipe, own: object) -> str:
+def _static_blocked(recipe: Recipe) -> str:
     """Why a static cache cannot apply to this recipe, or ""."""
     t = recipe.training
-    if own:
-        return f"the recipe sets cache_implementation: {own}"
     if recipe.tools or recipe.environment is not None:
         return "tool calls change the sequence shapes every turn"
     if recipe.data.images is not None:
