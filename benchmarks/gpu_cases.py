@@ -263,4 +263,4 @@ def run_case(name: str, work: Path, dry: bool) -> dict[str, Any]:
             "measured": probe, "throughput": _throughput(Path(result.output_dir), probe, plan.params, case.lora),
             "trl_throughput": trl_rates, "trl_first_generate_s": (trl_probe["generate_seconds"] or [None])[0],
             "first_generate_s": (probe["generate_seconds"] or [None])[0],
-            "agreement": agreement(trl_probe, probe)}
+            "agreement": agreement(trl_probe, probe), "compile_failed": probe.get("compile_failed")}

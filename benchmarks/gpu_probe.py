@@ -73,6 +73,7 @@ class PhaseMemory(TrainerCallback):
     def _wrap_generate(self, model: Any) -> None:
         """The peak while generate runs (its own counter, reset before each call) and its synchronised time."""
         original: Callable[..., Any] = model.generate
+        self.owner = getattr(original, "__self__", None)  # grpo's outermost generate hook (its compile fallback)
 
         def generate(*args: Any, **kwargs: Any) -> Any:
             self._fold_peaks()
@@ -104,4 +105,5 @@ class PhaseMemory(TrainerCallback):
         if self.meter.cuda:
             torch.cuda.synchronize()
         self._fold_peaks()
+        self.record["compile_failed"] = getattr(getattr(self, "owner", None), "failed", None)
         self.out.write_text(json.dumps(self.record), encoding="utf-8")

@@ -114,6 +114,10 @@ def _path_rows(results: dict[str, Any]) -> list[str]:
                     f"{_times(fast['generation_tokens_per_s'], trl['generation_tokens_per_s'])} | "
                     f"{trl['step_s']:.2f} → {fast['step_s']:.2f} | {_times(trl['step_s'], fast['step_s'])} | "
                     f"{first} | {samples} |")
+    failed = [f"{r['case']}: {r['compile_failed']}" for n, r in results.items()
+              if n.startswith("case-") and r.get("ok") and r.get("compile_failed")]
+    if failed:  # grpo's fallback generated uncompiled: the gain above is without compiled decode
+        rows += ["", "Compiled decode failed and grpo generated uncompiled: " + "; ".join(failed)[:1000]]
     return rows
 
 

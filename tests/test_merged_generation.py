@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -159,12 +160,30 @@ def test_the_path_is_chosen_per_device_and_refused_where_it_cannot_apply(tmp_pat
     path = generation_path(quantized, cuda=True)
     assert not path.merge and "lossy" in path.merge_why and not path.static
 
-    class Trainer:  # what allow_compile reads: TRL's GenerationConfig, built with disable_compile=True
-        generation_config = GenerationConfig(disable_compile=True)
+    assert allow_compile(SimpleNamespace(generation_config=GenerationConfig()), on_cpu) is None
 
-    trainer = Trainer()
-    assert not allow_compile(trainer, on_cpu) and trainer.generation_config.disable_compile
-    assert allow_compile(trainer, on_gpu) and not trainer.generation_config.disable_compile
+
+def test_a_decode_that_fails_to_compile_is_generated_uncompiled_and_says_why(capfd: pytest.CaptureFixture[str]) -> None:
+    from transformers import CompileConfig
+
+    recipe = load_recipe(ROOT / "recipes" / "smollm2-word-arith.yaml", overrides=["launch.vllm.mode=off"])
+    model, batch = _lora_model(), _batch()
+    config = GenerationConfig(max_new_tokens=6, do_sample=True, top_k=0, pad_token_id=0, cache_implementation="static",
+                              max_cache_len=32, disable_compile=True)  # as TRL 1.16 builds it
+    torch.manual_seed(1)
+    with torch.no_grad():
+        reference = model.generate(**batch, generation_config=config)
+    trainer = SimpleNamespace(model=model, generation_config=config)  # what allow_compile reads of TRL's trainer
+    fallback = allow_compile(trainer, generation_path(recipe, cuda=True))
+    assert fallback is not None and config.disable_compile is False
+    config.compile_config = CompileConfig(backend="no-such-backend")  # a machine where compiling fails
+    config.compile_config._compile_all_devices = True
+    for _ in range(2):  # the failing round and a later one: both the uncompiled samples
+        torch.manual_seed(1)
+        with torch.no_grad():
+            assert torch.equal(model.generate(**batch, generation_config=config), reference)
+    assert config.disable_compile is True and fallback.failed and "no-such-backend" in fallback.failed
+    assert capfd.readouterr().err.count("compiled decode failed here") == 1
 
 
 CALLBACK = """
