@@ -252,10 +252,15 @@ def run_case(name: str, work: Path, dry: bool) -> dict[str, Any]:
     return the plan, the fast run's peaks, both runs' rates and how far their first samples agree."""
     case = find_case(name)
     model_dir = build_model(case, work / "models")  # kept: the merge part merges an adapter onto it
-    _, trl_result, trl_probe = _train_variant(case, "trl", model_dir, work, dry)
+    plan, trl_result, trl_probe = _train_variant(case, "trl", model_dir, work, dry)
+    trl_rates = _throughput(Path(trl_result.output_dir), trl_probe, plan.params, case.lora)
+    # what is known if the time limit kills the part during grpo's path (the first round compiles): its table row
+    # then says so, with TRL's figures, instead of "did not finish"
+    (work / f"case-{name}.json").write_text(json.dumps(
+        {"ok": False, "error": "cut during grpo's path (TRL's path finished)", "trl_throughput": trl_rates}),
+        encoding="utf-8")
     plan, result, probe = _train_variant(case, "fast", model_dir, work, dry)
     batch, length, _ = DRY_SIZES if dry else GPU_SIZES
-    trl_rates = _throughput(Path(trl_result.output_dir), trl_probe, plan.params, case.lora)
     return {"case": name, "shape": case.shape, "lora": case.lora, "checkpointing": case.checkpointing,
             "status": result.status, "trl_status": trl_result.status, "steps": result.global_step,
             "params": plan.params, "trainable_params": plan.trainable_params, "batch": batch,
