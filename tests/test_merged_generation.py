@@ -108,14 +108,16 @@ def test_a_bfloat16_base_is_restored_from_the_copy_where_subtracting_would_drift
 
 
 def test_left_unmerged_where_merging_is_not_a_plain_delta_or_the_adapter_is_off(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     assert merge_for_generation(_lora_model(dora=True)) is None
     model, batch = _lora_model(), _batch()
     merged = merge_for_generation(model)
     assert merged is not None
     with model.disable_adapter():  # e.g. a reference pass: the base alone must generate
         _sample(model, batch)
+        _sample(model, batch)
     assert merged.rounds == 0 and merged.skipped and "disabled" in merged.skipped
+    assert capfd.readouterr().err.count("generating through the LoRA layers, unmerged: an adapter is disabled") == 1
     monkeypatch.setenv(OFF_ENV, "0")
     plain = _lora_model()
     generate = plain.generate
@@ -148,6 +150,9 @@ def test_the_path_is_chosen_per_device_and_refused_where_it_cannot_apply(tmp_pat
     on_gpu, on_cpu = generation_path(recipe, cuda=True), generation_path(recipe, cuda=False)
     assert on_gpu.merge and on_gpu.static and on_gpu.compiled
     assert on_cpu.merge and not on_cpu.static and "CPU" in on_cpu.static_why
+    assert "dropout" not in on_cpu.merge_why  # the recipe's adapter has none; with some, the plan says it is skipped
+    dropped = load_recipe(smollm2, overrides=["launch.vllm.mode=off", "model.lora.dropout=0.05"])
+    assert "without LoRA's dropout 0.05" in generation_path(dropped, cuda=False).merge_why
     assert generation_path(load_recipe(smollm2, overrides=["launch.vllm.mode=colocate"]), cuda=True).vllm
     forced = load_recipe(smollm2, overrides=["launch.vllm.mode=off", "sampling.compiled_decode=false"])
     assert not generation_path(forced, cuda=True).static

@@ -26,6 +26,7 @@ memory plan's kept-copy line, and scripts/gpu_check.sh's fast-path cases.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +51,8 @@ class MergedGeneration:
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         why = self._why_not(kwargs)
         if why is not None:
+            if self.skipped is None:  # said once: a run that cannot merge says why, not every round
+                print(f"grpo: generating through the LoRA layers, unmerged: {why}", file=sys.stderr, flush=True)
             self.skipped = self.skipped or why
             return self.original(*args, **kwargs)
         kept = self._merge()

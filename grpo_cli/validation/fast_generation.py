@@ -80,7 +80,8 @@ def merge_rule(recipe: Recipe) -> tuple[bool, str]:
         return False, "adapter not merged (DoRA's merge is not a plain delta)"
     if spec.shards_weights:
         return False, "adapter not merged (weights sharded by ZeRO-3/FSDP)"
-    return True, "adapter merged while generating (the base restored from a kept copy)"
+    dropout = f"; it samples without LoRA's dropout {lora.dropout:g}, as vLLM does" if lora.dropout > 0 else ""
+    return True, f"adapter merged while generating (the base restored from a kept copy{dropout})"
 
 
 def _static_rule(recipe: Recipe, cuda: bool) -> tuple[bool, str]:
