@@ -107,6 +107,26 @@ def test_a_bfloat16_base_is_restored_from_the_copy_where_subtracting_would_drift
     assert not torch.equal(weight, drift.base_layer.weight)
 
 
+def test_a_merge_that_fails_part_way_leaves_the_model_as_it_was(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, batch = _lora_model(), _batch()
+    before = _state(model)
+    merged = merge_for_generation(model)
+    assert merged is not None
+    tokens, _ = _sample(model, batch)
+    _, _, broken = merged.layers[5]  # layers 0-4 are merged and swapped when this one fails (e.g. out of memory)
+
+    def fail(adapter: str) -> torch.Tensor:
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(broken, "get_delta_weight", fail)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        _sample(model, batch)
+    assert all(torch.equal(before[k], v) for k, v in _state(model).items())
+    assert all(getattr(parent, name) is lora for parent, name, lora in merged.layers)  # every LoRA layer back
+    monkeypatch.undo()
+    assert torch.equal(_sample(model, batch)[0], tokens)
+
+
 def test_left_unmerged_where_merging_is_not_a_plain_delta_or_the_adapter_is_off(
         monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
     assert merge_for_generation(_lora_model(dora=True)) is None

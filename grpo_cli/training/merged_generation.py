@@ -55,8 +55,9 @@ class MergedGeneration:
                 print(f"grpo: generating through the LoRA layers, unmerged: {why}", file=sys.stderr, flush=True)
             self.skipped = self.skipped or why
             return self.original(*args, **kwargs)
-        kept = self._merge()
+        kept: list[Any] = []  # filled layer by layer: whatever was merged is restored, even if merging failed
         try:
+            self._merge(kept)
             return self.original(*args, **kwargs)
         finally:
             self._restore(kept)
@@ -79,11 +80,11 @@ class MergedGeneration:
             return f"the kept copy ({self.copy_bytes() / 1024**3:.2f} GiB) does not fit in free GPU memory"
         return None
 
-    def _merge(self) -> list[Any]:
-        """Keep each base weight, add its delta in float32 (one rounding), and put the plain layer in place."""
+    def _merge(self, kept: list[Any]) -> None:
+        """Keep each base weight (into `kept`), add its delta in float32 (one rounding), and put the plain layer in
+        its place."""
         import torch
 
-        kept = []
         with torch.no_grad():
             for parent, name, lora in self.layers:
                 weight = lora.base_layer.weight
@@ -92,13 +93,12 @@ class MergedGeneration:
                 weight.copy_(weight.float() + delta)
                 setattr(parent, name, lora.base_layer)
         self.rounds += 1
-        return kept
 
     def _restore(self, kept: list[Any]) -> None:
         import torch
 
         with torch.no_grad():
-            for (parent, name, lora), weight in zip(self.layers, kept, strict=True):
+            for (parent, name, lora), weight in zip(self.layers, kept, strict=False):
                 setattr(parent, name, lora)
                 lora.base_layer.weight.copy_(weight)
 
