@@ -34,15 +34,23 @@ class Case:
     checkpointing: bool = False
 
 
-# The one list of cases, smallest first, so a run cut short by its time limit still has the small ones.
-CASES = [Case(f"{short}-{mode}", hub, mode == "lora") for short, hub in
-         (("smollm2-135m", "HuggingFaceTB/SmolLM2-135M-Instruct"), ("qwen2.5-0.5b", "Qwen/Qwen2.5-0.5B-Instruct"),
-          ("qwen2.5-1.5b", "Qwen/Qwen2.5-1.5B-Instruct")) for mode in ("full", "lora")]
-CASES.append(Case("qwen2.5-1.5b-full-ckpt", "Qwen/Qwen2.5-1.5B-Instruct", checkpointing=True))
+# The cases every call runs, smallest first, so a run cut short by its time limit still has the small ones: the four
+# the H100 check of 2026-11-26 measured generation on (issue 47), each with TRL's default generation path and with
+# grpo's fast one. The memory-only cases of that check run when GRPO_GPU_CHECK_PARTS names them.
+CASES = [Case("smollm2-135m-lora", "HuggingFaceTB/SmolLM2-135M-Instruct", lora=True),
+         Case("qwen2.5-0.5b-full", "Qwen/Qwen2.5-0.5B-Instruct"),
+         Case("qwen2.5-0.5b-lora", "Qwen/Qwen2.5-0.5B-Instruct", lora=True),
+         Case("qwen2.5-1.5b-lora", "Qwen/Qwen2.5-1.5B-Instruct", lora=True)]
+EXTRA_CASES = [Case("smollm2-135m-full", "HuggingFaceTB/SmolLM2-135M-Instruct"),
+               Case("qwen2.5-1.5b-full", "Qwen/Qwen2.5-1.5B-Instruct"),
+               Case("qwen2.5-1.5b-full-ckpt", "Qwen/Qwen2.5-1.5B-Instruct", checkpointing=True)]
 DRY_CASES = [Case("tiny-full", "tiny"), Case("tiny-lora", "tiny", lora=True)]
 # (completions per step, completion tokens, steps) on a GPU and in the CPU dry run. The H100 runs of 2026-11-26
-# used 128 tokens and 3 steps: 9 of the 12 parts fitted in one 450 s call, so a step and 32 tokens went.
-GPU_SIZES, DRY_SIZES = (32, 96, 2), (8, 8, 2)
+# used 128 tokens and 3 steps: 9 of the 12 parts fitted in one 450 s call. Each case now trains twice (TRL's path
+# and grpo's), so 64 tokens and 2 steps: the second step is the measured one (the first warms up and compiles).
+GPU_SIZES, DRY_SIZES = (32, 64, 2), (8, 8, 2)
+# TRL's default generation path: grpo's hooks off (the shared prefill, the merged adapter) and TRL's dynamic cache.
+TRL_PATH_ENV = {"GRPO_SHARED_PREFILL": "0", "GRPO_MERGED_GENERATION": "0"}
 
 RECIPE = """
 model:
@@ -70,6 +78,7 @@ training:
   gradient_checkpointing: {ckpt}
   save_strategy: "no"
   seed: 0
+{sampling}
 eval: {{before_after: false}}
 launch: {{profile: {profile}}}
 callbacks:
@@ -108,7 +117,7 @@ def _process_gpu_bytes() -> int | None:
 
 
 def find_case(name: str) -> Case:
-    return next(c for c in CASES + DRY_CASES if c.name == name)
+    return next(c for c in CASES + EXTRA_CASES + DRY_CASES if c.name == name)
 
 
 def build_model(case: Case, where: Path) -> Path:
@@ -170,41 +179,93 @@ def _throughput(run_dir: Path, probe: dict[str, Any], params: int, lora: bool) -
             "generation_flops_per_s": 2 * params * batch * completion / gen_s if gen_s else 0.0}
 
 
-def run_case(name: str, work: Path, dry: bool) -> dict[str, Any]:
-    """Build the model, plan, train a few steps under the probe, and return the plan, the peaks and the rates."""
+def _train_variant(case: Case, path: str, model_dir: Path, work: Path, dry: bool) -> tuple[Any, Any, dict[str, Any]]:
+    """`grpo train` on one generation path ("trl": TRL's default; "fast": grpo's): (plan, result, probe record)."""
+    import gc
+    import os
+
     import torch
 
     from grpo_cli.recipe import load_recipe
     from grpo_cli.training import train
     from grpo_cli.validation import memory_plan
 
-    case = find_case(name)
     cuda = torch.cuda.is_available()
     batch, length, steps = DRY_SIZES if dry else GPU_SIZES
-    model_dir = build_model(case, work / "models")  # kept: the merge part merges a LoRA case onto its base
-    if cuda:
+    gc.collect()
+    if cuda:  # the other path's cached blocks and peaks are not this one's
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
     baseline = 0 if cuda else _rss()  # on the CPU the probe reads the process's RSS: count from here
-    lora = "  lora: {r: 16, alpha: 32, dropout: 0.05, target_modules: all-linear}" if case.lora else ""
-    probe_out = work / f"{name}.probe.json"
-    recipe_path = work / f"{name}.recipe.yaml"
+    lora = "  lora: {r: 16, alpha: 32, dropout: 0.0, target_modules: all-linear}" if case.lora else ""
+    # TRL's path keeps its dynamic cache; grpo's chooses for itself on CUDA, and is forced to the static cache in the
+    # CPU dry run (where it is off by default) so the dry run exercises it
+    forced = "" if cuda else "sampling: {compiled_decode: true}"
+    sampling = {"trl": "sampling: {compiled_decode: false}", "fast": forced}
+    tag = f"{case.name}.{path}"
+    probe_out = work / f"{tag}.probe.json"
+    recipe_path = work / f"{tag}.recipe.yaml"
     recipe_path.write_text(RECIPE.format(
         model=model_dir, dtype="auto" if cuda else "float32", lora=lora, batch=batch, length=length,
         steps=steps, ckpt=str(case.checkpointing).lower(), profile="single" if cuda else "cpu", probe=PROBE,
-        probe_out=probe_out, baseline=baseline, out=work / "runs" / name), encoding="utf-8")
+        probe_out=probe_out, baseline=baseline, out=work / "runs" / tag, sampling=sampling[path]), encoding="utf-8")
     recipe = load_recipe(recipe_path)
     gpu_gib = torch.cuda.get_device_properties(0).total_memory / GIB if cuda else None
     plan, why = memory_plan(recipe, gpu_memory_gb=gpu_gib, world_size=1)
     assert plan is not None, why
-    result = train(recipe, force=True)
+    saved = {k: os.environ.get(k) for k in TRL_PATH_ENV}
+    if path == "trl":
+        os.environ.update(TRL_PATH_ENV)
+    try:
+        result = train(recipe, force=True)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     probe = json.loads(probe_out.read_text()) | {"batch": batch}
     if cuda:  # what the process holds outside PyTorch's allocator: context, cuBLAS/cuDNN workspaces
         used = _process_gpu_bytes()
         if used is not None:
             probe["outside_allocator"] = used - torch.cuda.memory_reserved()
+    return plan, result, probe
+
+
+def agreement(trl: dict[str, Any], fast: dict[str, Any]) -> dict[str, Any]:
+    """How far the first round's sampled tokens of the two paths agree (same seed, same prompts, same weights)."""
+    a, b = trl.get("first_tokens"), fast.get("first_tokens")
+    if not a or not b or len(a) != len(b):
+        return {"compared": 0}
+    prefixes = []
+    for x, y in zip(a, b, strict=True):
+        same = next((i for i, (u, v) in enumerate(zip(x, y, strict=False)) if u != v), min(len(x), len(y)))
+        prefixes.append(same / max(len(x), 1))
+    return {"compared": len(a), "same_prompts": trl.get("first_prompts") == fast.get("first_prompts"),
+            "identical": sum(x == y for x, y in zip(a, b, strict=True)) / len(a),
+            "agreeing_prefix": sum(prefixes) / len(prefixes),
+            "first_token": sum(x[:1] == y[:1] for x, y in zip(a, b, strict=True)) / len(a)}
+
+
+def run_case(name: str, work: Path, dry: bool) -> dict[str, Any]:
+    """Build the model; train it on TRL's default generation path, then on grpo's fast path (planned and probed);
+    return the plan, the fast run's peaks, both runs' rates and how far their first samples agree."""
+    case = find_case(name)
+    model_dir = build_model(case, work / "models")  # kept: the merge part merges an adapter onto it
+    plan, trl_result, trl_probe = _train_variant(case, "trl", model_dir, work, dry)
+    trl_rates = _throughput(Path(trl_result.output_dir), trl_probe, plan.params, case.lora)
+    # what is known if the time limit kills the part during grpo's path (the first round compiles): its table row
+    # then says so, with TRL's figures, instead of "did not finish"
+    (work / f"case-{name}.json").write_text(json.dumps(
+        {"ok": False, "error": "cut during grpo's path (TRL's path finished)", "trl_throughput": trl_rates}),
+        encoding="utf-8")
+    plan, result, probe = _train_variant(case, "fast", model_dir, work, dry)
+    batch, length, _ = DRY_SIZES if dry else GPU_SIZES
     return {"case": name, "shape": case.shape, "lora": case.lora, "checkpointing": case.checkpointing,
-            "status": result.status, "steps": result.global_step, "params": plan.params,
-            "trainable_params": plan.trainable_params, "batch": batch, "completion_length": length,
-            "plan": _phase_plan(plan), "plan_items": {i.name: i.bytes for i in plan.items},
-            "measured": probe, "throughput": _throughput(Path(result.output_dir), probe, plan.params, case.lora)}
+            "status": result.status, "trl_status": trl_result.status, "steps": result.global_step,
+            "params": plan.params, "trainable_params": plan.trainable_params, "batch": batch,
+            "completion_length": length, "plan": _phase_plan(plan), "plan_items": {i.name: i.bytes for i in plan.items},
+            "measured": probe, "throughput": _throughput(Path(result.output_dir), probe, plan.params, case.lora),
+            "trl_throughput": trl_rates, "trl_first_generate_s": (trl_probe["generate_seconds"] or [None])[0],
+            "first_generate_s": (probe["generate_seconds"] or [None])[0],
+            "agreement": agreement(trl_probe, probe), "compile_failed": probe.get("compile_failed")}

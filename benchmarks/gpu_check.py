@@ -1,15 +1,18 @@
 """The GPU proof kit's parts, each run in its own process by scripts/gpu_check.sh with its own time limit.
 
-    python benchmarks/gpu_check.py parts [--dry-run]          # the ordered parts and their time limits
+    python benchmarks/gpu_check.py parts [--dry-run] [--all]  # the ordered parts and their time limits
     python benchmarks/gpu_check.py run PART WORK [--dry-run]  # one part; writes WORK/PART.json
     python benchmarks/gpu_check.py table WORK OUTDIR          # OUTDIR/gpu_check.json and gpu_check.md
     python benchmarks/gpu_check.py record OUTDIR              # the GPU section of docs/performance.md
 
 Parts: `facts` (the machine, the versions, `grpo doctor --json`), `rates` (this card's bf16 matrix rate and copy
-bandwidth), `demo-amp` / `demo-bf16` (the bundled demo on CUDA, fp32 weights with bf16 autocast / bf16 weights:
-does it complete and learn), one `case` per model shape and tuning (benchmarks/gpu_cases.py: the memory plan
-against the CUDA peak, generation and training throughput, MFU), and `merge` (`grpo merge` of a case's LoRA
-adapter, verified by logits). `--dry-run` runs the same parts on the CPU with tiny sizes, so the kit cannot rot.
+bandwidth), one `case` per model shape and tuning (benchmarks/gpu_cases.py: trained on TRL's default generation
+path and on grpo's fast path, side by side: generation tokens/s, step time, their ratio, whether the first
+round's sampled tokens agree; the memory plan against the CUDA peak, MFU), `merge` (`grpo merge` of a LoRA
+adapter, verified by logits), `demo-amp` (the bundled demo on CUDA, fp32 weights with bf16 autocast: does it
+complete and learn). Run only when GRPO_GPU_CHECK_PARTS names them (`parts --all` lists them): `demo-bf16` (bf16
+weights) and the memory-only cases of the first H100 check. `--dry-run` runs the default parts on the CPU with tiny
+sizes, so the kit cannot rot.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from gpu_cases import CASES, DRY_CASES, GIB, ROOT, run_case  # noqa: E402
+from gpu_cases import CASES, DRY_CASES, EXTRA_CASES, GIB, ROOT, build_model, find_case, run_case  # noqa: E402
 from gpu_report import record, table  # noqa: E402
 
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
@@ -37,14 +40,18 @@ VERSIONS = ("torch", "transformers", "trl", "datasets", "peft", "accelerate", "p
             "flash_attn", "liger_kernel")
 
 
-def parts(dry: bool) -> list[tuple[str, int]]:
-    """(part, time limit in seconds), in the order they run: the cheap facts first, the largest case last."""
+def parts(dry: bool, extra: bool = False) -> list[tuple[str, int]]:
+    """(part, time limit in seconds), in the order they run: the cheap facts first, then the side-by-side cases
+    smallest first (the merge after the first), the demo; with `extra`, also the parts run only when named."""
     if dry:
-        return ([("facts", 60), ("rates", 60), ("demo-amp", 60)] + [(f"case-{c.name}", 60) for c in DRY_CASES]
-                + [("merge", 60)])
-    # demo-bf16 (bf16 weights) after the cases: alike on the CPU, and the least needed of the parts on a GPU
-    return ([("facts", 60), ("rates", 40), ("demo-amp", 90)] + [(f"case-{c.name}", 90) for c in CASES]
-            + [("demo-bf16", 80), ("merge", 60)])
+        return ([("facts", 60), ("rates", 60)] + [(f"case-{c.name}", 90) for c in DRY_CASES]
+                + [("merge", 60), ("demo-amp", 60)])
+    # the merge right after the first (smallest) LoRA case, whose adapter it merges: a later time limit cannot cut it
+    chosen = [("facts", 60), ("rates", 40), (f"case-{CASES[0].name}", 150), ("merge", 60)]
+    chosen += [(f"case-{c.name}", 150) for c in CASES[1:]] + [("demo-amp", 90)]
+    if extra or os.environ.get("GRPO_GPU_CHECK_PARTS"):  # scripts/gpu_check.sh checked the names against --all
+        chosen += [(f"case-{c.name}", 90) for c in EXTRA_CASES] + [("demo-bf16", 80)]
+    return chosen
 
 
 def _facts(work: Path, dry: bool) -> dict[str, Any]:
@@ -134,18 +141,40 @@ def _demo(work: Path, dry: bool, variant: str) -> dict[str, Any]:
 
 
 def _merge(work: Path, dry: bool) -> dict[str, Any]:
-    """`grpo merge` of the first LoRA case's adapter: the command verifies the merged logits itself."""
+    """`grpo merge` of the first LoRA case's trained adapter, or of a fresh one on that case's shape when the case
+    left none (cut by its time limit): the command verifies the merged logits itself."""
     case = next(c for c in (DRY_CASES if dry else CASES) if c.lora)
-    adapter = work / "runs" / case.name
-    if not adapter.is_dir():
-        raise RuntimeError(f"the case {case.name} left no run directory (it failed or timed out)")
+    adapter, source = work / "runs" / f"{case.name}.fast", "the case's trained adapter"
+    if not (adapter / "adapter_config.json").is_file():
+        adapter, source = _fresh_adapter(case.name, work), "a fresh adapter (the case left none)"
+    start = time.perf_counter()
     done = subprocess.run([sys.executable, "-m", "grpo_cli", "merge", str(adapter), "--out", str(work / "merged"),
                            "--force"], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **ENV},
                           check=False)
     tail = (done.stdout + done.stderr).strip().splitlines()[-6:]
     if done.returncode:
-        raise RuntimeError(f"grpo merge exited {done.returncode}:\n" + "\n".join(tail))
-    return {"adapter": case.name, "output": tail}
+        raise RuntimeError(f"grpo merge of {source} exited {done.returncode}:\n" + "\n".join(tail))
+    return {"adapter": case.name, "source": source, "merge_s": time.perf_counter() - start, "output": tail}
+
+
+def _fresh_adapter(name: str, work: Path) -> Path:
+    """A LoRA adapter with drawn B matrices (so it changes the logits) on the case's model, saved for `grpo merge`."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model_dir = work / "models" / name
+    if not (model_dir / "config.json").is_file():
+        model_dir = build_model(find_case(name), work / "models")
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(model_dir),
+                           LoraConfig(r=16, lora_alpha=32, target_modules="all-linear"))
+    torch.manual_seed(0)
+    for key, param in model.named_parameters():
+        if "lora_B" in key:
+            torch.nn.init.normal_(param, std=0.02)
+    out = work / "adapter"
+    model.save_pretrained(out)
+    return out
 
 
 def run_part(name: str, work: Path, dry: bool) -> dict[str, Any]:
@@ -167,9 +196,10 @@ def main() -> None:
     parser.add_argument("verb", choices=("parts", "run", "table", "record"))
     parser.add_argument("args", nargs="*")
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny sizes: the kit's own test.")
+    parser.add_argument("--all", action="store_true", help="parts: also those run only when named.")
     ns = parser.parse_args()
     if ns.verb == "parts":
-        print("\n".join(f"{p} {limit}" for p, limit in parts(ns.dry_run)))
+        print("\n".join(f"{p} {limit}" for p, limit in parts(ns.dry_run, ns.all)))
     elif ns.verb == "run":
         name, work = ns.args[0], Path(ns.args[1])
         start = time.perf_counter()

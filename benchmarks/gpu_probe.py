@@ -4,7 +4,8 @@ A recipe names it in `callbacks:` (`benchmarks/gpu_probe.py:PhaseMemory`, params
 measured is an ordinary `grpo train` run. On CUDA it reads the caching allocator (`max_memory_allocated`,
 `max_memory_reserved`); on the CPU (the kit's dry run) the process's resident set and its high-water mark.
 Phases: the weights before the first step, the peak while `generate` runs, the memory held after each optimizer
-step (weights and optimizer state), and the whole run's peak.
+step (weights and optimizer state), and the whole run's peak. It also keeps the first round's prompt and sampled
+token ids, so two runs of one seed (TRL's default generation path and grpo's fast one) can be compared.
 """
 
 from __future__ import annotations
@@ -72,13 +73,16 @@ class PhaseMemory(TrainerCallback):
     def _wrap_generate(self, model: Any) -> None:
         """The peak while generate runs (its own counter, reset before each call) and its synchronised time."""
         original: Callable[..., Any] = model.generate
+        self.owner = getattr(original, "__self__", None)  # grpo's outermost generate hook (its compile fallback)
 
         def generate(*args: Any, **kwargs: Any) -> Any:
             self._fold_peaks()
             self.meter.reset_peak()
             start = time.perf_counter()
             try:
-                return original(*args, **kwargs)
+                out = original(*args, **kwargs)
+                self._first_tokens(kwargs.get("input_ids"), out)
+                return out
             finally:
                 if self.meter.cuda:
                     torch.cuda.synchronize()
@@ -87,6 +91,13 @@ class PhaseMemory(TrainerCallback):
 
         model.generate = generate
 
+    def _first_tokens(self, prompt: Any, out: Any) -> None:
+        """The first round's prompts and completions (token ids), where generate returned the plain tensor."""
+        if "first_tokens" in self.record or not isinstance(out, torch.Tensor) or not isinstance(prompt, torch.Tensor):
+            return
+        self.record["first_prompts"] = prompt.tolist()
+        self.record["first_tokens"] = out[:, prompt.shape[1]:].tolist()
+
     def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         self.record["after_step"].append(self.meter.now())
 
@@ -94,4 +105,5 @@ class PhaseMemory(TrainerCallback):
         if self.meter.cuda:
             torch.cuda.synchronize()
         self._fold_peaks()
+        self.record["compile_failed"] = getattr(getattr(self, "owner", None), "failed", None)
         self.out.write_text(json.dumps(self.record), encoding="utf-8")

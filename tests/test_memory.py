@@ -139,6 +139,19 @@ def test_activations_logits_and_kv_cache_by_hand(write_recipe, minimal_dir) -> N
     assert _b(no_ckpt, "activations") == per_layer * L > _b(plan, "activations")
 
 
+def test_lora_merged_for_generation_counts_its_kept_copy_of_the_adapted_base(write_recipe, minimal_dir) -> None:
+    # training/merged_generation.py keeps each adapted base weight while the adapter is merged for generation
+    attention = H * H + 2 * H * KV_DIM + H * H  # q, k, v, o weights (biases are not copied)
+    plan = _plan(write_recipe, ["model.lora.r=16", "model.lora.target_modules=[q_proj,k_proj,v_proj,o_proj]"])
+    copy = plan.item("LoRA merge: kept base copy")
+    assert copy is not None and copy.phase == "generation" and copy.bytes == attention * L * 2  # bf16
+    every = _plan(write_recipe, ["model.lora.r=16"])  # all-linear: the MLP's three projections too
+    assert _b(every, "LoRA merge: kept base copy") == (attention + 3 * H * INTER) * L * 2
+    for unmerged in (["model.lora.r=16", "model.quantization=4bit"], ["model.lora.r=16", "model.lora.use_dora=true"],
+                     ["launch.vllm.mode=colocate", "model.lora.r=16"], []):  # lossy, no plain delta, vLLM, full FT
+        assert _plan(write_recipe, unmerged).item("LoRA merge: kept base copy") is None
+
+
 def test_total_is_static_plus_the_larger_transient_phase(write_recipe, minimal_dir) -> None:
     plan = _plan(write_recipe, [])
     static = sum(i.bytes for i in plan.items if i.phase == "static")

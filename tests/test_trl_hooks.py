@@ -35,11 +35,13 @@ def _resolve(qualified: str) -> object:
 
 
 def test_the_hooks_stack_in_the_order_the_trainer_applied_them() -> None:
-    # The line order training/trainer.py had before the list: a later hook wraps an earlier one on the same method.
+    # The line order training/trainer.py had before the list (the merged adapter and compiled decode after the
+    # prefill, which they wrap): a later hook wraps an earlier one on the same method.
     assert [(h.name, h.stage, h.trainer) for h in HOOKS] == [
         ("vllm_cpu", "before_build", "sync"), ("resumable_sampler", "before_build", "sync"),
         ("async_cpu", "before_build", "async"), ("fused_is", "built", "sync"), ("step_timing", "built", "sync"),
-        ("shared_prefill", "built", "sync"), ("dynamic_sampling", "built", "sync"),
+        ("shared_prefill", "built", "sync"), ("merged_generation", "built", "sync"),
+        ("compiled_decode", "built", "sync"), ("dynamic_sampling", "built", "sync"),
         ("zero_advantage", "built", "sync"), ("rollout_worker", "built", "async")]
     assert {h.kind for h in HOOKS} <= {"optimisation", "measurement", "feature"}
 
@@ -65,7 +67,7 @@ def test_async_trainer_is_imported_from_where_each_trl_keeps_it() -> None:
 
 
 def test_doctor_and_validate_name_an_untested_trl_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert "TRL" not in run_cli("validate", DEMO).output  # the installed (verified) TRL: nothing to say
+    assert "hooks into TRL were verified" not in run_cli("validate", DEMO).output  # a verified TRL: nothing to say
     monkeypatch.setattr(trl_compat, "installed", lambda: "1.19.0")
     validate = run_cli("validate", DEMO)
     assert validate.exit_code == 0, validate.output

@@ -11,6 +11,8 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.schema import Recipe
+from grpo_cli.training.compiled_decode import static_cache_settings
+from grpo_cli.validation.fast_generation import generation_path
 
 
 def grpo_config_kwargs(recipe: Recipe, out: Path, dtype: str, device: str) -> dict[str, Any]:
@@ -45,6 +47,7 @@ def grpo_config_kwargs(recipe: Recipe, out: Path, dtype: str, device: str) -> di
                 kw["vllm_server_base_url"] = v.base_url
         if v.max_model_length:
             kw["vllm_max_model_length"] = v.max_model_length
+    static_cache_settings(recipe, generation_path(recipe, cuda=device.startswith("cuda")), kw)
     return kw
 
 

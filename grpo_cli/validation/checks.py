@@ -17,6 +17,7 @@ from grpo_cli.validation.callbacks import check_callbacks
 from grpo_cli.validation.data_checks import check_data, check_rewards
 from grpo_cli.validation.environment import check_packages
 from grpo_cli.validation.eval_checks import check_eval
+from grpo_cli.validation.fast_generation import check_generation_path
 from grpo_cli.validation.generation_choice import check_generation, choose_backend
 from grpo_cli.validation.memory import check_memory
 from grpo_cli.validation.model_checks import check_context_length, check_model, check_vllm
@@ -49,6 +50,7 @@ CHECKS: tuple[Check, ...] = (
     check_vision,         # vision.py: image columns, the first images, vision-language rules
     check_vllm,           # model_checks.py: whether vLLM can serve the model, in which dtype
     check_generation,     # generation_choice.py: transformers or vLLM, whichever makes a CPU step shorter
+    check_generation_path,  # fast_generation.py: merged adapter, static cache/compiled decode, or vLLM, and why
     check_sampling,       # sampling_checks.py: what `sampling:` needs and costs
     check_launch,         # topology.py: processes, torch threads, reward pools
     check_memory,         # memory.py: the memory plan per GPU
@@ -60,7 +62,8 @@ PLAN_LINES: tuple[tuple[str, ...], ...] = (
     ("completions per micro-step", "generation batch", "completions per optimizer step", "total optimizer steps",
      "optimizer steps per epoch"),  # the batch plan's lines, in the order check_training writes them
     ("chat template",), ("task metric",), ("model kind",), ("images",), ("tools",), ("vLLM",), ("async",),
-    ("generation",), ("sampling",), ("zero-advantage skip",), ("threads",), ("reward pools",), ("memory per GPU",),
+    ("generation",), ("generation path",), ("sampling",),
+    ("zero-advantage skip",), ("threads",), ("reward pools",), ("memory per GPU",),
 )
 """The order the plan prints in (a line not named here comes last)."""
 _PLAN_RANK = {line: rank for rank, group in enumerate(PLAN_LINES) for line in group}

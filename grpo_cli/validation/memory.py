@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from grpo_cli.errors import GrpoError
 from grpo_cli.findings import Findings
 from grpo_cli.models.vision import vision_params
+from grpo_cli.validation.fast_generation import merge_rule
 from grpo_cli.validation.model_config import find_model_config
 from grpo_cli.validation.shapes import ModelShape
 from grpo_cli.validation.topology import resolve_num_processes
@@ -353,8 +354,14 @@ def _generation_items(recipe: Recipe, shape: ModelShape, world: int, dtype: str,
         _, _, seq = _sequence(recipe, [])
         gen_batch = t.generation_batch(world) // world
         kv = 2 * shape.layers * shape.kv_dim * (4.0 if dtype == "float32" else 2.0) * gen_batch * seq
-        return [MemoryItem("generation KV cache", kv, f"{gen_batch} sequences x {seq} tokens (transformers "
-                           "generate)", "generation")]
+        items = [MemoryItem("generation KV cache", kv, f"{gen_batch} sequences x {seq} tokens (transformers "
+                            "generate)", "generation")]
+        lora = recipe.model.lora
+        if lora is not None and merge_rule(recipe)[0]:
+            copy = shape.adapted_weight_params(lora.target_modules) * DTYPE_BYTES[dtype]
+            items.append(MemoryItem("LoRA merge: kept base copy", copy, "the adapted base weights, kept while the "
+                                    "adapter is merged for generation", "generation"))
+        return items
     if vllm.mode == "colocate":
         util = vllm.gpu_memory_utilization
         if gpu_gb is not None:

@@ -118,6 +118,18 @@ class ModelShape:
                 unknown.append(name)
         return total * self.layers, unknown
 
+    def adapted_weight_params(self, target_modules: list[str] | str) -> int:
+        """Base weights of the adapted projections (in x out each, all layers): what a merged-generation round keeps
+        a copy of (training/merged_generation.py)."""
+        shapes = self.linears()
+        names = list(shapes) if target_modules == "all-linear" else list(target_modules)
+        total = 0
+        for name in names:
+            for part in (name,) if name in shapes else FUSED.get(name, ()):
+                if part in shapes:
+                    total += shapes[part][0] * shapes[part][1]
+        return total * self.layers
+
     def lora_dropout_bytes_per_token_layer(self, target_modules: list[str] | str, activation_bytes: float) -> float:
         """What LoRA dropout adds to the activations kept for backward, per token per decoder layer.
 

@@ -70,3 +70,10 @@ class SamplingSection(Section):
     mask (`top_entropy_quantile: 1`), no off-policy mask, no MoE router loss, and a loss_type whose normalisation
     grpo rescales exactly (grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo); `grpo validate` refuses the others. The
     update is the same; per-step logs of entropy and clip ratios then cover the completions trained on."""
+    compiled_decode: bool | None = None
+    """A static KV cache and compiled decode steps when transformers generates (TRL's `cache_implementation:
+    static`, with one cache size for every round so decoding compiles once). Unset: on for CUDA where it applies,
+    off on the CPU (transformers compiles decode only on GPUs). `true` forces the static cache (on the CPU without
+    compiling), `false` keeps TRL's dynamic cache. Never with vLLM, tools, images, dynamic sampling, continuous
+    batching, quantized or sharded weights, or a `cache_implementation` of the recipe's own: `grpo validate`'s
+    "generation path" line says which applies and why."""

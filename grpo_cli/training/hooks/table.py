@@ -21,12 +21,15 @@ from typing import TYPE_CHECKING, Any, Literal
 from grpo_cli import trl_compat
 from grpo_cli.training.async_cpu import patch_trl_for_cpu
 from grpo_cli.training.async_worker import quiet_rollout_worker
+from grpo_cli.training.compiled_decode import allow_compile
 from grpo_cli.training.dynamic_sampling import attach_dynamic_sampling
 from grpo_cli.training.fused_is import correct_trl_ratio, fuse_importance_sampling
+from grpo_cli.training.merged_generation import attach_merged_generation
 from grpo_cli.training.resumable_sampler import resumable
 from grpo_cli.training.shared_prefill import share_prompt_prefill
 from grpo_cli.training.vllm_cpu import vllm_on_cpu
 from grpo_cli.training.zero_advantage import attach_zero_advantage_skip
+from grpo_cli.validation.fast_generation import GenerationPath, generation_path
 
 if TYPE_CHECKING:
     from grpo_cli.training.run_state import RunState
@@ -49,6 +52,13 @@ class Build:
     trainer_class: type | None = None
     trainer: Any = None
     timer: Any = None  # training/step_timing.py's callback, already among run.callbacks
+    path: GenerationPath | None = None  # how a step generates, decided once (`generation`)
+
+    def generation(self) -> GenerationPath:
+        """The generation path of this run (merged adapter, static cache/compiled decode), decided once."""
+        if self.path is None:
+            self.path = _generation_path(self.run)
+        return self.path
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,10 @@ class Hook:
     used: Callable[[RunState], bool]  # whether this run relies on it (only asked on an unverified TRL)
     apply: Callable[[Build], None]
     verified: tuple[trl_compat.Release, trl_compat.Release] = trl_compat.VERIFIED_RANGE
+
+
+def _generation_path(run: RunState) -> GenerationPath:
+    return generation_path(run.recipe, cuda=run.loaded.device.startswith("cuda"))
 
 
 def _vllm_on(run: RunState) -> bool:
@@ -97,6 +111,14 @@ def _timer(b: Build) -> None:
 
 def _shared_prefill(b: Build) -> None:
     share_prompt_prefill(b.trainer.model)  # GRPO_SHARED_PREFILL=0 turns it off
+
+
+def _merged_generation(b: Build) -> None:
+    attach_merged_generation(b.trainer, b.generation())  # after the prefill: merged around it, so it prefills merged
+
+
+def _compiled_decode(b: Build) -> None:
+    allow_compile(b.trainer, b.generation())  # the static cache's decode compiled (CUDA): TRL sets disable_compile
 
 
 def _dynamic_sampling(b: Build) -> None:
@@ -137,6 +159,13 @@ HOOKS: tuple[Hook, ...] = (
          (GRPO + "_generate_single_turn", "transformers.GenerationMixin.generate"),
          "launch.vllm.mode", "optimisation", "built", "sync", lambda run: run.recipe.launch.vllm.mode == "off",
          _shared_prefill),
+    Hook("merged_generation", "training/merged_generation.py",
+         (GRPO + "_generate_single_turn", "transformers.GenerationMixin.generate"),
+         "model.lora", "optimisation", "built", "sync", lambda run: _generation_path(run).merge, _merged_generation),
+    Hook("compiled_decode", "training/compiled_decode.py",
+         (GRPO + "__init__", "transformers.GenerationMixin.generate"),  # TRL's disable_compile, set in __init__
+         "sampling.compiled_decode", "optimisation", "built", "sync", lambda run: _generation_path(run).compiled,
+         _compiled_decode),
     Hook("dynamic_sampling", "training/dynamic_sampling.py",
          (GRPO + "_generate_and_score_completions", GRPO + "_calculate_rewards"),
          "sampling.dynamic", "feature", "built", "sync", lambda run: run.recipe.sampling.dynamic is not None,
