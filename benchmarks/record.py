@@ -1,8 +1,11 @@
-"""The one place benchmarks record figures: a section appended to docs/performance.md, stamped with time and load.
+"""The one place benchmarks record figures: opt-in, one new dated file per recorded run.
 
-Every script in benchmarks/ prints its table and, unless `--no-append`, appends it through `append`, its title
-stamped with `stamp()` and the load average from `load()`: on a shared CPU machine a figure means little without
-them. Run as `python benchmarks/NAME.py`, a script imports this module from its own directory.
+Every script in benchmarks/ prints its table; only with `--record` does it also write it, titled with `stamp()`
+and the load average from `load()` (on a shared CPU machine a figure means little without them), to a new file
+docs/performance/history/DATE-TIME-SCRIPT.md. Nothing else is written: docs/performance.md holds the current
+figure of each subject and is edited by hand when a recorded run supersedes one. Scripts are run as
+`python benchmarks/GROUP/NAME.py`; each puts the repository root on sys.path first, so this module is
+`benchmarks.record`.
 """
 
 from __future__ import annotations
@@ -10,10 +13,12 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PERFORMANCE = ROOT / "docs" / "performance.md"
+HISTORY = ROOT / "docs" / "performance" / "history"
 
 
 def stamp() -> str:
@@ -27,15 +32,25 @@ def load(*, all_three: bool = False) -> str:
     return "/".join(f"{x:.2f}" for x in avg) if all_three else f"{avg[0]:.1f}"
 
 
-def add_no_append(parser: argparse.ArgumentParser) -> None:
-    """The flag every benchmark takes to print its table without recording it."""
-    parser.add_argument("--no-append", action="store_true", help="Do not append to docs/performance.md.")
+def add_record(parser: argparse.ArgumentParser) -> None:
+    """The flag every benchmark takes to write its table down; without it the table is only printed."""
+    parser.add_argument("--record", action="store_true",
+                        help="Also write the table to a new dated file in docs/performance/history/.")
 
 
-def append(section: str) -> Path:
-    """Append `section` (title, blank line, table) after a blank line; creates the file when it is missing."""
-    if not PERFORMANCE.exists():
-        PERFORMANCE.write_text("# Performance\n", encoding="utf-8")
-    with PERFORMANCE.open("a", encoding="utf-8") as fh:
-        fh.write("\n" + section.lstrip("\n"))
-    return PERFORMANCE
+def history_path(name: str, when: dt.datetime | None = None) -> Path:
+    """A new file for one recorded run: DATE-HHMM-NAME.md, numbered when that minute already has one."""
+    base = f"{(when or dt.datetime.now()).strftime('%Y-%m-%d-%H%M')}-{name}"
+    path, n = HISTORY / f"{base}.md", 2
+    while path.exists():
+        path, n = HISTORY / f"{base}-{n}.md", n + 1
+    return path
+
+
+def record(section: str, name: str | None = None) -> Path:
+    """Write `section` (title, blank line, table) to a new history file named after the running script."""
+    path = history_path(name or Path(sys.argv[0]).stem.replace("_", "-"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(section.strip("\n") + "\n", encoding="utf-8")
+    print(f"recorded in {path.relative_to(ROOT)}")
+    return path

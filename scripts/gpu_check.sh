@@ -5,13 +5,13 @@
 #
 # Run it first on a lent GPU machine (no network there: the wheels travel with the tree, made here by
 # scripts/gpu_wheels.sh into .whl/). It installs the wheels into a temporary target, then runs each part of
-# benchmarks/gpu_check.py in its own process under its own time limit, going on past a part that fails, and
+# benchmarks/gpu/gpu_check.py in its own process under its own time limit, going on past a part that fails, and
 # writes OUTDIR/gpu_check.json, OUTDIR/gpu_check.md (the tables) and OUTDIR/gpu_check.log (each part's output).
 # The whole run stays under GRPO_GPU_CHECK_SECONDS (default 450); GRPO_GPU_CHECK_PARTS picks a subset and
 # GRPO_GPU_CHECK_JOBS=N runs up to N cases and demos at once (for a second call with little device time left).
 # `--dry-run` runs the same parts on the CPU
 # with tiny sizes, in this environment, without wheels (tests/test_gpu_kit.py runs it).
-# Record a real run with `python benchmarks/gpu_check.py record OUTDIR` (docs/performance.md, "GPU").
+# Record a real run with `python benchmarks/gpu/gpu_check.py record OUTDIR` (a new file in docs/performance/history/).
 set -uo pipefail
 usage="usage: scripts/gpu_check.sh [--dry-run] OUTDIR"
 dry=()
@@ -74,7 +74,7 @@ fi
 tail -n 1 "$log"
 
 run_part() {  # PART LIMIT: its output goes to its own file, then into the log whole
-  timeout -k 10 "$2" "$py" "$root/benchmarks/gpu_check.py" run "$1" "$work" "${dry[@]}" >"$work/$1.log" 2>&1
+  timeout -k 10 "$2" "$py" "$root/benchmarks/gpu/gpu_check.py" run "$1" "$work" "${dry[@]}" >"$work/$1.log" 2>&1
   local rc=$?
   { echo "----- $1 (exit $rc)"; cat "$work/$1.log"; } >>"$log"
   if (( rc == 124 || rc == 137 )); then say "$1 stopped at its time limit"; else say "$1 done"; fi
@@ -101,10 +101,10 @@ while read -r part limit; do
   fi
   say "$part (limit ${limit}s)"
   if (( shared )); then run_part "$part" "$limit" & else run_part "$part" "$limit"; fi
-done < <("$py" "$root/benchmarks/gpu_check.py" parts "${dry[@]}")
+done < <("$py" "$root/benchmarks/gpu/gpu_check.py" parts "${dry[@]}")
 wait
 
-"$py" "$root/benchmarks/gpu_check.py" table "$work" "$out" "${dry[@]}" 2>>"$log"
+"$py" "$root/benchmarks/gpu/gpu_check.py" table "$work" "$out" "${dry[@]}" 2>>"$log"
 rc=$?
 say "done in $(( $(date +%s) - began )) s: $out/gpu_check.md, $out/gpu_check.json, $out/gpu_check.log"
 rm -rf "$work"

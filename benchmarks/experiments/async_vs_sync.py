@@ -7,8 +7,8 @@ machine's load hits both. A step's time is the gap between consecutive training 
 step, which includes start-up, is left out). "waits for generation" is `time/generation` for the synchronous
 trainer (grpo's step timer) and `perf/rollout_wait_s` for the async one (TRL's: time blocked on the rollout queue).
 
-    .venv-vllm/bin/python benchmarks/async_grpo.py [--recipe recipes/demo.yaml] [--steps 30] [--pairs 2]
-        [--set KEY=VALUE ...] [--no-append]
+    .venv-vllm/bin/python benchmarks/experiments/async_vs_sync.py [--recipe recipes/demo.yaml] [--steps 30] [--pairs 2]
+        [--set KEY=VALUE ...] [--record]
 """
 
 from __future__ import annotations
@@ -25,9 +25,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
 
 
 def _free_port() -> int:
@@ -60,7 +61,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="A recipe override for both trainers (and the server), e.g. model.name_or_path=DIR.")
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     from grpo_cli.launching.vllm_server import stop_server, wait_for_server
 
@@ -97,11 +98,11 @@ def main() -> None:
             f"{os.cpu_count()} cores, load {load(all_three=True)}, {args.recipe} {' '.join(args.set)}, {args.steps} "
             f"steps x {args.pairs} "
             f"pairs, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, "
-            "`.venv-vllm/bin/python benchmarks/async_grpo.py`)")
+            "`.venv-vllm/bin/python benchmarks/experiments/async_vs_sync.py`)")
     text = "\n".join([head, "", *rows, "", f"async / synchronous steps/s: {speedup:.2f}x", ""])
     print(text)
-    if not args.no_append:
-        append(text)
+    if args.record:
+        record(text)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,12 @@
 """Dynamic sampling against plain GRPO on one recipe: zero-std share of what is trained, completions generated,
 training wall time and held-out accuracy (`sampling.dynamic` with `sampling.skip_zero_advantage`).
 
-    python benchmarks/dynamic_sampling.py                                   # the demo: 200 and 100 steps each way
-    python benchmarks/dynamic_sampling.py --recipe recipes/smollm2-word-arith.yaml --steps 10 --no-append
+    python benchmarks/experiments/dynamic_vs_plain.py                       # the demo: 200 and 100 steps each way
+    python benchmarks/experiments/dynamic_vs_plain.py --recipe recipes/smollm2-word-arith.yaml --steps 10
 
 Each run is `grpo train RECIPE training.max_steps=N` with the recipe's own evaluation before and after; the
-dynamic runs add `sampling.dynamic={max_rounds: R}` and `sampling.skip_zero_advantage=true`. Prints a table and
-appends it to docs/performance.md with the time and load.
+dynamic runs add `sampling.dynamic={max_rounds: R}` and `sampling.skip_zero_advantage=true`. Prints a table with the
+time and load (`--record`: also to docs/performance/history/).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
 
 DYNAMIC = ["sampling.skip_zero_advantage=true"]
 
@@ -73,7 +73,7 @@ def main() -> None:
     parser.add_argument("--max-rounds", type=int, default=3)
     parser.add_argument("--set", nargs="*", default=[], help="More overrides for every run (KEY=VALUE).")
     parser.add_argument("--repeats", type=int, default=1, help="Runs per row (same seed); times are medians.")
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     dynamic = [f"sampling.dynamic={{max_rounds: {args.max_rounds}}}", *DYNAMIC]
     lines = ["| run | steps | train s | wall s (with eval) | completions generated | zero-std groups generated "
@@ -91,12 +91,12 @@ def main() -> None:
                 print(lines[-1], flush=True)
     table = "\n".join(lines)
     print(table)
-    if not args.no_append:
+    if args.record:
         header = (f"### Dynamic sampling vs plain GRPO: {args.recipe}{' ' + ' '.join(args.set) if args.set else ''} "
                   f"({stamp()}, {args.repeats} run(s) a row, {platform.machine()}, {os.cpu_count()} cores, "
                   f"load {load(all_three=True)}; "
-                  f"`python benchmarks/dynamic_sampling.py`)\n\n")
-        append(header + table + "\n")
+                  f"`python benchmarks/experiments/dynamic_vs_plain.py`)\n\n")
+        record(header + table + "\n")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,9 @@
 For each profile it runs `grpo train recipes/demo.yaml --profile P --num-processes 2` (evaluation off),
 then reads the run's manifest and metrics: steady steps/s (from the per-step log times, first step
 excluded), the ratio to ddp, the distributed type in effect, the parameters each process held, and the
-peak resident memory of each process. Prints a table and appends it to docs/performance.md.
+peak resident memory of each process. Prints a table (`--record`: also to docs/performance/history/).
 
-    python benchmarks/scale_cpu.py [--steps 20] [--no-append]
+    python benchmarks/experiments/scale_cpu.py [--steps 20] [--record]
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
+
 PROFILES = ("ddp", "fsdp", "zero3")
 
 
@@ -61,14 +63,14 @@ def table(rows: list[dict], steps: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         rows = [run_profile(p, args.steps, Path(tmp) / p) for p in PROFILES]
     text = table(rows, args.steps)
     print(text)
-    if not args.no_append:
-        append(text)
+    if args.record:
+        record(text)
 
 
 if __name__ == "__main__":

@@ -2,10 +2,10 @@
 """Time the offline tool demo and record its held-out gain: `grpo train recipes/tools-demo.yaml` in-process.
 
 Prints a table (wall time of the whole command, training time, steps, held-out accuracy before/after, tool
-calls per episode and failure rate before/after, the last logged tools/call_frequency) and appends it to
-docs/performance.md with the machine's load average, since the CPU figures depend on what else runs.
+calls per episode and failure rate before/after, the last logged tools/call_frequency) with the machine's load
+average (`--record`: also to docs/performance/history/), since the CPU figures depend on what else runs.
 
-    OMP_NUM_THREADS=1 python benchmarks/tools_demo.py
+    OMP_NUM_THREADS=1 python benchmarks/experiments/tools_demo.py
 """
 
 from __future__ import annotations
@@ -14,19 +14,21 @@ import argparse
 import json
 import os
 import platform
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("overrides", nargs="*", help="Recipe overrides, e.g. training.max_steps=40.")
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
 
     from grpo_cli import load_recipe, train
@@ -55,8 +57,8 @@ def main() -> None:
     gain = after["accuracy/mean"] - before["accuracy/mean"]
     text = "\n".join([title, "", *table, "", f"held-out gain: {gain:+.3f} (target >= +0.15 in < 180 s)", ""])
     print(text)
-    if not args.no_append:
-        append(text)
+    if args.record:
+        record(text)
 
 
 if __name__ == "__main__":

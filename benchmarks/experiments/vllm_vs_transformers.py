@@ -5,11 +5,11 @@ and settings (k samples per prompt at temperature 1, a fixed number of new token
 produce the same number of tokens) on the bundled demo model and on a randomly initialised model of a real
 ~135M shape (SmolLM2-135M's: Llama, 30 layers, hidden 576, 9 heads of 64); speed does not depend on the weights,
 and nothing is downloaded. Step time trains the demo for a few steps per mode (`grpo train`, timed from its
-metrics; the server is started first and its start-up timed). Prints a table and appends it to
-docs/performance.md.
+metrics; the server is started first and its start-up timed). Prints a table (`--record`: also to
+docs/performance/history/).
 
-    .venv-vllm/bin/python benchmarks/vllm_cpu.py [--prompts 64] [-k 8] [--tokens 4,32] [--steps 10]
-        [--skip-steps] [--skip-large] [--no-append]
+    .venv-vllm/bin/python benchmarks/experiments/vllm_vs_transformers.py [--prompts 64] [-k 8] [--tokens 4,32]
+        [--steps 10] [--skip-steps] [--skip-large] [--record]
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
+
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
@@ -139,7 +140,7 @@ def main() -> None:
     parser.add_argument("--skip-steps", action="store_true")
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-generation", action="store_true")
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     import torch
 
@@ -166,11 +167,11 @@ def main() -> None:
                 print(rows[-1], flush=True)
     head = (f"### vLLM on CPU (issue 21, {stamp()}, {platform.machine()}, "
             f"{os.cpu_count()} cores, load {load()}, {args.prompts} prompts x {args.k} samples, "
-            f"`.venv-vllm/bin/python benchmarks/vllm_cpu.py`)")
+            f"`.venv-vllm/bin/python benchmarks/experiments/vllm_vs_transformers.py`)")
     text = "\n".join([head, "", *rows, ""])
     print(text)
-    if not args.no_append:
-        append(text)
+    if args.record:
+        record(text)
 
 
 if __name__ == "__main__":

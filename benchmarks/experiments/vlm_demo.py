@@ -2,9 +2,9 @@
 
 Target: held-out accuracy +0.15 absolute or more in under 3 minutes on 2 CPU cores. Each run is a fresh
 process; the load average before each run is printed because a shared machine moves the wall time a lot
-(the accuracies do not move: the run is seeded). Appends a table to docs/performance.md.
+(the accuracies do not move: the run is seeded). Prints a table (`--record`: also to docs/performance/history/).
 
-    python benchmarks/vlm_demo.py [--runs 1] [--no-append]
+    python benchmarks/experiments/vlm_demo.py [--runs 1] [--record]
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from perf_doc import add_no_append, append, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.record import add_record, record, stamp  # noqa: E402
 
 
 def one_run(out: Path) -> tuple[float, float, float, float]:
@@ -41,7 +42,7 @@ def one_run(out: Path) -> tuple[float, float, float, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=1)
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -54,8 +55,8 @@ def main() -> None:
     lines += [f"| {i + 1} | {load:.1f} | {wall:.0f} | {a:.3f} | {b:.3f} | {b - a:+.3f} |"
               for i, (load, wall, a, b) in enumerate(rows)]
     print("\n".join(lines))
-    if not args.no_append:
-        append("\n".join(lines) + "\n")
+    if args.record:
+        record("\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

@@ -3,7 +3,7 @@
 
 The shapes come from grpo's shipped shape table (no download); the weights are random, which changes no byte
 count and no FLOP. Completions are forced to exactly `max_completion_length` tokens (`min_new_tokens`), so the
-plan's sequence length is the real one. Run by benchmarks/gpu_check.py, each case in a fresh process.
+plan's sequence length is the real one. Run by benchmarks/gpu/gpu_check.py, each case in a fresh process.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "grpo_cli" / "assets" / "tiny-arith"
 PROBE = Path(__file__).resolve().parent / "gpu_probe.py"
 GIB = 1024**3
@@ -79,7 +79,7 @@ output: {{dir: {out}}}
 
 
 def _rss() -> int:
-    from gpu_probe import proc_status
+    from benchmarks.gpu.gpu_probe import proc_status
 
     return proc_status("VmRSS")
 

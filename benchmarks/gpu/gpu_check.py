@@ -1,13 +1,13 @@
 """The GPU proof kit's parts, each run in its own process by scripts/gpu_check.sh with its own time limit.
 
-    python benchmarks/gpu_check.py parts [--dry-run]          # the ordered parts and their time limits
-    python benchmarks/gpu_check.py run PART WORK [--dry-run]  # one part; writes WORK/PART.json
-    python benchmarks/gpu_check.py table WORK OUTDIR          # OUTDIR/gpu_check.json and gpu_check.md
-    python benchmarks/gpu_check.py record OUTDIR              # the GPU section of docs/performance.md
+    python benchmarks/gpu/gpu_check.py parts [--dry-run]          # the ordered parts and their time limits
+    python benchmarks/gpu/gpu_check.py run PART WORK [--dry-run]  # one part; writes WORK/PART.json
+    python benchmarks/gpu/gpu_check.py table WORK OUTDIR          # OUTDIR/gpu_check.json and gpu_check.md
+    python benchmarks/gpu/gpu_check.py record OUTDIR              # a new file in docs/performance/history/
 
 Parts: `facts` (the machine, the versions, `grpo doctor --json`), `rates` (this card's bf16 matrix rate and copy
 bandwidth), `demo-amp` / `demo-bf16` (the bundled demo on CUDA, fp32 weights with bf16 autocast / bf16 weights:
-does it complete and learn), one `case` per model shape and tuning (benchmarks/gpu_cases.py: the memory plan
+does it complete and learn), one `case` per model shape and tuning (benchmarks/gpu/gpu_cases.py: the memory plan
 against the CUDA peak, generation and training throughput, MFU), and `merge` (`grpo merge` of a case's LoRA
 adapter, verified by logits). `--dry-run` runs the same parts on the CPU with tiny sizes, so the kit cannot rot.
 """
@@ -25,10 +25,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository root: the kit as `benchmarks.gpu`
 
-from gpu_cases import CASES, DRY_CASES, GIB, ROOT, run_case  # noqa: E402
-from gpu_report import record, table  # noqa: E402
+from benchmarks.gpu.gpu_cases import CASES, DRY_CASES, GIB, ROOT, run_case  # noqa: E402
+from benchmarks.gpu.gpu_report import record, table  # noqa: E402
 
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
        "TOKENIZERS_PARALLELISM": "false", "PYTHONUNBUFFERED": "1"}

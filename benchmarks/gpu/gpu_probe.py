@@ -1,6 +1,6 @@
-"""A TrainerCallback that records a run's memory by phase, for the GPU proof kit (benchmarks/gpu_check.py).
+"""A TrainerCallback that records a run's memory by phase, for the GPU proof kit (benchmarks/gpu/gpu_check.py).
 
-A recipe names it in `callbacks:` (`benchmarks/gpu_probe.py:PhaseMemory`, params `{out: FILE}`), so the run
+A recipe names it in `callbacks:` (`benchmarks/gpu/gpu_probe.py:PhaseMemory`, params `{out: FILE}`), so the run
 measured is an ordinary `grpo train` run. On CUDA it reads the caching allocator (`max_memory_allocated`,
 `max_memory_reserved`); on the CPU (the kit's dry run) the process's resident set and its high-water mark.
 Phases: the weights before the first step, the peak while `generate` runs, the memory held after each optimizer

@@ -1,5 +1,5 @@
-"""The GPU proof kit's results: one JSON and one Markdown table from the parts' files, and the GPU section of
-docs/performance.md (benchmarks/gpu_check.py `table` and `record`)."""
+"""The GPU proof kit's results: one JSON and one Markdown table from the parts' files, and a real run's tables
+recorded as a new file in docs/performance/history/ (benchmarks/gpu/gpu_check.py `table` and `record`)."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from perf_doc import PERFORMANCE
+from benchmarks.record import ROOT, history_path
 
 GIB = 1024**3
 # Dense bf16 tensor-core peaks from the vendors' datasheets (TFLOP/s), matched against the device name.
 SPEC_BF16_TFLOPS = (("H100 PCIe", 756.0), ("H100 NVL", 835.0), ("H100", 989.4), ("H200", 989.4), ("GH200", 989.4),
                     ("A100", 312.0), ("L40S", 362.0), ("L4", 121.0), ("A10G", 70.0))
-START, END = "<!-- gpu-check:start -->", "<!-- gpu-check:end -->"
-NOT_RUN = "Not yet run on a GPU: no figure in this section is an estimate."
 
 
 def spec_peak(gpu: str | None) -> float | None:
@@ -146,15 +144,13 @@ def table(work: Path, outdir: Path, names: list[str], dry: bool) -> str:
 
 
 def record(outdir: Path) -> str:
-    """Put a real run's tables at the top of docs/performance.md's GPU section (older runs stay below it)."""
+    """Write a real run's tables to a new docs/performance/history/DATE-HHMM-gpu-check.md (nothing else changes:
+    docs/performance.md's GPU figures are updated by hand from it)."""
     data = json.loads((outdir / "gpu_check.json").read_text(encoding="utf-8"))
     if data["dry_run"]:
         raise SystemExit("a dry run is a test of the kit, not a GPU measurement: nothing recorded")
     section = (outdir / "gpu_check.md").read_text(encoding="utf-8").strip()
-    text = PERFORMANCE.read_text(encoding="utf-8")
-    head, _, rest = text.partition(START)
-    body, _, tail = rest.partition(END)
-    body = body.replace(NOT_RUN, "").strip()
-    PERFORMANCE.write_text(f"{head}{START}\n{section}\n\n{body}\n{END}{tail}".replace("\n\n\n", "\n\n"),
-                           encoding="utf-8")
-    return f"recorded in {PERFORMANCE}"
+    path = history_path("gpu-check")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(section + "\n", encoding="utf-8")
+    return f"recorded in {path.relative_to(ROOT)}"

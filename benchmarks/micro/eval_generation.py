@@ -1,10 +1,10 @@
 """Batched vs per-prompt sampling for `grpo eval` on the bundled tiny model (target: batched >= 10x faster).
 
 Both paths run the same `grpo_cli.evaluation.sampling.generate` (left padding, k samples per prompt); the only
-difference is how many prompts go into one `generate` call. Prints a table of samples/s and appends it
-to docs/performance.md.
+difference is how many prompts go into one `generate` call. Prints a table of samples/s (`--record`:
+also to docs/performance/history/).
 
-    python benchmarks/eval_generation.py [--prompts 100] [-k 8] [--batch-size 64] [--repeats 3] [--no-append]
+    python benchmarks/micro/eval_generation.py [--prompts 100] [-k 8] [--batch-size 64] [--repeats 3] [--record]
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-from perf_doc import add_no_append, append, load, stamp  # noqa: E402
-
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
 from grpo_cli.paths import ASSETS_DIR  # noqa: E402
 
 
@@ -50,7 +49,7 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="Prompts per generate call when batched.")
     parser.add_argument("--max-new-tokens", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=3)
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
 
     import torch
@@ -80,14 +79,14 @@ def main() -> None:
     verdict = f"speedup: {speedup:.1f}x (target >= 10x)"
     print(table)
     print(verdict)
-    if not args.no_append:
+    if args.record:
         header = (f"### `grpo eval` sampling, batched vs per-prompt ({stamp()}, {platform.machine()}, "
                   f"{os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__})\n\n"
                   f"Bundled tiny-arith model, {len(prompts)} test prompts x k={args.k} samples = {samples} "
                   f"completions of at most {args.max_new_tokens} tokens, float32 on CPU, median of {args.repeats} "
                   f"runs, load average {load()} at the end "
-                  "(`python benchmarks/eval_generation.py`).\n\n")
-        append(header + table + f"\n\n{verdict}\n")
+                  "(`python benchmarks/micro/eval_generation.py`).\n\n")
+        record(header + table + f"\n\n{verdict}\n")
 
 
 if __name__ == "__main__":

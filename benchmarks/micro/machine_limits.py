@@ -1,8 +1,8 @@
 """This machine's own ceilings (a matrix product in fp32 and bf16, a memory copy) and a run's generation and
 training held against them: how far a step is from what the cores can compute and stream.
 
-    python benchmarks/machine_limits.py --run outputs/smollm2-word-arith     # a finished `grpo train` run
-    python benchmarks/machine_limits.py --threads 1 2 --no-append             # the ceilings only
+    python benchmarks/micro/machine_limits.py --run outputs/smollm2-word-arith     # a finished `grpo train` run
+    python benchmarks/micro/machine_limits.py --threads 1 2                         # the ceilings only
 
 Generation is decode-bound: each new token multiplies every weight once (2 x parameters FLOP per completion
 token) and streams every weight from memory once per decode step for the whole batch, so its rate is held
@@ -10,7 +10,8 @@ against both the matmul ceiling and the copy bandwidth. Training is held against
 2 x parameters FLOP per token, backward 4 x (full fine-tune) or 2 x (LoRA: no weight gradients, only the
 activation gradients) — the usual 6PT / 4PT counts, prompt and completion tokens alike. The run's own
 `time/generation`, `time/forward` and `time/backward` (grpo's step timing) are the measured side; its threads are
-the run's, so compare with the ceiling at that thread count. Prints a table and appends it to docs/performance.md.
+the run's, so compare with the ceiling at that thread count. Prints a table (`--record`: also to
+docs/performance/history/).
 """
 
 from __future__ import annotations
@@ -23,10 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
 
 
 def ceilings(threads: int, n: int = 1024, mib: int = 256) -> dict[str, float]:
@@ -86,7 +87,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", type=Path, help="A `grpo train` output dir (metrics.jsonl, recipe.yaml).")
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     lines = ["| torch threads | fp32 matmul GFLOP/s | bf16 matmul GFLOP/s | copy GB/s |", "|---:|---:|---:|---:|"]
     limits = {}
@@ -108,9 +109,9 @@ def main() -> None:
                   f"{r['train_gflops'] / top['float32']:.1%} of fp32 matmul |"]
     table = "\n".join(lines)
     print(table)
-    if not args.no_append:
-        append(f"### Machine ceilings{' and ' + str(args.run) if args.run else ''} ({stamp()}, {platform.machine()}, "
-               f"{os.cpu_count()} cores, load {load(all_three=True)}; `python benchmarks/machine_limits.py"
+    if args.record:
+        record(f"### Machine ceilings{' and ' + str(args.run) if args.run else ''} ({stamp()}, {platform.machine()}, "
+               f"{os.cpu_count()} cores, load {load(all_three=True)}; `python benchmarks/micro/machine_limits.py"
                f"{' --run ' + str(args.run) if args.run else ''}`)\n\n{table}\n")
 
 

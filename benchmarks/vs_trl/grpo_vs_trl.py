@@ -3,15 +3,15 @@
 1. Startup: `grpo validate recipes/gsm8k.yaml` against `trl grpo --help`, in interleaved pairs (validate,
    trl, validate, trl, ...), median of each. Targets: validate's median at most 0.2 s on a quiet machine,
    and the ratio at most 0.054.
-2. Per step: `grpo train` against the hand-written TRL script (benchmarks/wrapper_overhead.py), in
+2. Per step: `grpo train` against the hand-written TRL script (benchmarks/vs_trl/wrapper_overhead.py), in
    interleaved pairs, one torch thread: steps/s and CPU ms per step. Target: at most 3 % overhead.
 
 Both report wall time and CPU time (user + system of the child): on a shared machine the CPU figures are
 the steadier ones, since waiting for a core does not count. grpo's modules are byte-compiled first, as a
 `pip install` leaves them (where PYTHONDONTWRITEBYTECODE is set, every run would compile them from source).
-Prints one table and appends it to docs/performance.md with the load average.
+Prints one table with the load average (`--record`: also to docs/performance/history/).
 
-    python benchmarks/grpo_vs_trl.py [--pairs 7] [--repeats 3] [--max-steps 150] [--no-append]
+    python benchmarks/vs_trl/grpo_vs_trl.py [--pairs 7] [--repeats 3] [--max-steps 150] [--record]
 """
 
 from __future__ import annotations
@@ -29,12 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-import wrapper_overhead  # noqa: E402
-from perf_doc import add_no_append, append, load, stamp  # noqa: E402
-
-ROOT = wrapper_overhead.ROOT
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
+from benchmarks.vs_trl import wrapper_overhead  # noqa: E402
 
 
 def _exe(name: str, module: str) -> list[str]:
@@ -93,7 +92,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=7, help="Interleaved startup pairs.")
     wrapper_overhead.add_arguments(parser, repeats=3, max_steps=150)
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     load_before = load()
     runs = startup(args.pairs)
@@ -102,13 +101,14 @@ def main() -> None:
     overhead = wrapper_overhead.table(plain, wrapped, target=1.0 if args.model else 3.0)
     text = "\n".join([*startup_table(runs), "", overhead])
     print(text)
-    if not args.no_append:
+    if args.record:
         header = (f"### grpo vs TRL: startup and per-step ratios ({stamp()}, "
                   f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, load "
                   f"{load_before} before / {load()} after; {args.pairs} startup pairs; "
                   f"{args.repeats} training pairs of {args.max_steps} steps, {args.prompts_per_step} prompts x "
-                  f"{args.num_generations} generations, one torch thread; `python benchmarks/grpo_vs_trl.py`)\n\n")
-        append(header + text + "\n")
+                  f"{args.num_generations} generations, one torch thread; "
+                  "`python benchmarks/vs_trl/grpo_vs_trl.py`)\n\n")
+        record(header + text + "\n")
 
 
 if __name__ == "__main__":

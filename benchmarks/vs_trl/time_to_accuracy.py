@@ -4,20 +4,21 @@ The shared benchmark of the step-speed and learning-signal work: the plain TRL s
 pastes from a guide), `grpo train` with generation as it was (no shared prompt prefill), `grpo train` as it is,
 and the faster ways to train the same recipe (vLLM colocate; async, TRL's AsyncGRPOTrainer against a `grpo
 vllm-serve` the benchmark starts first; dynamic sampling; calibrated data). Every runner trains under
-benchmarks/train_probe.py, which clocks each optimizer step inside `train()`, and saves a checkpoint every
+benchmarks/vs_trl/train_probe.py, which clocks each optimizer step inside `train()`, and saves a checkpoint every
 `--save-steps`; afterwards `grpo eval` scores the base model and every checkpoint the same way (the recipe's eval
 settings, transformers backend), so the curves differ only in how they trained. Same seed, data and completions
 per step everywhere; dynamic sampling generates more per step, which the table shows as completions generated.
 
 Prints, per runner: steps/s, CPU s per step, the step split (generation, forward, backward; grpo's own timing),
 the share of zero-std groups in what was trained, completions generated, the accuracy curve as
-`step: accuracy @ seconds`, and the time to reach `--target` against the plain TRL script's. Appends the table to
-docs/performance.md with the load.
+`step: accuracy @ seconds`, and the time to reach `--target` against the plain TRL script's. With `--record` also writes
+the table, with the load, to docs/performance/history/.
 
-    python benchmarks/time_to_accuracy.py                                          # SmolLM2, 40 steps
-    python benchmarks/time_to_accuracy.py --recipe recipes/demo.yaml --steps 200 --save-steps 40 --target 0.5
-    python benchmarks/time_to_accuracy.py --runners trl grpo dynamic --steps 20 --save-steps 10 --eval-samples 100
-    python benchmarks/time_to_accuracy.py --runners grpo vllm-skip --seeds 42 43 44 --target 0.455   # seed means
+    python benchmarks/vs_trl/time_to_accuracy.py                                   # SmolLM2, 40 steps
+    python benchmarks/vs_trl/time_to_accuracy.py --recipe recipes/demo.yaml --steps 200 --save-steps 40 --target 0.5
+    python benchmarks/vs_trl/time_to_accuracy.py --runners trl grpo dynamic --steps 20 --save-steps 10 \
+        --eval-samples 100
+    python benchmarks/vs_trl/time_to_accuracy.py --runners grpo vllm-skip --seeds 42 43 44 --target 0.455   # seed means
 
 With several `--seeds` each runner trains once per seed (runners interleaved, so load drifts over all of them
 alike); the table has a row per run and then a row per runner with the seed-mean curve, from which its time and
@@ -41,11 +42,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-PROBE = ROOT / "benchmarks" / "train_probe.py"
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
+
+PROBE = ROOT / "benchmarks" / "vs_trl" / "train_probe.py"
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 SKIP = "sampling.skip_zero_advantage=true"
 DYNAMIC = ("sampling.dynamic={max_rounds: 5}", SKIP)
@@ -114,7 +116,7 @@ def _command(runner: Runner, args: argparse.Namespace, out: Path, probe_out: Pat
     if runner.name == "trl":
         script, plain_args = PLAIN[args.recipe]
         model_dir = _model_dir(args.recipe)
-        return [*head, str(ROOT / "benchmarks" / script), *(a.format(model=model_dir) for a in plain_args),
+        return [*head, str(ROOT / "benchmarks" / "vs_trl" / script), *(a.format(model=model_dir) for a in plain_args),
                 "--max-steps", str(args.steps), "--save-steps", str(args.save_steps), "--output-dir", str(out),
                 *(["--seed", str(seed)] if seed is not None else [])]
     # The vLLM environment may lack the package a `package:` model lives in: give it the converted directory.
@@ -325,7 +327,7 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], help="More overrides for every grpo run (KEY=VALUE).")
     parser.add_argument("--calibrate-prompts", type=int, default=0,
                         help="Training prompts `grpo calibrate` samples for the calibrated runners (0: all).")
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     lines = list(HEADER)
     with tempfile.TemporaryDirectory(prefix="grpo-tta-") as tmp:
@@ -338,10 +340,11 @@ def main() -> None:
         _run_all(args, work, base, lines)
     table = "\n".join(lines)
     print(table)
-    if not args.no_append:
-        append(f"### Time to accuracy: {args.recipe}, {args.steps} steps, checkpoints every {args.save_steps}, target "
+    if args.record:
+        record(f"### Time to accuracy: {args.recipe}, {args.steps} steps, checkpoints every {args.save_steps}, target "
                f"{args.target} ({stamp()}, {platform.machine()}, {os.cpu_count()} cores, load {load(all_three=True)}; "
-               f"`python benchmarks/time_to_accuracy.py --recipe {args.recipe} --steps {args.steps} --save-steps "
+               "`python benchmarks/vs_trl/time_to_accuracy.py"
+               f" --recipe {args.recipe} --steps {args.steps} --save-steps "
                f"{args.save_steps}{' --eval-samples ' + str(args.eval_samples) if args.eval_samples else ''}"
                f" --target {args.target} --runners {' '.join(args.runners)}"
                f"{' --seeds ' + ' '.join(map(str, args.seeds)) if args.seeds else ''}"

@@ -1,14 +1,14 @@
 """Run a training command in this process and record what its `Trainer.train` call cost (benchmarks only).
 
-    python benchmarks/train_probe.py OUT.json -m grpo_cli train recipes/demo.yaml ...
-    python benchmarks/train_probe.py OUT.json benchmarks/trl_plain_demo.py --max-steps 150 ...
+    python benchmarks/vs_trl/train_probe.py OUT.json -m grpo_cli train recipes/demo.yaml ...
+    python benchmarks/vs_trl/train_probe.py OUT.json benchmarks/vs_trl/trl_plain_demo.py --max-steps 150 ...
 
 Both runners of the wrapper-overhead benchmark go through this same probe, so whatever it costs, it costs
 both alike. It writes {"wall": s, "cpu": s, "steps": n, "user": s, "sys": s, "faults": n} for the train() call: wall
 seconds, CPU seconds of the whole process (every thread: a helper thread the wrapper starts is counted too),
 optimizer steps, and the CPU split into user and kernel time with the minor page faults behind the latter; and
 "clock": [[step, wall s, CPU s], ...] at the end of every optimizer step, so a checkpoint's step gives the time it
-took to reach it (benchmarks/time_to_accuracy.py).
+took to reach it (benchmarks/vs_trl/time_to_accuracy.py).
 CPU seconds per step are the steadier figure on a shared machine: waiting for a core does not count.
 """
 

@@ -11,7 +11,7 @@ default performs, but spelled out directly against TRL. It
 4. trains with ``trl.GRPOTrainer`` on CPU with an accuracy reward,
 5. measures held-out accuracy again, and prints both, the wall time and the train steps/s.
 
-    python benchmarks/trl_plain_demo.py --max-steps 200 --seed 0
+    python benchmarks/vs_trl/trl_plain_demo.py --max-steps 200 --seed 0
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from datasets import load_dataset
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-ASSETS = Path(__file__).resolve().parents[1] / "grpo_cli" / "assets"
+ASSETS = Path(__file__).resolve().parents[2] / "grpo_cli" / "assets"
 MODEL_DIR = ASSETS / "tiny-arith"
 DATA_DIR = ASSETS / "tiny-arith-data"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Plain TRL GRPO of recipes/smollm2-word-arith.yaml, written by hand (no grpo_cli imports): the baseline of
-benchmarks/time_to_accuracy.py.
+benchmarks/vs_trl/time_to_accuracy.py.
 
 What a user pastes from a TRL guide, with the recipe's settings: SmolLM2-135M-Instruct (a safetensors dir: the
 benchmark passes the one `grpo` converted from the GGUF file), LoRA r 16 / alpha 32 on the attention projections,
@@ -9,7 +9,7 @@ completions of at most 32 tokens a step, DAPO loss, beta 0, learning rate 2e-4 c
 own thread default (what a plain script gets). Checkpoints every `--save-steps` so held-out accuracy can be read
 against wall time afterwards (`grpo eval` scores them, the same way for every runner).
 
-    python benchmarks/trl_plain_smollm2.py --model DIR --data-dir recipes/data/word-arith --max-steps 40
+    python benchmarks/vs_trl/trl_plain_smollm2.py --model DIR --data-dir recipes/data/word-arith --max-steps 40
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from peft import LoraConfig
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from trl import GRPOConfig, GRPOTrainer
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SYSTEM = "Solve the math word problem. Give only the final number inside <answer></answer>, like <answer>7</answer>."
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 

@@ -2,12 +2,12 @@
 
 The wrapper may cost at most 3 %. Both runs train the bundled tiny model on CPU; they are
 interleaved (plain, grpo, plain, grpo, ...) so machine noise hits both alike, and the median of
-each side is compared. Both run under benchmarks/train_probe.py, which also records the CPU seconds
+each side is compared. Both run under benchmarks/vs_trl/train_probe.py, which also records the CPU seconds
 of the train() call: CPU ms per step do not count the time spent waiting for a core, so on a shared
-machine they resolve a few percent where steps/s cannot. Prints a table and appends it to
-docs/performance.md. `--prompts-per-step 16 --num-generations 16` gives a larger group.
+machine they resolve a few percent where steps/s cannot. Prints a table (`--record`: also
+to docs/performance/history/). `--prompts-per-step 16 --num-generations 16` gives a larger group.
 
-    python benchmarks/wrapper_overhead.py [--repeats 3] [--max-steps 200] [--no-append]
+    python benchmarks/vs_trl/wrapper_overhead.py [--repeats 3] [--max-steps 200] [--record]
 """
 
 from __future__ import annotations
@@ -21,12 +21,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from perf_doc import add_no_append, append, load, stamp
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and grpo_cli, however the script is run
 
-ROOT = Path(__file__).resolve().parent.parent
+from benchmarks.record import add_record, load, record, stamp  # noqa: E402
+
 # One torch thread on both sides (the plain script's default): with two threads on a busy
 # 2-core machine, timings swing by several times and swamp a 3 % difference.
 ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -40,12 +42,13 @@ def _env(args: argparse.Namespace) -> dict[str, str]:
     return {**ENV, **HEAP_KEPT} if args.heap_kept else ENV
 
 
-PROBE = ROOT / "benchmarks" / "train_probe.py"
+PROBE = ROOT / "benchmarks" / "vs_trl" / "train_probe.py"
 
 
 @dataclass
 class Run:
-    """One training run: train() wall seconds, CPU seconds (all threads) and optimizer steps."""
+    """One training run as train_probe.py writes it: train() wall seconds, CPU seconds (all threads), optimizer
+    steps, the CPU split and page faults, and the clock at each step's end ([step, wall s, CPU s])."""
 
     wall: float
     cpu: float
@@ -53,6 +56,7 @@ class Run:
     user: float = 0.0
     sys: float = 0.0
     faults: int = 0
+    clock: list[list[float]] = field(default_factory=list)
 
     @property
     def steps_per_s(self) -> float:
@@ -70,20 +74,20 @@ class Run:
 
 
 def _probe(cmd: list[str], out: Path, env: dict[str, str]) -> Run:
-    record = out.with_suffix(".probe.json")
+    probe_file = out.with_suffix(".probe.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([sys.executable, str(PROBE), str(record), *cmd], cwd=ROOT, capture_output=True, text=True,
-                          env=env)
-    if proc.returncode != 0 or not record.exists():
+    proc = subprocess.run([sys.executable, str(PROBE), str(probe_file), *cmd], cwd=ROOT, capture_output=True,
+                          text=True, env=env)
+    if proc.returncode != 0 or not probe_file.exists():
         raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
-    return Run(**json.loads(record.read_text(encoding="utf-8")))
+    return Run(**json.loads(probe_file.read_text(encoding="utf-8")))
 
 
 def plain_run(args: argparse.Namespace, out: Path) -> Run:
     """The plain script without its held-out evaluations, as grpo runs with `eval.before_after=false`: a generation
     before train() leaves glibc's heap in another state, which moved the plain side's page faults per step by 14 %
     on SmolLM2 (2.76M with the evaluation, 3.21M without)."""
-    return _probe([str(ROOT / "benchmarks" / "trl_plain_demo.py"), "--max-steps", str(args.max_steps),
+    return _probe([str(ROOT / "benchmarks" / "vs_trl" / "trl_plain_demo.py"), "--max-steps", str(args.max_steps),
                    "--output-dir", str(out), "--learning-rate", str(args.learning_rate), "--num-generations",
                    str(args.num_generations), "--prompts-per-step", str(args.prompts_per_step), "--eval-samples", "0",
                    *(["--model", args.model] if args.model else [])],
@@ -193,15 +197,15 @@ def _model_name(args: argparse.Namespace) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_arguments(parser)
-    add_no_append(parser)
+    add_record(parser)
     args = parser.parse_args()
     load_before = load()
     with tempfile.TemporaryDirectory() as tmp:
         plain, wrapped = compare(args, Path(tmp))
     text = table(plain, wrapped, target=1.0 if args.model else 3.0)
     print(text)
-    if not args.no_append:
-        append(header(args, load_before) + text + "\n")
+    if args.record:
+        record(header(args, load_before) + text + "\n")
 
 
 if __name__ == "__main__":
