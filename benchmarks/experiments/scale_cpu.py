@@ -5,7 +5,7 @@ then reads the run's manifest and metrics: steady steps/s (from the per-step log
 excluded), the ratio to ddp, the distributed type in effect, the parameters each process held, and the
 peak resident memory of each process. Prints a table (`--record`: also to docs/performance/history/).
 
-    python benchmarks/experiments/scale_cpu.py [--steps 20] [--record]
+    python benchmarks/experiments/scale_cpu.py [--steps 20] [--profiles ddp fsdp zero3] [--record]
 """
 
 from __future__ import annotations
@@ -63,10 +63,12 @@ def table(rows: list[dict], steps: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--profiles", nargs="+", choices=PROFILES, default=list(PROFILES),
+                        help="Which profiles (ddp, the ratios' base, is always run).")
     add_record(parser)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        rows = [run_profile(p, args.steps, Path(tmp) / p) for p in PROFILES]
+        rows = [run_profile(p, args.steps, Path(tmp) / p) for p in PROFILES if p == "ddp" or p in args.profiles]
     text = table(rows, args.steps)
     print(text)
     if args.record:

