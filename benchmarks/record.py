@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PERFORMANCE = ROOT / "docs" / "performance.md"
 HISTORY = ROOT / "docs" / "performance" / "history"
 
 

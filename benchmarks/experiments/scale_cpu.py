@@ -72,7 +72,8 @@ def main() -> None:
     text = table(rows, args.steps)
     print(text)
     if args.record:
-        record(text)
+        record(f"### ddp vs fsdp vs zero3 on 2 CPU processes ({stamp()}, load {load()}; "
+               f"`python benchmarks/experiments/scale_cpu.py --steps {args.steps}`)\n\n{text}")
 
 
 if __name__ == "__main__":
