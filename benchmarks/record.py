@@ -35,6 +35,8 @@ def add_record(parser: argparse.ArgumentParser) -> None:
     """The flag every benchmark takes to write its table down; without it the table is only printed."""
     parser.add_argument("--record", action="store_true",
                         help="Also write the table to a new dated file in docs/performance/history/.")
+    # The old opt-out, now what every run does: commands and branches written before --record keep working.
+    parser.add_argument("--no-append", action="store_true", help=argparse.SUPPRESS)
 
 
 def history_path(name: str, when: dt.datetime | None = None) -> Path:

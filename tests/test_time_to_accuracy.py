@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_each_runner_gets_a_row_with_a_clocked_accuracy_per_checkpoint() -> None:
     done = subprocess.run(
         [sys.executable, "benchmarks/vs_trl/time_to_accuracy.py", "--recipe", "recipes/demo.yaml", "--steps", "6",
-         "--save-steps", "3", "--runners", "trl", "grpo", "--eval-samples", "16", "--target", "0.0", "--no-append"],
+         "--save-steps", "3", "--runners", "trl", "grpo", "--eval-samples", "16", "--target", "0.0"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| (")]
