@@ -5,19 +5,19 @@
 #
 # Run it first on a lent GPU machine (no network there: the wheels travel with the tree, made here by
 # scripts/gpu_wheels.sh into .whl/). It installs the wheels into a temporary target, then runs each part of
-# benchmarks/gpu_check.py in its own process under its own time limit, going on past a part that fails, and
+# benchmarks/gpu/gpu_check.py in its own process under its own time limit, going on past a part that fails, and
 # writes OUTDIR/gpu_check.json, OUTDIR/gpu_check.md (the tables) and OUTDIR/gpu_check.log (each part's output).
 # Each case trains twice, on TRL's default generation path and on grpo's fast path (the adapter merged while
 # generating, a static cache with compiled decode), and the table sets them side by side: generation tokens/s,
 # step time, the ratios, and whether the first round's sampled tokens agree; `grpo merge` runs in the same call.
 # The whole run stays under GRPO_GPU_CHECK_SECONDS (default 450, a positive whole number); GRPO_GPU_CHECK_PARTS picks
-# a subset (names from `python benchmarks/gpu_check.py parts --all`) and GRPO_GPU_CHECK_JOBS=N runs up to N cases
+# a subset (names from `python benchmarks/gpu/gpu_check.py parts --all`) and GRPO_GPU_CHECK_JOBS=N runs up to N cases
 # and demos at once (for a second call with little device time left). A bad value of any of them is refused.
 # It never replaces what it did not write: an OUTDIR holding a real GPU run's results (or files of that name it
 # cannot tell are a dry run's) is refused, and so is a TMPDIR it cannot make its scratch folder in.
 # `--dry-run` runs the same parts on the CPU
 # with tiny sizes, in this environment, without wheels (tests/test_gpu_kit.py runs it).
-# Record a real run with `python benchmarks/gpu_check.py record OUTDIR` (docs/performance.md, "GPU").
+# Record a real run with `python benchmarks/gpu/gpu_check.py record OUTDIR` (a new file in docs/performance/history/).
 set -uo pipefail
 usage="usage: scripts/gpu_check.sh [--dry-run] OUTDIR"
 dry=()
@@ -42,7 +42,7 @@ jobs_max=${GRPO_GPU_CHECK_JOBS:-1}  # >1: cases and demos share the GPU (memory 
 jobs_max=$((10#$jobs_max))
 only=${GRPO_GPU_CHECK_PARTS:-}      # a space-separated subset of the parts, for a second call with time left
 if [[ -n $only ]]; then
-  known=$("$py" "$root/benchmarks/gpu_check.py" parts --all "${dry[@]}" | cut -d' ' -f1) ||
+  known=$("$py" "$root/benchmarks/gpu/gpu_check.py" parts --all "${dry[@]}" | cut -d' ' -f1) ||
     refuse "cannot list the kit's parts with $py; set PYTHON to the environment that runs the check"
   for part in $only; do
     grep -qxF -- "$part" <<<"$known" || refuse "GRPO_GPU_CHECK_PARTS names '$part', which is not a part; the" \
@@ -105,7 +105,7 @@ fi
 tail -n 1 "$log"
 
 run_part() {  # PART LIMIT: its output goes to its own file, then into the log whole
-  timeout -k 10 "$2" "$py" "$root/benchmarks/gpu_check.py" run "$1" "$work" "${dry[@]}" >"$work/$1.log" 2>&1
+  timeout -k 10 "$2" "$py" "$root/benchmarks/gpu/gpu_check.py" run "$1" "$work" "${dry[@]}" >"$work/$1.log" 2>&1
   local rc=$?
   { echo "----- $1 (exit $rc)"; cat "$work/$1.log"; } >>"$log"
   if (( rc == 124 || rc == 137 )); then say "$1 stopped at its time limit"; else say "$1 done"; fi
@@ -130,10 +130,10 @@ while read -r part limit; do
   fi
   say "$part (limit ${limit}s)"
   if (( shared )); then run_part "$part" "$limit" & else run_part "$part" "$limit"; fi
-done < <("$py" "$root/benchmarks/gpu_check.py" parts "${dry[@]}")
+done < <("$py" "$root/benchmarks/gpu/gpu_check.py" parts "${dry[@]}")
 wait
 
-"$py" "$root/benchmarks/gpu_check.py" table "$work" "$out" "${dry[@]}" 2>>"$log"
+"$py" "$root/benchmarks/gpu/gpu_check.py" table "$work" "$out" "${dry[@]}" 2>>"$log"
 rc=$?
 say "done in $(( $(date +%s) - began )) s: $out/gpu_check.md, $out/gpu_check.json, $out/gpu_check.log"
 exit $rc

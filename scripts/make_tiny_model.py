@@ -23,7 +23,7 @@ The result "knows" the answer but, sampled at temperature 1, is right only about
 time, on train and held-out questions alike. That is the situation in which a short GRPO run on CPU
 visibly helps: the accuracy reward separates the right answer from its neighbours and the policy
 sharpens onto it, and since the blur is one shared habit rather than per-question memory, the
-held-out accuracy rises with it (see benchmarks/trl_plain_demo.py).
+held-out accuracy rises with it (see benchmarks/vs_trl/trl_plain_demo.py).
 
     python scripts/make_tiny_model.py                     # writes into grpo_cli/assets/ (~1-2 min)
     python scripts/make_tiny_model.py --out-root /tmp/x   # writes elsewhere

@@ -23,10 +23,12 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 CHECK = ROOT / "scripts" / "gpu_check.sh"
 WHEELS = ROOT / "scripts" / "gpu_wheels.sh"
+KIT = ROOT / "benchmarks" / "gpu" / "gpu_check.py"
+HISTORY = ROOT / "docs" / "performance" / "history"
 
 
 def _parts() -> list[str]:
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "parts", "--dry-run"],
+    done = subprocess.run([sys.executable, str(KIT), "parts", "--dry-run"],
                           capture_output=True, text=True, check=True)
     return [line.split()[0] for line in done.stdout.splitlines()]
 
@@ -80,21 +82,13 @@ def test_a_spent_time_budget_still_returns_the_whole_table(tmp_path: Path) -> No
     assert "merge skipped: the run's 16 s are spent" in (tmp_path / "out" / "gpu_check.log").read_text()
 
 
-def test_record_refuses_a_dry_run_and_leaves_the_performance_page_alone(tmp_path: Path) -> None:
+def test_record_refuses_a_dry_run_and_writes_no_history_file(tmp_path: Path) -> None:
     (tmp_path / "gpu_check.json").write_text(json.dumps({"dry_run": True, "parts": [], "results": {}}))
     (tmp_path / "gpu_check.md").write_text("### GPU check (dry run, CPU)\n")
-    page = (ROOT / "docs" / "performance.md").read_text()
-    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "record", str(tmp_path)],
-                          capture_output=True, text=True)
+    page, history = (ROOT / "docs" / "performance.md").read_text(), sorted(HISTORY.glob("*"))
+    done = subprocess.run([sys.executable, str(KIT), "record", str(tmp_path)], capture_output=True, text=True)
     assert done.returncode != 0 and "nothing recorded" in done.stderr
-    assert (ROOT / "docs" / "performance.md").read_text() == page
-
-
-def test_the_performance_page_says_not_yet_run_until_a_gpu_ran_the_kit() -> None:
-    page = (ROOT / "docs" / "performance.md").read_text()
-    section = page.partition("<!-- gpu-check:start -->")[2].partition("<!-- gpu-check:end -->")[0]
-    assert section.strip(), "the GPU section's markers are missing"
-    assert "Not yet run" in section or "### GPU check (" in section
+    assert (ROOT / "docs" / "performance.md").read_text() == page and sorted(HISTORY.glob("*")) == history
 
 
 def _python312() -> str | None:

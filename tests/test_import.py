@@ -284,7 +284,8 @@ def found(completions, **kwargs):
 
 
 dataset = load_dataset("json", data_files="rows.jsonl", split="train")
-trainer = GRPOTrainer(model=MODEL, reward_funcs=[shorter, stops, found], args=GRPOConfig(output_dir="out"),
+trainer = GRPOTrainer(model=MODEL, reward_funcs=[shorter, stops, found],
+                      args=GRPOConfig(output_dir="out", max_completion_length=32),  # the model has 128 positions
                       train_dataset=dataset)
 trainer.train()
 '''

@@ -105,7 +105,7 @@ def test_lora_trains_fp32_adapters_and_needs_no_reference_copy(write_recipe, min
 
 
 def test_cpu_lora_plan_counts_the_activations_malloc_keeps(write_recipe, minimal_dir) -> None:
-    # Measured on SmolLM2 (benchmarks/memory_plan.py): a LoRA step on CPU peaks one activation set above its live
+    # Measured on SmolLM2 (benchmarks/micro/memory_plan.py): a LoRA step on CPU peaks one activation set above its live
     # tensors, because glibc keeps freed heap resident; a full fine-tune reuses those pages for its gradients.
     cpu = _plan(write_recipe, ["launch.profile=cpu", "model.dtype=float32", "model.lora.r=16",
                                "model.lora.dropout=0"])
@@ -130,7 +130,7 @@ def test_activations_logits_and_kv_cache_by_hand(write_recipe, minimal_dir) -> N
     assert _b(plan, "log-prob tiles") == (4 * 512) * 32768 * 2 + (4 * 512) * H * 4 + V * H * (4 + 2)
     lora = _plan(write_recipe, ["training.per_device_train_batch_size=4", "model.lora.r=16"])
     assert _b(lora, "log-prob tiles") == (4 * 512) * 32768 * 2 + (4 * 512) * H * 4  # the LM head is frozen
-    # on the CPU, torch ops fold each tile: about 7 fp32 tiles of every position (benchmarks/memory_plan.py)
+    # on the CPU, torch ops fold each tile: about 7 fp32 tiles of every position (benchmarks/micro/memory_plan.py)
     cpu = _plan(write_recipe, ["training.per_device_train_batch_size=4", "launch.profile=cpu",
                                "model.dtype=float32"])
     assert _b(cpu, "log-prob tiles") == 7 * (4 * (256 + 512)) * 32768 * 4

@@ -1,5 +1,6 @@
-"""benchmarks/time_to_accuracy.py on the demo, tiny: the plain TRL script and `grpo train` each train, checkpoint,
-and every checkpoint is scored, so the shared benchmark of the step-speed and learning-signal work cannot rot.
+"""benchmarks/vs_trl/time_to_accuracy.py on the demo, tiny: the plain TRL script and `grpo train` each train,
+checkpoint, and every checkpoint is scored, so the shared benchmark of the step-speed and learning-signal work
+cannot rot.
 
 No figure is asserted (speed targets live in the benchmark's own table); what is asserted is what a reader of the
 table relies on: a row per runner, a curve point per checkpoint clocked inside train(), and the same base model
@@ -21,8 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.mark.slow
 def test_each_runner_gets_a_row_with_a_clocked_accuracy_per_checkpoint() -> None:
     done = subprocess.run(
-        [sys.executable, "benchmarks/time_to_accuracy.py", "--recipe", "recipes/demo.yaml", "--steps", "6",
-         "--save-steps", "3", "--runners", "trl", "grpo", "--eval-samples", "16", "--target", "0.0", "--no-append"],
+        [sys.executable, "benchmarks/vs_trl/time_to_accuracy.py", "--recipe", "recipes/demo.yaml", "--steps", "6",
+         "--save-steps", "3", "--runners", "trl", "grpo", "--eval-samples", "16", "--target", "0.0"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| (")]

@@ -14,7 +14,7 @@ last two; a decoder layer keeps about 6h + 3 kv_dim + 4 I values per token for b
 with gradient checkpointing, plus one recomputed layer), and LoRA with dropout > 0 adds a dropped-out copy
 of each adapted projection's input plus its one-byte mask; TRL's fused LM head keeps about 7 fp32
 tiles of at most 4096 tokens x 32768 vocabulary columns on CPU, and one tile in the compute dtype on
-CUDA plus the LM head's fp32 gradient when it trains (measured: benchmarks/memory_plan.py on CPU,
+CUDA plus the LM head's fp32 gradient when it trains (measured: benchmarks/micro/memory_plan.py on CPU,
 scripts/gpu_check.sh on an H100); the generation KV cache and the training pass are never alive
 together, so total = static + max(generation, training); 1 GiB of CUDA context.
 """
@@ -49,7 +49,7 @@ OVERHEAD_BYTES = 1.0 * GIB
 # TRL 1.16's fused LM head (trl/kernels/chunked_logprob.py TOKEN_CHUNK_SIZE, trl/trainer/utils.py
 # _CHUNKED_LOGPROB_CHUNK_SIZE) projects at most this many tokens x vocabulary columns at a time.
 TOKEN_TILE, VOCAB_TILE = 4096, 32768
-# fp32 tiles alive at the peak of the backward pass, measured on CPU by benchmarks/memory_plan.py
+# fp32 tiles alive at the peak of the backward pass, measured on CPU by benchmarks/micro/memory_plan.py
 # (docs/performance.md); assumed no larger for the Triton kernel on CUDA, which is not measured here.
 LOGPROB_TILES_ALIVE = 7
 
@@ -314,7 +314,7 @@ def _training_items(recipe: Recipe, shape: ModelShape, dtype: str,
     if lora is not None and recipe.launch.spec.cpu_only:
         # glibc malloc raises its mmap threshold as large blocks are freed, so a step's activations end up on the
         # heap, and the heap keeps them resident after backward. A full fine-tune's gradients reuse those pages; a
-        # LoRA run has nothing that does, and its next peak lands beside them (benchmarks/memory_plan.py:
+        # LoRA run has nothing that does, and its next peak lands beside them (benchmarks/micro/memory_plan.py:
         # SmolLM2 LoRA measured 1.34x this plan without this line, 1.06x with a fixed MALLOC_MMAP_THRESHOLD_).
         kept = chosen - dropout * (1 if use_ckpt else shape.layers)
         items.append(MemoryItem("freed activations kept by malloc", kept,
