@@ -39,6 +39,8 @@ class TrainResult:
     eval_after: EvalResult | None = None
     data_stats: dict[str, Any] = field(default_factory=dict)
     message: str = ""
+    time_check: list[str] = field(default_factory=list)
+    """The steady step planned against measured, and the part that was off when it was far out."""
 
 
 def is_main_process() -> bool:
