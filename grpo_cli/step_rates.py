@@ -19,12 +19,12 @@ import json
 import os
 import shutil
 import subprocess
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from grpo_cli.paths import ASSETS_DIR
 from grpo_cli.threads import usable_cores
 
 PARTS = ("generation", "weight_sync", "reward", "training", "other")
@@ -104,8 +104,7 @@ class RateRow(_Typed):
         """Where the rate comes from, in words."""
         if self.run_dir:
             return f"your run {self.run_dir} ({self.date[:16]})"
-        note = f"; {self.note}" if self.note else ""
-        return f"shipped table: {self.command} on {self.machine} ({self.date[:10]}{note})"
+        return f"shipped table: `{self.command}` on {self.machine} ({self.date[:10]})"
 
 
 class StepEstimate(_Typed):
@@ -114,6 +113,8 @@ class StepEstimate(_Typed):
     part: str
     seconds: Seconds | None
     source: str
+    how: str = ""
+    """What was assumed to scale the row to this step (another model size, prompt length), if anything."""
 
 
 class TimePlan(_Typed):
@@ -232,8 +233,7 @@ def _rows(data: object) -> list[RateRow]:
 
 @functools.cache
 def _table() -> dict[str, Any]:
-    text = resources.files("grpo_cli.assets").joinpath(TABLE).read_text(encoding="utf-8")
-    data = json.loads(text)
+    data = json.loads((ASSETS_DIR / TABLE).read_text(encoding="utf-8"))
     return data if isinstance(data, dict) else {}
 
 

@@ -33,9 +33,9 @@ def measure(steps: Sequence[dict[str, float]], shape: StepShape, *, machine: str
                 parts[SPLIT_PARTS[name]] += seconds
         parts["step"] = sum(parts.values())
         per_step.append(parts)
-    seconds = {name: Seconds(mean=sum(p[name] for p in per_step) / len(per_step), low=min(p[name] for p in per_step),
+    spans = {name: Seconds(mean=sum(p[name] for p in per_step) / len(per_step), low=min(p[name] for p in per_step),
                              high=max(p[name] for p in per_step)) for name in (*PARTS, "step")}
-    return RateRow(machine=machine, date=date, command=command, shape=shape, seconds=seconds, steps=len(steady),
+    return RateRow(machine=machine, date=date, command=command, shape=shape, seconds=spans, steps=len(steady),
                    load=load, run_dir=run_dir)
 
 

@@ -64,10 +64,10 @@ def measured_rates(run: RunState, steps: list[dict[str, float]]) -> RateRow | No
 def record_time(run: RunState, main: bool) -> list[str]:
     """Measure the run's steady step, keep it in the manifest and (main process) in this machine's file, and
     the end-of-run lines of plan against measured."""
-    timer = next((c for c in run.callbacks if isinstance(getattr(c, "history", None), list)), None)
-    if timer is None or run.trainer is None:
+    history = next((h for c in run.callbacks if isinstance(h := getattr(c, "history", None), list)), None)
+    if history is None or run.trainer is None:
         return []  # async mode: TRL's own step, not timed
-    row = measured_rates(run, timer.history)
+    row = measured_rates(run, history)
     if row is None:
         return []
     run.manifest.step_rates = row

@@ -98,12 +98,12 @@ def _factors(shape: StepShape, row: RateRow) -> dict[str, tuple[float, str]]:
             "other": (1.0, "")}
 
 
-def _reward(shape: StepShape, row: RateRow, factor: float, reward_rates: dict[str, float]) -> tuple[Seconds | None,
-                                                                                                     str]:
+def _reward(shape: StepShape, row: RateRow, factor: float, reward_rates: dict[str, float],
+            assumed: str) -> tuple[Seconds | None, str]:
     """The rewards' seconds: the row's when it scored the same rewards, else the table's rates per completion."""
     measured = row.seconds.get("reward")
     if shape.rewards == row.shape.rewards and measured is not None:
-        return measured.scaled(factor), row.origin()
+        return measured.scaled(factor), assumed + row.origin()
     if all(name in reward_rates for name in shape.rewards):
         total = sum(shape.completions / reward_rates[name] for name in shape.rewards)
         return (Seconds(mean=total, low=total, high=total),
@@ -118,17 +118,19 @@ def plan_step(shape: StepShape, here: str, rows: list[RateRow], reward_rates: di
     row = choose_row(shape, here, rows)
     if row is None:
         return []
-    assumed = "" if row.machine == here else "assumed (measured on another machine): "
+    assumed = "" if row.machine == here else "assumed, measured on another machine: "
     if shape.threads != row.shape.threads and row.machine == here:
         assumed += f"measured with {row.shape.threads} torch thread(s), {shape.threads} planned: "
+    if shape.processes != row.shape.processes:
+        assumed += f"measured with {row.shape.processes} process(es), {shape.processes} planned, communication not " \
+                   "counted: "
     estimates = []
     for part, (factor, how) in _factors(shape, row).items():
+        measured = row.seconds.get(part)
+        seconds, source = (measured.scaled(factor) if measured else None), assumed + row.origin()
         if part == "reward":
-            seconds, source = _reward(shape, row, factor, reward_rates)
-        else:
-            measured = row.seconds.get(part)
-            seconds, source = (measured.scaled(factor) if measured else None), row.origin() + how
-        estimates.append(StepEstimate(part=part, seconds=seconds, source=assumed + source))
+            seconds, source = _reward(shape, row, factor, reward_rates, assumed)
+        estimates.append(StepEstimate(part=part, seconds=seconds, source=source, how=how.lstrip(", ")))
     return sorted(estimates, key=lambda e: PARTS.index(e.part))
 
 
@@ -192,6 +194,13 @@ def span(seconds: Seconds) -> str:
     return f"~{duration(seconds.mean)} ({duration(seconds.low)}–{duration(seconds.high)})"
 
 
+def span_of(money: Seconds) -> str:
+    """A cost as `~14.1 (12.0–16.3)`, one figure when the range is a point."""
+    if abs(money.high - money.low) < 0.05 * max(money.mean, 1e-9):
+        return f"~{money.mean:,.3g}"
+    return f"~{money.mean:,.3g} ({money.low:,.3g}–{money.high:,.3g})"
+
+
 def plan_lines(plan: TimePlan) -> dict[str, str]:
     """The plan's time lines: the steady step and its parts with their source, the run, and its cost."""
     step = plan.step
@@ -199,7 +208,7 @@ def plan_lines(plan: TimePlan) -> dict[str, str]:
         return {"time per step": f"unknown: {plan.unknown or 'no part could be planned'}"}
     parts = ", ".join(f"{p.part} {duration(p.seconds.mean) if p.seconds else 'unknown'}" for p in plan.parts
                       if p.seconds is None or p.seconds.high > 0)
-    sources = list(dict.fromkeys(p.source for p in plan.parts))
+    sources = list(dict.fromkeys([*(p.source for p in plan.parts), *(p.how for p in plan.parts if p.how)]))
     at_least = f"at least {span(step)}" if plan.missing else span(step)
     lines = {"time per step": f"{at_least} steady ({parts}); rates: {'; '.join(sources)}"}
     run = plan.run
@@ -210,9 +219,9 @@ def plan_lines(plan: TimePlan) -> dict[str, str]:
                                      "and the first step's warm-up not counted")
     cost = plan.cost
     if cost is not None and plan.price_per_hour is not None:
-        unit = "machine" if plan.devices == 1 and plan.machine.startswith("cpu") else "device"
-        lines["cost"] = (f"~{cost.mean:,.3g} ({cost.low:,.3g}–{cost.high:,.3g}) at {plan.price_per_hour:g} per "
-                         f"device-hour x {plan.devices} {unit}{'s' if plan.devices != 1 else ''}")
+        unit = "GPU" if plan.shape is not None and plan.shape.device == "gpu" else "machine"
+        lines["cost"] = (f"{span_of(cost)} at {plan.price_per_hour:g} per device-hour x {plan.devices} "
+                         f"{unit}{'s' if plan.devices != 1 else ''}")
     return lines
 
 
