@@ -207,4 +207,16 @@ def run_case(name: str, work: Path, dry: bool) -> dict[str, Any]:
             "status": result.status, "steps": result.global_step, "params": plan.params,
             "trainable_params": plan.trainable_params, "batch": batch, "completion_length": length,
             "plan": _phase_plan(plan), "plan_items": {i.name: i.bytes for i in plan.items},
-            "measured": probe, "throughput": _throughput(Path(result.output_dir), probe, plan.params, case.lora)}
+            "measured": probe, "throughput": _throughput(Path(result.output_dir), probe, plan.params, case.lora),
+            "time_plan": _time_plan(Path(result.output_dir))}
+
+
+def _time_plan(run_dir: Path) -> dict[str, Any]:
+    """The run's planned steady step (`grpo validate`'s time plan, recorded by the run) against the measured one."""
+    from grpo_cli import runs
+
+    manifest = runs.read_manifest(run_dir)
+    plan = manifest.time_plan.step if manifest and manifest.time_plan else None
+    measured = manifest.step_rates.seconds["step"].mean if manifest and manifest.step_rates else None
+    return {"planned_s": plan.mean if plan else None, "measured_s": measured,
+            "source": manifest.time_plan.parts[0].source if plan and manifest and manifest.time_plan else ""}
