@@ -82,12 +82,14 @@ def _row(case: str, out: Path, steps: int) -> list[str]:
             source, str(measured.shape.threads)]
 
 
-def _record(rows: list[RateRow], command: str) -> Path:
-    """Put the measured rows in the shipped table, replacing rows of the same kind of step on the same machine."""
+def _record(rows: dict[str, RateRow], steps: int) -> Path:
+    """Put the measured rows in the shipped table, replacing rows of the same kind of step on the same machine;
+    each names the command that measures it again."""
     path = ROOT / "grpo_cli" / "assets" / TABLE
     table = json.loads(path.read_text(encoding="utf-8"))
-    new = [r.model_copy(update={"run_dir": None, "command": command,
-                                "note": f"load {r.load:.1f}" if r.load is not None else ""}) for r in rows]
+    new = [r.model_copy(update={"run_dir": None, "command": f"python benchmarks/time_plan.py --cases {case} --steps "
+                                f"{steps}", "note": f"load {r.load:.1f}" if r.load is not None else ""})
+           for case, r in rows.items()]
     kinds = {(r.machine, r.shape.kind()) for r in new}
     kept = [r for r in table.get("rows", []) if (r["machine"], RateRow.model_validate(r).shape.kind()) not in kinds]
     table["rows"] = kept + [r.model_dump(mode="json") for r in new]
@@ -109,7 +111,7 @@ def main() -> None:
     before = load(all_three=True)
     lines = ["| case | planned steady step s (range) | measured s (min–max) | measured / planned | planned from | "
              "threads |", "|---|---:|---:|---:|---|---:|"]
-    measured: list[RateRow] = []
+    measured: dict[str, RateRow] = {}
     with tempfile.TemporaryDirectory(prefix="grpo-time-plan-") as tmp:
         for case in args.cases:
             out, rates = Path(tmp) / case, args.rates_file or Path(tmp) / f"{case}.rates.json"
@@ -119,7 +121,7 @@ def main() -> None:
             lines.append("| " + " | ".join(cells) + " |")
             manifest = None if failed else runs.read_manifest(out)
             if manifest is not None and manifest.step_rates is not None:
-                measured.append(manifest.step_rates)
+                measured[case] = manifest.step_rates
     command = "python benchmarks/time_plan.py " + shlex.join(sys.argv[1:])
     header = (f"### Time plan against measured steady step ({stamp()}, {os.cpu_count()} cores, {args.steps} steps "
               f"a case, load {before} before / {load(all_three=True)} after; `{command}`)\n\n")
@@ -129,7 +131,7 @@ def main() -> None:
         with args.out.open("a", encoding="utf-8") as fh:
             fh.write("\n" + table)
     if args.record and measured:
-        print(f"recorded {len(measured)} row(s) in {_record(measured, command)}")
+        print(f"recorded {len(measured)} row(s) in {_record(measured, args.steps)}")
 
 
 if __name__ == "__main__":

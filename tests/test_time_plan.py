@@ -110,7 +110,7 @@ def test_a_plan_scales_a_row_of_another_model_by_its_work() -> None:
     """A row of a different model size: generation by decoded tokens x parameters, training by trained tokens x
     FLOPs per token (6 x parameters in full, 4 x with LoRA)."""
     from grpo_cli.step_rates import StepShape
-    from grpo_cli.validation.time_plan import plan_step
+    from grpo_cli.validation.time_plan import SCALE_LIMIT, plan_step
 
     row_shape = StepShape(model="a", params=100, lora=False, backend="transformers", processes=1, threads=1,
                           completions=8, completion_tokens=10, prompt_tokens=5.0, data="d", rewards=["accuracy"])
@@ -125,6 +125,8 @@ def test_a_plan_scales_a_row_of_another_model_by_its_work() -> None:
     assert parts["training"].seconds.high == pytest.approx(2 * parts["training"].seconds.mean)
     assert parts["reward"].seconds.mean == pytest.approx(2.0)  # same rewards: the row's, per completion
     assert "scaled from a" in parts["generation"].how
+    far = shape.model_copy(update={"params": int(row_shape.params * SCALE_LIMIT) + 1})
+    assert plan_step(far, "m", [row], {}) == []  # a model beyond the scaling limit is not guessed from it
     elsewhere = {e.part: e for e in plan_step(shape, "another machine", [row], {})}
     assert all(e.source.startswith("assumed, measured on another machine") for e in elsewhere.values())
 

@@ -46,7 +46,7 @@ def _shape(run: RunState) -> StepShape:
         return plan.shape.model_copy()
     memory, _ = memory_plan(run.recipe, gpu_memory_gb=None, world_size=1)
     params = memory.params if memory is not None else sum(p.numel() for p in run.loaded.model.parameters())
-    return recipe_shape(run.recipe, params, run.threads.torch_threads)
+    return recipe_shape(run.recipe, params, run.threads.torch_threads, "gpu" if run.loaded.device == "cuda" else "cpu")
 
 
 def measured_rates(run: RunState, steps: list[dict[str, float]]) -> RateRow | None:

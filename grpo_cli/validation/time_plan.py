@@ -41,12 +41,17 @@ if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
     from grpo_cli.validation.outcome import Preflight
 
+SCALE_LIMIT = 10.0
+"""A row is scaled to a model at most this many times larger or smaller: a tiny model's step is overhead, not
+FLOPs (the demo's 0.1M-parameter row scaled to SmolLM2-135M planned 3x its measured step), so beyond it the plan
+says unknown."""
 BACKENDS = {"off": "transformers", "auto": "transformers", "colocate": "vllm-colocate", "server": "vllm-server",
             "async": "vllm-async"}
 
 
-def recipe_shape(recipe: Recipe, params: int, threads: int | None) -> StepShape:
-    """The step this recipe runs in each process, as the rate rows describe a measured one."""
+def recipe_shape(recipe: Recipe, params: int, threads: int | None, device: str) -> StepShape:
+    """The step this recipe runs in each process, as the rate rows describe a measured one (`device`: cpu or
+    gpu, where it trains here)."""
     t, data = recipe.training, recipe.data
     files = data.files.get(data.split) if isinstance(data.files, dict) else data.files
     return StepShape(
@@ -56,13 +61,15 @@ def recipe_shape(recipe: Recipe, params: int, threads: int | None) -> StepShape:
         completion_tokens=t.max_completion_length, prompt_tokens=data.max_prompt_tokens,
         data=str(data.dataset or files or (recipe.environment.factory if recipe.environment else "")),
         rewards=sorted(e.name or e.function or e.model or "" for e in recipe.rewards),
-        device="cpu" if recipe.launch.spec.cpu_only else "gpu")
+        device=device)
 
 
 def choose_row(shape: StepShape, here: str, rows: list[RateRow]) -> RateRow | None:
-    """The measured step nearest this one: same device and backend required; then this machine, model size,
-    processes, LoRA, data, threads; this user's newer runs before the shipped table."""
-    same = [r for r in rows if r.shape.device == shape.device and r.shape.backend == shape.backend]
+    """The measured step nearest this one: same device and backend and a model within SCALE_LIMIT x its size
+    required; then this machine, model size, processes, LoRA, data, threads; this user's newer runs before the
+    shipped table."""
+    same = [r for r in rows if r.shape.device == shape.device and r.shape.backend == shape.backend
+            and 1 / SCALE_LIMIT <= max(r.shape.params, 1) / max(shape.params, 1) <= SCALE_LIMIT]
 
     def distance(r: RateRow) -> float:
         s = r.shape
@@ -167,10 +174,12 @@ def plan_time(recipe: Recipe, *, steps: int | None, eval_prompts: int | None, th
     if memory is None:
         plan.unknown = f"the model's size is unknown ({why})"
         return plan
-    plan.shape = shape = recipe_shape(recipe, memory.params, threads)
+    # without a visible GPU the run trains on this CPU, whatever the profile (a ddp run uses gloo)
+    plan.shape = shape = recipe_shape(recipe, memory.params, threads, "gpu" if gpus else "cpu")
     plan.parts = plan_step(shape, here, candidate_rows(here), shipped_reward_rates())
     if not plan.parts:
-        plan.unknown = f"no measured {shape.backend} step on a {shape.device} (after one `grpo train` here, there is)"
+        plan.unknown = (f"no measured {shape.backend} step on a {shape.device} of a model within {SCALE_LIMIT:g}x "
+                        f"its size ({shape.params / 1e6:,.1f}M parameters; after one `grpo train` here, there is)")
         return plan
     plan.evaluation, plan.evaluation_note = _evaluation(recipe, shape, plan.parts, eval_prompts, steps)
     return plan
