@@ -2,7 +2,7 @@
 
     python benchmarks/time_plan.py                          # every case, 4 steps each, table printed
     python benchmarks/time_plan.py --cases demo ddp --steps 6 --out /tmp/time-plan.md
-    python benchmarks/time_plan.py --record                  # the measured rows become the shipped table's
+    python benchmarks/time_plan.py --record --repeat 3       # each case's median run becomes the shipped row
     python benchmarks/time_plan.py --cases demo --rates-file R   # learn: the run's rates go to R
     python benchmarks/time_plan.py --cases demo --rates-file R --set training.per_device_train_batch_size=96
                                                              # a similar recipe, planned from that run
@@ -106,22 +106,27 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], help="Overrides for every case (KEY=VALUE): with "
                         "--rates-file of an earlier run, a similar recipe planned from it.")
     parser.add_argument("--out", type=Path, help="Append the table to this file.")
-    parser.add_argument("--record", action="store_true", help="Write the measured rows into the shipped table.")
+    parser.add_argument("--record", action="store_true", help="Write the measured rows into the shipped table "
+                        "(with --repeat, each case's median run).")
+    parser.add_argument("--repeat", type=int, default=1, help="Rounds over the cases (each run is one pair).")
     args = parser.parse_args()
     before = load(all_three=True)
     lines = ["| case | planned steady step s (range) | measured s (min–max) | measured / planned | planned from | "
-             "threads |", "|---|---:|---:|---:|---|---:|"]
-    measured: dict[str, RateRow] = {}
+             "threads | load |", "|---|---:|---:|---:|---|---:|---:|"]
+    measured: dict[str, list[RateRow]] = {}
     with tempfile.TemporaryDirectory(prefix="grpo-time-plan-") as tmp:
-        for case in args.cases:
-            out, rates = Path(tmp) / case, args.rates_file or Path(tmp) / f"{case}.rates.json"
-            failed = _train(case, args.steps, out, rates, args.set)
-            cells = [case, "", "", "", failed, ""] if failed else _row(case, out, args.steps)
-            print("| " + " | ".join(cells) + " |", flush=True)
-            lines.append("| " + " | ".join(cells) + " |")
-            manifest = None if failed else runs.read_manifest(out)
-            if manifest is not None and manifest.step_rates is not None:
-                measured[case] = manifest.step_rates
+        for round_ in range(args.repeat):
+            for case in args.cases:
+                out = Path(tmp) / f"{case}-{round_}"
+                failed = _train(case, args.steps, out, args.rates_file or Path(tmp) / f"{out.name}.rates.json",
+                                args.set)
+                cells = [case, "", "", "", failed, ""] if failed else _row(case, out, args.steps)
+                line = "| " + " | ".join([*cells, load()]) + " |"
+                print(line, flush=True)
+                lines.append(line)
+                manifest = None if failed else runs.read_manifest(out)
+                if manifest is not None and manifest.step_rates is not None:
+                    measured.setdefault(case, []).append(manifest.step_rates)
     command = "python benchmarks/time_plan.py " + shlex.join(sys.argv[1:])
     header = (f"### Time plan against measured steady step ({stamp()}, {os.cpu_count()} cores, {args.steps} steps "
               f"a case, load {before} before / {load(all_three=True)} after; `{command}`)\n\n")
@@ -131,7 +136,9 @@ def main() -> None:
         with args.out.open("a", encoding="utf-8") as fh:
             fh.write("\n" + table)
     if args.record and measured:
-        print(f"recorded {len(measured)} row(s) in {_record(measured, args.steps)}")
+        median = {case: sorted(rows, key=lambda r: r.seconds["step"].mean)[(len(rows) - 1) // 2]
+                  for case, rows in measured.items()}
+        print(f"recorded {len(median)} row(s) in {_record(median, args.steps)}")
 
 
 if __name__ == "__main__":
