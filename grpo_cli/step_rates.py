@@ -102,9 +102,10 @@ class RateRow(_Typed):
 
     def origin(self) -> str:
         """Where the rate comes from, in words."""
+        at = f", load {self.load:.1f}" if self.load is not None else ""
         if self.run_dir:
-            return f"your run {self.run_dir} ({self.date[:16]})"
-        return f"shipped table: `{self.command}` on {self.machine} ({self.date[:10]})"
+            return f"your run {self.run_dir} ({self.date[:16]}{at})"
+        return f"shipped table: `{self.command}` on {self.machine} ({self.date[:10]}{at})"
 
 
 class StepEstimate(_Typed):
@@ -132,6 +133,8 @@ class TimePlan(_Typed):
     price_per_hour: float | None = None
     devices: int = 1
     """Devices paid for: the GPUs of the run (and of a vLLM server), or 1 machine on the CPU."""
+    load: float | None = None
+    """The load average when planned: a rate measured under another load (a shared machine) differs."""
     unknown: str = ""
     """Why the step could not be planned (no rate applies); empty when it was."""
 

@@ -34,6 +34,7 @@ from grpo_cli.step_rates import (
     shipped_reward_rates,
     visible_gpus,
 )
+from grpo_cli.threads import load_average
 from grpo_cli.validation.memory import memory_plan
 from grpo_cli.validation.topology import thread_plan
 
@@ -169,7 +170,8 @@ def plan_time(recipe: Recipe, *, steps: int | None, eval_prompts: int | None, th
     devices = 1 if recipe.launch.spec.cpu_only else recipe.launch.world_size + (vllm.server_gpus if
                                                                                  vllm.mode in ("server", "async")
                                                                                  else 0)
-    plan = TimePlan(machine=here, steps=steps, price_per_hour=recipe.launch.price_per_hour, devices=devices)
+    plan = TimePlan(machine=here, steps=steps, price_per_hour=recipe.launch.price_per_hour, devices=devices,
+                    load=load_average())
     memory, why = memory_plan(recipe, gpu_memory_gb=None, world_size=1)
     if memory is None:
         plan.unknown = f"the model's size is unknown ({why})"
@@ -219,7 +221,8 @@ def plan_lines(plan: TimePlan) -> dict[str, str]:
                       if p.seconds is None or p.seconds.high > 0)
     sources = list(dict.fromkeys([*(p.source for p in plan.parts), *(p.how for p in plan.parts if p.how)]))
     at_least = f"at least {span(step)}" if plan.missing else span(step)
-    lines = {"time per step": f"{at_least} steady ({parts}); rates: {'; '.join(sources)}"}
+    here = f"; load now {plan.load:.1f}" if plan.load is not None else ""
+    lines = {"time per step": f"{at_least} steady ({parts}); rates: {'; '.join(sources)}{here}"}
     run = plan.run
     if run is not None:
         evaluation = f" + {plan.evaluation_note} {span(plan.evaluation)}" if plan.evaluation else (
