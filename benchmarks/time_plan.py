@@ -82,13 +82,16 @@ def _row(case: str, out: Path, steps: int) -> list[str]:
             source, str(measured.shape.threads)]
 
 
-def _record(rows: dict[str, RateRow], steps: int) -> Path:
+def _record(rows: dict[str, RateRow], steps: int, repeat: int) -> Path:
     """Put the measured rows in the shipped table, replacing rows of the same kind of step on the same machine;
     each names the command that measures it again."""
     path = ROOT / "grpo_cli" / "assets" / TABLE
     table = json.loads(path.read_text(encoding="utf-8"))
-    new = [r.model_copy(update={"run_dir": None, "command": f"python benchmarks/time_plan.py --cases {case} --steps "
-                                f"{steps}", "note": f"load {r.load:.1f}" if r.load is not None else ""})
+    again = f"python benchmarks/time_plan.py --cases {{}} --steps {steps}" + (f" --repeat {repeat}" if repeat > 1
+                                                                                else "")
+    median = f"; the median of {repeat} runs" if repeat > 1 else ""
+    new = [r.model_copy(update={"run_dir": None, "command": again.format(case),
+                                "note": (f"load {r.load:.1f}" if r.load is not None else "") + median})
            for case, r in rows.items()]
     kinds = {(r.machine, r.shape.kind()) for r in new}
     kept = [r for r in table.get("rows", []) if (r["machine"], RateRow.model_validate(r).shape.kind()) not in kinds]
@@ -138,7 +141,7 @@ def main() -> None:
     if args.record and measured:
         median = {case: sorted(rows, key=lambda r: r.seconds["step"].mean)[(len(rows) - 1) // 2]
                   for case, rows in measured.items()}
-        print(f"recorded {len(median)} row(s) in {_record(median, args.steps)}")
+        print(f"recorded {len(median)} row(s) in {_record(median, args.steps, args.repeat)}")
 
 
 if __name__ == "__main__":
