@@ -135,6 +135,8 @@ class TimePlan(_Typed):
     """Devices paid for: the GPUs of the run (and of a vLLM server), or 1 machine on the CPU."""
     load: float | None = None
     """The load average when planned: a rate measured under another load (a shared machine) differs."""
+    load_factor: float = 1.0
+    """What the row's seconds were multiplied by for the load now against the row's (CPU only)."""
     unknown: str = ""
     """Why the step could not be planned (no rate applies); empty when it was."""
 

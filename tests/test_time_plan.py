@@ -49,10 +49,10 @@ def test_a_run_teaches_the_next_plan_on_this_machine(tmp_path: Path, rates_file:
 
     same = _plan()["time_plan"]
     assert all(p["source"].startswith(f"your run {out}") for p in same["parts"])
-    assert same["step"]["mean"] == pytest.approx(measured.seconds["step"].mean)
+    assert same["step"]["mean"] == pytest.approx(measured.seconds["step"].mean * same["load_factor"])
     # a similar recipe: twice the completions a step, so generation, rewards and training scale by two
-    doubled = {p["part"]: p["seconds"]["mean"] for p in _plan("training.per_device_train_batch_size=128")["time_plan"]
-               ["parts"]}
+    plan = _plan("training.per_device_train_batch_size=128")["time_plan"]
+    doubled = {p["part"]: p["seconds"]["mean"] / plan["load_factor"] for p in plan["parts"]}
     for part in ("generation", "reward", "training"):
         assert doubled[part] == pytest.approx(2 * measured.seconds[part].mean)
     assert doubled["other"] == pytest.approx(measured.seconds["other"].mean)
@@ -97,7 +97,7 @@ def test_a_wrong_recorded_rate_is_named_when_the_step_is_far_off(tmp_path: Path,
     manifest = runs.read_manifest(out)
     plan, measured = manifest.time_plan, manifest.step_rates
     assert measured.seconds["step"].mean > 2 * plan.step.mean
-    excess = {p: measured.seconds[p].mean - plan.part(p).seconds.mean for p in PARTS}
+    excess = {p: measured.seconds[p].mean - plan.part(p).seconds.mean for p in PARTS}  # type: ignore[union-attr]
     worst = max(excess, key=excess.__getitem__)
     assert worst in ("generation", "training")
     assert "time plan off: the steady step took" in output and f"{worst} was off" in output
@@ -119,16 +119,34 @@ def test_a_plan_scales_a_row_of_another_model_by_its_work() -> None:
                   seconds={p: one for p in (*PARTS, "step")})
     shape = row_shape.model_copy(update={"model": "b", "params": 300, "lora": True, "completions": 16,
                                          "prompt_tokens": None})
-    parts = {e.part: e for e in plan_step(shape, "m", [row], {"accuracy": 1000.0})}
+    steps, busy = plan_step(shape, "m", [row], {"accuracy": 1000.0})
+    assert busy == 1.0  # the row has no load: nothing to scale by
+    parts = {e.part: e for e in steps}
     assert parts["generation"].seconds.mean == pytest.approx(16 * 10 * 300 / (8 * 10 * 100))
     assert parts["training"].seconds.mean == pytest.approx(16 * 15 * 4 * 300 / (8 * 15 * 6 * 100))
     assert parts["training"].seconds.high == pytest.approx(2 * parts["training"].seconds.mean)
     assert parts["reward"].seconds.mean == pytest.approx(2.0)  # same rewards: the row's, per completion
     assert "scaled from a" in parts["generation"].how
     far = shape.model_copy(update={"params": int(row_shape.params * SCALE_LIMIT) + 1})
-    assert plan_step(far, "m", [row], {}) == []  # a model beyond the scaling limit is not guessed from it
-    elsewhere = {e.part: e for e in plan_step(shape, "another machine", [row], {})}
+    assert plan_step(far, "m", [row], {}) == ([], 1.0)  # a model beyond the scaling limit is not guessed from it
+    elsewhere = {e.part: e for e in plan_step(shape, "another machine", [row], {})[0]}
     assert all(e.source.startswith("assumed, measured on another machine") for e in elsewhere.values())
+
+
+def test_a_busier_cpu_than_the_rows_plans_a_longer_step() -> None:
+    """A row measured at load 1 on 2 cores, planned at load 5 with one thread: a fair share of the cores, 6/2 x."""
+    from grpo_cli.step_rates import StepShape
+    from grpo_cli.validation.time_plan import load_factor
+
+    shape = StepShape(model="a", params=100, lora=False, backend="transformers", processes=1, threads=1,
+                      completions=8, completion_tokens=10)
+    one = Seconds(mean=1.0, low=1.0, high=1.0)
+    row = RateRow(machine="m", date="2026", command="c", shape=shape, steps=3, load=1.0,
+                  seconds={p: one for p in (*PARTS, "step")})
+    factor, how = load_factor(shape, row, 5.0, cores=2)
+    assert factor == pytest.approx((5.0 + 1) / 2) and "for the load" in how
+    assert load_factor(shape, row.model_copy(update={"load": 12.0}), 5.0, cores=2)[0] == pytest.approx(6 / 12)
+    assert load_factor(shape.model_copy(update={"device": "gpu"}), row, 5.0, cores=2) == (1.0, "")
 
 
 def test_benchmark_smoke(tmp_path: Path) -> None:

@@ -10,9 +10,11 @@ is that row's measured seconds scaled by the work the part grows with:
 - weight sync (vLLM): parameters; rewards: completions (a built-in whose rate the table has, such as the
   sandboxed `code`, from that rate); the rest of the step: as measured.
 
-Each part carries the row it came from. Where no row has the backend and device (vLLM on a GPU, say), the plan
-says unknown rather than guess; a row from another machine is used only as an assumption and says so. The whole
-run is steps x the step plus evaluation (before/after and `eval.every_steps`, at the row's generation rate).
+On a CPU, the row's seconds are also scaled from the load average it was measured under to the load now (a fair
+share of the cores, `load_factor`). Each part carries the row it came from. Where no row has the backend and
+device (vLLM on a GPU, say), the plan says unknown rather than guess; a row from another machine is used only as
+an assumption and says so. The whole run is steps x the step plus evaluation (before/after and
+`eval.every_steps`, at the row's generation rate).
 Standard library and pydantic only: `grpo validate` plans without importing torch.
 """
 
@@ -34,7 +36,7 @@ from grpo_cli.step_rates import (
     shipped_reward_rates,
     visible_gpus,
 )
-from grpo_cli.threads import load_average
+from grpo_cli.threads import load_average, usable_cores
 from grpo_cli.validation.memory import memory_plan
 from grpo_cli.validation.topology import thread_plan
 
@@ -120,12 +122,31 @@ def _reward(shape: StepShape, row: RateRow, factor: float, reward_rates: dict[st
     return None, f"unknown: {', '.join(unknown)} not measured yet (one `grpo train` here measures it)"
 
 
-def plan_step(shape: StepShape, here: str, rows: list[RateRow], reward_rates: dict[str, float]) -> list[
-        StepEstimate]:
-    """Each part of the steady step, from the nearest row; [] when no row has this device and backend."""
+def load_factor(shape: StepShape, row: RateRow, load: float | None, cores: int) -> tuple[float, str]:
+    """On a CPU shared with other work: how much slower this step runs at the load now than the row's did.
+
+    A busy CPU is shared out fairly: with a load average L above the cores C, each runnable thread gets about C/L
+    of a core, so a step takes max(1, L/C) times its time on idle cores. The row's load was read at the end of its
+    run (its own threads included); the plan's is the load now plus the threads the run will add. 1.0 on a GPU or
+    without both loads."""
+    if shape.device != "cpu" or load is None or row.load is None:
+        return 1.0, ""
+    planned = load + shape.processes * (shape.threads or 1)
+    factor = max(1.0, planned / cores) / max(1.0, row.load / cores)
+    if abs(factor - 1.0) < 0.01:
+        return 1.0, ""
+    return factor, (f"x{factor:.2f} for the load (measured at {row.load:.1f}, now {load:.1f} + this run's "
+                    f"{planned - load:g} thread(s), on {cores} cores)")
+
+
+def plan_step(shape: StepShape, here: str, rows: list[RateRow], reward_rates: dict[str, float],
+              load: float | None = None) -> tuple[list[StepEstimate], float]:
+    """Each part of the steady step, from the nearest row, and the load factor applied to the row's seconds;
+    [] when no row has this device and backend."""
     row = choose_row(shape, here, rows)
     if row is None:
-        return []
+        return [], 1.0
+    busy, busy_how = load_factor(shape, row, load, usable_cores())
     assumed = "" if row.machine == here else "assumed, measured on another machine: "
     if shape.threads != row.shape.threads and row.machine == here:
         assumed += f"measured with {row.shape.threads} torch thread(s), {shape.threads} planned: "
@@ -135,11 +156,12 @@ def plan_step(shape: StepShape, here: str, rows: list[RateRow], reward_rates: di
     estimates = []
     for part, (factor, how) in _factors(shape, row).items():
         measured = row.seconds.get(part)
-        seconds, source = (measured.scaled(factor) if measured else None), assumed + row.origin()
+        seconds, source = (measured.scaled(factor * busy) if measured else None), assumed + row.origin()
         if part == "reward":
-            seconds, source = _reward(shape, row, factor, reward_rates, assumed)
-        estimates.append(StepEstimate(part=part, seconds=seconds, source=source, how=how.lstrip(", ")))
-    return sorted(estimates, key=lambda e: PARTS.index(e.part))
+            seconds, source = _reward(shape, row, factor * busy, reward_rates, assumed)
+        how = ", ".join(h for h in (how.lstrip(", "), busy_how) if h)
+        estimates.append(StepEstimate(part=part, seconds=seconds, source=source, how=how))
+    return sorted(estimates, key=lambda e: PARTS.index(e.part)), busy
 
 
 def _evaluation(recipe: Recipe, shape: StepShape, step: list[StepEstimate], eval_prompts: int | None,
@@ -178,7 +200,7 @@ def plan_time(recipe: Recipe, *, steps: int | None, eval_prompts: int | None, th
         return plan
     # without a visible GPU the run trains on this CPU, whatever the profile (a ddp run uses gloo)
     plan.shape = shape = recipe_shape(recipe, memory.params, threads, "gpu" if gpus else "cpu")
-    plan.parts = plan_step(shape, here, candidate_rows(here), shipped_reward_rates())
+    plan.parts, plan.load_factor = plan_step(shape, here, candidate_rows(here), shipped_reward_rates(), plan.load)
     if not plan.parts:
         plan.unknown = (f"no measured {shape.backend} step on a {shape.device} of a model within {SCALE_LIMIT:g}x "
                         f"its size ({shape.params / 1e6:,.1f}M parameters; after one `grpo train` here, there is)")
