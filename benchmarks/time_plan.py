@@ -89,7 +89,7 @@ def _record(rows: dict[str, RateRow], steps: int, repeat: int) -> Path:
     table = json.loads(path.read_text(encoding="utf-8"))
     again = f"python benchmarks/time_plan.py --cases {{}} --steps {steps}" + (f" --repeat {repeat}" if repeat > 1
                                                                                 else "")
-    median = f"; the median of {repeat} runs" if repeat > 1 else ""
+    median = f"; the median of {repeat} runs (the lower middle one)" if repeat > 1 else ""
     new = [r.model_copy(update={"run_dir": None, "command": again.format(case),
                                 "note": (f"load {r.load:.1f}" if r.load is not None else "") + median})
            for case, r in rows.items()]
