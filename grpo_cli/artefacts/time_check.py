@@ -89,15 +89,15 @@ def compare(plan: TimePlan, measured: RateRow) -> TimeCheck | None:
 
 
 def _cell(seconds: Seconds | None) -> str:
-    return "unknown" if seconds is None else f"{seconds.mean:.2f}"
+    return "unknown" if seconds is None else f"{seconds.mean:.3g}"
 
 
 def check_lines(check: TimeCheck, steps: int) -> list[str]:
     """The end-of-run summary's lines: the step and each part that took time, planned against measured."""
     ratio = f" ({check.step.ratio:.2f}x)" if check.step.ratio is not None else ""
-    parts = ", ".join(f"{p.part} {_cell(p.planned)}/{p.measured.mean:.2f}" for p in check.parts
+    parts = ", ".join(f"{p.part} {_cell(p.planned)}/{p.measured.mean:.3g}" for p in check.parts
                       if p.measured.mean > 0.005 or (p.planned and p.planned.mean > 0.005))
-    lines = [f"time plan: steady step planned {_cell(check.step.planned)} s, measured {check.step.measured.mean:.2f} s"
+    lines = [f"time plan: steady step planned {_cell(check.step.planned)} s, measured {check.step.measured.mean:.3g} s"
              f"{ratio} over {steps} step(s); planned/measured s: {parts}"]
     if check.off:
         lines.append(f"time plan off: {check.off}")
