@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import tempfile
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +21,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+# The runs of the suite measure rates too: they go to a file of the session's own, not this machine's file
+# (grpo_cli/step_rates.py), so neither changes the other's time plans.
+os.environ.setdefault("GRPO_RATES_FILE", os.path.join(tempfile.mkdtemp(prefix="grpo-rates-"), "rates.json"))
 
 
 class CliResult:

@@ -268,4 +268,16 @@ def run_case(name: str, work: Path, dry: bool) -> dict[str, Any]:
             "measured": probe, "throughput": _throughput(Path(result.output_dir), probe, plan.params, case.lora),
             "trl_throughput": trl_rates, "trl_first_generate_s": (trl_probe["generate_seconds"] or [None])[0],
             "first_generate_s": (probe["generate_seconds"] or [None])[0],
-            "agreement": agreement(trl_probe, probe), "compile_failed": probe.get("compile_failed")}
+            "agreement": agreement(trl_probe, probe), "compile_failed": probe.get("compile_failed"),
+            "time_plan": _time_plan(Path(result.output_dir))}
+
+
+def _time_plan(run_dir: Path) -> dict[str, Any]:
+    """The run's planned steady step (`grpo validate`'s time plan, recorded by the run) against the measured one."""
+    from grpo_cli import runs
+
+    manifest = runs.read_manifest(run_dir)
+    plan = manifest.time_plan.step if manifest and manifest.time_plan else None
+    measured = manifest.step_rates.seconds["step"].mean if manifest and manifest.step_rates else None
+    return {"planned_s": plan.mean if plan else None, "measured_s": measured,
+            "source": manifest.time_plan.parts[0].source if plan and manifest and manifest.time_plan else ""}

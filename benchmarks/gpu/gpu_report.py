@@ -76,7 +76,8 @@ def _case_rows(results: dict[str, Any]) -> list[str]:
 
 def _speed_rows(results: dict[str, Any], peak: float | None, measured_peak: float | None) -> list[str]:
     rows = ["| case | step (s) | generation (s) | generation tokens/s | training (s) | training tokens/s | "
-            "training MFU (datasheet) | training MFU (measured matmul) |", "|---|---|---|---|---|---|---|---|"]
+            "training MFU (datasheet) | training MFU (measured matmul) | time plan: steady step planned (s) | "
+            "measured / planned |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, r in results.items():
         if not (name.startswith("case-") and r.get("ok")):
             continue
@@ -86,7 +87,7 @@ def _speed_rows(results: dict[str, Any], peak: float | None, measured_peak: floa
         mfu_measured = f"{flops / measured_peak:.1%}" if measured_peak else "—"
         rows.append(f"| {r['case']} | {t['step_s']:.2f} | {t['generation_s']:.2f} | "
                     f"{t['generation_tokens_per_s']:,.0f} | {t['training_s']:.3f} | {t['training_tokens_per_s']:,.0f} "
-                    f"| {mfu} | {mfu_measured} |")
+                    f"| {mfu} | {mfu_measured} | {_planned(r)} |")
     return rows
 
 
@@ -117,6 +118,15 @@ def _path_rows(results: dict[str, Any]) -> list[str]:
     if failed:  # grpo's fallback generated uncompiled: the gain above is without compiled decode
         rows += ["", "Compiled decode failed and grpo generated uncompiled: " + "; ".join(failed)[:1000]]
     return rows
+
+
+def _planned(r: dict[str, Any]) -> str:
+    """The time plan's steady step and the measured one over it (`—` for a case run before the plan existed)."""
+    plan = r.get("time_plan") or {}
+    planned, measured = plan.get("planned_s"), plan.get("measured_s")
+    if not planned:
+        return "— | —"
+    return f"{planned:.2f} | " + (f"{measured / planned:.2f}" if measured else "—")
 
 
 def _heading(results: dict[str, Any], dry: bool) -> list[str]:

@@ -18,6 +18,7 @@ from grpo_cli.artefacts.report_data import RunData, load_run, num, number_text, 
 from grpo_cli.artefacts.report_plot import plot
 from grpo_cli.artefacts.samples import markdown_samples
 from grpo_cli.artefacts.summary import step_span, summary_keys, summary_window, window_mean
+from grpo_cli.artefacts.time_check import time_check_markdown
 from grpo_cli.artefacts.time_split import time_split_markdown
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import check_writable_dir, terminate_as_interrupt, write_atomic
@@ -126,6 +127,7 @@ def render_markdown(run: RunData, summary: Summary, paths: ReportPaths) -> str:
     lines += ["", "Best = the window with the highest mean total reward."
               + ("" if summary.best else " No window has a reward value."), ""]
     lines += time_split_markdown(logs)
+    lines += time_check_markdown(m.time_plan, m.step_rates)
     lines += _eval_lines(run) + stats_markdown(run.manifest.tools)  # per-tool table of a run with tools
     lines += _task_lines(run)
     lines += markdown_samples(run.output_dir)

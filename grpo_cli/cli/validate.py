@@ -17,12 +17,16 @@ def validate(
     profile: ProfileOpt = None,
     num_processes: ProcessesOpt = None,
     threads: ThreadsOpt = None,
+    price_per_hour: Annotated[float | None, typer.Option(
+        "--price-per-hour", help="What one device-hour costs (sets launch.price_per_hour): the plan adds the "
+        "run's cost.")] = None,
 ) -> None:
     """Check a recipe without loading any model: schema, batch arithmetic, data, rewards; print the plan."""
     from grpo_cli.cli.render import render_preflight
     from grpo_cli.validation import preflight
 
-    loaded = load(recipe, overrides, profile=profile, num_processes=num_processes, threads=threads)
+    loaded = load(recipe, overrides, profile=profile, num_processes=num_processes, threads=threads,
+                  price_per_hour=price_per_hour)
     if print_recipe:
         from grpo_cli.recipe import dump_yaml
 

@@ -23,6 +23,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, RootModel, ValidationError
 
+from grpo_cli.step_rates import RateRow, TimePlan
+
 MANIFEST_VERSION = 1
 """1: the first versioned manifest (the fields below). 0: written before manifests had a version."""
 
@@ -153,6 +155,10 @@ class Manifest(_Record):
     best: Best | None = None
     async_run: AsyncRun | None = Field(default=None, alias="async")
     """Written as `async` (a Python keyword)."""
+    time_plan: TimePlan | None = None
+    """The time plan the run started with (`grpo validate`'s, for the threads the run chose)."""
+    step_rates: RateRow | None = None
+    """The steady step the run measured, per part: checked against `time_plan`, remembered for the next plan."""
 
     def held_out(self) -> list[tuple[str, Any, Any]]:
         """(metric, before, after) for each score recorded before training, in order ([] without one)."""

@@ -33,6 +33,7 @@ from grpo_cli.training.async_grpo import async_config
 from grpo_cli.training.config import grpo_config_kwargs, tracking_environment
 from grpo_cli.training.heap import prepare_allocators
 from grpo_cli.training.run_state import RunState, TrainResult, is_main_process, say
+from grpo_cli.training.time_record import planned_time, record_time
 from grpo_cli.training.trainer import make_trainer
 from grpo_cli.validation import choose_backend, preflight, thread_plan
 
@@ -50,7 +51,8 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     continue an interrupted run (default: the recipe with `-o OUT --resume`).
     """
     recipe, _ = choose_backend(recipe)  # `launch.vllm.mode: auto` made concrete, as `grpo validate` showed it
-    preflight(recipe).raise_for_problems()
+    pf = preflight(recipe)
+    pf.raise_for_problems()
     threads = _choose_threads(recipe)
     out = Path(output_dir or recipe.output.dir)
     # The main process locks, unless the `grpo train` that launched it holds the lock already.
@@ -58,6 +60,7 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     try:
         run = _prepare(recipe, out, resume, force, console)
         run.resume_command, run.threads = resume_command, threads
+        run.manifest.time_plan = planned_time(recipe, pf, threads)
         try:
             _build(run)
             _fit(run)
@@ -184,7 +187,9 @@ def _start_run_dir(run: RunState, seed: int) -> None:
         if run.ckpt is not None:
             runs.truncate_step_logs(out, runs.saved_step(run.ckpt))
         (out / runs.RECIPE).write_text(dump_yaml(run.recipe.model_dump(mode="json")), encoding="utf-8")
+    plan = run.manifest.time_plan
     run.manifest = manifest = start_manifest(run.recipe.source, seed, run.recipe.launch.world_size)
+    manifest.time_plan = plan
     manifest.output_dir, manifest.resumed_from = str(out), str(run.ckpt) if run.ckpt else None
     manifest.data, manifest.dtype, manifest.device = run.data.stats, run.loaded.dtype, run.loaded.device
     manifest.threads = run.threads.describe()
@@ -241,6 +246,7 @@ def _finish(run: RunState) -> TrainResult:
         run.manifest.tools = run.toolset.summary()
     result.metrics = run.metrics.records
     result.summary = run_summary(run.metrics.records)
+    result.time_check = record_time(run, is_main_process())
     stop_reason = next((r for c in run.callbacks if (r := getattr(c, "reason", None))), "")
     if run.stopper.received is not None:
         result.status = "interrupted"

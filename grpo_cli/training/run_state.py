@@ -41,6 +41,8 @@ class TrainResult:
     message: str = ""
     note: str = ""
     """A remark on the summary (why its first and last agree), "" when none applies."""
+    time_check: list[str] = field(default_factory=list)
+    """The steady step planned against measured, and the part that was off when it was far out."""
 
 
 def is_main_process() -> bool:

@@ -36,6 +36,9 @@ class _Timing:
         self.step_start: float | None = None
         self.optimizer_start: float | None = None
         self.trainer: Any = None
+        self.history: list[dict[str, float]] = []
+        """Each optimizer step's split, in order (this process's): the run's measured rates
+        (artefacts/time_check.py)."""
 
     def attach(self, trainer: Any) -> None:
         """Wrap the trainer's generation, reward, scoring, loss and backward calls (instance attributes only)."""
@@ -84,6 +87,7 @@ class _Timing:
         total = time.perf_counter() - self.step_start
         named = sum(v for k, v in self.seconds.items() if k != "other")
         self.seconds["other"] = max(0.0, total - named)
+        self.history.append(dict(self.seconds))
         buffer = getattr(self.trainer, "_metrics", {}).get("train")
         if buffer is not None:  # TRL averages these per logging window and logs them with its own metrics
             for part, value in self.seconds.items():

@@ -24,6 +24,7 @@ from grpo_cli.validation.model_checks import check_context_length, check_model, 
 from grpo_cli.validation.outcome import Preflight
 from grpo_cli.validation.sampling_checks import check_pass_rate, check_sampling
 from grpo_cli.validation.template_override import check_chat_template
+from grpo_cli.validation.time_plan import check_time
 from grpo_cli.validation.topology import check_launch
 from grpo_cli.validation.training_checks import check_tools, check_training
 from grpo_cli.validation.training_keys import check_output, check_training_keys
@@ -54,6 +55,7 @@ CHECKS: tuple[Check, ...] = (
     check_sampling,       # sampling_checks.py: what `sampling:` needs and costs
     check_launch,         # topology.py: processes, torch threads, reward pools
     check_memory,         # memory.py: the memory plan per GPU
+    check_time,           # time_plan.py: the steady step, the run and its cost, from measured rates
 )
 """Every preflight check, in the order its problems and warnings are reported."""
 
@@ -64,6 +66,7 @@ PLAN_LINES: tuple[tuple[str, ...], ...] = (
     ("chat template",), ("task metric",), ("model kind",), ("images",), ("tools",), ("vLLM",), ("async",),
     ("generation",), ("generation path",), ("sampling",),
     ("zero-advantage skip",), ("threads",), ("reward pools",), ("memory per GPU",),
+    ("time per step", "time for the run", "cost"),
 )
 """The order the plan prints in (a line not named here comes last)."""
 _PLAN_RANK = {line: rank for rank, group in enumerate(PLAN_LINES) for line in group}

@@ -12,6 +12,7 @@ from grpo_cli.errors import RecipeError
 from grpo_cli.findings import Findings
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.loaders import RewardInfo
+from grpo_cli.step_rates import TimePlan
 from grpo_cli.validation.batching import BatchPlan
 
 
@@ -26,6 +27,7 @@ class Preflight(Findings):
     train_rows: int | None = None
     eval_rows: int | None = None
     scans: dict[str, FileScan] = field(default_factory=dict, repr=False)
+    time_plan: TimePlan | None = None
 
     @property
     def ok(self) -> bool:

@@ -64,6 +64,8 @@ def render_train_result(console: Console, result: TrainResult) -> None:
             console.print(f"note: {result.note}", markup=False, soft_wrap=True)
     if result.eval_before is not None:
         render_eval_pair(console, result.eval_before, result.eval_after)
+    for line in result.time_check:
+        console.print(line, markup=False, soft_wrap=True)
     style = {"completed": "green", "interrupted": "yellow", "stopped": "red"}.get(result.status, "white")
     console.print(f"[{style}]{result.status}[/] at step {result.global_step}; outputs in {result.output_dir}")
     if result.message:

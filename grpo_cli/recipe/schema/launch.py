@@ -92,6 +92,9 @@ class LaunchSection(Section):
     work leaves free (load average), shared between the processes, one for a model under 20M parameters;
     `OMP_NUM_THREADS` set by you is honoured. The `code` reward's sandboxes get the free cores too
     (`rewards[].parallel` sets them). `grpo validate` prints the choice, `--threads N` overrides it."""
+    price_per_hour: float | None = Field(None, gt=0)
+    """What one device-hour costs (one GPU; on the cpu profile, the machine), in any currency: `grpo validate`
+    then prints the run's cost beside its time plan (`--price-per-hour` sets it for one command)."""
     accelerate_config: str | None = None
     """A custom accelerate config file (relative to the recipe) instead of the profile's."""
     vllm: VllmSection = omitted_section()

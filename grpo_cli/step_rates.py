@@ -1,0 +1,283 @@
+"""Measured step rates and the time plan built from them: the types, the machine they were measured on, the
+shipped table and the per-machine file of the user's own runs.
+
+A step's time is predicted from a step measured before: a row here says what a measured step did (its
+`StepShape`: model size, backend, processes, threads, completions and tokens) and how long each part of it took
+(`PARTS`, seconds per steady optimizer step), on which machine, when, with which command. The planner
+(validation/time_plan.py) scales the nearest row to the recipe's step; `grpo train` measures its own steps,
+writes the row in the run's manifest and adds it to this machine's file, so the next plan here starts from it.
+Rows come from: the shipped table (grpo_cli/assets/measured_rates.json: this project's 2-core CPU, the H100
+check), the user's runs on this machine ($GRPO_CACHE_DIR/rates.json, default ~/.cache/grpo/rates.json), and
+nothing else: where no row applies, the plan says "unknown". Standard library and pydantic only (`grpo validate`
+reads it), so the plan moves with its types wherever the planner lives.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from grpo_cli.paths import ASSETS_DIR
+from grpo_cli.threads import usable_cores
+
+PARTS = ("generation", "weight_sync", "reward", "training", "other")
+"""The plan's parts of an optimizer step. `training` is the log-probabilities, forward, backward and optimizer
+step of the step timer's split (artefacts/time_split.py); `other` is the rest (data, callbacks, logging)."""
+SPLIT_PARTS = {"generation": "generation", "weight_sync": "weight_sync", "reward": "reward", "logprobs": "training",
+               "forward": "training", "backward": "training", "optimizer": "training", "other": "other"}
+"""Each part of the step timer's split -> the plan part it is measured as."""
+CACHE_ENV = "GRPO_CACHE_DIR"
+RATES_FILE = "rates.json"
+RATES_ENV = "GRPO_RATES_FILE"
+"""Another per-machine file (the test suite keeps its runs' rates out of the user's)."""
+TABLE = "measured_rates.json"
+"""The shipped table, in grpo_cli/assets: rows measured by benchmarks/micro/plan_vs_measured.py --record and the
+GPU check."""
+KEEP_PER_MACHINE = 50
+"""Rows kept per machine in the per-machine file (the newest; a run replaces the row of the same kind of step)."""
+
+
+class _Typed(BaseModel):
+    model_config = ConfigDict(defer_build=True)
+
+
+class StepShape(_Typed):
+    """What one optimizer step of one process does: the work a part's time scales with."""
+
+    model: str
+    params: int
+    lora: bool
+    backend: str
+    """transformers, vllm-colocate, vllm-server or vllm-async."""
+    processes: int
+    threads: int | None = None
+    completions: int
+    """Completions one process generates and trains on per optimizer step."""
+    completion_tokens: int
+    """training.max_completion_length."""
+    prompt_tokens: float | None = None
+    """Mean prompt tokens per completion: measured in a run; in a plan, data.max_prompt_tokens or unknown."""
+    data: str = ""
+    rewards: list[str] = []
+    device: str = "cpu"
+    """cpu or gpu."""
+
+    def kind(self) -> tuple[str, str, bool, str, int, int | None, str]:
+        """Steps of one kind: a run replaces the remembered row of its kind."""
+        return self.model, self.backend, self.lora, self.data, self.processes, self.threads, self.device
+
+
+class Seconds(_Typed):
+    """Seconds per steady step: the mean and the range over the steps measured."""
+
+    mean: float
+    low: float
+    high: float
+
+    def scaled(self, factor: float) -> Seconds:
+        return Seconds(mean=self.mean * factor, low=self.low * factor, high=self.high * factor)
+
+
+class RateRow(_Typed):
+    """One measured kind of step: where, when, how, and each part's seconds per steady optimizer step."""
+
+    machine: str
+    date: str
+    command: str
+    shape: StepShape
+    seconds: dict[str, Seconds]
+    """Per part of PARTS, and `step` for the whole step."""
+    steps: int
+    """Steady steps measured (the first step, with its warm-up, is not counted)."""
+    load: float | None = None
+    note: str = ""
+    run_dir: str | None = None
+    """The run that measured it (rows of the user's own runs)."""
+
+    def origin(self) -> str:
+        """Where the rate comes from, in words."""
+        at = f", load {self.load:.1f}" if self.load is not None else ""
+        if self.run_dir:
+            return f"your run {self.run_dir} ({self.date[:16]}{at})"
+        return f"shipped table: `{self.command}` on {self.machine} ({self.date[:10]}{at})"
+
+
+class StepEstimate(_Typed):
+    """One part of the planned step: seconds (None when unknown) and where the rate came from."""
+
+    part: str
+    seconds: Seconds | None
+    source: str
+    how: str = ""
+    """What was assumed to scale the row to this step (another model size, prompt length), if anything."""
+
+
+class TimePlan(_Typed):
+    """The time plan of a recipe on a machine: each part of a steady step, the run, its price."""
+
+    machine: str
+    shape: StepShape | None = None
+    """The step planned (None when the model's size is unknown)."""
+    parts: list[StepEstimate] = []
+    steps: int | None = None
+    """Optimizer steps of the run (max_steps, or epochs x steps per epoch)."""
+    evaluation: Seconds | None = None
+    """Evaluation over the whole run (before/after and every eval.every_steps); None when there is none."""
+    evaluation_note: str = ""
+    price_per_hour: float | None = None
+    devices: int = 1
+    """Devices paid for: the GPUs of the run (and of a vLLM server), or 1 machine on the CPU."""
+    load: float | None = None
+    """The load average when planned: a rate measured under another load (a shared machine) differs."""
+    load_factor: float = 1.0
+    """What the row's seconds were multiplied by for the load now against the row's (CPU only)."""
+    unknown: str = ""
+    """Why the step could not be planned (no rate applies); empty when it was."""
+
+    @property
+    def missing(self) -> list[str]:
+        """The parts whose time is unknown: the step is at least the sum of the others."""
+        return [p.part for p in self.parts if p.seconds is None]
+
+    def part(self, name: str) -> StepEstimate | None:
+        return next((p for p in self.parts if p.part == name), None)
+
+    @property
+    def step(self) -> Seconds | None:
+        """The steady step: the sum of its known parts (None when nothing could be planned)."""
+        known = [p.seconds for p in self.parts if p.seconds is not None]
+        if self.unknown or not known:
+            return None
+        return Seconds(mean=sum(s.mean for s in known), low=sum(s.low for s in known),
+                       high=sum(s.high for s in known))
+
+    @property
+    def run(self) -> Seconds | None:
+        """The whole run: steps x the steady step, plus evaluation."""
+        step = self.step
+        if step is None or self.steps is None:
+            return None
+        extra = self.evaluation or Seconds(mean=0.0, low=0.0, high=0.0)
+        return Seconds(mean=step.mean * self.steps + extra.mean, low=step.low * self.steps + extra.low,
+                       high=step.high * self.steps + extra.high)
+
+    @property
+    def cost(self) -> Seconds | None:
+        """The run's price at price_per_hour per device-hour (None without a price or a run time)."""
+        run = self.run
+        if run is None or self.price_per_hour is None:
+            return None
+        return run.scaled(self.price_per_hour * self.devices / 3600)
+
+    def as_dict(self) -> dict[str, object]:
+        """The plan for `grpo validate --json`: the parts, and the step, run and cost worked out."""
+        out: dict[str, object] = self.model_dump(mode="json")
+        for name in ("step", "run", "cost"):
+            value = getattr(self, name)
+            out[name] = value.model_dump() if value is not None else None
+        return out
+
+
+def machine(gpus: list[str] | None = None) -> str:
+    """This machine as rates are keyed: the GPUs' name and count, else the CPU model and its usable cores."""
+    if gpus:
+        return f"gpu: {gpus[0]} x{len(gpus)}"
+    name = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"cpu: {name} x{usable_cores()}"
+
+
+def visible_gpus() -> list[str]:
+    """The GPUs' names from nvidia-smi without importing torch ([] where there is none)."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return []
+    try:
+        out = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    names = [line.strip() for line in out.splitlines() if line.strip()]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        keep = [int(i) for i in visible.split(",") if i.strip().isdigit() and int(i) < len(names)]
+        names = [names[i] for i in keep] if keep or not visible.strip() else names
+    return names
+
+
+def rates_path() -> Path:
+    """This user's per-machine file: $GRPO_RATES_FILE, else $GRPO_CACHE_DIR/rates.json, default
+    ~/.cache/grpo/rates.json."""
+    if os.environ.get(RATES_ENV):
+        return Path(os.environ[RATES_ENV])
+    base = os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "grpo")
+    return Path(base) / RATES_FILE
+
+
+def _rows(data: object) -> list[RateRow]:
+    rows = []
+    for item in data if isinstance(data, list) else []:
+        try:
+            rows.append(RateRow.model_validate(item))
+        except ValidationError:
+            continue  # a row a newer grpo wrote, or a hand edit: skipped, never fatal for validate
+    return rows
+
+
+@functools.cache
+def _table() -> dict[str, Any]:
+    data = json.loads((ASSETS_DIR / TABLE).read_text(encoding="utf-8"))
+    return data if isinstance(data, dict) else {}
+
+
+def shipped_rates() -> list[RateRow]:
+    """The shipped table of measured rates (grpo_cli/assets/measured_rates.json)."""
+    return _rows(_table().get("rows"))
+
+
+def shipped_reward_rates() -> dict[str, float]:
+    """Built-in reward -> completions scored per second, from the shipped table (benchmarks/rewards.py)."""
+    rates = _table().get("reward_rates", {})
+    return {k: float(v) for k, v in rates.items() if isinstance(v, int | float) and v > 0}
+
+
+def remembered_rates(path: Path | None = None) -> dict[str, list[RateRow]]:
+    """The per-machine file: machine -> the rows of this user's runs there ({} when missing or damaged)."""
+    try:
+        data = json.loads((path or rates_path()).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {m: _rows(rows) for m, rows in data.items()} if isinstance(data, dict) else {}
+
+
+def remember(row: RateRow, path: Path | None = None) -> Path:
+    """Add a run's measured row to the per-machine file, replacing the row of the same kind of step; written
+    atomically, so a killed run never leaves half a file."""
+    path = path or rates_path()
+    known = remembered_rates(path)
+    mine = [r for r in known.get(row.machine, []) if r.shape.kind() != row.shape.kind()] + [row]
+    known[row.machine] = mine[-KEEP_PER_MACHINE:]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({m: [r.model_dump(mode="json") for r in rows] for m, rows in known.items()},
+                              indent=1) + "\n", encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def candidate_rows(this_machine: str) -> list[RateRow]:
+    """Every row a plan may start from: this user's runs on this machine first, then the shipped table."""
+    return [*remembered_rates().get(this_machine, []), *shipped_rates()]

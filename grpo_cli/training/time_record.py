@@ -1,0 +1,82 @@
+"""The run's side of the time plan: the plan it starts with, the steady step it measured, and the check of one
+against the other (artefacts/time_check.py), remembered for the next plan on this machine (step_rates.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from typing import TYPE_CHECKING, Any
+
+from grpo_cli.artefacts.time_check import check_lines, compare, measure
+from grpo_cli.step_rates import RateRow, StepShape, TimePlan, machine, remember
+from grpo_cli.validation.memory import memory_plan
+from grpo_cli.validation.time_plan import plan_time, recipe_shape
+
+if TYPE_CHECKING:
+    from grpo_cli.recipe.schema import Recipe
+    from grpo_cli.threads import ThreadPlan
+    from grpo_cli.training.run_state import RunState
+    from grpo_cli.validation.outcome import Preflight
+
+
+def planned_time(recipe: Recipe, pf: Preflight, threads: ThreadPlan) -> TimePlan:
+    """The plan `grpo validate` printed, for the threads this run chose (its rates may depend on them)."""
+    steps = pf.plan.get("total optimizer steps")
+    return plan_time(recipe, steps=steps if isinstance(steps, int) else None, eval_prompts=pf.eval_rows,
+                     threads=threads.torch_threads)
+
+
+def _prompt_tokens(records: list[dict[str, Any]], shape: StepShape, global_step: int) -> float | None:
+    """Mean prompt tokens per completion: TRL's running `num_tokens` (prompts + completions, every process) over
+    the completions generated, less the mean completion length."""
+    totals = [r["num_tokens"] for r in records if isinstance(r.get("num_tokens"), int | float)]
+    lengths = [r["completions/mean_length"] for r in records
+               if isinstance(r.get("completions/mean_length"), int | float)]
+    if not totals or not lengths or global_step <= 0:
+        return None
+    per_completion = totals[-1] / (global_step * shape.completions * shape.processes)
+    return max(0.0, per_completion - sum(lengths) / len(lengths))
+
+
+def _shape(run: RunState) -> StepShape:
+    """The measured step's shape: the plan's, or (no plan) the recipe's with the loaded model's size."""
+    plan = run.manifest.time_plan
+    if plan is not None and plan.shape is not None:
+        return plan.shape.model_copy()
+    memory, _ = memory_plan(run.recipe, gpu_memory_gb=None, world_size=1)
+    params = memory.params if memory is not None else sum(p.numel() for p in run.loaded.model.parameters())
+    return recipe_shape(run.recipe, params, run.threads.torch_threads, "gpu" if run.loaded.device == "cuda" else "cpu")
+
+
+def measured_rates(run: RunState, steps: list[dict[str, float]]) -> RateRow | None:
+    """This process's steady steps as a rate row (None with fewer than two steps)."""
+    shape = _shape(run)
+    assert run.trainer is not None
+    shape.prompt_tokens = _prompt_tokens(run.metrics.records, shape, run.trainer.state.global_step)
+    hardware = run.manifest.hardware
+    gpus = [] if run.recipe.launch.spec.cpu_only or hardware is None else (hardware.gpus or [])
+    command = shlex.join(["grpo", *(run.manifest.command or [])[1:]])
+    return measure(steps, shape, machine=machine(gpus), command=command, date=run.manifest.started or "",
+                   run_dir=str(run.out), load=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
+
+
+def record_time(run: RunState, main: bool) -> list[str]:
+    """Measure the run's steady step, keep it in the manifest and (main process) in this machine's file, and
+    the end-of-run lines of plan against measured."""
+    history = next((h for c in run.callbacks if isinstance(h := getattr(c, "history", None), list)), None)
+    if history is None or run.trainer is None:
+        return []  # async mode: TRL's own step, not timed
+    row = measured_rates(run, history)
+    if row is None:
+        return []
+    run.manifest.step_rates = row
+    lines = []
+    if main:
+        try:
+            remember(row)
+        except OSError as exc:
+            lines.append(f"note: could not remember this run's rates for the next plan ({exc})")
+    plan = run.manifest.time_plan
+    check = compare(plan, row) if plan is not None else None
+    return ([*check_lines(check, row.steps)] if check is not None else []) + lines

@@ -1,0 +1,162 @@
+"""The time plan: `grpo validate` plans the steady step from measured rates, a run measures its own and teaches
+the next plan, the report and the summary check one against the other, a price gives the cost, and what is not
+known stays unknown. Expected figures are worked out from the rates the runs record, never written in."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_cli import runs
+from grpo_cli.step_rates import PARTS, RateRow, Seconds, remember, remembered_rates
+from tests.conftest import RECIPES, ROOT, run_cli
+
+DEMO = RECIPES / "demo.yaml"
+SHORT = ("training.max_steps=3", "training.logging_steps=1", "eval.before_after=false")
+
+
+@pytest.fixture
+def rates_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A per-machine rates file of the test's own, empty at the start."""
+    path = tmp_path / "rates.json"
+    monkeypatch.setenv("GRPO_RATES_FILE", str(path))
+    return path
+
+
+def _plan(*args: str) -> dict:
+    result = run_cli("validate", DEMO, *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def _train(out: Path, *args: str) -> str:
+    result = run_cli("train", DEMO, *SHORT, *args, "-o", out)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_a_run_teaches_the_next_plan_on_this_machine(tmp_path: Path, rates_file: Path) -> None:
+    out = tmp_path / "run"
+    _train(out)
+    measured = runs.read_manifest(out).step_rates
+    assert measured is not None and measured.steps == 2  # 3 steps, the first (warm-up) not counted
+    remembered = remembered_rates(rates_file)[measured.machine]
+    assert [r.model_dump() for r in remembered] == [measured.model_dump()]
+
+    same = _plan()["time_plan"]
+    assert all(p["source"].startswith(f"your run {out}") for p in same["parts"])
+    assert same["step"]["mean"] == pytest.approx(measured.seconds["step"].mean * same["load_factor"])
+    # a similar recipe: twice the completions a step, so generation, rewards and training scale by two
+    plan = _plan("training.per_device_train_batch_size=128")["time_plan"]
+    doubled = {p["part"]: p["seconds"]["mean"] / plan["load_factor"] for p in plan["parts"]}
+    for part in ("generation", "reward", "training"):
+        assert doubled[part] == pytest.approx(2 * measured.seconds[part].mean)
+    assert doubled["other"] == pytest.approx(measured.seconds["other"].mean)
+
+
+def test_the_plan_prints_the_run_and_its_cost(tmp_path: Path, rates_file: Path) -> None:
+    _train(tmp_path / "run")
+    plain = _plan()
+    assert plain["time_plan"]["cost"] is None and "cost" not in plain["plan"]
+    priced = _plan("--price-per-hour", "2.5")
+    plan = priced["time_plan"]
+    assert plan["steps"] == 200 and plan["price_per_hour"] == 2.5
+    run = plan["step"]["mean"] * plan["steps"] + plan["evaluation"]["mean"]
+    assert plan["run"]["mean"] == pytest.approx(run)
+    assert plan["cost"]["mean"] == pytest.approx(run * 2.5 / 3600)
+    assert "time per step" in priced["plan"] and "time for the run" in priced["plan"]
+    assert "2.5 per device-hour" in priced["plan"]["cost"]
+    text = run_cli("validate", DEMO, "launch.price_per_hour=2.5")
+    assert "time per step" in text.output and "cost" in text.output
+
+
+def test_without_a_rate_the_plan_says_unknown(tmp_path: Path, rates_file: Path, write_recipe) -> None:
+    """vLLM in server mode has no measured step anywhere: no number is made up."""
+    plan = _plan("launch.vllm.mode=server")["time_plan"]
+    assert plan["parts"] == [] and plan["step"] is None and plan["run"] is None
+    assert "no measured vllm-server step" in plan["unknown"]
+    text = run_cli("validate", DEMO, "launch.vllm.mode=server", "--price-per-hour", "3")
+    assert "unknown" in text.output and "cost" not in text.output
+
+
+def test_a_wrong_recorded_rate_is_named_when_the_step_is_far_off(tmp_path: Path, rates_file: Path) -> None:
+    _train(tmp_path / "first")
+    real = next(iter(remembered_rates(rates_file).values()))[0]
+    seconds = dict(real.seconds)
+    for part in ("generation", "training"):  # recorded 50x too fast
+        seconds[part] = seconds[part].scaled(1 / 50)
+    wrong = real.model_copy(update={"seconds": seconds, "run_dir": "a run with wrong rates"})
+    rates_file.unlink()
+    remember(wrong, rates_file)
+    out = tmp_path / "second"
+    output = _train(out)
+    manifest = runs.read_manifest(out)
+    plan, measured = manifest.time_plan, manifest.step_rates
+    assert measured.seconds["step"].mean > 2 * plan.step.mean
+    excess = {p: measured.seconds[p].mean - plan.part(p).seconds.mean for p in PARTS}  # type: ignore[union-attr]
+    worst = max(excess, key=excess.__getitem__)
+    assert worst in ("generation", "training")
+    assert "time plan off: the steady step took" in output and f"{worst} was off" in output
+    assert "a run with wrong rates" in output
+    report = (out / runs.REPORT_SUMMARY).read_text(encoding="utf-8")
+    assert "## Time plan against measured" in report and f"{worst} was off" in report
+
+
+def test_a_plan_scales_a_row_of_another_model_by_its_work() -> None:
+    """A row of a different model size: generation by decoded tokens x parameters, training by trained tokens x
+    FLOPs per token (6 x parameters in full, 4 x with LoRA)."""
+    from grpo_cli.step_rates import StepShape
+    from grpo_cli.validation.time_plan import SCALE_LIMIT, plan_step
+
+    row_shape = StepShape(model="a", params=100, lora=False, backend="transformers", processes=1, threads=1,
+                          completions=8, completion_tokens=10, prompt_tokens=5.0, data="d", rewards=["accuracy"])
+    one = Seconds(mean=1.0, low=0.5, high=2.0)
+    row = RateRow(machine="m", date="2026", command="c", shape=row_shape, steps=3,
+                  seconds={p: one for p in (*PARTS, "step")})
+    shape = row_shape.model_copy(update={"model": "b", "params": 300, "lora": True, "completions": 16,
+                                         "prompt_tokens": None})
+    steps, busy = plan_step(shape, "m", [row], {"accuracy": 1000.0})
+    assert busy == 1.0  # the row has no load: nothing to scale by
+    parts = {e.part: e for e in steps}
+    assert parts["generation"].seconds.mean == pytest.approx(16 * 10 * 300 / (8 * 10 * 100))
+    assert parts["training"].seconds.mean == pytest.approx(16 * 15 * 4 * 300 / (8 * 15 * 6 * 100))
+    assert parts["training"].seconds.high == pytest.approx(2 * parts["training"].seconds.mean)
+    assert parts["reward"].seconds.mean == pytest.approx(2.0)  # same rewards: the row's, per completion
+    assert "scaled from a" in parts["generation"].how
+    far = shape.model_copy(update={"params": int(row_shape.params * SCALE_LIMIT) + 1})
+    assert plan_step(far, "m", [row], {}) == ([], 1.0)  # a model beyond the scaling limit is not guessed from it
+    elsewhere = {e.part: e for e in plan_step(shape, "another machine", [row], {})[0]}
+    assert all(e.source.startswith("assumed, measured on another machine") for e in elsewhere.values())
+
+
+def test_a_busier_cpu_than_the_rows_plans_a_longer_step() -> None:
+    """A row measured at load 1 on 2 cores, planned at load 5 with one thread: a fair share of the cores, 6/2 x."""
+    from grpo_cli.step_rates import StepShape
+    from grpo_cli.validation.time_plan import load_factor
+
+    shape = StepShape(model="a", params=100, lora=False, backend="transformers", processes=1, threads=1,
+                      completions=8, completion_tokens=10)
+    one = Seconds(mean=1.0, low=1.0, high=1.0)
+    row = RateRow(machine="m", date="2026", command="c", shape=shape, steps=3, load=1.0,
+                  seconds={p: one for p in (*PARTS, "step")})
+    factor, how = load_factor(shape, row, 5.0, cores=2)
+    assert factor == pytest.approx((5.0 + 1) / 2) and "for the load" in how
+    assert load_factor(shape, row.model_copy(update={"load": 12.0}), 5.0, cores=2)[0] == pytest.approx(6 / 12)
+    assert load_factor(shape.model_copy(update={"device": "gpu"}), row, 5.0, cores=2) == (1.0, "")
+
+
+def test_benchmark_smoke(tmp_path: Path) -> None:
+    """benchmarks/micro/plan_vs_measured.py's tiny run: one recipe, two steps, its row planned and measured."""
+    table = tmp_path / "table.md"
+    done = subprocess.run([sys.executable, "benchmarks/micro/plan_vs_measured.py", "--cases", "demo", "--steps", "2",
+                           "--out", str(table)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    rows = [line for line in table.read_text(encoding="utf-8").splitlines() if line.startswith("| demo |")]
+    assert len(rows) == 1
+    cells = [c.strip() for c in rows[0].strip("|").split("|")]
+    assert float(cells[2].split()[0]) > 0  # measured
+    assert cells[1] == "unknown" or float(cells[1].split()[0]) > 0
