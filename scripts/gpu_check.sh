@@ -73,7 +73,7 @@ out=$(cd -- "$1" && pwd)
 trap 'exit 130' INT
 trap 'exit 143' TERM
 log=$out/gpu_check.log
-: >"$log" || refuse "cannot write $log; give an OUTDIR you can write"
+: 2>/dev/null >"$log" || refuse "cannot write into OUTDIR $out (cannot create $log there); give a directory you can write"
 say() { echo "[gpu_check $(( $(date +%s) - began ))s] $*" | tee -a "$log"; }
 export PYTHONPATH=$root HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 PYTHONUNBUFFERED=1
 export GRPO_CACHE_DIR=$work/cache

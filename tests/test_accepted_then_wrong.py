@@ -102,7 +102,7 @@ def _validate(write_recipe, training: str, *extra: str) -> str:
         model: {{name_or_path: bundled:tiny-arith}}
         data: {{files: bundled:tiny-arith-data/train.jsonl, prompt: {{template: "{{question}}="}}}}
         rewards: [{{name: accuracy}}]
-        training: {{num_generations: 4, per_device_train_batch_size: 4, {training}}}
+        training: {{num_generations: 4, per_device_train_batch_size: 4, max_completion_length: 32, {training}}}
         launch: {{profile: cpu}}
         """)
     result = run_cli("validate", path, *extra)
@@ -227,7 +227,7 @@ def test_trl_documented_reward_reference_is_accepted(write_recipe, tmp_path: Pat
         model: {name_or_path: bundled:tiny-arith}
         data: {files: data.jsonl, prompt: {column: question}}
         rewards: [{function: "trl.rewards:accuracy_reward"}]
-        training: {num_generations: 2, per_device_train_batch_size: 2}
+        training: {num_generations: 2, per_device_train_batch_size: 2, max_completion_length: 32}
         launch: {profile: cpu}
         """)
     result = run_cli("validate", path)

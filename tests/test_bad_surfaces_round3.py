@@ -101,7 +101,8 @@ def _gguf_recipe(tmp_path: Path, model: str) -> Path:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(f"model: {{name_or_path: '{model}'}}\n"
                       "data: {files: data.jsonl, prompt: {chat: false, template: 'Q: {q}'}}\n"
-                      "rewards: [{name: accuracy}]\ntraining: {num_generations: 2, per_device_train_batch_size: 2}\n"
+                      "rewards: [{name: accuracy}]\ntraining: {num_generations: 2, per_device_train_batch_size: 2, "
+                      "max_completion_length: 32}\n"
                       "launch: {profile: cpu}\n", encoding="utf-8")
     return recipe
 

@@ -33,7 +33,7 @@ def code_recipe(write_recipe, tmp_path: Path):
             model: {{name_or_path: "bundled:tiny-tool"}}
             data: {{files: data.jsonl, prompt: {{template: "{{question}}", chat: true}}}}
             rewards: [{{name: code, params: {params}}}]
-            training: {{num_generations: 2, per_device_train_batch_size: 2}}
+            training: {{num_generations: 2, per_device_train_batch_size: 2, max_completion_length: 32}}
             launch: {{profile: cpu}}
             """)
 

@@ -115,7 +115,7 @@ def _data_recipe(tmp_path: Path, data_extra: str) -> Path:
           answer: {column: solution, extract: gsm8k}
         %s
         rewards: [{name: accuracy}]
-        training: {num_generations: 2, per_device_train_batch_size: 2}
+        training: {num_generations: 2, per_device_train_batch_size: 2, max_completion_length: 32}
         launch: {profile: cpu}
         """) % textwrap.indent(textwrap.dedent(data_extra).strip(), "  "), encoding="utf-8")
     return path

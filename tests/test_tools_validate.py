@@ -139,7 +139,7 @@ def _recipe(tmp_path: Path, extra: str, *, chat: bool = True, model: str = "bund
           files: data.jsonl
           prompt: {{template: "{{question}}", chat: {str(chat).lower()}}}
         rewards: [{{name: accuracy}}]
-        training: {{num_generations: 2, per_device_train_batch_size: 2}}
+        training: {{num_generations: 2, per_device_train_batch_size: 2, max_completion_length: 32}}
         launch: {{profile: cpu}}
         """) + textwrap.dedent(extra)
     path = tmp_path / "recipe.yaml"

@@ -43,6 +43,8 @@ def refuse_marked_file(path: Path) -> None:
     """The mark read straight from the file, before `extends`, `${...}` or overrides are resolved: a marked recipe
     is refused for its mark, not for whatever else the import left unfinished."""
     try:
+        if not path.is_file():  # a device or a pipe would be read forever; the loader refuses it in one paragraph
+            return
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return  # the loader says what is wrong with the file
