@@ -12,6 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from grpo_cli.training.dynamic_sampling import PREFIX
+from grpo_cli.validation.sampling_checks import expected_filler
 from tests.conftest import RECIPES, ROOT, assert_paragraph, health_events, run_cli
 
 DEMO = RECIPES / "demo.yaml"
@@ -110,6 +112,99 @@ def test_one_round_filters_and_a_short_batch_is_filled_with_zero_advantage_group
         assert r["dynamic_sampling/zero_std_trained"] == pytest.approx(r["dynamic_sampling/dropped_groups"] / 4)
         assert r["zero_advantage/skipped"] == pytest.approx(r["frac_reward_zero_std"])
     assert any(r["dynamic_sampling/zero_std_trained"] > 0 for r in logs)
+
+
+@pytest.fixture(scope="module")
+def oversampled(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """One real demo run with `strategy: oversample` (x2): its logs, each training call of TRL's
+    `_generate_and_score_completions` (step, rows) and the advantages of every row the loss trained."""
+    from trl import GRPOTrainer
+
+    out = tmp_path_factory.mktemp("oversample") / "run"
+    calls: list[tuple[int, int]] = []
+    trained: list[tuple[int, list[float]]] = []
+    score, loss = GRPOTrainer._generate_and_score_completions, GRPOTrainer.compute_loss
+
+    def counted_score(self, inputs):  # TRL's method, as the sampler's wrapper calls it
+        if self.model.training:
+            calls.append((self.state.global_step, len(inputs)))
+        return score(self, inputs)
+
+    def recorded_loss(self, model, inputs, *args, **kwargs):
+        trained.append((self.state.global_step, inputs["advantages"].tolist()))
+        return loss(self, model, inputs, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GRPOTrainer, "_generate_and_score_completions", counted_score)
+        patch.setattr(GRPOTrainer, "compute_loss", recorded_loss)
+        logs = _train(out, "sampling.dynamic={strategy: oversample, oversample: 2}")
+    return SimpleNamespace(out=out, logs=logs, calls=calls, trained=trained)
+
+
+@pytest.mark.slow
+def test_oversample_generates_once_per_step_and_trains_a_full_batch_of_kept_groups(oversampled) -> None:
+    logs, calls = oversampled.logs, oversampled.calls
+    assert [r["step"] for r in logs] == [1, 2, 3, 4]
+    # one call of TRL's generation per step, for 2 x the batch's 4 prompts (x 4 completions): never a second round
+    assert calls == [(step, 32) for step in range(4)]
+    assert all(r["dynamic_sampling/rounds"] == 1 and r["dynamic_sampling/generated_groups"] == 8 for r in logs)
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
+    for step in range(4):  # the loss saw the configured batch (16 rows), flat groups only as logged filler
+        rows = [a for s, advantages in oversampled.trained if s == step for a in advantages]
+        assert len(rows) == 16
+        # TRL shuffles rows before the loss; with a 0/1 reward only a flat group's rows have advantage exactly 0
+        filler = sum(a == 0 for a in rows) / 16
+        assert filler == pytest.approx(logs[step]["dynamic_sampling/zero_std_trained"])
+    # flat groups were generated (TRL's share counts all 8 groups), far fewer trained
+    assert sum(r["dynamic_sampling/zero_std_trained"] for r in logs) < sum(r["frac_reward_zero_std"] for r in logs) / 2
+    assert {k for r in logs for k in r if k.startswith(PREFIX)} == {PREFIX + k for k in (
+        "dropped_groups", "rounds", "generated_groups", "zero_std_trained")}
+
+
+def _plan_text(output: str) -> str:
+    """The plan table's text with its borders gone, so a value wrapped over several rows reads as one line."""
+    return " ".join(re.sub("[\u2500-\u257f]", " ", output).split())
+
+
+@pytest.mark.slow
+def test_validate_prices_both_strategies_from_a_finished_run(oversampled) -> None:
+    zero = sum(r["frac_reward_zero_std"] for r in oversampled.logs) / len(oversampled.logs)
+    assert 0 < zero < 1, "a run without flat groups (or only flat ones) prices nothing"
+    filler = expected_filler(8, 4, 1 - zero)
+    for recipe_says, chosen, other in (
+            ("sampling.dynamic={strategy: oversample}", "strategy oversample x2, never a second round",
+             "strategy: refill (3 rounds) instead: about"),
+            ("sampling.dynamic={max_rounds: 3}", "up to 3 generation rounds per batch",
+             "strategy: oversample (x2) instead: +100% generation per step, in one round of 16 groups for 8")):
+        result = run_cli("validate", DEMO, recipe_says, f"output.dir={oversampled.out}")
+        assert result.exit_code == 0, result.output
+        text = _plan_text(result.output)
+        assert chosen in text and other in text, text
+        assert f"last run had {zero:.0%} zero-std groups: " in text
+        assert f"about +{zero / (1 - zero):.0%} generation per step (at most +200%)" in text
+    text = _plan_text(run_cli("validate", DEMO, *STEPS, "sampling.dynamic={strategy: oversample, oversample: 2}",
+                              f"output.dir={oversampled.out}").output)
+    assert f"+100% generation per step, in one round of 8 groups for 4, about {filler:.0%} of trained" in text
+
+
+def test_the_expected_filler_of_oversampling() -> None:
+    assert expected_filler(8, 4, 1.0) == 0 and expected_filler(8, 4, 0.0) == 1
+    assert expected_filler(1, 1, 0.5) == pytest.approx(0.5)
+    # 2 of 4 drawn groups kept with p = 0.5, batch of 2: short by 2 w.p. 1/16, by 1 w.p. 4/16 -> (2 + 4) / 16 / 2
+    assert expected_filler(4, 2, 0.5) == pytest.approx(6 / 32)
+
+
+@pytest.mark.parametrize(("override", "key", "says"), [
+    ("{strategy: oversample, oversample: 1}", "sampling.dynamic.oversample", "greater than 1"),
+    ("{strategy: oversample, oversample: 9}", "sampling.dynamic.oversample", "less than or equal to 8"),
+    ("{strategy: oversample, oversample: true}", "sampling.dynamic.oversample", "must be a factor above 1"),
+    ("{strategy: oversample, oversample: .nan}", "sampling.dynamic.oversample", "finite number"),
+    ("{oversample: 2}", "sampling.dynamic", "is read only with strategy: oversample"),
+    ("{strategy: oversample, max_rounds: 3}", "sampling.dynamic", "does not apply to strategy: oversample"),
+    ("{strategy: prime}", "sampling.dynamic.strategy", "'refill' or 'oversample'"),
+])
+def test_bad_oversample_settings_are_refused(override: str, key: str, says: str) -> None:
+    assert_paragraph(run_cli("validate", DEMO, f"sampling.dynamic={override}"), key, says)
 
 
 @pytest.mark.slow
