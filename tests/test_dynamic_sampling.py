@@ -255,7 +255,8 @@ def spy(completions, prompts, log, **kwargs):
 '''
 
 
-def _two_processes(tmp_path: Path, name: str, profile: str = "ddp") -> tuple[list[dict], list[dict]]:
+def _two_processes(tmp_path: Path, name: str, profile: str = "ddp",
+                   dynamic: str = "{max_rounds: 6}") -> tuple[list[dict], list[dict]]:
     """The demo on 2 CPU processes (the ddp profile, gloo, unless another is named) with dynamic sampling: its
     training logs and, per reward call, which process scored which prompts."""
     import os
@@ -268,7 +269,7 @@ def _two_processes(tmp_path: Path, name: str, profile: str = "ddp") -> tuple[lis
                f"{{function: {tmp_path / 'spy.py'}:spy, weight: 0.0, params: {{log: {log}}}}}]")
     cmd = [sys.executable, "-m", "grpo_cli", "train", str(DEMO), "--profile", profile, "--num-processes", "2",
            "-o", str(out), *STEPS, "training.max_steps=3", "training.per_device_train_batch_size=8", rewards,
-           "sampling.dynamic={max_rounds: 6}"]
+           f"sampling.dynamic={dynamic}"]
     proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -303,6 +304,22 @@ def test_dynamic_sampling_on_two_processes_agrees_on_every_round(tmp_path: Path)
     assert not drawn[0] & drawn[1], "both processes refilled with the same prompts"
     _, again = _two_processes(tmp_path, "again")  # the same seed draws the same refill prompts on each process
     assert all([c["prompts"] for c in again if c["rank"] == rank] == ranks[rank] for rank in (0, 1))
+
+
+@pytest.mark.slow
+def test_oversample_on_two_processes_generates_once_per_step_with_distinct_prompts(tmp_path: Path) -> None:
+    logs, calls = _two_processes(tmp_path, "oversample", dynamic="{strategy: oversample, oversample: 2}")
+    assert [r["step"] for r in logs] == [1, 2, 3]
+    assert all(r["dynamic_sampling/rounds"] == 1 for r in logs)
+    # 2 processes x (2 groups of the batch + 2 more): one reward call per process and step, 16 completions each
+    assert all(r["dynamic_sampling/generated_groups"] == 8 for r in logs)
+    sizes = {rank: [len(c["prompts"]) for c in calls if c["rank"] == rank] for rank in (0, 1)}
+    assert sizes[0] == sizes[1] == [16, 16, 16]
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
+    extra = [{p for c in calls if c["rank"] == rank for p in c["prompts"][8:]} for rank in (0, 1)]
+    assert extra[0] and not extra[0] & extra[1], "both processes oversampled the same prompts"
+    for r in logs:  # the filler share is what the kept groups of each process could not fill
+        assert 0 <= r["dynamic_sampling/zero_std_trained"] <= r["frac_reward_zero_std"]
 
 
 @pytest.mark.slow
