@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grpo_cli.recipe.schema.common import Section
 
@@ -72,12 +72,14 @@ class DynamicSamplingSection(Section):
             return None
         return self.oversample if self.oversample is not None else DEFAULT_OVERSAMPLE
 
-    @field_validator("oversample", mode="before")
+    @field_validator("max_rounds", "oversample", mode="before")
     @classmethod
-    def _factor(cls, value: Any) -> Any:
-        """`true` is not a factor (pydantic would read it as 1)."""
+    def _no_bool(cls, value: Any, info: ValidationInfo) -> Any:
+        """`true` is neither a number of rounds nor a factor (pydantic would read it as 1)."""
         if isinstance(value, bool):
-            raise ValueError(f"must be a factor above 1 and at most {MAX_OVERSAMPLE:g} (e.g. 2), got {value}")
+            wanted = (f"a number of generation rounds (1 to {MAX_ROUNDS})" if info.field_name == "max_rounds" else
+                      f"a factor above 1 and at most {MAX_OVERSAMPLE:g} (e.g. 2)")
+            raise ValueError(f"must be {wanted}, got {value}")
         return value
 
     @model_validator(mode="after")
@@ -92,15 +94,6 @@ class DynamicSamplingSection(Section):
                              "one round only (`oversample` times the prompts): remove `max_rounds`, or use strategy: "
                              "refill")
         return self
-
-
-    @field_validator("max_rounds", mode="before")
-    @classmethod
-    def _rounds(cls, value: Any) -> Any:
-        """`true` is not a number of rounds (pydantic would read it as 1)."""
-        if isinstance(value, bool):
-            raise ValueError(f"must be a number of generation rounds (1 to {MAX_ROUNDS}), got {value}")
-        return value
 
 
 class SamplingSection(Section):
