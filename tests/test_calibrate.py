@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import RECIPES, ROOT, assert_paragraph, run_cli, sigint_as_a_terminal
+from tests.conftest import RECIPES, ROOT, assert_paragraph, plan_text, run_cli, sigint_as_a_terminal
 
 DEMO = RECIPES / "demo.yaml"
 FAST_TRAIN = ["training.max_steps=1", "training.logging_steps=1", "eval.before_after=false"]
@@ -71,7 +71,7 @@ def test_histogram_matches_the_rows_and_validate_and_train_apply_the_filter(tmp_
     priced = run_cli("validate", DEMO, apply, "sampling.dynamic={strategy: oversample}",
                      f"output.dir={tmp_path / 'no-run'}")
     assert priced.exit_code == 0, priced.output
-    plan = " ".join(re.sub("[\u2500-\u257f]", " ", priced.output).split())
+    plan = plan_text(priced.output)
     assert (f"calibrated pass rates give {zero:.0%} zero-std groups: +100% generation per step, in one round of 16 "
             f"groups for 8, about {expected_filler(16, 8, 1 - zero):.0%} of trained groups flat filler; strategy: "
             f"refill (3 rounds) instead: about +{zero / (1 - zero):.0%} generation per step") in plan, plan

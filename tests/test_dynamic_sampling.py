@@ -14,7 +14,7 @@ import pytest
 
 from grpo_cli.training.dynamic_sampling import PREFIX
 from grpo_cli.validation.sampling_checks import expected_filler
-from tests.conftest import RECIPES, ROOT, assert_paragraph, health_events, run_cli
+from tests.conftest import RECIPES, ROOT, assert_paragraph, health_events, plan_text, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 STEPS = ["training.max_steps=4", "training.per_device_train_batch_size=16", "training.num_generations=4",
@@ -120,9 +120,7 @@ def oversampled(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
     `_generate_and_score_completions` (step, rows) and the advantages of every row the loss trained."""
     from trl import GRPOTrainer
 
-    out = tmp_path_factory.mktemp("oversample") / "run"
-    calls: list[tuple[int, int]] = []
-    trained: list[tuple[int, list[float]]] = []
+    out, calls, trained = tmp_path_factory.mktemp("oversample") / "run", [], []
     score, loss = GRPOTrainer._generate_and_score_completions, GRPOTrainer.compute_loss
 
     def counted_score(self, inputs):  # TRL's method, as the sampler's wrapper calls it
@@ -161,11 +159,6 @@ def test_oversample_generates_once_per_step_and_trains_a_full_batch_of_kept_grou
         "dropped_groups", "rounds", "generated_groups", "zero_std_trained")}
 
 
-def _plan_text(output: str) -> str:
-    """The plan table's text with its borders gone, so a value wrapped over several rows reads as one line."""
-    return " ".join(re.sub("[\u2500-\u257f]", " ", output).split())
-
-
 @pytest.mark.slow
 def test_validate_prices_both_strategies_from_a_finished_run(oversampled) -> None:
     zero = sum(r["frac_reward_zero_std"] for r in oversampled.logs) / len(oversampled.logs)
@@ -178,20 +171,13 @@ def test_validate_prices_both_strategies_from_a_finished_run(oversampled) -> Non
              "strategy: oversample (x2) instead: +100% generation per step, in one round of 16 groups for 8")):
         result = run_cli("validate", DEMO, recipe_says, f"output.dir={oversampled.out}")
         assert result.exit_code == 0, result.output
-        text = _plan_text(result.output)
+        text = plan_text(result.output)
         assert chosen in text and other in text, text
         assert f"last run had {zero:.0%} zero-std groups: " in text
         assert f"about +{zero / (1 - zero):.0%} generation per step (at most +200%)" in text
-    text = _plan_text(run_cli("validate", DEMO, *STEPS, "sampling.dynamic={strategy: oversample, oversample: 2}",
+    text = plan_text(run_cli("validate", DEMO, *STEPS, "sampling.dynamic={strategy: oversample, oversample: 2}",
                               f"output.dir={oversampled.out}").output)
     assert f"+100% generation per step, in one round of 8 groups for 4, about {filler:.0%} of trained" in text
-
-
-def test_the_expected_filler_of_oversampling() -> None:
-    assert expected_filler(8, 4, 1.0) == 0 and expected_filler(8, 4, 0.0) == 1
-    assert expected_filler(1, 1, 0.5) == pytest.approx(0.5)
-    # 2 of 4 drawn groups kept with p = 0.5, batch of 2: short by 2 w.p. 1/16, by 1 w.p. 4/16 -> (2 + 4) / 16 / 2
-    assert expected_filler(4, 2, 0.5) == pytest.approx(6 / 32)
 
 
 @pytest.mark.parametrize(("override", "key", "says"), [

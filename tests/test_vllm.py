@@ -362,8 +362,7 @@ json.dump({"status": result.status, "generate_calls": len(calls)}, open(sys.argv
 
 
 def _dynamic_through_vllm(tmp_path: Path, *overrides: str, oversample: bool = False) -> tuple[dict, list[dict]]:
-    """The demo with `sampling.dynamic` (refill rounds, or `strategy: oversample` x2) through vLLM, counting vLLM's
-    generate calls; the report and the logs."""
+    """The demo with `sampling.dynamic` (refill, or oversample x2) through vLLM, counting vLLM's generate calls."""
     script, out, report = tmp_path / "counted.py", tmp_path / "run", tmp_path / "report.json"
     script.write_text(COUNTED)
     dynamic = [*DYNAMIC[1:], "sampling.dynamic={strategy: oversample, oversample: 2}"] if oversample else DYNAMIC
@@ -375,18 +374,18 @@ def _dynamic_through_vllm(tmp_path: Path, *overrides: str, oversample: bool = Fa
     res = json.loads(report.read_text())
     assert res["status"] == "completed" and len(logs) == 4
     assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
-    if oversample:  # one round of 8 groups (2 x the batch's 4) per step, one vLLM call each: never a second round
+    if oversample:  # one round of 8 groups (2 x the batch's 4) a step: never a second one
         assert all(r["dynamic_sampling/rounds"] == 1 and r["dynamic_sampling/generated_groups"] == 8 for r in logs)
-        assert res["generate_calls"] == 4
-        return res, logs
-    assert max(r["dynamic_sampling/rounds"] for r in logs) > 1  # refilled
-    assert res["generate_calls"] == sum(r["dynamic_sampling/rounds"] for r in logs)  # every round through vLLM
-    assert sum(r["dynamic_sampling/zero_std_trained"] for r in logs) / len(logs) <= 0.1
+    else:
+        assert max(r["dynamic_sampling/rounds"] for r in logs) > 1  # refilled
+        assert sum(r["dynamic_sampling/zero_std_trained"] for r in logs) / len(logs) <= 0.1
+    assert res["generate_calls"] == sum(r["dynamic_sampling/rounds"] for r in logs)  # one vLLM call a round
     return res, logs
 
 
-def test_dynamic_sampling_generates_every_round_through_vllm_colocate(tmp_path: Path) -> None:
-    _, logs = _dynamic_through_vllm(tmp_path, "launch.vllm.mode=colocate")
+@pytest.mark.parametrize("oversample", [False, True], ids=["refill", "oversample"])
+def test_dynamic_sampling_generates_every_round_through_vllm_colocate(tmp_path: Path, oversample: bool) -> None:
+    _, logs = _dynamic_through_vllm(tmp_path, "launch.vllm.mode=colocate", oversample=oversample)
     # The ratio of the joined batch, refilled groups included, is computed against the weights that sampled them
     # (vLLM in bf16, the trainer in float32: a few thousandths of a nat apart, as without dynamic sampling).
     for r in logs:
@@ -394,21 +393,10 @@ def test_dynamic_sampling_generates_every_round_through_vllm_colocate(tmp_path: 
         assert abs(r["sampling/raw_importance_sampling_ratio/mean"] - 1.0) < 0.02, r
 
 
-def test_dynamic_sampling_generates_every_round_through_a_vllm_server(server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("oversample", [False, True], ids=["refill", "oversample"])
+def test_dynamic_sampling_generates_every_round_through_a_vllm_server(server, tmp_path: Path, oversample: bool) -> None:
     overrides, _ = server
-    _, logs = _dynamic_through_vllm(tmp_path, *overrides)
+    _, logs = _dynamic_through_vllm(tmp_path, *overrides, oversample=oversample)
     # float32 on both sides: after each sync the server's log-probs are the trainer's, refilled rows included
     assert all(r["sampling/sampling_logp_difference/max"] < 1e-3 for r in logs), logs
 
-
-def test_oversample_generates_once_per_step_through_vllm_colocate(tmp_path: Path) -> None:
-    _, logs = _dynamic_through_vllm(tmp_path, "launch.vllm.mode=colocate", oversample=True)
-    for r in logs:  # the kept groups of the one oversampled call: their ratio against the weights that sampled them
-        assert r["sampling/sampling_logp_difference/mean"] < 0.02, r
-        assert abs(r["sampling/raw_importance_sampling_ratio/mean"] - 1.0) < 0.02, r
-
-
-def test_oversample_generates_once_per_step_through_a_vllm_server(server, tmp_path: Path) -> None:
-    overrides, _ = server
-    _, logs = _dynamic_through_vllm(tmp_path, *overrides, oversample=True)
-    assert all(r["sampling/sampling_logp_difference/max"] < 1e-3 for r in logs), logs
