@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import tempfile
 import textwrap
@@ -84,6 +85,11 @@ def assert_paragraph(result: CliResult, *needles: str) -> str:
     for needle in needles:
         assert needle in flat, f"{needle!r} not in:\n{result.output}"
     return flat
+
+
+def plan_text(output: str) -> str:
+    """`grpo validate`'s output with the plan table's borders gone, so a value wrapped over rows reads as one line."""
+    return " ".join(re.sub("[\u2500-\u257f]", " ", output).split())
 
 
 def not_regular_files(root: Path, name: str) -> list[Path]:

@@ -210,6 +210,16 @@ def test_dynamic_vs_plain_prints_a_row_per_way() -> None:
 
 
 @pytest.mark.slow
+def test_dynamic_vs_plain_compares_refill_with_oversample() -> None:
+    out = run_script("experiments/dynamic_vs_plain.py", "--steps", "2", "--no-plain", "--oversample", "2", "--set",
+                     "eval.max_samples=4")
+    rows = table(out, "run")
+    assert labels(rows) == ["dynamic (max_rounds 3) + skip", "oversample x2 + skip"]
+    assert rows[1][4] == "1.00"  # one generation call a step
+    assert float(rows[1][5].replace(",", "")) == 2 * 2 * 64  # 2 steps x twice the demo's 64 completions
+
+
+@pytest.mark.slow
 def test_scale_cpu_prints_the_profile_it_ran() -> None:
     rows = table(run_script("experiments/scale_cpu.py", "--steps", "3", "--profiles", "ddp"), "profile")
     assert labels(rows) == ["ddp"] and rows[0][1] == "MULTI_CPU"

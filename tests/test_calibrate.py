@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import RECIPES, ROOT, assert_paragraph, run_cli, sigint_as_a_terminal
+from tests.conftest import RECIPES, ROOT, assert_paragraph, plan_text, run_cli, sigint_as_a_terminal
 
 DEMO = RECIPES / "demo.yaml"
 FAST_TRAIN = ["training.max_steps=1", "training.logging_steps=1", "eval.before_after=false"]
@@ -63,6 +63,18 @@ def test_histogram_matches_the_rows_and_validate_and_train_apply_the_filter(tmp_
     assert checked.exit_code == 0, checked.output
     assert re.search(rf"train rows\s+│ {kept}\s", checked.output), checked.output
     assert f"pass-rate filter keeps {kept} of 40 calibrated" in " ".join(checked.output.split())
+    # with no earlier run, sampling.dynamic's plan prices both strategies from the kept prompts' pass rates
+    from grpo_cli.validation.sampling_checks import expected_filler
+
+    rates = [by_prompt[r["question"] + "="] for r in filtered]
+    zero = sum(p ** 8 + (1 - p) ** 8 for p in rates) / len(rates)  # the demo's groups of 8
+    priced = run_cli("validate", DEMO, apply, "sampling.dynamic={strategy: oversample}",
+                     f"output.dir={tmp_path / 'no-run'}")
+    assert priced.exit_code == 0, priced.output
+    plan = plan_text(priced.output)
+    assert (f"calibrated pass rates give {zero:.0%} zero-std groups: +100% generation per step, in one round of 16 "
+            f"groups for 8, about {expected_filler(16, 8, 1 - zero):.0%} of trained groups flat filler; strategy: "
+            f"refill (3 rounds) instead: about +{zero / (1 - zero):.0%} generation per step") in plan, plan
 
     run = tmp_path / "run"
     trained = run_cli("train", DEMO, apply, *FAST_TRAIN, "-o", run)

@@ -12,7 +12,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.conftest import RECIPES, ROOT, assert_paragraph, health_events, run_cli
+from grpo_cli.training.dynamic_sampling import PREFIX
+from grpo_cli.validation.sampling_checks import expected_filler
+from tests.conftest import RECIPES, ROOT, assert_paragraph, health_events, plan_text, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 STEPS = ["training.max_steps=4", "training.per_device_train_batch_size=16", "training.num_generations=4",
@@ -112,6 +114,85 @@ def test_one_round_filters_and_a_short_batch_is_filled_with_zero_advantage_group
     assert any(r["dynamic_sampling/zero_std_trained"] > 0 for r in logs)
 
 
+@pytest.fixture(scope="module")
+def oversampled(tmp_path_factory: pytest.TempPathFactory) -> SimpleNamespace:
+    """One real demo run with `strategy: oversample` (x2): its logs, each training call of TRL's
+    `_generate_and_score_completions` (step, rows) and the advantages of every row the loss trained."""
+    from trl import GRPOTrainer
+
+    out, calls, trained = tmp_path_factory.mktemp("oversample") / "run", [], []
+    score, loss = GRPOTrainer._generate_and_score_completions, GRPOTrainer.compute_loss
+
+    def counted_score(self, inputs):  # TRL's method, as the sampler's wrapper calls it
+        if self.model.training:
+            calls.append((self.state.global_step, len(inputs)))
+        return score(self, inputs)
+
+    def recorded_loss(self, model, inputs, *args, **kwargs):
+        trained.append((self.state.global_step, inputs["advantages"].tolist()))
+        return loss(self, model, inputs, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(GRPOTrainer, "_generate_and_score_completions", counted_score)
+        patch.setattr(GRPOTrainer, "compute_loss", recorded_loss)
+        logs = _train(out, "sampling.dynamic={strategy: oversample, oversample: 2}")
+    return SimpleNamespace(out=out, logs=logs, calls=calls, trained=trained)
+
+
+@pytest.mark.slow
+def test_oversample_generates_once_per_step_and_trains_a_full_batch_of_kept_groups(oversampled) -> None:
+    logs, calls = oversampled.logs, oversampled.calls
+    assert [r["step"] for r in logs] == [1, 2, 3, 4]
+    # one call of TRL's generation per step, for 2 x the batch's 4 prompts (x 4 completions): never a second round
+    assert calls == [(step, 32) for step in range(4)]
+    assert all(r["dynamic_sampling/rounds"] == 1 and r["dynamic_sampling/generated_groups"] == 8 for r in logs)
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
+    for step in range(4):  # the loss saw the configured batch (16 rows), flat groups only as logged filler
+        rows = [a for s, advantages in oversampled.trained if s == step for a in advantages]
+        assert len(rows) == 16
+        # TRL shuffles rows before the loss; with a 0/1 reward only a flat group's rows have advantage exactly 0
+        filler = sum(a == 0 for a in rows) / 16
+        assert filler == pytest.approx(logs[step]["dynamic_sampling/zero_std_trained"])
+    # flat groups were generated (TRL's share counts all 8 groups), far fewer trained
+    assert sum(r["dynamic_sampling/zero_std_trained"] for r in logs) < sum(r["frac_reward_zero_std"] for r in logs) / 2
+    assert {k for r in logs for k in r if k.startswith(PREFIX)} == {PREFIX + k for k in (
+        "dropped_groups", "rounds", "generated_groups", "zero_std_trained")}
+
+
+@pytest.mark.slow
+def test_validate_prices_both_strategies_from_a_finished_run(oversampled) -> None:
+    zero = sum(r["frac_reward_zero_std"] for r in oversampled.logs) / len(oversampled.logs)
+    assert 0 < zero < 1, "a run without flat groups (or only flat ones) prices nothing"
+    filler = expected_filler(8, 4, 1 - zero)
+    for recipe_says, chosen, other in (
+            ("sampling.dynamic={strategy: oversample}", "strategy oversample x2, never a second round",
+             "strategy: refill (3 rounds) instead: about"),
+            ("sampling.dynamic={max_rounds: 3}", "up to 3 generation rounds per batch",
+             "strategy: oversample (x2) instead: +100% generation per step, in one round of 16 groups for 8")):
+        result = run_cli("validate", DEMO, recipe_says, f"output.dir={oversampled.out}")
+        assert result.exit_code == 0, result.output
+        text = plan_text(result.output)
+        assert chosen in text and other in text, text
+        assert f"last run had {zero:.0%} zero-std groups: " in text
+        assert f"about +{zero / (1 - zero):.0%} generation per step (at most +200%)" in text
+    text = plan_text(run_cli("validate", DEMO, *STEPS, "sampling.dynamic={strategy: oversample, oversample: 2}",
+                              f"output.dir={oversampled.out}").output)
+    assert f"+100% generation per step, in one round of 8 groups for 4, about {filler:.0%} of trained" in text
+
+
+@pytest.mark.parametrize(("override", "key", "says"), [
+    ("{strategy: oversample, oversample: 1}", "sampling.dynamic.oversample", "greater than 1"),
+    ("{strategy: oversample, oversample: 9}", "sampling.dynamic.oversample", "less than or equal to 8"),
+    ("{strategy: oversample, oversample: true}", "sampling.dynamic.oversample", "must be a factor above 1"),
+    ("{strategy: oversample, oversample: .nan}", "sampling.dynamic.oversample", "finite number"),
+    ("{oversample: 2}", "sampling.dynamic", "is read only with strategy: oversample"),
+    ("{strategy: oversample, max_rounds: 3}", "sampling.dynamic", "does not apply to strategy: oversample"),
+    ("{strategy: prime}", "sampling.dynamic.strategy", "'refill' or 'oversample'"),
+])
+def test_bad_oversample_settings_are_refused(override: str, key: str, says: str) -> None:
+    assert_paragraph(run_cli("validate", DEMO, f"sampling.dynamic={override}"), key, says)
+
+
 @pytest.mark.slow
 def test_dynamic_sampling_composes_with_lora(tmp_path: Path) -> None:
     out = tmp_path / "lora"
@@ -160,7 +241,8 @@ def spy(completions, prompts, log, **kwargs):
 '''
 
 
-def _two_processes(tmp_path: Path, name: str, profile: str = "ddp") -> tuple[list[dict], list[dict]]:
+def _two_processes(tmp_path: Path, name: str, profile: str = "ddp",
+                   dynamic: str = "{max_rounds: 6}") -> tuple[list[dict], list[dict]]:
     """The demo on 2 CPU processes (the ddp profile, gloo, unless another is named) with dynamic sampling: its
     training logs and, per reward call, which process scored which prompts."""
     import os
@@ -173,7 +255,7 @@ def _two_processes(tmp_path: Path, name: str, profile: str = "ddp") -> tuple[lis
                f"{{function: {tmp_path / 'spy.py'}:spy, weight: 0.0, params: {{log: {log}}}}}]")
     cmd = [sys.executable, "-m", "grpo_cli", "train", str(DEMO), "--profile", profile, "--num-processes", "2",
            "-o", str(out), *STEPS, "training.max_steps=3", "training.per_device_train_batch_size=8", rewards,
-           "sampling.dynamic={max_rounds: 6}"]
+           f"sampling.dynamic={dynamic}"]
     proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -208,6 +290,22 @@ def test_dynamic_sampling_on_two_processes_agrees_on_every_round(tmp_path: Path)
     assert not drawn[0] & drawn[1], "both processes refilled with the same prompts"
     _, again = _two_processes(tmp_path, "again")  # the same seed draws the same refill prompts on each process
     assert all([c["prompts"] for c in again if c["rank"] == rank] == ranks[rank] for rank in (0, 1))
+
+
+@pytest.mark.slow
+def test_oversample_on_two_processes_generates_once_per_step_with_distinct_prompts(tmp_path: Path) -> None:
+    logs, calls = _two_processes(tmp_path, "oversample", dynamic="{strategy: oversample, oversample: 2}")
+    assert [r["step"] for r in logs] == [1, 2, 3]
+    assert all(r["dynamic_sampling/rounds"] == 1 for r in logs)
+    # 2 processes x (2 groups of the batch + 2 more): one reward call per process and step, 16 completions each
+    assert all(r["dynamic_sampling/generated_groups"] == 8 for r in logs)
+    sizes = {rank: [len(c["prompts"]) for c in calls if c["rank"] == rank] for rank in (0, 1)}
+    assert sizes[0] == sizes[1] == [16, 16, 16]
+    assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
+    extra = [{p for c in calls if c["rank"] == rank for p in c["prompts"][8:]} for rank in (0, 1)]
+    assert extra[0] and not extra[0] & extra[1], "both processes oversampled the same prompts"
+    for r in logs:  # the filler share is what the kept groups of each process could not fill
+        assert 0 <= r["dynamic_sampling/zero_std_trained"] <= r["frac_reward_zero_std"]
 
 
 @pytest.mark.slow

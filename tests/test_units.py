@@ -252,3 +252,13 @@ def test_probes_follow_the_recipe_answer_style() -> None:
                           answer_format=fmt)
         assert scores == [1.0, 0.0, 0.0], (style, probes)
         assert len(probes["overlong"]) > 200
+
+
+def test_the_expected_filler_of_oversampling() -> None:
+    """`grpo validate`'s price of `strategy: oversample`: E[max(T - kept, 0)] / T, kept ~ Binomial(n, keep)."""
+    from grpo_cli.validation.sampling_checks import expected_filler
+
+    assert expected_filler(8, 4, 1.0) == 0 and expected_filler(8, 4, 0.0) == 1
+    assert expected_filler(1, 1, 0.5) == pytest.approx(0.5)
+    # 2 of 4 drawn groups kept with p = 0.5, batch of 2: short by 2 w.p. 1/16, by 1 w.p. 4/16 -> (2 + 4) / 16 / 2
+    assert expected_filler(4, 2, 0.5) == pytest.approx(6 / 32)

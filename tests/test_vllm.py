@@ -361,11 +361,12 @@ json.dump({"status": result.status, "generate_calls": len(calls)}, open(sys.argv
 '''
 
 
-def _dynamic_through_vllm(tmp_path: Path, *overrides: str) -> tuple[dict, list[dict]]:
-    """The demo with `sampling.dynamic` through vLLM, counting vLLM's generate calls; the report and the logs."""
+def _dynamic_through_vllm(tmp_path: Path, *overrides: str, oversample: bool = False) -> tuple[dict, list[dict]]:
+    """The demo with `sampling.dynamic` (refill, or oversample x2) through vLLM, counting vLLM's generate calls."""
     script, out, report = tmp_path / "counted.py", tmp_path / "run", tmp_path / "report.json"
     script.write_text(COUNTED)
-    done = subprocess.run([sys.executable, str(script), str(DEMO), str(out), str(report), *DYNAMIC, *overrides],
+    dynamic = [*DYNAMIC[1:], "sampling.dynamic={strategy: oversample, oversample: 2}"] if oversample else DYNAMIC
+    done = subprocess.run([sys.executable, str(script), str(DEMO), str(out), str(report), *dynamic, *overrides],
                           env=ENV, capture_output=True, text=True, timeout=1500)
     assert done.returncode == 0, done.stderr[-4000:]
     logs = [r for r in (json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines())
@@ -373,14 +374,18 @@ def _dynamic_through_vllm(tmp_path: Path, *overrides: str) -> tuple[dict, list[d
     res = json.loads(report.read_text())
     assert res["status"] == "completed" and len(logs) == 4
     assert sum(r["dynamic_sampling/dropped_groups"] for r in logs) > 0, "nothing dropped: the test proves nothing"
-    assert max(r["dynamic_sampling/rounds"] for r in logs) > 1  # refilled
-    assert res["generate_calls"] == sum(r["dynamic_sampling/rounds"] for r in logs)  # every round through vLLM
-    assert sum(r["dynamic_sampling/zero_std_trained"] for r in logs) / len(logs) <= 0.1
+    if oversample:  # one round of 8 groups (2 x the batch's 4) a step: never a second one
+        assert all(r["dynamic_sampling/rounds"] == 1 and r["dynamic_sampling/generated_groups"] == 8 for r in logs)
+    else:
+        assert max(r["dynamic_sampling/rounds"] for r in logs) > 1  # refilled
+        assert sum(r["dynamic_sampling/zero_std_trained"] for r in logs) / len(logs) <= 0.1
+    assert res["generate_calls"] == sum(r["dynamic_sampling/rounds"] for r in logs)  # one vLLM call a round
     return res, logs
 
 
-def test_dynamic_sampling_generates_every_round_through_vllm_colocate(tmp_path: Path) -> None:
-    _, logs = _dynamic_through_vllm(tmp_path, "launch.vllm.mode=colocate")
+@pytest.mark.parametrize("oversample", [False, True], ids=["refill", "oversample"])
+def test_dynamic_sampling_generates_every_round_through_vllm_colocate(tmp_path: Path, oversample: bool) -> None:
+    _, logs = _dynamic_through_vllm(tmp_path, "launch.vllm.mode=colocate", oversample=oversample)
     # The ratio of the joined batch, refilled groups included, is computed against the weights that sampled them
     # (vLLM in bf16, the trainer in float32: a few thousandths of a nat apart, as without dynamic sampling).
     for r in logs:
@@ -388,8 +393,10 @@ def test_dynamic_sampling_generates_every_round_through_vllm_colocate(tmp_path: 
         assert abs(r["sampling/raw_importance_sampling_ratio/mean"] - 1.0) < 0.02, r
 
 
-def test_dynamic_sampling_generates_every_round_through_a_vllm_server(server, tmp_path: Path) -> None:
+@pytest.mark.parametrize("oversample", [False, True], ids=["refill", "oversample"])
+def test_dynamic_sampling_generates_every_round_through_a_vllm_server(server, tmp_path: Path, oversample: bool) -> None:
     overrides, _ = server
-    _, logs = _dynamic_through_vllm(tmp_path, *overrides)
+    _, logs = _dynamic_through_vllm(tmp_path, *overrides, oversample=oversample)
     # float32 on both sides: after each sync the server's log-probs are the trainer's, refilled rows included
     assert all(r["sampling/sampling_logp_difference/max"] < 1e-3 for r in logs), logs
+

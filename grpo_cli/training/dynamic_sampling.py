@@ -11,6 +11,9 @@ The hook is the narrowest one that sees whole groups with their rewards: `_gener
 3. joins the kept groups (trimmed to the batch's size); a batch still short is filled with dropped groups whose
    advantages are set to 0, so the batch keeps the size TRL splits into micro-batches.
 
+With `strategy: oversample` step 1 gets ceil(k x the batch's groups) prompts at once (the batch's own, then further
+ones drawn as step 2 draws them) in one call of TRL's method, and step 2 never runs.
+
 TRL's own metrics (reward, frac_reward_zero_std, ...) still describe everything generated; grpo adds
 `dynamic_sampling/*` once per generation batch. A step whose extra rounds run past `SAY_EVERY_S` says so on the
 console, round by round, and batches that end with every group dropped (only zero-advantage filler trained) are
@@ -53,10 +56,13 @@ class DynamicSampler:
     """The wrapper's state: the chosen reward, the extra prompts' order, and the last call's rewards."""
 
     def __init__(self, trainer: Any, metric: str, min_std: float, max_rounds: int, seed: int,
-                 console: Console | None = None) -> None:
+                 console: Console | None = None, oversample: float | None = None) -> None:
         import torch
 
-        self.trainer, self.metric, self.min_std, self.max_rounds = trainer, metric, min_std, max_rounds
+        self.trainer, self.metric, self.min_std = trainer, metric, min_std
+        self.oversample = oversample
+        """k of `strategy: oversample` (one round of ceil(k x the batch's groups)), None for refill rounds."""
+        self.max_rounds = 1 if oversample else max_rounds
         self.group = int(trainer.num_generations)
         self.generator = torch.Generator().manual_seed(seed + 7919)  # its own stream: TRL's sampler is untouched
         self.order: list[int] = []
@@ -132,7 +138,7 @@ class DynamicSampler:
         target = len(inputs) // self.group  # groups per process
         kept: list[tuple[dict[str, Any], list[int]]] = []
         dropped: list[tuple[dict[str, Any], list[int]]] = []
-        batch, rounds, generated, have, dropped_total = inputs, 0, 0, [0] * ranks, 0
+        batch, rounds, generated, have, dropped_total = self.first_batch(inputs, target), 0, 0, [0] * ranks, 0
         self.said = time.monotonic()  # the first round-by-round line comes after say_every_s
         while True:
             if rounds:
@@ -152,13 +158,21 @@ class DynamicSampler:
             missing = target - min(have)
             rate = max(sum(have) / generated, 1.0 / target)
             batch = self.more_prompts(min(target, math.ceil(missing / rate)), inputs[0].keys())
-        untouched = rounds == 1 and min(have) == target  # nothing dropped anywhere: TRL's own batch
+        untouched = batch is inputs and rounds == 1 and min(have) == target  # nothing dropped: TRL's own batch
         batch_out = kept[0][0] if untouched else self.join(kept, dropped, target)
         filler = sum(max(target - h, 0) for h in have)
         self.log(dropped_groups=dropped_total, rounds=rounds, generated_groups=generated,
                  zero_std_trained=filler / (target * ranks))
         self.watch(sum(have), rounds)
         return batch_out
+
+    def first_batch(self, inputs: list[dict[str, Any]], target: int) -> list[dict[str, Any]]:
+        """The first round's prompts: TRL's batch, with `oversample` followed by the further prompts that make it
+        ceil(k x target) groups (as many on every process, so the one call stays collective)."""
+        if not self.oversample:
+            return inputs
+        extra = math.ceil(self.oversample * target - 1e-9) - target
+        return inputs + self.more_prompts(extra, inputs[0].keys()) if extra > 0 else inputs
 
     def agree(self, have: list[int], target: int, rounds: int) -> tuple[list[bool], bool]:
         """The flat-group mask over every process's groups of the last call, and whether another round follows:
@@ -272,6 +286,7 @@ def attach_dynamic_sampling(trainer: Any, recipe: Recipe, console: Console | Non
         return None
 
     metric = chosen_metric(recipe) or "reward"
-    sampler = DynamicSampler(trainer, metric, settings.min_std, settings.max_rounds, recipe.training.seed, console)
+    sampler = DynamicSampler(trainer, metric, settings.min_std, settings.max_rounds, recipe.training.seed, console,
+                             oversample=settings.factor)
     sampler.attach()
     return sampler

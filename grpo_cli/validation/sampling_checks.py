@@ -222,27 +222,70 @@ def calibrated_zero_std_share(recipe: Recipe) -> float | None:
     return calibration.zero_std_share(recipe.training.num_generations, spec)
 
 
+def groups_per_process(recipe: Recipe) -> int:
+    """The groups one process's generation batch holds (at least 1): what a step must keep."""
+    t = recipe.training
+    return max((t.per_device_train_batch_size * (t.steps_per_generation or t.gradient_accumulation_steps))
+               // t.num_generations, 1)
+
+
+def expected_filler(generated: int, target: int, keep: float) -> float:
+    """The expected share of a batch of `target` groups left to zero-advantage filler when `generated` groups are
+    drawn and each is kept with probability `keep` (independently): E[max(target - kept, 0)] / target."""
+    keep = min(max(keep, 0.0), 1.0)
+    if keep in (0.0, 1.0):
+        return 1.0 - keep if generated >= target or keep == 0.0 else (target - generated) / target
+    short, p = 0.0, (1.0 - keep) ** generated  # P(kept = 0), then the binomial recurrence
+    for kept in range(min(generated, target)):
+        short += (target - kept) * p
+        p *= (generated - kept) / (kept + 1) * keep / (1.0 - keep)
+    return short / target
+
+
+def _estimate(recipe: Recipe) -> tuple[float | None, str]:
+    """The expected zero-std share and what it rests on: the last run, else the calibrated pass rates."""
+    zero, source = last_zero_std_share(recipe)
+    if zero is None:
+        calibrated = calibrated_zero_std_share(recipe)
+        if calibrated is not None:
+            zero, source = calibrated, "calibrated pass rates give"
+    return zero, source
+
+
+def _refill_cost(zero: float | None, cap: int) -> str:
+    if zero is None:
+        return f"extra generation up to +{cap:.0%} per step"
+    return f"about +{min(zero / max(1.0 - zero, 1e-9), float(cap)):.0%} generation per step (at most +{cap:.0%})"
+
+
+def _oversample_cost(zero: float | None, factor: float, target: int) -> str:
+    generated = math.ceil(factor * target - 1e-9)
+    cost = f"+{generated / target - 1:.0%} generation per step, in one round of {generated} groups for {target}"
+    if zero is None:
+        return cost
+    return f"{cost}, about {expected_filler(generated, target, 1.0 - zero):.0%} of trained groups flat filler"
+
+
 def sampling_plan(recipe: Recipe) -> dict[str, str]:
-    """The plan lines of `sampling:` (empty when off)."""
+    """The plan lines of `sampling:` (empty when off): the chosen strategy's cost, and the other's for
+    comparison, from the last run's (or calibration's) zero-std share."""
     plan: dict[str, str] = {}
     s = recipe.sampling
     if s.dynamic is not None:
         d = s.dynamic
-        head = (f"dynamic, on {chosen_metric(recipe) or '?'} (drop groups with std <= {d.min_std:g}), up to "
-                f"{d.max_rounds} generation rounds per batch")
-        zero, source = last_zero_std_share(recipe)
-        if zero is None:
-            calibrated = calibrated_zero_std_share(recipe)
-            if calibrated is not None:
-                zero, source = calibrated, "calibrated pass rates give"
-        cap = d.max_rounds - 1
-        if zero is None:
-            cost = f"extra generation up to +{cap:.0%} per step ({source})"
+        zero, source = _estimate(recipe)
+        target = groups_per_process(recipe)
+        head = f"dynamic, on {chosen_metric(recipe) or '?'} (drop groups with std <= {d.min_std:g}), "
+        if d.factor is None:
+            head += f"up to {d.max_rounds} generation rounds per batch"
+            cost, other = _refill_cost(zero, d.max_rounds - 1), "strategy: oversample (x2)"
+            other += f" instead: {_oversample_cost(zero, 2.0, target)}"
         else:
-            extra = min(zero / max(1.0 - zero, 1e-9), float(cap))
-            cost = (f"{source} {zero:.0%} zero-std groups: about +{extra:.0%} generation per step "
-                    f"(at most +{cap:.0%})")
-        plan["sampling"] = f"{head}; {cost}"
+            head += f"strategy oversample x{d.factor:g}, never a second round"
+            cost, other = _oversample_cost(zero, d.factor, target), "strategy: refill (3 rounds)"
+            other += f" instead: {_refill_cost(zero, 2)}"
+        said = f"{source} {zero:.0%} zero-std groups: {cost}" if zero is not None else f"{cost} ({source})"
+        plan["sampling"] = f"{head}; {said}; {other}"
     if s.skip_zero_advantage:
         plan["zero-advantage skip"] = "completions with advantage exactly 0 skip forward and backward (same update)"
     return plan

@@ -7,14 +7,18 @@ exactly as TRL does.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from grpo_cli.recipe.schema.common import Section
 
 MAX_ROUNDS = 100
 """The most generation rounds a batch may take (`sampling.dynamic.max_rounds`)."""
+MAX_OVERSAMPLE = 8.0
+"""The largest `sampling.dynamic.oversample` factor: 8x a step's generation, every step."""
+DEFAULT_OVERSAMPLE = 2.0
+"""The factor `strategy: oversample` uses when `oversample` is not set."""
 
 
 class DynamicSamplingSection(Section):
@@ -46,16 +50,50 @@ class DynamicSamplingSection(Section):
     Each extra round generates only as many groups as are still missing, scaled up by the share kept so far, and
     a step whose rounds run long says so on the console. verl (`max_num_gen_batches`) and NeMo-RL
     (`dynamic_sampling_max_gen_batches`) default to 10 and set no maximum; grpo's bound of 100 rounds (up to 100x
-    a step's generation) stops a typo from looping for hours on a reward that never varies."""
+    a step's generation) stops a typo from looping for hours on a reward that never varies. Not with
+    `strategy: oversample`, which always generates one round."""
+    strategy: Literal["refill", "oversample"] = "refill"
+    """`refill` (default, DAPO's): generate the batch, drop flat groups, generate further prompts for the missing
+    groups, up to `max_rounds` rounds; the cost follows the flat share (about z / (1 - z) more generation). `oversample`
+    (prime-rl's): generate `oversample` times the batch's prompts in one generation call, keep the groups with
+    spread up to the batch's size and never generate a second round; the cost is fixed (k times the generation,
+    every step) and a batch whose kept groups fall short is filled with zero-advantage filler. Choose it where a
+    second round costs more than the extra prompts (a remote vLLM server, whose every call waits for the slowest
+    completion); `grpo validate` prices both from the last run or calibration."""
+    oversample: float | None = Field(None, gt=1.0, le=MAX_OVERSAMPLE, allow_inf_nan=False)
+    """With `strategy: oversample`: generate ceil(k x the batch's prompts) groups per step (k > 1, at most 8; unset:
+    2). It costs k times a step's generation (and its scoring), every step, whether groups were flat or not; it fills
+    a batch whose share of flat groups z stays below 1 - 1/k (2: up to 50 % flat, 4: up to 75 %)."""
 
+    @property
+    def factor(self) -> float | None:
+        """The oversampling factor in force (None with `strategy: refill`)."""
+        if self.strategy != "oversample":
+            return None
+        return self.oversample if self.oversample is not None else DEFAULT_OVERSAMPLE
 
-    @field_validator("max_rounds", mode="before")
+    @field_validator("max_rounds", "oversample", mode="before")
     @classmethod
-    def _rounds(cls, value: Any) -> Any:
-        """`true` is not a number of rounds (pydantic would read it as 1)."""
+    def _no_bool(cls, value: Any, info: ValidationInfo) -> Any:
+        """`true` is neither a number of rounds nor a factor (pydantic would read it as 1)."""
         if isinstance(value, bool):
-            raise ValueError(f"must be a number of generation rounds (1 to {MAX_ROUNDS}), got {value}")
+            wanted = (f"a number of generation rounds (1 to {MAX_ROUNDS})" if info.field_name == "max_rounds" else
+                      f"a factor above 1 and at most {MAX_OVERSAMPLE:g} (e.g. 2)")
+            raise ValueError(f"must be {wanted}, got {value}")
         return value
+
+    @model_validator(mode="after")
+    def _strategy_keys(self) -> DynamicSamplingSection:
+        """A key the chosen strategy never reads is a mistake, not a silent no-op."""
+        if self.strategy == "refill" and self.oversample is not None:
+            raise ValueError(f"oversample: {self.oversample:g} is read only with strategy: oversample (the refill "
+                             "strategy generates further prompts after each round instead): add `strategy: "
+                             "oversample`, or remove `oversample`")
+        if self.strategy == "oversample" and "max_rounds" in self.model_fields_set:
+            raise ValueError(f"max_rounds: {self.max_rounds} does not apply to strategy: oversample, which generates "
+                             "one round only (`oversample` times the prompts): remove `max_rounds`, or use strategy: "
+                             "refill")
+        return self
 
 
 class SamplingSection(Section):
