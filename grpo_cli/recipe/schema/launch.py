@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from grpo_cli.recipe.profiles import LaunchProfile, Profile, launch_profile
-from grpo_cli.recipe.schema.common import Section, omitted_section
+from grpo_cli.recipe.schema.common import Section, not_a_bool, omitted_section
 
 
 class VllmSection(Section):
@@ -104,9 +104,7 @@ class LaunchSection(Section):
     @classmethod
     def _price(cls, value: object) -> object:
         """`true` is not a price (pydantic would read it as 1, and the plan would print a cost of 1 per hour)."""
-        if isinstance(value, bool):
-            raise ValueError(f"must be a price per device-hour (a finite number > 0, e.g. 2.5), got {value}")
-        return value
+        return not_a_bool(value, "a price per device-hour (a finite number > 0, e.g. 2.5)")
 
     @model_validator(mode="after")
     def _consistent(self) -> LaunchSection:

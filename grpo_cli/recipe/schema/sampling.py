@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field, field_validator
 
-from grpo_cli.recipe.schema.common import Section
+from grpo_cli.recipe.schema.common import Section, not_a_bool
 
 MAX_ROUNDS = 100
 """The most generation rounds a batch may take (`sampling.dynamic.max_rounds`)."""
@@ -53,9 +53,7 @@ class DynamicSamplingSection(Section):
     @classmethod
     def _rounds(cls, value: Any) -> Any:
         """`true` is not a number of rounds (pydantic would read it as 1)."""
-        if isinstance(value, bool):
-            raise ValueError(f"must be a number of generation rounds (1 to {MAX_ROUNDS}), got {value}")
-        return value
+        return not_a_bool(value, f"a number of generation rounds (1 to {MAX_ROUNDS})")
 
 
 class SamplingSection(Section):
