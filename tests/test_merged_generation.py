@@ -162,6 +162,16 @@ def test_the_plan_follows_the_switch_and_a_value_that_is_not_one_is_refused(
         merge_for_generation(_lora_model())
 
 
+def test_compiled_decode_beside_vllm_says_vllm_generates() -> None:
+    """Issue 46 sweep: `compiled_decode: true` beside vLLM warned "TRL's dynamic cache is used: vLLM generates"
+    (vLLM keeps its own cache); the warning now says the key is for transformers generation only."""
+    recipe = str(ROOT / "recipes" / "demo.yaml")
+    result = run_cli("validate", recipe, "sampling.compiled_decode=true", "launch.vllm.mode=colocate")
+    text = " ".join(result.output.split())
+    assert "applies to generation with transformers, but vLLM generates here" in text
+    assert "dynamic cache is used" not in text
+
+
 def test_a_static_cache_samples_the_same_tokens() -> None:
     model, batch = _lora_model(), _batch()
     tokens, logprobs = _sample(model, batch)

@@ -82,9 +82,13 @@ def check_generation_path(recipe: Recipe, pf: Preflight) -> Findings:
         return found
     path = generation_path(recipe, cuda=not recipe.launch.spec.cpu_only)
     found.plan["generation path"] = path.line()
-    if recipe.sampling.compiled_decode and not path.static:
+    if recipe.sampling.compiled_decode and path.vllm:
+        found.warnings.append("sampling.compiled_decode: true applies to generation with transformers, but vLLM "
+                              "generates here (with its own cache and CUDA graphs). Remove sampling.compiled_decode "
+                              "to silence this.")
+    elif recipe.sampling.compiled_decode and not path.static:
         found.warnings.append(f"sampling.compiled_decode: true cannot apply here, so TRL's dynamic cache is used: "
-                              f"{path.static_why}. Remove the key to silence this.")
+                              f"{path.static_why}. Remove sampling.compiled_decode to silence this.")
     return found
 
 
