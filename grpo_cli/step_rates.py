@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -254,20 +255,36 @@ def shipped_reward_rates() -> dict[str, float]:
     return {k: float(v) for k, v in rates.items() if isinstance(v, int | float) and v > 0}
 
 
+def _read_rates(path: Path) -> dict[str, Any] | None:
+    """The per-machine file's JSON object: {} when missing, None when it is not a rates file (a directory, FIFO or
+    device, unreadable, damaged or binary, not a JSON object). A FIFO is never opened: reading one blocks."""
+    try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, NotADirectoryError):
+        return {}  # not there (a parent that is a file: remember's mkdir says so)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def remembered_rates(path: Path | None = None) -> dict[str, list[RateRow]]:
     """The per-machine file: machine -> the rows of this user's runs there ({} when missing or damaged)."""
-    try:
-        data = json.loads((path or rates_path()).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return {m: _rows(rows) for m, rows in data.items()} if isinstance(data, dict) else {}
+    data = _read_rates(path or rates_path()) or {}
+    return {m: _rows(rows) for m, rows in data.items()}
 
 
 def remember(row: RateRow, path: Path | None = None) -> Path:
     """Add a run's measured row to the per-machine file, replacing the row of the same kind of step; written
-    atomically, so a killed run never leaves half a file."""
+    atomically, so a killed run never leaves half a file. A path that is not a rates file (damaged, binary, a
+    directory or FIFO) is kept as it is: OSError, which `grpo train` prints as a note."""
     path = path or rates_path()
-    known = remembered_rates(path)
+    data = _read_rates(path)
+    if data is None:
+        raise OSError(f"{path} is not a rates file (not a regular file holding a JSON object), so it is kept "
+                      f"as it is; move it away or set ${RATES_ENV} to another file")
+    known = {m: _rows(rows) for m, rows in data.items()}
     mine = [r for r in known.get(row.machine, []) if r.shape.kind() != row.shape.kind()] + [row]
     known[row.machine] = mine[-KEEP_PER_MACHINE:]
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -66,16 +66,27 @@ def release(version: str) -> Release | None:
 
 
 def is_verified(version: str | None, verified: tuple[Release, Release] = VERIFIED_RANGE) -> bool:
-    """Whether `version` lies in `verified` (`VERIFIED_RANGE` by default; a missing or unreadable version does not)."""
+    """Whether `version` lies in `verified` (`VERIFIED_RANGE` by default; a missing or unreadable version does not).
+
+    As pip reads the range: a pre-release or dev build of the first verified release ("1.16.0rc1", "1.16.dev0")
+    comes before it, so it is not verified."""
     found = release(version) if version else None
-    return found is not None and verified[0] <= found < verified[1]
+    if found is None or not verified[0] <= found < verified[1]:
+        return False
+    ahead = found + (0,) * max(0, len(verified[0]) - len(found))
+    text = str(version).strip().split("+")[0]
+    head = re.match(r"v?\d+(?:\.\d+)*", text)
+    rest = text[head.end():] if head else ""
+    early = re.match(r"[-_.]?(a|b|c|rc|alpha|beta|pre|preview|dev)", rest)
+    return not (early and ahead[:len(verified[0])] == verified[0] and not any(ahead[len(verified[0]):]))
 
 
 def untested_line(version: str | None) -> str | None:
     """One warning line naming an installed TRL outside the verified range; None when it is inside (or absent)."""
     if version is None or is_verified(version):
         return None
-    return (f"TRL {version} is installed, but grpo's hooks into TRL were verified on trl{VERIFIED} only: at "
+    shown = version if release(version) else f"{version!r} (not a version number)"
+    return (f"TRL {shown} is installed, but grpo's hooks into TRL were verified on trl{VERIFIED} only: at "
             f"`grpo train` an optimisation whose hook is unverified is skipped, a recipe feature that needs one is "
             f"refused (pip install 'trl{VERIFIED}' for the tested stack).")
 

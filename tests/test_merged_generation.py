@@ -21,11 +21,13 @@ import torch
 from peft import LoraConfig, get_peft_model
 from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.paths import ASSETS_DIR
 from grpo_cli.recipe import load_recipe
 from grpo_cli.training.compiled_decode import allow_compile
 from grpo_cli.training.merged_generation import OFF_ENV, merge_for_generation
 from grpo_cli.validation.fast_generation import generation_path
+from tests.conftest import assert_paragraph, run_cli
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = ASSETS_DIR / "tiny-arith"
@@ -142,6 +144,32 @@ def test_left_unmerged_where_merging_is_not_a_plain_delta_or_the_adapter_is_off(
     plain = _lora_model()
     generate = plain.generate
     assert merge_for_generation(plain) is None and plain.generate == generate
+
+
+def test_the_plan_follows_the_switch_and_a_value_that_is_not_one_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 46 sweep: with GRPO_MERGED_GENERATION=0 `grpo validate` still planned "adapter merged while
+    generating" (and the memory plan its kept copy) while the run did not merge; `=garbage` left it on silently."""
+    recipe = str(ROOT / "recipes" / "demo.yaml")
+    monkeypatch.setenv(OFF_ENV, "0")
+    text = " ".join(run_cli("validate", recipe, "model.lora={r: 4}").output.split())
+    assert "adapter not merged ($GRPO_MERGED_GENERATION=0)" in text and "adapter merged while" not in text
+    monkeypatch.setenv(OFF_ENV, "of")
+    for verb in ("validate", "train"):
+        assert_paragraph(run_cli(verb, recipe, "model.lora={r: 4}", "training.max_steps=1"),
+                         "$GRPO_MERGED_GENERATION is 'of', which is not a switch", "GRPO_MERGED_GENERATION=0")
+    with pytest.raises(GrpoError, match="not a switch"):  # the run's own check reads the same switch
+        merge_for_generation(_lora_model())
+
+
+def test_compiled_decode_beside_vllm_says_vllm_generates() -> None:
+    """Issue 46 sweep: `compiled_decode: true` beside vLLM warned "TRL's dynamic cache is used: vLLM generates"
+    (vLLM keeps its own cache); the warning now says the key is for transformers generation only."""
+    recipe = str(ROOT / "recipes" / "demo.yaml")
+    result = run_cli("validate", recipe, "sampling.compiled_decode=true", "launch.vllm.mode=colocate")
+    text = " ".join(result.output.split())
+    assert "applies to generation with transformers, but vLLM generates here" in text
+    assert "dynamic cache is used" not in text
 
 
 def test_a_static_cache_samples_the_same_tokens() -> None:

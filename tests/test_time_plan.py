@@ -5,6 +5,7 @@ known stays unknown. Expected figures are worked out from the rates the runs rec
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 
 from grpo_cli import runs
 from grpo_cli.step_rates import PARTS, RateRow, Seconds, remember, remembered_rates
-from tests.conftest import RECIPES, ROOT, run_cli
+from tests.conftest import RECIPES, ROOT, assert_paragraph, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 SHORT = ("training.max_steps=3", "training.logging_steps=1", "eval.before_after=false")
@@ -104,6 +105,59 @@ def test_a_wrong_recorded_rate_is_named_when_the_step_is_far_off(tmp_path: Path,
     assert "a run with wrong rates" in output
     report = (out / runs.REPORT_SUMMARY).read_text(encoding="utf-8")
     assert "## Time plan against measured" in report and f"{worst} was off" in report
+
+
+@pytest.mark.parametrize("price", ["inf", "1e400", "nan"])
+def test_a_price_that_is_not_finite_is_refused(price: str) -> None:
+    """Issue 46 sweep: `--price-per-hour inf` (or 1e400) printed a cost of "~inf (inf–inf)"."""
+    assert_paragraph(run_cli("validate", DEMO, "--price-per-hour", price), "launch.price_per_hour", "finite number")
+
+
+def test_a_price_of_true_is_not_read_as_one() -> None:
+    """Issue 46 sweep: `launch.price_per_hour: true` was read as 1 and the plan priced the run at 1 per hour."""
+    assert_paragraph(run_cli("validate", DEMO, "launch.price_per_hour=true"), "launch.price_per_hour",
+                     "a finite number > 0", "got True")
+
+
+def test_a_rates_file_that_is_a_fifo_does_not_hang_validate(tmp_path: Path) -> None:
+    """Issue 46 sweep: `$GRPO_RATES_FILE` naming a FIFO blocked `grpo validate` (and the end of `grpo train`)
+    forever, reading it. Now it is not a rates file: the plan uses the shipped table, the FIFO stays."""
+    fifo = tmp_path / "rates.json"
+    os.mkfifo(fifo)
+    env = {**os.environ, "GRPO_RATES_FILE": str(fifo), "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "grpo_cli", "validate", str(DEMO), "--json"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["time_plan"]["parts"][0]["source"].startswith("shipped table")
+    with pytest.raises(OSError, match="not a rates file"):
+        remember(_shipped_row(), fifo)
+    assert fifo.is_fifo()
+
+
+def _shipped_row() -> RateRow:
+    """A row of the shipped table, as a run would remember it."""
+    from grpo_cli.step_rates import shipped_rates
+
+    return shipped_rates()[0]
+
+
+def test_a_damaged_rates_file_is_kept_and_the_run_is_not_lost(tmp_path: Path, rates_file: Path) -> None:
+    """Issue 46 sweep: at the end of `grpo train` a damaged per-machine file (a hand edit cut short) was replaced
+    by a fresh one without a word. Now it is kept byte for byte, the run completes, and a note says why."""
+    rates_file.write_text('{"cpu": [1,', encoding="utf-8")
+    out = tmp_path / "run"
+    output = _train(out)
+    assert rates_file.read_text(encoding="utf-8") == '{"cpu": [1,'
+    assert "could not remember this run's rates" in output and "is not a rates file" in " ".join(output.split())
+    assert runs.read_manifest(out).step_rates is not None
+    damaged = json.loads((out / "manifest.json").read_text(encoding="utf-8"))
+    damaged["step_rates"]["seconds"] = {}  # a damaged manifest: a KeyError traceback in `grpo report`
+    damaged["time_plan"]["parts"][0]["seconds"]["mean"] = float("nan")
+    (out / "manifest.json").write_text(json.dumps(damaged), encoding="utf-8")
+    result = run_cli("report", out)
+    assert result.exit_code == 0 and "Traceback" not in result.output, result.output
+    report = " ".join((out / runs.REPORT_SUMMARY).read_text(encoding="utf-8").split())
+    assert "Not checked: the manifest's `time_plan` holds no usable seconds" in report
 
 
 def test_a_plan_scales_a_row_of_another_model_by_its_work() -> None:

@@ -78,6 +78,20 @@ def test_doctor_and_validate_name_an_untested_trl_in_one_line(monkeypatch: pytes
     assert len(notes) == 1 and "trl>=1.16,<1.17" in notes[0]
 
 
+@pytest.mark.parametrize(("version", "shown"), [("1.16.0rc1", "TRL 1.16.0rc1 is installed"),
+                                               ("1.16.dev0", "TRL 1.16.dev0 is installed"),
+                                               ("garbage", "TRL 'garbage' (not a version number) is installed"),
+                                               ("", "TRL '' (not a version number) is installed")])
+def test_a_prerelease_or_unreadable_trl_is_named_as_unverified(monkeypatch: pytest.MonkeyPatch, version: str,
+                                                                shown: str) -> None:
+    """Issue 46 sweep: TRL "1.16.0rc1" (before 1.16.0, as pip reads the range) counted as verified, its hooks
+    patched; an empty version printed "TRL  is installed"."""
+    monkeypatch.setattr(trl_compat, "installed", lambda: version)
+    validate = run_cli("validate", DEMO)
+    assert validate.exit_code == 0 and shown in " ".join(validate.output.split()), validate.output
+    assert trl_compat.is_verified("1.16.1rc1") and trl_compat.is_verified("1.16.0+local")  # after 1.16.0
+
+
 @pytest.mark.slow
 def test_an_unverified_trl_skips_optimisations_and_refuses_a_feature(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:

@@ -9,6 +9,7 @@ the part that was off and the rate it was planned from.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -75,17 +76,35 @@ class TimeCheck:
                 f"{worst.measured.mean:.2f} s measured against {planned} (rate: {worst.source})")
 
 
+def _usable(seconds: Seconds | None) -> Seconds | None:
+    """A figure to compare: None for a missing one, or one a damaged manifest holds (NaN, inf, below 0)."""
+    if seconds is None or not (math.isfinite(seconds.mean) and seconds.mean >= 0):
+        return None
+    return seconds
+
+
 def compare(plan: TimePlan, measured: RateRow) -> TimeCheck | None:
-    """The check of a run's plan against its measured steps (None when the plan had no step)."""
-    step = plan.step
-    if step is None:
+    """The check of a run's plan against its measured steps (None when the plan had no step, or a damaged
+    manifest leaves either step without a figure; `unchecked` says which)."""
+    step, steady = _usable(plan.step), _usable(measured.seconds.get("step"))
+    if step is None or steady is None:
         return None
     parts = []
     for part in PARTS:
         estimate = plan.part(part)
-        parts.append(PartCheck(part, estimate.seconds if estimate else None, measured.seconds[part],
-                               estimate.source if estimate else "not planned"))
-    return TimeCheck(parts, PartCheck("step", step, measured.seconds["step"], ""))
+        if (seconds := _usable(measured.seconds.get(part))) is not None:
+            parts.append(PartCheck(part, _usable(estimate.seconds) if estimate else None, seconds,
+                                   estimate.source if estimate else "not planned"))
+    return TimeCheck(parts, PartCheck("step", step, steady, ""))
+
+
+def unchecked(plan: TimePlan, measured: RateRow) -> str:
+    """Why `compare` found nothing to check, in words."""
+    if plan.step is None:
+        return f"the plan had no step: {plan.unknown or 'no reason recorded'}"
+    which = "time_plan" if _usable(plan.step) is None else "step_rates"
+    return (f"the manifest's `{which}` holds no usable seconds for the step (not a number, infinite or below 0: "
+            f"a damaged manifest)")
 
 
 def _cell(seconds: Seconds | None) -> str:
@@ -110,7 +129,7 @@ def time_check_markdown(plan: TimePlan | None, measured: RateRow | None) -> list
         return []
     check = compare(plan, measured)
     if check is None:
-        return ["## Time plan against measured", "", f"The plan had no step: {plan.unknown}.", ""]
+        return ["## Time plan against measured", "", f"Not checked: {unchecked(plan, measured)}.", ""]
     lines = ["## Time plan against measured", "",
              f"Steady optimizer step (mean over {measured.steps} step(s) after the first, on {measured.machine}).",
              "", "| part | planned s | measured s (min–max) | measured / planned | planned from |",

@@ -5,6 +5,7 @@ marked one here; deleting the section by hand is how a user says "I know, use it
 from __future__ import annotations
 
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from grpo_cli.errors import GrpoError
 
 KEY = "not_valid"
 _MARK_LINE = re.compile(rf"^{KEY}\s*:", re.MULTILINE)
+_PLACEHOLDER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=\.\.\.")
 
 
 def mark(problems: list[str], finish: str | None) -> dict[str, Any]:
@@ -22,19 +24,43 @@ def mark(problems: list[str], finish: str | None) -> dict[str, Any]:
     return section
 
 
+def _reasons(section: Any) -> str:
+    """The recorded reasons; a hand-edited mark's text where `why` is one string, or the section is."""
+    why = section.get("why") if isinstance(section, dict) else section
+    if isinstance(why, str):
+        why = [why]
+    reasons = [str(w).replace("\\${", "${") for w in why] if isinstance(why, list) else []
+    return "; ".join(r.rstrip(".") for r in reasons if r.strip()) or "no reason recorded"
+
+
+def _finish_command(section: Any) -> str | None:
+    """The recorded finishing command, re-quoted, when it is a `grpo import` command (after the `NAME=...`
+    placeholders it may start with); None otherwise. The mark is text in a file anyone can edit, and grpo offers
+    only its own command to run: `$(...)` and the like come back quoted, inert."""
+    finish = section.get("finish") if isinstance(section, dict) else None
+    if not isinstance(finish, str):
+        return None
+    try:
+        words = shlex.split(finish.replace("\\${", "${"))
+    except ValueError:
+        return None
+    lead = 0
+    while lead < len(words) and _PLACEHOLDER.fullmatch(words[lead]):
+        lead += 1  # `NAME=...`: the launcher placeholders the user fills in
+    if words[lead:lead + 2] != ["grpo", "import"]:
+        return None
+    return " ".join([*words[:lead], *(shlex.quote(w) for w in words[lead:])])
+
+
 def refuse_marked(data: Any, source: str) -> None:
     """One paragraph for a recipe that carries the mark: what the import refused it for, and how to finish it."""
     if not isinstance(data, dict) or KEY not in data:
         return
     section = data[KEY]
-    why = section.get("why") if isinstance(section, dict) else None
-    finish = section.get("finish") if isinstance(section, dict) and isinstance(section.get("finish"), str) else None
-    reasons = [str(w).replace("\\${", "${") for w in why] if isinstance(why, list) else []
-    text = "; ".join(r.rstrip(".") for r in reasons if r.strip()) or "no reason recorded"
-    step = (f"Finish it with `{str(finish).replace(chr(92) + '${', '${')}`, or fix it by hand" if finish
-            else "Fix it by hand")
+    finish = _finish_command(section)
+    step = f"Finish it with `{finish}`, or fix it by hand" if finish else "Fix it by hand"
     raise GrpoError(f"`grpo import` wrote this recipe marked not valid, and it is refused until that is settled: "
-                    f"{text}", where=f"{source}: {KEY}" if source else KEY,
+                    f"{_reasons(section)}", where=f"{source}: {KEY}" if source else KEY,
                     fix=f"{step}; when you accept the recipe as it is, delete its `{KEY}:` section (that is how "
                         "you tell grpo you know).")
 

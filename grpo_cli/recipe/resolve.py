@@ -17,6 +17,7 @@ from omegaconf.errors import InterpolationKeyError, OmegaConfBaseException
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import read_text
+from grpo_cli.recipe.marked import refuse_marked_file
 
 _OVERRIDE = re.compile(r"^(?P<key>[A-Za-z_][A-Za-z0-9_]*(?:(?:\.[A-Za-z0-9_]+)|(?:\[\d+\]))*)=(?P<value>.*)$",
                        re.DOTALL)
@@ -126,6 +127,7 @@ def _load_chain(path: Path, stack: tuple[Path, ...]) -> DictConfig:
         if not parent_path.exists():
             raise GrpoError(f"`extends: {parent}` points to a missing file ({parent_path})", where=str(path),
                             fix="Paths in `extends` are relative to the recipe that names them.")
+        refuse_marked_file(parent_path)  # the mark named in the base that carries it, where it is deleted
         merged = cast(DictConfig, OmegaConf.merge(merged, _load_chain(parent_path, (*stack, path))))
     return cast(DictConfig, OmegaConf.merge(merged, cfg))
 

@@ -25,15 +25,16 @@ memory plan's kept-copy line, and scripts/gpu_check.sh's fast-path cases.
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.validation.fast_generation import MERGE_ENV, merge_switched_off
+
 if TYPE_CHECKING:
     from grpo_cli.validation.fast_generation import GenerationPath
 
-OFF_ENV = "GRPO_MERGED_GENERATION"
+OFF_ENV = MERGE_ENV
 CUDA_MARGIN = 256 * 1024**2  # free memory kept beyond the copy when deciding whether a round can merge
 
 
@@ -126,7 +127,7 @@ def lora_layers(model: Any) -> tuple[list[tuple[Any, str, Any]], str]:
 def merge_for_generation(model: Any) -> MergedGeneration | None:
     """Install the merge on this PEFT model's `generate`; None when off (GRPO_MERGED_GENERATION=0) or not
     applicable (no plain LoRA linear layers, DoRA, quantized base)."""
-    if os.environ.get(OFF_ENV, "1").strip().lower() in ("0", "false", "no", "off"):
+    if merge_switched_off():
         return None
     if getattr(model, "is_loaded_in_4bit", False) or getattr(model, "is_loaded_in_8bit", False):
         return None

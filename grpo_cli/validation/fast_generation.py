@@ -13,9 +13,11 @@ decision (`generation_path`), so the plan says what the run does.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.findings import Findings
 
 if TYPE_CHECKING:
@@ -25,6 +27,23 @@ if TYPE_CHECKING:
 STATIC_CACHE_SINCE = (5, 24)
 """The transformers release grpo's static cache is verified with: `generation_kwargs.max_cache_len` (one cache
 size for every round, so decode compiles once) and `GenerationConfig.disable_compile`."""
+
+
+MERGE_ENV = "GRPO_MERGED_GENERATION"
+"""0 turns the LoRA merge while generating off (training/merged_generation.py); the plan and the run both read it."""
+
+
+def merge_switched_off() -> bool:
+    """Whether $GRPO_MERGED_GENERATION turns the merge off; a value that is not a switch is refused (a typo such
+    as `of` would otherwise leave it on while the user believes it off)."""
+    value = os.environ.get(MERGE_ENV, "").strip().lower()
+    if value in ("", "1", "true", "yes", "on"):
+        return False
+    if value in ("0", "false", "no", "off"):
+        return True
+    raise GrpoError(f"${MERGE_ENV} is {value!r}, which is not a switch", where=f"${MERGE_ENV}",
+                    fix=f"Set {MERGE_ENV}=0 to generate through the LoRA layers as TRL does, 1 (the default) to "
+                        "merge the adapter while generating, or unset it.")
 
 
 @dataclass(frozen=True)
@@ -63,9 +82,13 @@ def check_generation_path(recipe: Recipe, pf: Preflight) -> Findings:
         return found
     path = generation_path(recipe, cuda=not recipe.launch.spec.cpu_only)
     found.plan["generation path"] = path.line()
-    if recipe.sampling.compiled_decode and not path.static:
+    if recipe.sampling.compiled_decode and path.vllm:
+        found.warnings.append("sampling.compiled_decode: true applies to generation with transformers, but vLLM "
+                              "generates here (with its own cache and CUDA graphs). Remove sampling.compiled_decode "
+                              "to silence this.")
+    elif recipe.sampling.compiled_decode and not path.static:
         found.warnings.append(f"sampling.compiled_decode: true cannot apply here, so TRL's dynamic cache is used: "
-                              f"{path.static_why}. Remove the key to silence this.")
+                              f"{path.static_why}. Remove sampling.compiled_decode to silence this.")
     return found
 
 
@@ -74,6 +97,8 @@ def merge_rule(recipe: Recipe) -> tuple[bool, str]:
     lora, spec = recipe.model.lora, recipe.launch.spec
     if lora is None:
         return False, "no adapter to merge (full fine-tune)"
+    if merge_switched_off():
+        return False, f"adapter not merged (${MERGE_ENV}={os.environ[MERGE_ENV].strip()})"
     if recipe.model.quantization:
         return False, f"adapter not merged (merging into a {recipe.model.quantization} base is lossy)"
     if lora.use_dora:

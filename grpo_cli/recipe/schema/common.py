@@ -18,6 +18,13 @@ def check_reference(ref: str, what: str, name: str = "name") -> None:
                          f"`path/to/file.py:{name}`")
 
 
+def not_a_bool(value: Any, expected: str) -> Any:
+    """A field validator's body (mode="before") for a number: `true` is not one, though pydantic reads it as 1."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be {expected}, got {value}")
+    return value
+
+
 class Section(BaseModel):
     """A recipe section: unknown keys are errors (typos must not pass silently).
 

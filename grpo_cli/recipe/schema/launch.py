@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from grpo_cli.recipe.profiles import LaunchProfile, Profile, launch_profile
-from grpo_cli.recipe.schema.common import Section, omitted_section
+from grpo_cli.recipe.schema.common import Section, not_a_bool, omitted_section
 
 
 class VllmSection(Section):
@@ -92,13 +92,19 @@ class LaunchSection(Section):
     work leaves free (load average), shared between the processes, one for a model under 20M parameters;
     `OMP_NUM_THREADS` set by you is honoured. The `code` reward's sandboxes get the free cores too
     (`rewards[].parallel` sets them). `grpo validate` prints the choice, `--threads N` overrides it."""
-    price_per_hour: float | None = Field(None, gt=0)
+    price_per_hour: float | None = Field(None, gt=0, allow_inf_nan=False)
     """What one device-hour costs (one GPU; on the cpu profile, the machine), in any currency: `grpo validate`
     then prints the run's cost beside its time plan (`--price-per-hour` sets it for one command)."""
     accelerate_config: str | None = None
     """A custom accelerate config file (relative to the recipe) instead of the profile's."""
     vllm: VllmSection = omitted_section()
     """vLLM generation settings."""
+
+    @field_validator("price_per_hour", mode="before")
+    @classmethod
+    def _price(cls, value: object) -> object:
+        """`true` is not a price (pydantic would read it as 1, and the plan would print a cost of 1 per hour)."""
+        return not_a_bool(value, "a price per device-hour (a finite number > 0, e.g. 2.5)")
 
     @model_validator(mode="after")
     def _consistent(self) -> LaunchSection:

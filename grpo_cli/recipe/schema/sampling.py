@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from grpo_cli.recipe.schema.common import Section
+from grpo_cli.recipe.schema.common import Section, not_a_bool
 
 MAX_ROUNDS = 100
 """The most generation rounds a batch may take (`sampling.dynamic.max_rounds`)."""
@@ -76,11 +76,8 @@ class DynamicSamplingSection(Section):
     @classmethod
     def _no_bool(cls, value: Any, info: ValidationInfo) -> Any:
         """`true` is neither a number of rounds nor a factor (pydantic would read it as 1)."""
-        if isinstance(value, bool):
-            wanted = (f"a number of generation rounds (1 to {MAX_ROUNDS})" if info.field_name == "max_rounds" else
-                      f"a factor above 1 and at most {MAX_OVERSAMPLE:g} (e.g. 2)")
-            raise ValueError(f"must be {wanted}, got {value}")
-        return value
+        return not_a_bool(value, f"a number of generation rounds (1 to {MAX_ROUNDS})" if info.field_name ==
+                          "max_rounds" else f"a factor above 1 and at most {MAX_OVERSAMPLE:g} (e.g. 2)")
 
     @model_validator(mode="after")
     def _strategy_keys(self) -> DynamicSamplingSection:
