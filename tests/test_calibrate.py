@@ -197,8 +197,14 @@ def test_damaged_outputs_are_one_paragraph_and_left_alone(tmp_path: Path) -> Non
     (out / "calibration.jsonl").mkdir(parents=True)
     for flags in ([], ["--resume"], ["--force"]):
         assert_paragraph(run_cli("calibrate", DEMO, "--out", out, *flags), "--out",
-                   "calibration.jsonl is not a regular file", "Move it away")
+                   "calibration.jsonl is a directory, not a file", "Move it away")
     assert (out / "calibration.jsonl").is_dir()
+    dangling = tmp_path / "dangling"  # appending would create the link's target, then the link was replaced
+    dangling.mkdir()
+    (dangling / "calibration.partial.jsonl").symlink_to(tmp_path / "elsewhere" / "target.jsonl")
+    assert_paragraph(run_cli("calibrate", DEMO, "--out", dangling, "--resume"), "--out",
+                     "calibration.partial.jsonl is a symbolic link to nothing")
+    assert not (tmp_path / "elsewhere").exists() and (dangling / "calibration.partial.jsonl").is_symlink()
     binary = tmp_path / "bin"
     binary.mkdir()
     (binary / "calibration.partial.jsonl").write_bytes(bytes(range(256)) * 4)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -197,10 +198,15 @@ def test_prompt_and_completion_longer_than_the_model_positions(tmp_path: Path) -
     (b"[1, 2]", "is not a model config (a JSON list, not an object"),
     (b'{"hidden_size": ', "is not a model config (JSONDecodeError"),
     (b"\x00\xff\xfe", "is not a model config (UnicodeDecodeError"),
+    (None, "is not a regular file (a device, a named pipe"),  # a named pipe: validate hung reading it
 ])
-def test_a_damaged_model_config_is_one_paragraph(tmp_path: Path, content: bytes, what: str) -> None:
+def test_a_damaged_model_config_is_one_paragraph(tmp_path: Path, content: bytes | None, what: str) -> None:
     model = tmp_path / "model"
     shutil.copytree(ROOT / "grpo_cli" / "assets" / "tiny-arith", model)
-    (model / "config.json").write_bytes(content)
+    (model / "config.json").unlink()
+    if content is None:
+        os.mkfifo(model / "config.json")
+    else:
+        (model / "config.json").write_bytes(content)
     _expect_error(run_cli("validate", ROOT / "recipes" / "demo.yaml", f"model.name_or_path={model}"),
                   "model.name_or_path", str(model / "config.json"), what, "Restore the model's config.json")

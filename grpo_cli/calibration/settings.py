@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.evaluation.scoring import EvalSettings
+from grpo_cli.model_files import regular_file_problem
 from grpo_cli.paths import check_writable_dir, write_atomic
 from grpo_cli.recipe.schema.data import parse_pass_range
 
@@ -180,9 +181,9 @@ def check_out(out: Path, settings: CalibrationSettings, *, resume: bool, force: 
     check_writable_dir(out, "--out")
     for name in OUTPUTS:
         path = out / name
-        if path.exists() and not path.is_file():
-            raise GrpoError(f"{path} is not a regular file (a directory, FIFO or device), and grpo calibrate writes "
-                            "its own file there", where="--out",
+        why = regular_file_problem(path)  # a directory, FIFO, device or a link to nothing
+        if why is not None:
+            raise GrpoError(f"{path} {why}, and grpo calibrate writes its own file there", where="--out",
                             fix="Move it away, or choose another --out; --force replaces only grpo's own files.")
     earlier = [name for name in OUTPUTS if (out / name).exists()]
     if not earlier:

@@ -20,7 +20,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.gguf.source import GgufInfo, read_header
-from grpo_cli.model_files import model_dir_problem
+from grpo_cli.model_files import model_dir_problem, regular_file_problem
 from grpo_cli.paths import terminate_as_interrupt
 from grpo_cli.runs import pid_alive
 
@@ -221,6 +221,8 @@ def _save_converted(path: Path, tmp: Path, where: str) -> None:
 
 def conversion_record(model_dir: Path) -> dict[str, Any] | None:
     """What a converted directory was made from (its marker), or None for an ordinary model directory."""
+    if regular_file_problem(model_dir / MARKER) is not None:  # a pipe or a device would block
+        return None
     try:
         data = json.loads((model_dir / MARKER).read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.model_files import regular_file_problem
 from grpo_cli.paths import hub_cache_file
 
 if TYPE_CHECKING:
@@ -29,8 +30,11 @@ def config_is_vision_language(config: dict[str, Any]) -> bool:
 
 
 def local_config(model_dir: Path) -> dict[str, Any] | None:
+    path = model_dir / "config.json"
+    if regular_file_problem(path) is not None:  # a pipe or a device would block: the model checks name it
+        return None
     try:
-        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+        config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     return config if isinstance(config, dict) else None  # a damaged one is named by the model checks

@@ -142,7 +142,7 @@ class DynamicSampler:
         self.said = time.monotonic()  # the first round-by-round line comes after say_every_s
         while True:
             if rounds:
-                self.say_round(rounds + 1, have[rank], target)
+                self.say_round(rounds + 1, sum(have), target * ranks)
             out = score(batch)
             rounds += 1
             each = len(batch) // self.group
@@ -199,9 +199,10 @@ class DynamicSampler:
         return int(getattr(getattr(self.trainer, "state", None), "global_step", 0)) + 1
 
     def say_round(self, round_: int, have: int, target: int) -> None:
-        """Round `round_` is about to start: printed when the step has run long, so a round loop is never silent."""
+        """Round `round_` is about to start: printed when the step has run long, so a round loop is never silent
+        (by the main process, with every process's groups counted)."""
         now = time.monotonic()
-        if self.console is None or now - self.said < self.say_every_s:
+        if self.console is None or not self.trainer.accelerator.is_main_process or now - self.said < self.say_every_s:
             return
         self.said = now
         self.console.print(f"  dynamic sampling, step {self.step()}: round {round_} of {self.max_rounds}, {have} of "

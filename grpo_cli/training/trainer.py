@@ -63,7 +63,7 @@ def make_trainer(run: RunState, config: GRPOConfig | AsyncGRPOConfig) -> GRPOTra
                                   **(run.toolset.trainer_kwargs() if run.toolset else {}))
     trainer.remove_callback(PrinterCallback)  # grpo prints its own compact line per log
     build.trainer = trainer
-    attach_hooks("built", "sync", build, partial(say, run.console))  # fused IS, step timing, prefill, `sampling:`
+    attach_hooks("built", "sync", build, partial(say, run.console))  # training/hooks/table.py: fused IS ... `sampling:`
     for extra in extras:  # they read the trainer's logs, log through it and save best/ with it
         extra.trainer = trainer
     return trainer

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.model_files import regular_file_problem
 from grpo_cli.paths import ASSETS_DIR, hub_cache_file, is_gguf_reference
 
 if TYPE_CHECKING:
@@ -78,9 +79,9 @@ def find_model_config(recipe: Recipe) -> tuple[dict[str, Any] | None, str]:
         return info.config(), f"the GGUF header of {local.name}"
     if local is not None:
         path = local / "config.json"
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             return None, f"{local} has no config.json"
-        return read_config(path), str(path)
+        return read_config(path), str(path)  # a directory, a pipe or a dangling link: one paragraph there
     cached = hub_cache_file(ref, "config.json", recipe.model.revision)
     if cached is not None:
         return read_config(Path(cached)), f"hub cache {cached}"
@@ -95,7 +96,11 @@ def find_model_config(recipe: Recipe) -> tuple[dict[str, Any] | None, str]:
 
 def read_config(path: Path) -> dict[str, Any]:
     """A config.json as a dict, or one paragraph naming it (binary, not JSON, not an object, unreadable): every
-    check that reads the model's shape would otherwise fail on it with a traceback of its own."""
+    check that reads the model's shape would otherwise fail on it with a traceback of its own. A named pipe or a
+    device is never opened (reading it would block or never end)."""
+    why = regular_file_problem(path)
+    if why is not None:
+        raise GrpoError(f"{path} {why}", where="model.name_or_path", fix=_FIX)
     try:
         config = json.loads(path.read_bytes().decode("utf-8"))
     except OSError as exc:

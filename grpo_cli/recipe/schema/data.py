@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from grpo_cli.recipe.schema.common import Section
+from grpo_cli.recipe.schema.common import Section, not_a_bool
 
 LOCAL_SUFFIXES = (".jsonl", ".json", ".csv", ".parquet")
 VLM_TRUNCATION_REASON = (
@@ -269,9 +269,7 @@ class DataSection(Section):
     @classmethod
     def _counts(cls, value: object) -> object:
         """`true` is not a count (pydantic would read it as 1: one-token prompts, one row)."""
-        if isinstance(value, bool):
-            raise ValueError(f"must be a whole number > 0, got {value}")
-        return value
+        return not_a_bool(value, "a whole number > 0")
 
     @field_validator("files", mode="before")
     @classmethod

@@ -173,8 +173,9 @@ HOOKS: tuple[Hook, ...] = (
     Hook("zero_advantage", "training/zero_advantage.py", (GRPO + "compute_loss",),
          "sampling.skip_zero_advantage", "optimisation", "built", "sync",
          lambda run: run.recipe.sampling.skip_zero_advantage, _zero_advantage),
+    # Ctrl-C stops the rollout worker in a second instead of TRL's 15: skippable, the run trains the same without it
     Hook("rollout_worker", "training/async_worker.py",
          (ASYNC + "async_rollout_worker.AsyncRolloutWorker.start",
           ASYNC + "async_rollout_worker.AsyncRolloutWorker.stop"),
-         "launch.vllm.mode", "feature", "built", "async", lambda run: True, _rollout_worker),
+         "launch.vllm.mode", "optimisation", "built", "async", lambda run: True, _rollout_worker),
 )
