@@ -103,12 +103,17 @@ def test_ctrl_c_keeps_the_finished_batches_and_resume_finishes(tmp_path: Path) -
     out = tmp_path / "cal $(touch PWNED)"  # the printed hint must quote it: run as printed, it creates nothing
     partial = out / "calibration.partial.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "calibrate", str(DEMO), "-k", "4", "--out", str(out)],
+    # 16 completions a prompt: the tiny model samples all 300 prompts x 4 in about a second and a half on a quiet
+    # machine, too little room to land Ctrl-C between batches every time
+    proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "calibrate", str(DEMO), "-k", "16", "--out", str(out)],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
                             preexec_fn=sigint_as_a_terminal)
     deadline = time.monotonic() + 300
     while not (partial.exists() and len(partial.read_text().splitlines()) >= 16) and time.monotonic() < deadline:
-        time.sleep(0.1)
+        if proc.poll() is not None:
+            break
+        time.sleep(0.02)
+    assert proc.poll() is None, "the calibration ended before Ctrl-C could be sent: " + proc.communicate()[0][-2000:]
     proc.send_signal(signal.SIGINT)
     output = proc.communicate(timeout=120)[0]
     assert proc.returncode == 130, output
@@ -118,11 +123,11 @@ def test_ctrl_c_keeps_the_finished_batches_and_resume_finishes(tmp_path: Path) -
     shell = subprocess.run(["bash", "-c", 'grpo() { printf "%s\\n" "$@"; }; ' + hint[1]], cwd=tmp_path,
                            capture_output=True, text=True, check=True)
     assert not (tmp_path / "PWNED").exists()
-    assert shell.stdout.splitlines() == ["calibrate", str(DEMO), "-k", "4", "--out", str(out), "--resume"]
+    assert shell.stdout.splitlines() == ["calibrate", str(DEMO), "-k", "16", "--out", str(out), "--resume"]
     assert not list(out.glob(".*.tmp"))  # no half-written file
     done = _rows(partial)
     assert 16 <= len(done) < 300 and len(done) % 8 == 0  # whole batches only
-    resumed = run_cli("calibrate", DEMO, "-k", "4", "--out", out, "--resume")
+    resumed = run_cli("calibrate", DEMO, "-k", "16", "--out", out, "--resume")
     assert resumed.exit_code == 0, resumed.output
     assert f"({len(done)} done before, resumed)" in resumed.output
     rows = _rows(out / "calibration.jsonl")
