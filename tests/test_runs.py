@@ -61,7 +61,15 @@ def _wait_for(condition, proc: subprocess.Popen, timeout: float = 240) -> None: 
 
 
 def _complete_checkpoints(out: Path) -> list[int]:
-    return sorted(int(p.parent.name.split("-")[1]) for p in out.glob("checkpoint-*/trainer_state.json"))
+    """Checkpoints whose trainer_state.json (written last) is whole: a SIGKILL during a save leaves it torn."""
+    whole = []
+    for state in out.glob("checkpoint-*/trainer_state.json"):
+        try:
+            json.loads(state.read_text())
+        except (OSError, ValueError):
+            continue
+        whole.append(int(state.parent.name.split("-")[1]))
+    return sorted(whole)
 
 
 def test_a_live_run_is_locked_and_a_killed_one_is_detected_and_resumed_cleanly(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from grpo_cli.data.pass_rate import prompt_key
 from grpo_cli.errors import GrpoError, RecipeError
 from grpo_cli.evaluation.backends import check_backend, generate, one_model
 from grpo_cli.evaluation.scoring import score
+from grpo_cli.interrupts import stop_between_units
 from grpo_cli.models import load_tokenizer_for, resolve_model_source, source_reference
 from grpo_cli.models.loading import resolve_dtype
 from grpo_cli.paths import write_atomic
@@ -175,8 +176,9 @@ def _sample(recipe: Recipe, source: Any, tokenizer: Any, pending: Pending, setti
     with (one_model(source, tokenizer, settings.sampling(), use_vllm=use_vllm, dtype=dtype, device=device,
                     trust_remote_code=recipe.model.trust_remote_code, revision=recipe.model.revision) as loaded,
           reporting(console, "calibrating", n * settings.k, "completions"),
-          partial.open("a", encoding="utf-8") as fh):
+          partial.open("a", encoding="utf-8") as fh, stop_between_units() as stop):
         for start in range(0, n, settings.batch_size):
+            stop.check()  # Ctrl-C lands here, between batches: raised inside a finaliser it would be lost
             batch = pending.rows.select(range(start, min(start + settings.batch_size, n)))
             records = _batch(loaded, tokenizer, batch, reward, settings, offset + start)
             if loaded.sampler is not None:
@@ -186,6 +188,7 @@ def _sample(recipe: Recipe, source: Any, tokenizer: Any, pending: Pending, setti
                 pending.done[key] = record
                 fh.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
             fh.flush()
+        stop.check()
 
 
 def _batch(loaded: Any, tokenizer: Any, batch: Any, reward: Any, settings: CalibrationSettings,
