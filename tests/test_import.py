@@ -410,3 +410,23 @@ def test_only_provably_pure_constants_are_copied(tmp_path: Path, monkeypatch: py
     exec(module, namespace)  # nothing is renamed or fetched
     assert Path("data.txt").read_text() == "mine\n" and not Path("data.bak").exists()
     assert namespace["pattern"](["<answer>1</answer>", "x"]) == [4.0, 3.0]  # len("A,B") == 3
+
+
+def test_a_model_directory_named_as_a_hub_model_is_finished_with_that_model(tmp_path: Path) -> None:
+    """Issue 51: `/mnt/.../Qwen2.5-1.5B-Instruct` is a directory of the source's machine. Its name is exactly a
+    well-known hub model's, so the printed command names that model, saying what it assumes, and finishes the
+    recipe as printed; a directory with any other name stays a named placeholder."""
+    text = (FIXTURES / "open-r1/Qwen2.5-1.5B-Instruct__config_demo.yaml").read_text(encoding="utf-8")
+    source, out = tmp_path / "config.yaml", tmp_path / "recipe.yaml"
+    source.write_text(text.replace("Qwen/Qwen2.5-1.5B-Instruct", "/mnt/team/models/Qwen2.5-1.5B-Instruct"),
+                      encoding="utf-8")
+    result = run_cli("import", "open-r1", source, "-o", out)
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "is named as the hub model Qwen/Qwen2.5-1.5B-Instruct" in said
+    assert "assuming the directory held those weights" in said
+    command = result.output.splitlines()[result.output.splitlines().index("finish it with:") + 1].strip()
+    assert "model.name_or_path=Qwen/Qwen2.5-1.5B-Instruct" in command
+    assert run_cli(*shlex.split(command)[1:]).exit_code == 0 and run_cli("validate", out).exit_code == 0
+    source.write_text(text.replace("Qwen/Qwen2.5-1.5B-Instruct", "/mnt/team/models/qwen-sft-run3"), encoding="utf-8")
+    result = run_cli("import", "open-r1", source, "-o", out, "--force")
+    assert "model.name_or_path=HUB_ID_OR_PATH" in result.output and "is named as the hub model" not in result.output

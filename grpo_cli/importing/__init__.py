@@ -114,7 +114,7 @@ def _import(kind: str, path: Path, script_config: str | Path | None, extract_to:
     _check_kind(kind, cfg, path)
     if kind == "axolotl":
         return import_axolotl(cfg, str(path))
-    return import_hf_yaml(cfg, str(path), kind)
+    return import_hf_yaml(cfg, str(path), kind, extract_to)
 
 
 def set_launch(result: ImportResult, profile: str | None, num_processes: int | None) -> None:

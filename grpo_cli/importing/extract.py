@@ -308,9 +308,10 @@ def _add_import(script: Script, name: str, pieces: _Pieces) -> None:
 
 
 def _module_text(script: Script, pieces: _Pieces) -> str:
-    head = (f'"""Reward functions of {script.path.name}, copied by `grpo import trl --extract-rewards` with what '
-            "they use, so that\ngrpo can import them without running the script (its training runs when it is "
-            'imported, or the\nfunctions are defined inside another function). Lines are those of the script."""\n')
+    head = (f'"""Reward functions of {script.path.name}, copied by `grpo import` (--extract-rewards) with what they '
+            f"use, so that\ngrpo can import them without running {script.path.name} (its training runs when it is "
+            "imported, the functions are\ndefined inside another function or a notebook cell, or the file is part "
+            'of a package). Lines are its lines."""\n')
     imports = sorted(set(pieces.imports.values()))
     body = [f"# {f'{script.path.name}:{line}' if line else 'grpo import: binds what the script loads at run time'}"
             f"\n{text.rstrip()}\n" for line, text in sorted(pieces.code.values())]

@@ -18,6 +18,7 @@ from typing import Any
 from grpo_cli.importing import recipe_yaml, set_launch
 from grpo_cli.importing.check import check_recipe_text
 from grpo_cli.importing.common import ImportResult
+from grpo_cli.importing.hub_names import hub_model
 from grpo_cli.recipe import marked
 
 PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -84,12 +85,24 @@ def finish(result: ImportResult, request: Request) -> Outcome:
             key = found.group(1) if isinstance(result.get("data.files"), dict) or found.group(1).startswith(
                 "model") else "data.files"  # one path (not a split mapping) is replaced whole
             result.needs.setdefault(key, "HUB_ID_OR_PATH" if key.startswith("model") else "LOCAL_FILE")
+    problems += _hub_named(result)
     command = finishing_command(request, result, processes, missing + list(dict.fromkeys(unset)))
     header = ["# NOT VALID: `grpo import` could not finish this recipe. Every grpo command refuses it while it has "
               f"its `{marked.KEY}:` section",
               "# (why, and the command that finishes it); delete that section to use it as it is."]
     text = recipe_yaml(result, marked.mark(problems, command))
     return Outcome("\n".join(header) + "\n" + text, problems, warnings, command)
+
+
+def _hub_named(result: ImportResult) -> list[str]:
+    """A model directory named exactly as a well-known hub model: the command names that model, saying so."""
+    path = str(result.get("model.name_or_path") or "")
+    hub = hub_model(path) if result.needs.get("model.name_or_path") == "HUB_ID_OR_PATH" else None
+    if hub is None:
+        return []
+    result.needs["model.name_or_path"] = hub
+    return [f"model.name_or_path: {path} is named as the hub model {hub}, which the command below names, assuming "
+            "the directory held those weights as downloaded (if it held others, give its path on this machine)"]
 
 
 def relativize(result: ImportResult, base: Path) -> None:

@@ -18,6 +18,8 @@ from grpo_cli.importing.common import (
     number,
     rename_old_keys,
 )
+from grpo_cli.importing.fork import find_fork
+from grpo_cli.importing.fork_rewards import ForkRewards, carry_own, fork_entry, fork_lines, fork_names, refuse_unread
 from grpo_cli.importing.script_find import trlparser_scripts
 from grpo_cli.suite_table import bundled_text
 
@@ -63,8 +65,10 @@ OPENR1_ONLY = {
 }
 
 
-def _rewards(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
+def _rewards(cfg: dict[str, Any], out: ImportResult, flavour: str, fork: ForkRewards | None = None,
+             extract_to: Path | None = None) -> None:
     names = as_list(cfg.pop("reward_funcs", None), "reward_funcs", out.source)
+    names = fork_names(fork.fork, names, out) if fork is not None else names
     given = as_list(cfg.pop("reward_weights", None), "reward_weights", out.source)
     weights = [number(w, f"reward_weights[{i}]", out.source) for i, w in enumerate(given)] or [1.0] * len(names)
     params_by_arg = {arg: (name, param) for name, (_, args) in OPENR1_REWARDS.items() for arg, param in args.items()}
@@ -76,12 +80,16 @@ def _rewards(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
                        else {"model": model, "weight": float(weights[0])})
         weights = weights[1:] if len(weights) > len(names) else weights
     for name, weight in zip(names, weights, strict=False):
-        entry = _reward_entry(str(name), script_params, out, flavour)
+        stock, entry = (fork_entry(fork, str(name), out) if fork is not None and str(name) in fork.fork.registry
+                        else (True, None))
+        entry = _reward_entry(str(name), script_params, out, flavour) if stock else entry
         if entry is not None:
             if float(weight) != 1.0:
                 entry["weight"] = float(weight)
             entries.append(entry)
     _code_provider(cfg.pop("code_provider", None), entries, out)
+    if fork is not None:
+        carry_own(fork, entries, out, extract_to)
     if entries:
         out.put("rewards", entries)
 
@@ -208,15 +216,22 @@ def _trlparser_yaml(out: ImportResult, source: str, keys: list[str]) -> None:
     out.next_command = " ".join(shlex.quote(w) for w in ("grpo", "import", "trl", script, "--config", source))
 
 
-def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str) -> ImportResult:
-    """Translate an open-r1 (`flavour` open-r1) or `trl grpo` (trl) YAML config."""
+def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str, extract_to: Path | None = None) -> ImportResult:
+    """Translate an open-r1 (`flavour` open-r1) or `trl grpo` (trl) YAML config; an open-r1 recipe imported from
+    its fork's checkout is read with the fork's reward registry (fork.py), its own functions copied beside
+    `extract_to` (the recipe)."""
     out = ImportResult(source, flavour)
+    found = find_fork(Path(source)) if flavour == "open-r1" else None
+    fork = ForkRewards(found) if found is not None else None
     cfg = dict(cfg)
     script_keys = [k for k in SCRIPT_KEYS if k in cfg]
     rename_old_keys(cfg, out)
     map_model(cfg, out)
     _data(cfg, out, flavour)
-    _rewards(cfg, out, flavour)
+    _rewards(cfg, out, flavour, fork, extract_to)
+    if fork is not None:
+        fork_lines(fork.fork, out)
+        refuse_unread(fork, out)
     map_vllm(cfg, out, default_mode="server" if flavour == "open-r1" else "colocate")
     map_output(cfg, out)
     if cfg.get("num_processes"):  # `trl grpo` launches accelerate with this many processes (DDP)
@@ -227,7 +242,7 @@ def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str) -> ImportResu
     map_training(cfg, out)
     if "rewards" not in out.recipe and script_keys:
         _trlparser_yaml(out, source, script_keys)
-    elif "rewards" not in out.recipe:
+    elif "rewards" not in out.recipe and not (fork is not None and fork.refused):
         out.refuse(NO_REWARD, "rewards", "[{function: FILE.py:FUNCTION}]")
     if out.get("launch.vllm.mode") and not out.get("launch.profile"):
         out.put("launch.profile", "single")
