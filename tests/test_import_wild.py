@@ -51,7 +51,7 @@ FRESH = ROOT / "tests" / "fixtures" / "imports" / "fresh"
 FRESH_CASES = [
     # the open-r1 forks, imported from their checkouts (each fork's src/open_r1/ beside its recipe)
     ("open-r1", "knowledge-r1/config_kr1.yaml", REFUSED),  # its rewards read what its own trainer builds
-    ("open-r1", "rlpvr-open-r1/rlpvr-example.yaml", REFUSED),  # its own `accuracy`, importable once it is installed
+    ("open-r1", "rlpvr-open-r1/rlpvr-example.yaml", PLACEHOLDER),  # its `<dataset-path>`; its own `accuracy`
     ("open-r1", "rlpvr-open-r1/r1-distill-7b-mcqa.yaml", PLACEHOLDER),  # a data file of its machine
     ("open-r1", "gopo/config_tldr_regular_skywork-8b_seed42.yaml", VALIDATES),  # its registry's reward model
     ("open-r1", "openr1_Translation/config_demo.yaml", VALIDATES),  # its default `bleu`, copied
@@ -411,12 +411,19 @@ def test_an_open_r1_forks_rewards_are_read_from_its_own_code(tmp_path: Path, mon
     said, recipe, _ = imported("knowledge-r1/config_kr1.yaml", "kr1.yaml")
     assert "it reads `msg_lists`, which the fork's own trainer KnowledgeGRPOTrainer" in said
     assert "rewards" not in recipe and "finish it by hand" in said  # no placeholder reward to fill in
-    said, recipe, out = imported("rlpvr-open-r1/rlpvr-example.yaml", "rlpvr.yaml")
+    rows = tmp_path / "mcqa.jsonl"  # its `dataset_name: <dataset-path> # jsonl format`, filled in
+    rows.write_text('{"prompt": "Which is prime? A) 4 B) 7", "solution": "B"}\n', encoding="utf-8")
+    fixture = "rlpvr-open-r1/rlpvr-example.yaml"
+    said, recipe, out = imported(fixture, "rlpvr.yaml")
     assert recipe["rewards"] == [{"function": "open_r1.rewards:accuracy_reward"}]  # its own, not open-r1's
-    assert "module 'open_r1.rewards' cannot be found" in said and run_cli("validate", out).exit_code == 2
+    assert "'<dataset-path>' is neither a hub dataset id" in said and "data.dataset=HUB_DATASET_ID" in said
+    finished = run_cli("import", "open-r1", Path(fixture).name, f"data.files={rows}", *FRESH_LAUNCH[fixture], "-o", out,
+                       "--force")
+    assert finished.exit_code == 2 and "module 'open_r1.rewards' cannot be found" in finished.output
     monkeypatch.syspath_prepend(str(FRESH / "rlpvr-open-r1" / "src"))  # the fork installed, as its README does
-    said, recipe, out = imported("rlpvr-open-r1/rlpvr-example.yaml", "installed.yaml")
-    assert "it validates" in said and run_cli("validate", out).exit_code == 0
+    finished = run_cli("import", "open-r1", Path(fixture).name, f"data.files={rows}", *FRESH_LAUNCH[fixture], "-o", out,
+                       "--force")
+    assert finished.exit_code == 0 and run_cli("validate", out).exit_code == 0, finished.output
 
 
 def test_only_open_r1s_own_code_becomes_a_built_in(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -3,6 +3,7 @@ GRPOConfig keys. open-r1 adds its reward registry, `system_prompt`, `chat_templa
 
 from __future__ import annotations
 
+import re
 import shlex
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,8 @@ def _code_columns(out: ImportResult) -> None:
                          "grpo's code reward runs Python (rows in another language score 0)")
 
 
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+"""A hub repository id (ORG/NAME, or a canonical NAME), once `${VAR}` launcher placeholders are set aside."""
 FROM_SCRIPT = "__script__"
 """cfg key: the keys were read from a script (its trainer names its eval data itself)."""
 SCRIPT_KEYS = {"dataset_id_or_path": "dataset", "dataset_splits": "split"}
@@ -202,6 +205,9 @@ def _dataset(name: str, out: ImportResult) -> None:
     if local:
         out.put("data.files", name)
         out.notes.append(f"{name} is a local path: data.files (relative to the recipe)")
+    elif not HUB_ID.fullmatch(re.sub(r"\$\{[^}]*\}", "x", name)):  # `<dataset-path>`: the source's own blank
+        out.refuse(f"data: dataset_name {name!r} is neither a hub dataset id (ORG/NAME) nor a path: a blank the source "
+                   "leaves its user to fill; give the dataset (or data.files)", "data.dataset", "HUB_DATASET_ID")
     else:
         out.put("data.dataset", name)
 
