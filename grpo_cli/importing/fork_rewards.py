@@ -53,8 +53,6 @@ def fork_entry(state: ForkRewards, name: str, out: ImportResult) -> tuple[bool, 
         out.notes.append(f"reward_funcs {name}: the fork's registry names the reward model {value.value} "
                          f"({fork.where(value)})")
         return False, {"model": value.value}
-    if name in _graders():
-        return True, None  # open-r1's remote graders: listed as not carried over, as for a stock recipe
     called = [n.id for n in ast.walk(value) if isinstance(n, ast.Name)]
     found = next((f for f in (function_def(fork, c) for c in called) if f is not None), None)
     if found is not None and BUILTIN_OF.get(found[1].name) == name and stock(found[1]):
@@ -67,12 +65,6 @@ def fork_entry(state: ForkRewards, name: str, out: ImportResult) -> tuple[bool, 
            + ": a value built when the fork's grpo.py runs, which grpo cannot copy exactly")
     _refuse(state, out, name, why)
     return False, None
-
-
-def _graders() -> set[str]:
-    from grpo_cli.importing.hf import OPENR1_GRADERS
-
-    return set(OPENR1_GRADERS)
 
 
 def _refuse(state: ForkRewards, out: ImportResult, name: str, why: str) -> None:

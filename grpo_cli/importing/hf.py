@@ -81,8 +81,8 @@ def _rewards(cfg: dict[str, Any], out: ImportResult, flavour: str, fork: ForkRew
                        else {"model": model, "weight": float(weights[0])})
         weights = weights[1:] if len(weights) > len(names) else weights
     for name, weight in zip(names, weights, strict=False):
-        stock, entry = (fork_entry(fork, str(name), out) if fork is not None and str(name) in fork.fork.registry
-                        else (True, None))
+        forked = fork is not None and str(name) in fork.fork.registry and str(name) not in OPENR1_GRADERS
+        stock, entry = fork_entry(fork, str(name), out) if fork is not None and forked else (True, None)
         entry = _reward_entry(str(name), script_params, out, flavour) if stock else entry
         if entry is not None:
             if float(weight) != 1.0:
