@@ -12,7 +12,7 @@ HUB_NAMES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(pattern),
     (r"Qwen2\.5-(0\.5|1\.5|3|7|14|32|72)B(-Instruct)?", "Qwen"),
     (r"Qwen2\.5-Math-(1\.5|7|72)B(-Instruct)?", "Qwen"),
     (r"Qwen2\.5-Coder-(0\.5|1\.5|3|7|14|32)B(-Instruct)?", "Qwen"),
-    (r"Qwen3-(0\.6|1\.7|4|8|14|32)B(-Base)?", "Qwen"),
+    (r"Qwen3-(0\.6|1\.7|4|8|14)B(-Base)?|Qwen3-32B", "Qwen"),  # no Qwen3-32B-Base was published
     (r"DeepSeek-R1-Distill-(Qwen-(1\.5|7|14|32)B|Llama-(8|70)B)", "deepseek-ai"),
     (r"Llama-3\.1-(8|70)B(-Instruct)?|Llama-3\.2-(1|3)B(-Instruct)?", "meta-llama"),
 ))
