@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CHECK = ROOT / "scripts" / "gpu_check.sh"
 WHEELS = ROOT / "scripts" / "gpu_wheels.sh"
 KIT = ROOT / "benchmarks" / "gpu" / "gpu_check.py"

@@ -15,7 +15,7 @@ from grpo_cli.recipe.loader import load_recipe
 from grpo_cli.recipe.profiles import PROFILES, Profile, multi_process_names
 from grpo_cli.validation.memory import memory_plan
 from tests.conftest import MINIMAL
-from tests.test_memory import QWEN05
+from tests.planning.test_memory import QWEN05
 
 # accelerate's distributed_type for what a row says it runs.
 KIND = {(False, False, False): "NO", (True, False, False): "MULTI_GPU", (True, True, False): "DEEPSPEED",

@@ -1,6 +1,6 @@
 """GGUF files as model sources: the header read by validate/memory, clear errors, and the tables held against
 the installed transformers and gguf. The real-model round trip (convert, train, merge, reload) is in
-tests/test_smollm2.py."""
+tests/models/test_smollm2.py."""
 
 from __future__ import annotations
 

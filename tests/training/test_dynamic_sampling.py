@@ -1,7 +1,7 @@
 """`sampling.dynamic` (DAPO dynamic sampling): the hook pinned to the installed TRL, real training on the bundled
 model (flat groups are not trained, the batch is refilled, LoRA composes, several processes agree), the strategies'
 price read from a finished run, and a recipe without `sampling:` training exactly as before. What `grpo validate`
-refuses and prints otherwise: tests/test_dynamic_sampling_plan.py."""
+refuses and prints otherwise: tests/planning/test_dynamic_sampling_plan.py."""
 
 from __future__ import annotations
 

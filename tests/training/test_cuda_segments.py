@@ -17,7 +17,7 @@ import pytest
 from grpo_cli.recipe import load_recipe
 from grpo_cli.training.cuda_segments import EXPANDABLE, USER_SETTINGS, expand_cuda_segments
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CALLBACK = """
 import os
 from transformers import TrainerCallback

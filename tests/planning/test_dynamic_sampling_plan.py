@@ -1,5 +1,5 @@
 """What `grpo validate` says of `sampling.dynamic`: the plan line and its cost, and every refusal (one table), on
-the bundled demo recipe. The training side is tests/test_dynamic_sampling.py."""
+the bundled demo recipe. The training side is tests/training/test_dynamic_sampling.py."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ in /etc is touched) and stops them afterwards. The script asks for 2 nodes x 1 t
 job is submitted as 2 tasks, which the script runs as 2 machines (machine rank = SLURM_PROCID), exactly as
 it would on two nodes. Needs root and Slurm/MUNGE (`scripts/install_slurm.sh`, which .ci/run calls).
 `_cluster(..., nodes=[...])` gives several node entries on this host instead, one slurmd each
-(tests/test_slurm_vllm.py runs a heterogeneous job on three).
+(tests/launching/test_slurm_vllm.py runs a heterogeneous job on three).
 """
 
 from __future__ import annotations
