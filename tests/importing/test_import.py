@@ -146,7 +146,7 @@ def test_bad_import_input_is_one_paragraph(tmp_path: Path) -> None:
 
 def _every_fixture() -> list[tuple[str, Path, list[str]]]:
     """Every source the importer is tested on: these, the wild set and the fresh set (kind, file, extra args)."""
-    from tests.test_import_wild import CASES as WILD_CASES, FRESH, FRESH_CASES, FRESH_LAUNCH, WILD
+    from tests.importing.test_import_wild import CASES as WILD_CASES, FRESH, FRESH_CASES, FRESH_LAUNCH, WILD
 
     cases = [(kind, FIXTURES / fixture, extra) for kind, fixture, extra, *_ in CASES]
     cases += [(kind, WILD / fixture, extra) for kind, fixture, extra, *_ in WILD_CASES]
