@@ -16,6 +16,8 @@ from rich.console import Console
 from grpo_cli import progress
 from tests.conftest import RECIPES, ROOT, run_cli
 
+DEMO = RECIPES / "demo.yaml"
+
 
 def test_piped_training_announces_every_phase_in_order(tmp_path: Path) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
@@ -83,3 +85,15 @@ def test_launch_flags_work_on_every_verb_that_reads_a_recipe() -> None:
     assert "launch.profile=zero3" in doctor.output  # ZeRO-3 needs what this CPU box lacks: judged on the flag
     lonely = run_cli("doctor", "--profile", "zero3")
     assert lonely.exit_code == 2 and "Pass the recipe first" in lonely.output
+
+
+def test_printed_commands_quote_the_paths_they_name(tmp_path: Path) -> None:
+    script = ROOT / "tests" / "fixtures" / "imports" / "trl" / "train_grpo.py"
+    recipe = tmp_path / "my $(touch PWNED).yaml"
+    result = run_cli("import", "trl", script, "-o", recipe)
+    assert result.exit_code == 0, result
+    assert f"grpo validate '{recipe}'" in " ".join(result.output.split())
+    job = tmp_path / "$(touch PWNED).sbatch"
+    result = run_cli("launch", "slurm", DEMO, "launch.profile=ddp", "--gpus-per-node", "2", "-o", job)
+    assert result.exit_code == 0, result
+    assert f"sbatch '{job}'" in " ".join(result.output.split())

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.conftest import RECIPES, run_cli
+from tests.conftest import RECIPES, assert_paragraph, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 
@@ -246,3 +246,50 @@ def test_skypilot_outside_grpo_source_installs_the_released_package(tmp_path: Pa
     assert result.exit_code == 0, result.output
     setup = yaml.safe_load((tmp_path / "t.yaml").read_text())["setup"]
     assert f"pip install -q torch==2.13.0 'grpo-cli[deepspeed]=={__version__}'" in setup and " -e " not in setup
+
+
+def test_cpus_per_task_beyond_any_node_is_refused(tmp_path: Path) -> None:
+    result = run_cli("launch", "slurm", DEMO, "launch.profile=ddp", "--gpus-per-node", "2", "--cpus-per-task",
+                     "99999999999", "-o", tmp_path / "j.sbatch")
+    assert result.exit_code == 2 and not (tmp_path / "j.sbatch").exists(), result
+
+
+def test_launch_does_not_overwrite_a_file_it_did_not_write(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(DEMO, tmp_path / "demo.yaml")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n", encoding="utf-8")
+    args = ["launch", "slurm", "demo.yaml", "launch.profile=ddp", "launch.num_processes=2", "--gpus-per-node", "2"]
+    assert_paragraph(run_cli(*args, "-o", "notes.txt"), "--out", "already exists", "--force")
+    assert notes.read_text(encoding="utf-8") == "my notes\n"
+    assert_paragraph(run_cli("launch", "skypilot", "demo.yaml", "launch.profile=ddp", "launch.num_processes=2",
+                       "--gpus-per-node", "2", "-o", "notes.txt"), "--out", "already exists")
+    assert notes.read_text(encoding="utf-8") == "my notes\n"
+    # A launch file grpo wrote is regenerated without --force; any file is replaced with it.
+    first = run_cli(*args, "-o", "job.sbatch")
+    again = run_cli(*args, "--nodes", "1", "-o", "job.sbatch")
+    assert first.exit_code == 0 and again.exit_code == 0, again.output
+    forced = run_cli(*args, "-o", "notes.txt", "--force")
+    assert forced.exit_code == 0, forced.output
+    assert notes.read_text(encoding="utf-8").startswith("#!/bin/bash")
+
+
+def test_launch_slurm_writes_into_the_run_and_asks_no_gpus_for_the_cpu_demo(tmp_path: Path,
+                                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    import shlex
+
+    monkeypatch.chdir(tmp_path)
+    refused = run_cli("launch", "slurm", DEMO)
+    assert refused.exit_code == 2 and "On CPU nodes" in refused.output
+    corrected = " ".join(refused.output.split()).split("Corrected command: ", 1)[1]
+    assert corrected.endswith("launch.profile=ddp launch.num_processes=2 --nodes 1 --gpus-per-node 0"), corrected
+    result = run_cli(*shlex.split(corrected)[1:])
+    assert result.exit_code == 0, result
+    script = tmp_path / "outputs" / "demo" / "launch" / "grpo-demo.sbatch"
+    text = script.read_text()
+    assert "--gpus-per-node" not in "".join(ln for ln in text.splitlines() if ln.startswith("#SBATCH"))
+    assert f'#SBATCH --output="{script.parent}/%x-%j.out"' in text
+    assert not list(tmp_path.glob("*.sbatch"))
+    from grpo_cli.runs import plan_output_dir
+
+    assert not plan_output_dir(script.parent.parent, resume=None, force=False, policy="fail").replace

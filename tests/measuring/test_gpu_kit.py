@@ -222,3 +222,33 @@ def test_gpu_wheels_deletes_nothing_it_did_not_write_and_nothing_before_a_downlo
     (root / ".whl" / "mine-1.0-py3-none-any.whl").write_text("the user's")
     _refused(_wheels(cwd=tmp_path, script=root / "scripts" / "gpu_wheels.sh"), "mine-1.0-py3-none-any.whl")
     assert (root / ".whl" / "mine-1.0-py3-none-any.whl").read_text() == "the user's"
+
+
+def _script(name: str, *args: str | Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(ROOT / "scripts" / name), *map(str, args)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHON": sys.executable})
+
+
+def test_gpu_check_refuses_bad_outdirs_before_running_anything(tmp_path: Path) -> None:
+    done = _script("gpu_check.sh", "--help")
+    assert done.returncode == 0 and "usage:" in done.stdout
+    assert not Path("--help").exists()
+    done = _script("gpu_check.sh", "--dry-run", "-x")
+    assert done.returncode == 2 and "unknown option -x" in done.stderr
+    (tmp_path / "afile").write_text("x")
+    done = _script("gpu_check.sh", "--dry-run", tmp_path / "afile")
+    assert done.returncode == 2 and "is not a directory" in done.stderr
+    assert (tmp_path / "afile").read_text() == "x"
+    if Path("/proc").is_dir():  # a directory nobody can create files in, even root
+        done = _script("gpu_check.sh", "--dry-run", "/proc")
+        assert done.returncode == 2 and "cannot write into OUTDIR" in done.stderr, done.stderr
+
+
+def test_gpu_wheels_never_deletes_a_wheel_it_did_not_write(tmp_path: Path) -> None:
+    mine = tmp_path / "mine-1.0-py3-none-any.whl"
+    mine.write_text("my wheel")
+    done = _script("gpu_wheels.sh", tmp_path)
+    assert done.returncode == 2 and "did not write" in done.stderr, done.stderr
+    assert mine.read_text() == "my wheel"
+    done = _script("gpu_wheels.sh", mine)
+    assert done.returncode == 2 and "is not a directory" in done.stderr

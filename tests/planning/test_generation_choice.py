@@ -50,7 +50,8 @@ def test_the_demo_model_is_told_to_keep_transformers() -> None:
 
 def test_auto_generates_with_transformers_where_vllm_is_not_installed(tmp_path: Path) -> None:
     if importlib.util.find_spec("vllm") is not None:
-        pytest.skip("vLLM is installed here: tests/planning/test_generation_choice.py's -m vllm test covers auto with it")
+        pytest.skip("vLLM is installed here: the -m vllm test of tests/planning/test_generation_choice.py covers "
+                    "auto with it")
     shipped = _plain(run_cli("validate", RECIPES / "smollm2-word-arith.yaml").output)  # the recipe says auto
     assert "auto chose transformers: vLLM is not installed (with it: vLLM colocate ~2.5 s against transformers " \
            "~6.6 s of generation a step" in shipped, shipped

@@ -10,7 +10,7 @@ import pytest
 from grpo_cli.recipe.loader import load_recipe
 from grpo_cli.validation.memory import GIB, memory_plan
 from grpo_cli.validation.shapes import ModelShape
-from tests.conftest import MINIMAL, run_cli
+from tests.conftest import MINIMAL, RECIPES, run_cli
 
 # Qwen2.5-0.5B(-Instruct) config.json values.
 QWEN05 = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
@@ -248,3 +248,46 @@ def test_lora_dropout_copies_in_the_plan_match_what_autograd_keeps() -> None:
     planned = shape.lora_dropout_bytes_per_token_layer("all-linear", 4.0)
     assert measured > 0, "dropout > 0 must keep more for backward than dropout 0"
     assert 0.8 < planned / measured < 1.2, (planned, measured)
+
+
+def _memory_of(write_recipe, training: str, vllm: str = "'off'") -> object:
+    from grpo_cli.validation.memory import memory_plan
+
+    path = write_recipe(f"""
+        model: {{name_or_path: Qwen/Qwen2.5-0.5B-Instruct}}
+        data: {{files: bundled:tiny-arith-data/train.jsonl, prompt: {{template: "{{question}}="}},
+                max_prompt_tokens: 256}}
+        rewards: [{{name: accuracy}}]
+        training: {{num_generations: 8, per_device_train_batch_size: 8, max_completion_length: 2048{training}}}
+        launch: {{profile: single, vllm: {{mode: {vllm}}}}}
+        """)
+    plan, why = memory_plan(load_recipe(path), gpu_memory_gb=80.0, world_size=1)
+    assert plan is not None, why
+    return plan
+
+
+def test_memory_plan_follows_activation_checkpointing_false(write_recipe) -> None:
+    default = _memory_of(write_recipe, "")
+    off = _memory_of(write_recipe, ", activation_checkpointing: false")
+    assert "checkpointing on" in default.item("activations").note
+    assert "checkpointing off" in off.item("activations").note
+    assert off.item("activations").bytes > 5 * default.item("activations").bytes
+
+
+def test_memory_plan_releases_vllm_while_training_in_sleep_mode(write_recipe) -> None:
+    awake = _memory_of(write_recipe, "", "colocate")
+    asleep = _memory_of(write_recipe, "", "colocate, enable_sleep_mode: true")
+    assert asleep.item("vLLM (colocate)").phase == "generation"
+    assert asleep.total_gb < awake.total_gb
+
+
+DEMO = RECIPES / "demo.yaml"
+
+
+def test_memory_on_the_cpu_profile_is_headed_host_ram() -> None:
+    result = run_cli("memory", DEMO)
+    assert result.exit_code == 0, result
+    assert "memory in host RAM: bundled:tiny-arith, profile cpu" in result.output
+    assert "total in host RAM" in result.output and "per GPU" not in result.output
+    gpu = run_cli("memory", DEMO, "launch.profile=single", "--gpu-memory-gb", "80")
+    assert "memory per GPU" in gpu.output and "total per GPU" in gpu.output

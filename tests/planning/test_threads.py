@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 
 from grpo_cli.threads import CHOSEN_ENV, busy_cores, choose_threads, free_cores
-from tests.conftest import RECIPES, ROOT, run_cli
+from tests.conftest import RECIPES, ROOT, assert_paragraph, run_cli
+
+DEMO = RECIPES / "demo.yaml"
 
 BIG = 500_000_000  # a 0.5B model: threads help it when cores are free
 
@@ -151,3 +153,9 @@ def test_a_reward_pool_can_take_the_free_cores(write_recipe, no_user_threads: No
     assert isinstance(funcs[0], ParallelReward) == (free > 1)  # one free core: scored in-process, no pool
     bad = run_cli("validate", write_recipe(recipe.read_text().replace("auto", "many"), "bad.yaml"))
     assert bad.exit_code == 2 and "rewards[0].parallel: must be a number of processes" in bad.output
+
+
+def test_omp_num_threads_too_large_for_torch_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OMP_NUM_THREADS", "5000000000")
+    monkeypatch.delenv("GRPO_CHOSEN_THREADS", raising=False)
+    assert_paragraph(run_cli("validate", DEMO), "OMP_NUM_THREADS=5000000000", "at most 4096")

@@ -17,7 +17,7 @@ import pytest
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.builtins.code import code
 from grpo_cli.rewards.builtins.code_cloud import read_runner, runner_source
-from tests.conftest import run_cli
+from tests.conftest import ROOT, run_cli
 
 ADD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 TESTS = [{"input": "1 2\n", "output": "3\n"}]
@@ -91,7 +91,7 @@ def test_open_r1_code_provider_becomes_the_code_backend(tmp_path: Path, monkeypa
     import yaml
 
     monkeypatch.setenv("E2B_API_KEY", "e2b_test")
-    source = Path(__file__).parents[1] / "fixtures" / "imports" / "open-r1" / "Qwen2.5-1.5B-Instruct__config_demo_code.yaml"
+    source = ROOT / "tests" / "fixtures" / "imports" / "open-r1" / "Qwen2.5-1.5B-Instruct__config_demo_code.yaml"
     config = tmp_path / "config.yaml"
     config.write_text(source.read_text(encoding="utf-8") + "\ncode_provider: e2b\n", encoding="utf-8")
     out = tmp_path / "recipe.yaml"

@@ -14,7 +14,7 @@ from grpo_cli.recipe.schema import RewardEntry
 from grpo_cli.rewards import build_reward_funcs, load_reward
 from grpo_cli.rewards.loaders import AsyncBoundReward
 from grpo_cli.rewards.reward_model import RewardModelScorer
-from tests.conftest import run_cli
+from tests.conftest import assert_paragraph, run_cli
 
 USER_REWARDS = '''
 import asyncio
@@ -263,3 +263,35 @@ def test_training_uses_the_reward_model_as_a_second_reward(tiny_models: Path, tm
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     logged = next(r for r in records if "reward" in r)
     assert "rewards/rm/mean" in logged and "rewards/accuracy/mean" in logged
+
+
+def test_trl_documented_reward_reference_is_accepted(write_recipe, tmp_path: Path) -> None:
+    (tmp_path / "data.jsonl").write_text("\n".join(json.dumps({"question": f"{i}+{i}", "solution": str(2 * i)})
+                                                   for i in range(6)), encoding="utf-8")
+    path = write_recipe("""
+        model: {name_or_path: bundled:tiny-arith}
+        data: {files: data.jsonl, prompt: {column: question}}
+        rewards: [{function: "trl.rewards:accuracy_reward"}]
+        training: {num_generations: 2, per_device_train_batch_size: 2, max_completion_length: 32}
+        launch: {profile: cpu}
+        """)
+    result = run_cli("validate", path)
+    assert result.exit_code == 0, result.output
+
+
+def test_reward_file_that_is_not_utf8(demo_copy: Path) -> None:
+    (demo_copy.parent / "latin1.py").write_bytes(b"def f(completions, **kwargs):\n    return ['caf\xe9']\n")
+    assert_paragraph(run_cli("validate", demo_copy, "rewards=[{function: latin1.py:f}]"), "rewards[0].function",
+                     "latin1.py", "UTF-8", "line 2")
+
+
+def test_binary_reward_file(demo_copy: Path) -> None:
+    (demo_copy.parent / "bin.py").write_bytes(b"\x00\x9f\x92\x96" * 64)
+    assert_paragraph(run_cli("validate", demo_copy, "rewards=[{function: bin.py:f}]"), "rewards[0].function", "bin.py",
+                     "binary")
+
+
+def test_reward_file_that_is_a_directory(demo_copy: Path) -> None:
+    (demo_copy.parent / "rwdir.py").mkdir()
+    assert_paragraph(run_cli("validate", demo_copy, "rewards=[{function: rwdir.py:f}]"), "rewards[0].function",
+                     "rwdir.py", "directory")

@@ -10,6 +10,9 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
+from grpo_cli.recipe.loader import load_recipe
 from tests.conftest import run_cli
 
 TOOLS = '''
@@ -267,3 +270,57 @@ def test_several_environments_are_routed_by_the_environment_column(tmp_path: Pat
     result = run_cli("check-tools", recipe.source, "--no-model", "--json")
     report = json.loads(result.output)
     assert sorted(e["environment"] for e in report["episodes"]) == ["echo", "vault"]
+
+
+SIGALRM_TOOL = '''
+import signal
+import time
+
+
+def timed_square(x: int) -> int:
+    """Square a number under its own alarm, as TRL's agent example times its code.
+
+    Args:
+        x: the number
+    """
+    def expired(signum, frame):
+        raise TimeoutError("own alarm")
+
+    signal.signal(signal.SIGALRM, expired)
+    signal.alarm(5)
+    try:
+        return x * x
+    finally:
+        signal.alarm(0)
+
+
+def sleeper(seconds: float) -> str:
+    """Sleep.
+
+    Args:
+        seconds: how long
+    """
+    time.sleep(seconds)
+    return "done"
+'''
+
+
+def test_a_tool_using_sigalrm_works_under_the_default_timeout(tmp_path: Path) -> None:
+    from grpo_cli.tools import ToolTimeout, load_toolset
+
+    (tmp_path / "tools.py").write_text(SIGALRM_TOOL, encoding="utf-8")
+    (tmp_path / "data.jsonl").write_text('{"question": "1"}\n', encoding="utf-8")
+    (tmp_path / "recipe.yaml").write_text(textwrap.dedent("""
+        model: {name_or_path: bundled:tiny-tool}
+        data: {files: data.jsonl, prompt: {column: question, chat: true}}
+        rewards: [{name: format}]
+        tools: [tools.py:timed_square, {function: tools.py:sleeper, timeout: 0.3}]
+        launch: {profile: cpu}
+        """), encoding="utf-8")
+    square, sleeper = load_toolset(load_recipe(tmp_path / "recipe.yaml")).tools
+    assert square(x=7) == 49 and square.tool_stats.failures == 0
+    started = time.perf_counter()
+    with pytest.raises(ToolTimeout):
+        sleeper(seconds=20)  # the timeout still interrupts a blocking call on the main thread
+    assert time.perf_counter() - started < 10
+    assert sleeper(seconds=0) == "done"

@@ -7,6 +7,7 @@ import os
 import re
 import shlex
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -184,3 +185,25 @@ def test_a_reward_that_raises_during_training_names_the_reward(tmp_path: Path) -
     assert result.exit_code == 2, result.output
     assert "rewards[0]" in result.output and "'boom' raised ZeroDivisionError" in result.output
     assert "check-rewards" in result.output and "Traceback" not in result.output
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.slow
+def test_weight_files_are_as_readable_as_the_rest(tmp_path: Path) -> None:
+    from grpo_cli import load_recipe, train
+
+    out = tmp_path / "run"
+    result = train(load_recipe(DEMO, ["training.max_steps=2", "training.per_device_train_batch_size=8",
+                                      "training.num_generations=4", "eval.before_after=false", "model.lora.r=4",
+                                      "training.save_strategy=steps", "training.save_steps=1"]), output_dir=out)
+    assert result.status == "completed"
+    expected = _mode(out / "adapter_config.json")
+    assert expected & stat.S_IROTH  # the umask here (022) makes the rest world-readable
+    weights = list(out.rglob("*.safetensors"))
+    assert len(weights) >= 3 and all(_mode(w) == expected for w in weights), {str(w): oct(_mode(w)) for w in weights}
+    merged = tmp_path / "merged"
+    assert run_cli("merge", out, "--out", merged).exit_code == 0
+    assert _mode(merged / "model.safetensors") == _mode(merged / "config.json") == expected

@@ -106,3 +106,14 @@ def test_doctor_with_a_recipe_exits_1_when_it_needs_what_is_missing() -> None:
         pytest.skip("only meaningful where vLLM is absent (CI): then the vLLM recipe cannot run here")
     result = run_cli("doctor", DEMO, *VLLM)
     assert result.exit_code == 1 and "vllm" in result.output and "pip install" in result.output
+
+
+def test_doctor_is_not_ready_for_a_recipe_validate_rejects(tmp_path: Path) -> None:
+    good = run_cli("doctor", DEMO)
+    bad = run_cli("doctor", DEMO, "data.files.train=missing.jsonl")
+    assert "Traceback" not in bad.output
+    assert bad.exit_code == 1, bad.output
+    flat = " ".join(bad.output.split())
+    assert "does not pass `grpo validate`" in flat and "missing.jsonl" in flat
+    assert "ready" not in bad.output.splitlines()[-1]
+    assert "does not pass" not in good.output  # the same machine, a valid recipe: no such problem

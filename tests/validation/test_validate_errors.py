@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import MINIMAL, ROOT, run_cli
+from tests.conftest import MINIMAL, RECIPES, ROOT, assert_paragraph, run_cli
+
+DEMO = RECIPES / "demo.yaml"
 
 
 def _expect_error(result, *needles: str) -> None:
@@ -210,3 +212,31 @@ def test_a_damaged_model_config_is_one_paragraph(tmp_path: Path, content: bytes 
         (model / "config.json").write_bytes(content)
     _expect_error(run_cli("validate", ROOT / "recipes" / "demo.yaml", f"model.name_or_path={model}"),
                   "model.name_or_path", str(model / "config.json"), what, "Restore the model's config.json")
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["--threads", "99999999999"], ["launch.threads", "less than or equal to 4096"]),
+    (["--num-processes", "99999999999"], ["launch.num_processes", "65536"]),
+    (["training.learning_rate=.inf"], ["training.learning_rate", "not a finite number"]),
+    (["training.seed=-1"], ["training.seed", ">= 0"]),
+    (["training.seed=4294967296"], ["training.seed", "<= 4294967295"]),
+    (["data.seed=-1"], ["data.seed"]),
+    (["eval.seed=-1"], ["eval.seed"]),
+    (["output.dir=''"], ["output.dir", "is empty"]),
+])
+def test_values_that_broke_training_are_refused_by_validate(args, needles) -> None:
+    assert_paragraph(run_cli("validate", DEMO, *args), *needles)
+
+
+def test_an_infinite_gradient_norm_still_means_no_clipping() -> None:
+    assert run_cli("validate", DEMO, "training.max_grad_norm=.inf").exit_code == 0
+
+
+def test_bad_builtin_param_value_fails_validate(demo_copy: Path) -> None:
+    assert_paragraph(run_cli("validate", demo_copy, "rewards=[{name: accuracy, params: {answer_format: roman}}]"),
+                     "rewards[0].params.answer_format", "roman", "first_number")
+
+
+def test_bad_builtin_param_type_fails_validate(demo_copy: Path) -> None:
+    assert_paragraph(run_cli("validate", demo_copy, "rewards=[{name: accuracy, params: {use_math_verify: sometimes}}]"),
+                     "rewards[0].params.use_math_verify", "sometimes")

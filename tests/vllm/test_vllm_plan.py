@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ import pytest
 from grpo_cli.recipe import load_recipe
 from grpo_cli.validation.doctor import TorchBuild, diagnose
 from grpo_cli.validation.environment import recipe_needs
-from tests.conftest import RECIPES, run_cli
+from tests.conftest import RECIPES, assert_paragraph, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 GOOD = {"transformers": "5.17.0", "trl": "1.16.0", "peft": "0.21.2", "accelerate": "1.15.0", "datasets": "5.2.0"}
@@ -135,3 +136,29 @@ def test_vision_language_model_with_vllm_on_cpu_is_refused_at_validate() -> None
     assert result.exit_code == 2, result.output
     assert "launch.vllm.mode" in result.output and "torchvision" in result.output
     assert "Traceback" not in result.output
+
+
+def test_vllm_serve_on_a_busy_port_says_so_before_starting_anything() -> None:
+    import socket
+
+    from tests.conftest import RECIPES
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        started = time.monotonic()
+        result = run_cli("vllm-serve", RECIPES / "demo.yaml", "launch.vllm.mode=server", "launch.vllm.host=127.0.0.1",
+                         f"launch.vllm.port={port}")
+        assert_paragraph(result, "launch.vllm.port", f"port {port} on 127.0.0.1 is already in use",
+                         "launch.vllm.port=PORT")
+        assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:notaport", "10.0.0.7:8000", "ftp://host:1"])
+def test_a_vllm_base_url_that_is_no_url_fails_validate_and_vllm_serve(url: str) -> None:
+    from tests.conftest import RECIPES
+
+    for verb in ("validate", "vllm-serve"):
+        assert_paragraph(run_cli(verb, RECIPES / "demo.yaml", "launch.vllm.mode=server", f"launch.vllm.base_url={url}"),
+                         "launch.vllm.base_url", "is not an http(s) URL")
