@@ -4,6 +4,7 @@ refuse; one paragraph, exit 2, no user file replaced without --force."""
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -21,7 +22,9 @@ def _run_dir(tmp_path: Path) -> Path:
     run.mkdir()
     save_file({"w": torch.zeros(64, 64)}, str(run / "model.safetensors"))
     (run / "config.json").write_text('{"model_type": "llama"}\n')
-    (run / "manifest.json").write_text('{"status": "completed"}\n')
+    # The command as the manifest records it, with an argument longer than a file name may be (a long override):
+    # push asks whether each value is a local path, and a name too long to look up is none.
+    (run / "manifest.json").write_text(json.dumps({"status": "completed", "command": ["grpo", "train", "x" * 300]}))
     (run / "metrics.jsonl").write_text("".join(f'{{"step": {i}, "loss": 0.1, "reward": 0.{i}}}\n'
                                                for i in range(1, 6)))
     return run
