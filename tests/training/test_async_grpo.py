@@ -1,7 +1,7 @@
 """`launch.vllm.mode: async`: what `grpo validate` says and refuses, and the TRL 1.16 hooks grpo uses to run TRL's
 AsyncGRPOTrainer on the CPU, pinned against the installed TRL (a TRL that moves one fails here, loudly).
 
-Training with it against a real vLLM server is in tests/vllm/test_vllm.py (it needs vLLM's CPU build).
+Training with it against a real vLLM server is in tests/vllm/test_vllm_server.py (it needs vLLM's CPU build).
 """
 
 from __future__ import annotations

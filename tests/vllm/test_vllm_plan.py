@@ -1,6 +1,7 @@
 """vLLM on CPU, the parts decided before anything runs: validate, the plan, doctor, the server command.
 
-These need no vLLM (they run in the main environment); tests/vllm/test_vllm.py runs vLLM itself.
+These need no vLLM (they run in the main environment); tests/vllm/test_vllm_colocate.py and test_vllm_server.py
+run vLLM itself.
 """
 
 from __future__ import annotations
