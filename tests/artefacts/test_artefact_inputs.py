@@ -12,6 +12,8 @@ import pytest
 
 from tests.conftest import ONE_STEP, RECIPES, assert_paragraph, run_cli
 
+DEMO = RECIPES / "demo.yaml"
+
 
 def _run_dir(tmp_path: Path) -> Path:
     """A finished run's top level: a real (tiny) safetensors model, its config, a manifest and metrics."""
@@ -65,9 +67,6 @@ def test_push_dry_run_refuses_a_junk_manifest_and_truncated_weights_before_writi
     shutil.copy(_run_dir(tmp_path / "again") / "model.safetensors", weights)
     (run / "README.md").mkdir()  # found re-sweeping: IsADirectoryError
     assert_paragraph(run_cli("push", run, "user/model", "--dry-run"), "cannot write the model card", "is a directory")
-
-
-DEMO = RECIPES / "demo.yaml"
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,8 @@ import pytest
 from grpo_cli.checking.rewards import CheckReport, check_rewards
 from grpo_cli.recipe.loader import load_recipe
 from tests.conftest import RECIPES, assert_paragraph, run_cli
+
+DEMO = RECIPES / "demo.yaml"
 
 TINY = ["model.name_or_path=bundled:tiny-arith", "data.files.train=bundled:tiny-arith-data/train.jsonl",
         "data.files.test=bundled:tiny-arith-data/test.jsonl"]
@@ -301,73 +302,6 @@ def test_completions_and_examples_files_that_are_not_text(tmp_path: Path, conten
     assert_paragraph(run_cli("check-rewards", DEMO, "--completions", path), "completions file", *needles)
     assert_paragraph(run_cli("check-tools", RECIPES / "tools-demo.yaml", "--no-model", "--examples", path),
                      "--examples", *needles)
-
-
-REASONING_PROMPT = """Respond in the following format:
-<reasoning>
-...
-</reasoning>
-<answer>
-...
-</answer>
-"""
-
-
-FORMAT_REWARDS = r'''
-import re
-
-
-def strict_layout(completions, **kwargs):
-    pattern = r"^<reasoning>\n.*?\n</reasoning>\n<answer>\n.*?\n</answer>\n$"
-    return [1.0 if re.match(pattern, c[0]["content"], re.DOTALL) else 0.0 for c in completions]
-
-
-def right_number(completions, answer, **kwargs):
-    found = [c[0]["content"].split("<answer>")[-1].split("</answer>")[0].strip() for c in completions]
-    return [2.0 if f == a else 0.0 for f, a in zip(found, answer)]
-'''
-
-
-def test_probes_follow_the_format_the_system_prompt_declares(minimal_dir: Path) -> None:
-    (minimal_dir / "fmt.py").write_text(FORMAT_REWARDS, encoding="utf-8")
-    recipe = minimal_dir / "recipe.yaml"
-    recipe.write_text(textwrap.dedent(f"""
-        model: {{name_or_path: bundled:tiny-tool}}
-        data:
-          files: data.jsonl
-          prompt: {{column: question, chat: true, system_prompt: {json.dumps(REASONING_PROMPT)}}}
-          answer: {{extract: gsm8k}}
-        rewards:
-          - {{function: fmt.py:strict_layout}}
-          - {{function: fmt.py:right_number}}
-          - {{name: repetition_penalty}}
-        training: {{num_generations: 4, per_device_train_batch_size: 8}}
-        launch: {{profile: cpu}}
-        """), encoding="utf-8")
-    result = run_cli("check-rewards", recipe, "--samples", "2", "--json")
-    report = json.loads(result.output[result.output.index("{"):])
-    assert "<reasoning>" in report["probe_format"] and "system prompt" in report["probe_format"]
-    assert not [v for v in report["violations"] if v["reward"] in ("strict_layout", "right_number")], \
-        report["violations"]
-    ref = next(s for s in report["samples"] if s["probe"] == "reference")
-    assert ref["scores"]["strict_layout"] == 1.0 and ref["scores"]["right_number"] == 2.0
-
-
-def test_probes_say_when_no_format_is_declared(minimal_dir: Path) -> None:
-    (minimal_dir / "fmt.py").write_text(FORMAT_REWARDS, encoding="utf-8")
-    recipe = minimal_dir / "recipe.yaml"
-    recipe.write_text(textwrap.dedent("""
-        model: {name_or_path: bundled:tiny-tool}
-        data: {files: data.jsonl, prompt: {column: question, chat: true}, answer: {extract: gsm8k}}
-        rewards: [{function: fmt.py:strict_layout}]
-        training: {num_generations: 4, per_device_train_batch_size: 8}
-        launch: {profile: cpu}
-        """), encoding="utf-8")
-    result = run_cli("check-rewards", recipe, "--samples", "2")
-    assert "declares no answer format" in " ".join(result.output.split())
-
-
-DEMO = RECIPES / "demo.yaml"
 
 
 def test_check_rewards_shows_one_row_per_probe_and_a_verdict_per_reward(tmp_path: Path) -> None:

@@ -97,3 +97,21 @@ def test_printed_commands_quote_the_paths_they_name(tmp_path: Path) -> None:
     result = run_cli("launch", "slurm", DEMO, "launch.profile=ddp", "--gpus-per-node", "2", "-o", job)
     assert result.exit_code == 0, result
     assert f"sbatch '{job}'" in " ".join(result.output.split())
+
+
+def test_an_interrupt_a_library_wrapped_is_still_an_interrupt() -> None:
+    """SIGTERM while pydantic builds a validator arrives as a SchemaError whose text ends in the KeyboardInterrupt
+    (seen once in 20 interrupted imports): it ends like any interrupt, exit 130 and no traceback."""
+    import pydantic_core
+    import typer
+
+    from grpo_cli.cli.base import run_guarded
+
+    def wrapped() -> None:
+        raise pydantic_core.SchemaError('Error building "literal" validator:\n  KeyboardInterrupt: ')
+
+    with pytest.raises(typer.Exit) as stopped:
+        run_guarded(wrapped)
+    assert stopped.value.exit_code == 130
+    with pytest.raises(ValueError):  # any other library error still surfaces (as a bug, with its traceback)
+        run_guarded(lambda: int("x"))

@@ -1,15 +1,25 @@
 """What `grpo import` refuses in its inputs (a script that is not Python source, a config of the wrong shape,
 a typo, an override that cannot apply, a path with a line break) and the odd input it reads right: one
-paragraph, exit 2, nothing written."""
+paragraph, exit 2, nothing written; and what it writes with `-o` (never over a file without --force, never over
+its source, whole or nothing, also when interrupted)."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
+import yaml
 
-from tests.conftest import ROOT, assert_paragraph, run_cli
+from tests.conftest import ROOT, assert_paragraph, run_cli, sigint_as_a_terminal
+
+TRL_CONFIG = ROOT / "tests" / "fixtures" / "imports" / "trl" / "clis_grpo_config.yaml"
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
 
 @pytest.mark.parametrize("name, content, needles", [
@@ -93,3 +103,63 @@ def test_import_refuses_paths_with_line_breaks(tmp_path: Path) -> None:
     shutil.copy(script, odd)
     assert_paragraph(run_cli("import", "trl", odd, "-o", tmp_path / "r.yaml"), "CONFIG", "line break")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["sc\nript.py"]
+
+
+def test_import_never_overwrites_without_force_and_never_the_source(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    shutil.copy(TRL_CONFIG, config)
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("my recipe\n", encoding="utf-8")
+    assert_paragraph(run_cli("import", "trl", config, "-o", mine), "-o", "already exists", "--force")
+    assert mine.read_text() == "my recipe\n"
+    source = config.read_bytes()
+    for extra in ([], ["--force"]):
+        assert_paragraph(run_cli("import", "trl", config, "-o", config, *extra), "the config being imported")
+        assert config.read_bytes() == source
+    (tmp_path / "link.yaml").symlink_to(config)  # the source under another name is still the source
+    assert_paragraph(run_cli("import", "trl", config, "-o", tmp_path / "link.yaml", "--force"),
+                     "the config being imported")
+    assert config.read_bytes() == source
+    forced = run_cli("import", "trl", config, "-o", mine, "--force")
+    assert forced.exit_code == 0, forced
+    assert mine.read_text().startswith("# Converted by `grpo import trl`")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml", "link.yaml", "mine.yaml"]  # no temp left
+
+
+def test_import_onto_a_directory_or_into_a_missing_one(tmp_path: Path) -> None:
+    assert_paragraph(run_cli("import", "trl", TRL_CONFIG, "-o", tmp_path), "-o", "is a directory", "recipe.yaml")
+    # a recipe that does not validate is written marked NOT VALID (the user finishes it), its directory made for it
+    bad = run_cli("import", "trl", TRL_CONFIG, "training.num_generations=3", "-o", tmp_path / "new" / "r.yaml")
+    assert bad.exit_code == 2 and "marked NOT VALID" in bad.output, bad
+    assert (tmp_path / "new" / "r.yaml").read_text().startswith("# NOT VALID")
+    # a write that fails makes no directory: a file stands where a parent directory would go
+    (tmp_path / "blocker").write_text("")
+    failed = run_cli("import", "trl", TRL_CONFIG, "-o", tmp_path / "blocker" / "sub" / "r.yaml")
+    assert failed.exit_code == 2 and "cannot write" in failed.output, failed
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["blocker", "new"]
+    good = run_cli("import", "trl", TRL_CONFIG, "-o", tmp_path / "new" / "r.yaml", "--force")
+    assert good.exit_code == 0 and (tmp_path / "new" / "r.yaml").is_file(), good
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_import_leaves_the_old_file_or_the_new_one_and_nothing_else(tmp_path: Path, sig) -> None:
+    """`grpo import -o mine.yaml --force` stopped at several moments: mine.yaml is always whole (the old text or
+    the new recipe), "wrote" is printed only when the new recipe is there, and no temporary file stays."""
+    old = "my recipe\n" * 1000
+    outcomes = set()
+    for delay in (0.0, 0.5, 1.0, 1.5, 2.5, 4.0):
+        mine = tmp_path / "mine.yaml"
+        mine.write_text(old, encoding="utf-8")
+        proc = subprocess.Popen([sys.executable, "-m", "grpo_cli", "import", "trl", str(TRL_CONFIG), "-o", str(mine),
+                                 "--force"], env=ENV, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, preexec_fn=sigint_as_a_terminal)
+        time.sleep(delay)
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=120)
+        text = mine.read_text()
+        assert text == old or (text.startswith("# Converted by") and text.endswith("\n") and yaml.safe_load(text))
+        assert ("wrote " in out) == (text != old), out
+        assert "Traceback" not in out, out
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.yaml"], list(tmp_path.iterdir())
+        outcomes.add(text == old)
+    assert True in outcomes  # at least one signal arrived before the write

@@ -101,3 +101,13 @@ def test_a_nan_zero_std_share_of_the_last_run_is_unknown_not_nan(tmp_path: Path)
     text = " ".join(result.output.split())
     assert "nan%" not in text.lower() and "up to +200% per step (unknown: the last run's" in text
     assert "logged frac_reward_zero_std only as NaN, inf or out of [0, 1]" in text
+
+
+def test_the_expected_filler_of_oversampling() -> None:
+    """`grpo validate`'s price of `strategy: oversample`: E[max(T - kept, 0)] / T, kept ~ Binomial(n, keep)."""
+    from grpo_cli.validation.sampling_checks import expected_filler
+
+    assert expected_filler(8, 4, 1.0) == 0 and expected_filler(8, 4, 0.0) == 1
+    assert expected_filler(1, 1, 0.5) == pytest.approx(0.5)
+    # 2 of 4 drawn groups kept with p = 0.5, batch of 2: short by 2 w.p. 1/16, by 1 w.p. 4/16 -> (2 + 4) / 16 / 2
+    assert expected_filler(4, 2, 0.5) == pytest.approx(6 / 32)

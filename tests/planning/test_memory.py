@@ -12,6 +12,8 @@ from grpo_cli.validation.memory import GIB, memory_plan
 from grpo_cli.validation.shapes import ModelShape
 from tests.conftest import MINIMAL, RECIPES, run_cli
 
+DEMO = RECIPES / "demo.yaml"
+
 # Qwen2.5-0.5B(-Instruct) config.json values.
 QWEN05 = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
           "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": True}
@@ -279,9 +281,6 @@ def test_memory_plan_releases_vllm_while_training_in_sleep_mode(write_recipe) ->
     asleep = _memory_of(write_recipe, "", "colocate, enable_sleep_mode: true")
     assert asleep.item("vLLM (colocate)").phase == "generation"
     assert asleep.total_gb < awake.total_gb
-
-
-DEMO = RECIPES / "demo.yaml"
 
 
 def test_memory_on_the_cpu_profile_is_headed_host_ram() -> None:

@@ -104,3 +104,15 @@ def test_a_manifest_round_trips(tmp_path: Path) -> None:
     runs.write_manifest(old, again)
     assert json.loads((old / runs.MANIFEST).read_text(encoding="utf-8")) == {**OLD, "note": "mine"}
     assert Manifest.parse({**OLD, "note": "mine"}) == again
+
+
+def test_manifest_is_written_atomically_and_read_back(tmp_path: Path) -> None:
+    from grpo_cli.runs.manifest import start_manifest
+
+    manifest = start_manifest("", seed=7, world_size=2)
+    assert manifest.status == "running" and manifest.package_version("python")
+    runs.write_manifest(tmp_path, manifest)
+    assert (read := runs.read_manifest(tmp_path)) is not None and read.seed == 7
+    assert not list(tmp_path.glob("*.tmp"))
+    (tmp_path / runs.MANIFEST).write_text("{broken")
+    assert runs.read_manifest(tmp_path) is None

@@ -9,6 +9,8 @@ import pytest
 
 from tests.conftest import RECIPES, assert_paragraph, run_cli
 
+DEMO = RECIPES / "demo.yaml"
+
 
 def _validate(write_recipe, training: str, *extra: str) -> str:
     path = write_recipe(f"""
@@ -94,9 +96,6 @@ def test_do_eval_alone_is_not_silently_ignored(write_recipe) -> None:
     out = _validate(write_recipe, "do_eval: true")
     assert out.startswith("2|") and "training.do_eval" in out and "eval_strategy" in out, out
     assert _validate(write_recipe, "do_eval: false").startswith("0|")
-
-
-DEMO = RECIPES / "demo.yaml"
 
 
 def test_validate_refuses_a_push_to_hub_id_the_hub_would_refuse() -> None:
