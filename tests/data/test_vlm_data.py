@@ -11,7 +11,7 @@ from PIL import Image
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.recipe.loader import load_recipe
-from tests.conftest import RECIPES, ROOT, run_cli
+from tests.conftest import RECIPES, ROOT, assert_paragraph, run_cli
 
 TINY_VLM = ROOT / "grpo_cli" / "assets" / "tiny-vlm"
 COLOURS = {"red": (220, 40, 40), "blue": (40, 70, 220)}
@@ -211,12 +211,12 @@ def test_images_for_a_text_only_model_are_refused(tmp_path: Path) -> None:
     _png(tmp_path / "a.png", "red")
     _jsonl(tmp_path / "train.jsonl", [{"image": "a.png", "question": "Q", "answer": "red"}])
     result = run_cli("validate", _recipe(tmp_path, "train.jsonl", model="bundled:tiny-arith"))
-    assert result.exit_code == 2 and "text-only model" in result.output
+    assert_paragraph(result, "text-only model")
 
 
 def test_image_rows_need_chat_prompts(tmp_path: Path) -> None:
     result = run_cli("validate", RECIPES / "vlm-demo.yaml", "data.prompt.chat=false")
-    assert result.exit_code == 2 and "chat prompts" in result.output
+    assert_paragraph(result, "chat prompts")
 
 
 def test_the_real_model_recipe_validates_offline() -> None:

@@ -152,7 +152,7 @@ def test_a_reward_pool_can_take_the_free_cores(write_recipe, no_user_threads: No
     funcs = build_reward_funcs(loaded)
     assert isinstance(funcs[0], ParallelReward) == (free > 1)  # one free core: scored in-process, no pool
     bad = run_cli("validate", write_recipe(recipe.read_text().replace("auto", "many"), "bad.yaml"))
-    assert bad.exit_code == 2 and "rewards[0].parallel: must be a number of processes" in bad.output
+    assert_paragraph(bad, "rewards[0].parallel: must be a number of processes")
 
 
 def test_omp_num_threads_too_large_for_torch_is_named(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,7 +17,7 @@ import pytest
 from grpo_cli.errors import GrpoError
 from grpo_cli.rewards.builtins.code import code
 from grpo_cli.rewards.builtins.code_cloud import read_runner, runner_source
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, assert_paragraph, run_cli
 
 ADD = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
 TESTS = [{"input": "1 2\n", "output": "3\n"}]
@@ -56,10 +56,10 @@ def test_validate_accepts_e2b_with_its_key_and_wants_a_morph_snapshot(code_recip
     monkeypatch.setenv("MORPH_API_KEY", "morph_test")
     assert run_cli("validate", code_recipe("{backend: e2b}")).exit_code == 0
     morph = run_cli("validate", code_recipe("{backend: morph}"))
-    assert morph.exit_code == 2 and "backend_image" in morph.output, morph
+    assert_paragraph(morph, "backend_image")
     assert run_cli("validate", code_recipe("{backend: morph, backend_image: snapshot_abc}")).exit_code == 0
     typo = run_cli("validate", code_recipe("{backend: e2bb}"))
-    assert typo.exit_code == 2 and "e2b" in typo.output and "morph" in typo.output, typo
+    assert_paragraph(typo, "e2b", "morph")
 
 
 @pytest.mark.parametrize("backend,path", [("e2b", "/sandboxes"), ("morph", "/instance?snapshot_id=snap_1")])

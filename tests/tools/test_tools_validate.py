@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import assert_paragraph, run_cli
 
 GOOD_TOOLS = '''
 import asyncio
@@ -147,14 +147,6 @@ def _recipe(tmp_path: Path, extra: str, *, chat: bool = True, model: str = "bund
     return path
 
 
-def _error(result, *needles: str) -> None:
-    assert result.exit_code == 2, result
-    assert "Traceback" not in result.output, result
-    flat = " ".join(result.output.split())
-    for needle in needles:
-        assert needle in flat, f"{needle!r} not in:\n{result.output}"
-
-
 def test_valid_tools_and_environment_show_in_the_plan(tmp_path: Path) -> None:
     path = _recipe(tmp_path, """
         tools:
@@ -187,7 +179,7 @@ def test_valid_tools_and_environment_show_in_the_plan(tmp_path: Path) -> None:
 def test_tool_errors(tmp_path: Path, tool: str, needles: tuple[str, ...]) -> None:
     (tmp_path / "binary.py").write_bytes(b"\x00\x9f\x92\x96" * 64)
     (tmp_path / "latin1.py").write_bytes(b"def add(a: int) -> str:\n    return 'caf\xe9'\n")
-    _error(run_cli("validate", _recipe(tmp_path, f"tools: [{tool}]\n")), *needles)
+    assert_paragraph(run_cli("validate", _recipe(tmp_path, f"tools: [{tool}]\n")), *needles)
 
 
 @pytest.mark.parametrize("env,needles", [
@@ -201,12 +193,13 @@ def test_tool_errors(tmp_path: Path, tool: str, needles: tuple[str, ...]) -> Non
     ("{factory: {a: envs.py:Counter}, params: {a: {nope: 1}}}", ("environment.params.a.nope",)),
 ])
 def test_environment_errors(tmp_path: Path, env: str, needles: tuple[str, ...]) -> None:
-    _error(run_cli("validate", _recipe(tmp_path, f"environment: {env}\n")), *needles)
+    assert_paragraph(run_cli("validate", _recipe(tmp_path, f"environment: {env}\n")), *needles)
 
 
 def test_routed_environments_need_an_environment_column(tmp_path: Path) -> None:
     path = _recipe(tmp_path, "environment: {a: envs.py:Counter, b: envs.py:Counter}\n")
-    _error(run_cli("validate", path), "environment.factory", "`environment` column", "columns: question, answer")
+    assert_paragraph(run_cli("validate", path), "environment.factory", "`environment` column",
+                     "columns: question, answer")
     routed = ROWS.replace('"answer": "3"}', '"answer": "3", "environment": "a"}').replace(
         '"answer": "4"}', '"answer": "4", "environment": "b"}')
     ok = _recipe(tmp_path, "environment: {a: envs.py:Counter, b: envs.py:Counter}\n", rows=routed)
@@ -214,8 +207,8 @@ def test_routed_environments_need_an_environment_column(tmp_path: Path) -> None:
 
 
 def test_tools_need_chat_prompts(tmp_path: Path) -> None:
-    _error(run_cli("validate", _recipe(tmp_path, "tools: [tools.py:add]\n", chat=False)),
-           "data.prompt.chat", "tools need chat prompts", "chat: true")
+    assert_paragraph(run_cli("validate", _recipe(tmp_path, "tools: [tools.py:add]\n", chat=False)),
+                     "data.prompt.chat", "tools need chat prompts", "chat: true")
 
 
 def test_tool_setting_without_tools_is_a_warning(tmp_path: Path) -> None:
@@ -228,8 +221,8 @@ def test_tool_setting_without_tools_is_a_warning(tmp_path: Path) -> None:
 
 def test_chat_template_without_tool_support_is_refused(tmp_path: Path) -> None:
     # tiny-arith's template prints `role: content` lines only: tool calls and tool names vanish.
-    _error(run_cli("validate", _recipe(tmp_path, "tools: [tools.py:add]\n", model="bundled:tiny-arith")),
-           "model.name_or_path", "does not render a tool-calling conversation")
+    assert_paragraph(run_cli("validate", _recipe(tmp_path, "tools: [tools.py:add]\n", model="bundled:tiny-arith")),
+                     "model.name_or_path", "does not render a tool-calling conversation")
 
 
 def test_transformers_floors() -> None:
@@ -277,7 +270,9 @@ def test_two_tools_with_one_name_are_refused(tmp_path: Path) -> None:
     (tmp_path / "more.py").write_text('def add(a: int, b: int) -> int:\n    """Add.\n\n    Args:\n        a: x\n'
                                       '        b: y\n    """\n    return a + b\n', encoding="utf-8")
     path = _recipe(tmp_path, "tools: [tools.py:add, more.py:add]\n")
-    _error(run_cli("validate", path), "tools[1].function", "tool name 'add' is already used by tools[0].function")
+    assert_paragraph(run_cli("validate", path), "tools[1].function",
+                     "tool name 'add' is already used by tools[0].function")
     clash = _recipe(tmp_path, "tools: [tools.py:add]\nenvironment: envs.py:Counter\n")
     (tmp_path / "envs.py").write_text((tmp_path / "envs.py").read_text().replace("def increment", "def add"))
-    _error(run_cli("validate", clash), "environment.factory (Counter.add)", "already used by tools[0].function")
+    assert_paragraph(run_cli("validate", clash), "environment.factory (Counter.add)",
+                     "already used by tools[0].function")

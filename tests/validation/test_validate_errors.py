@@ -14,13 +14,6 @@ from tests.conftest import MINIMAL, RECIPES, ROOT, assert_paragraph, run_cli
 DEMO = RECIPES / "demo.yaml"
 
 
-def _expect_error(result, *needles: str) -> None:
-    assert result.exit_code == 2, result
-    assert "Traceback" not in result.output, result
-    for needle in needles:
-        assert needle in result.output, f"{needle!r} not in:\n{result.output}"
-
-
 def _recipe(minimal_dir: Path, text: str, name: str = "recipe.yaml") -> Path:
     path = minimal_dir / name
     path.write_text(text, encoding="utf-8")
@@ -113,47 +106,47 @@ CASES: list[tuple[str, str, list[str], tuple[str, ...]]] = [
 @pytest.mark.parametrize("text,extra,needles", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_malformed_recipe(minimal_dir: Path, text: str, extra: list[str], needles: tuple[str, ...]) -> None:
     path = _recipe(minimal_dir, text)
-    _expect_error(run_cli("validate", path, *extra), *needles)
+    assert_paragraph(run_cli("validate", path, *extra), *needles)
 
 
 def test_missing_recipe_file(tmp_path: Path) -> None:
-    _expect_error(run_cli("validate", tmp_path / "nope.yaml"), "nope.yaml", "not found")
+    assert_paragraph(run_cli("validate", tmp_path / "nope.yaml"), "nope.yaml", "not found")
 
 
 def test_circular_extends(minimal_dir: Path) -> None:
     _recipe(minimal_dir, "extends: b.yaml\n" + MINIMAL, "a.yaml")
     _recipe(minimal_dir, "extends: a.yaml\n", "b.yaml")
-    _expect_error(run_cli("validate", minimal_dir / "a.yaml"), "circular", "a.yaml -> b.yaml -> a.yaml")
+    assert_paragraph(run_cli("validate", minimal_dir / "a.yaml"), "circular", "a.yaml -> b.yaml -> a.yaml")
 
 
 def test_reward_function_not_in_file(minimal_dir: Path) -> None:
     (minimal_dir / "my_rewards.py").write_text("def score_len(completions, **kwargs):\n    return [0.0]\n")
     path = _recipe(minimal_dir, MINIMAL.replace("- name: accuracy", "- function: my_rewards.py:score_lenght"))
-    _expect_error(run_cli("validate", path), "rewards[0].function", "score_lenght", "score_len")
+    assert_paragraph(run_cli("validate", path), "rewards[0].function", "score_lenght", "score_len")
 
 
 def test_reward_without_kwargs(minimal_dir: Path) -> None:
     (minimal_dir / "my_rewards.py").write_text("def strict(completions, answer):\n    return [0.0]\n")
     path = _recipe(minimal_dir, MINIMAL.replace("- name: accuracy", "- function: my_rewards.py:strict"))
-    _expect_error(run_cli("validate", path), "rewards[0].function", "**kwargs")
+    assert_paragraph(run_cli("validate", path), "rewards[0].function", "**kwargs")
 
 
 def test_reward_needs_column_the_data_lacks(minimal_dir: Path) -> None:
     (minimal_dir / "my_rewards.py").write_text(
         "def uses_solution(completions, solution, **kwargs):\n    return [0.0 for _ in completions]\n")
     path = _recipe(minimal_dir, MINIMAL.replace("- name: accuracy", "- function: my_rewards.py:uses_solution"))
-    _expect_error(run_cli("validate", path), "rewards[0]", "`solution`", "data.keep_columns")
+    assert_paragraph(run_cli("validate", path), "rewards[0]", "`solution`", "data.keep_columns")
 
 
 def test_builtin_reward_needs_column_the_data_lacks(minimal_dir: Path) -> None:
     path = _recipe(minimal_dir, MINIMAL)
-    _expect_error(run_cli("validate", path, "data.keep_columns=[question]"), "rewards[0]", "accuracy", "`answer`")
+    assert_paragraph(run_cli("validate", path, "data.keep_columns=[question]"), "rewards[0]", "accuracy", "`answer`")
 
 
 def test_reward_file_syntax_error(minimal_dir: Path) -> None:
     (minimal_dir / "broken.py").write_text("def f(:\n")
     path = _recipe(minimal_dir, MINIMAL.replace("- name: accuracy", "- function: broken.py:f"))
-    _expect_error(run_cli("validate", path), "rewards[0].function", "syntax error")
+    assert_paragraph(run_cli("validate", path), "rewards[0].function", "syntax error")
 
 
 def test_debug_shows_traceback(minimal_dir: Path) -> None:
@@ -171,22 +164,22 @@ def test_chat_prompts_with_a_local_model_lacking_a_chat_template(minimal_dir: Pa
     (model / "tokenizer_config.json").write_text('{"eos_token": "<eos>"}')
     path = _recipe(minimal_dir, MINIMAL.replace("Qwen/Qwen2.5-0.5B-Instruct", "./base-model")
                    .replace("prompt: {column: question}", "prompt: {column: question, chat: true}"))
-    _expect_error(run_cli("validate", path), "data.prompt.chat", "no chat template")
+    assert_paragraph(run_cli("validate", path), "data.prompt.chat", "no chat template")
 
 
 def test_prompt_and_completion_longer_than_the_model_positions(tmp_path: Path) -> None:
     demo = ROOT / "recipes" / "demo.yaml"  # its bundled model has 128 positions (max_position_embeddings)
-    _expect_error(run_cli("validate", demo, "training.max_completion_length=100000"),
-                  "training.max_completion_length 100000 leaves no room for a prompt in the model's 128 positions",
-                  "tiny-arith/config.json", "below 128")
-    _expect_error(run_cli("validate", demo, "training.max_completion_length=100", "data.max_prompt_tokens=64"),
-                  "data.max_prompt_tokens 64 + training.max_completion_length 100 = 164 tokens", "128 positions",
-                  "<= 128")
+    assert_paragraph(run_cli("validate", demo, "training.max_completion_length=100000"),
+                     "training.max_completion_length 100000 leaves no room for a prompt in the model's 128 positions",
+                     "tiny-arith/config.json", "below 128")
+    assert_paragraph(run_cli("validate", demo, "training.max_completion_length=100", "data.max_prompt_tokens=64"),
+                     "data.max_prompt_tokens 64 + training.max_completion_length 100 = 164 tokens", "128 positions",
+                     "<= 128")
     assert run_cli("validate", demo, "training.max_completion_length=64", "data.max_prompt_tokens=64").exit_code == 0
-    _expect_error(run_cli("validate", demo, "eval.max_new_tokens=100000"),  # held-out sampling too
-                  "eval.max_new_tokens 100000 leaves no room for a prompt in the model's 128 positions")
+    assert_paragraph(run_cli("validate", demo, "eval.max_new_tokens=100000"),  # held-out sampling too
+                     "eval.max_new_tokens 100000 leaves no room for a prompt in the model's 128 positions")
     for key in ("data.max_prompt_tokens", "data.max_samples"):  # not read as 1
-        _expect_error(run_cli("validate", demo, f"{key}=true"), key, "must be a whole number > 0, got True")
+        assert_paragraph(run_cli("validate", demo, f"{key}=true"), key, "must be a whole number > 0, got True")
     model = tmp_path / "scaled"  # a config whose rope scaling may reach further: warned, not refused
     shutil.copytree(ROOT / "grpo_cli" / "assets" / "tiny-arith", model)
     config = json.loads((model / "config.json").read_text())
@@ -210,8 +203,8 @@ def test_a_damaged_model_config_is_one_paragraph(tmp_path: Path, content: bytes 
         os.mkfifo(model / "config.json")
     else:
         (model / "config.json").write_bytes(content)
-    _expect_error(run_cli("validate", ROOT / "recipes" / "demo.yaml", f"model.name_or_path={model}"),
-                  "model.name_or_path", str(model / "config.json"), what, "Restore the model's config.json")
+    assert_paragraph(run_cli("validate", ROOT / "recipes" / "demo.yaml", f"model.name_or_path={model}"),
+                     "model.name_or_path", str(model / "config.json"), what, "Restore the model's config.json")
 
 
 @pytest.mark.parametrize("args, needles", [

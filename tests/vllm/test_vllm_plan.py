@@ -52,7 +52,7 @@ def test_a_head_size_vllms_cpu_attention_lacks_is_one_paragraph_at_validate(tmp_
 
 def test_sleep_mode_is_refused_on_cpu() -> None:
     result = run_cli("validate", DEMO, "launch.vllm.mode=colocate", "launch.vllm.enable_sleep_mode=true")
-    assert result.exit_code == 2 and "sleep mode needs a GPU" in result.output
+    assert_paragraph(result, "sleep mode needs a GPU")
 
 
 def test_every_bundled_model_has_a_head_size_vllm_cpu_runs() -> None:
