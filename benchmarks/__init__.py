@@ -9,6 +9,6 @@
 
 `record.py` is the one writer: with `--record` a script writes its table to a new dated file in
 docs/performance/history/; without it, it only prints. A package so that a script in a group imports another part
-as `benchmarks.GROUP.NAME` once it has put the repository root on sys.path. tests/test_benchmarks.py smoke-runs
-every script on tiny settings.
+as `benchmarks.GROUP.NAME` once it has put the repository root on sys.path. tests/measuring/test_benchmarks.py
+smoke-runs every script on tiny settings.
 """

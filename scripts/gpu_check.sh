@@ -16,7 +16,7 @@
 # It never replaces what it did not write: an OUTDIR holding a real GPU run's results (or files of that name it
 # cannot tell are a dry run's) is refused, and so is a TMPDIR it cannot make its scratch folder in.
 # `--dry-run` runs the same parts on the CPU
-# with tiny sizes, in this environment, without wheels (tests/test_gpu_kit.py runs it).
+# with tiny sizes, in this environment, without wheels (tests/measuring/test_gpu_kit.py runs it).
 # Record a real run with `python benchmarks/gpu/gpu_check.py record OUTDIR` (a new file in docs/performance/history/).
 set -uo pipefail
 usage="usage: scripts/gpu_check.sh [--dry-run] OUTDIR"

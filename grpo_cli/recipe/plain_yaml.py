@@ -7,7 +7,7 @@ gives: the same PyYAML loader (libyaml's when installed, as OmegaConf 2.4 uses),
 (floats such as `1e-5` without a dot; dates stay strings). Whatever this reader is not sure of returns
 None and OmegaConf reads the file instead, reporting any problem exactly as before: anchors and aliases,
 merge keys, duplicate keys, tags other than the plain ones, keys that are not strings, `???`, very large
-documents (OmegaConf's node limit), and every error. tests/test_plain_yaml.py holds both readers to the
+documents (OmegaConf's node limit), and every error. tests/recipe/test_plain_yaml.py holds both readers to the
 same result.
 """
 

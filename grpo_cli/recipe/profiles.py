@@ -4,7 +4,7 @@ A profile decides how many processes `grpo train` runs (and whether it re-launch
 what is sharded across them (which the memory plan divides by), whether DeepSpeed must be installed, whether
 the run is held on the CPU (which also puts vLLM on its CPU build and rules out its GPU-only sleep mode), and
 which accelerate config file ships for it. A new profile is one row here, its name in `Profile`, and its file
-in `assets/accelerate_configs/` (tests/test_launching.py checks that every row has all three).
+in `assets/accelerate_configs/` (tests/launching/test_launching.py checks that every row has all three).
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@
    variable-length causal attention in plain torch (one SDPA call per tree segment).
 3. MFU: `get_peak_flops_per_device` asks `torch.cuda.get_device_name`; on CPU there is no peak to report.
 
-tests/test_async_grpo.py pins each hook against the installed TRL, so a TRL that moves one fails loudly.
+tests/training/test_async_grpo.py pins each hook against the installed TRL, so a TRL that moves one fails loudly.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ static cache alone.
 
 Where it does not apply (validation/fast_generation.py says why in the plan) nothing is changed.
 Hooks: `GRPOConfig.cache_implementation`, `GRPOConfig.generation_kwargs` and `GRPOTrainer.generation_config`, read
-by `_generate_single_turn` in TRL 1.16.0 with transformers 5.24.0 (tests/test_merged_generation.py pins them).
+by `_generate_single_turn` in TRL 1.16.0 with transformers 5.24.0 (tests/training/test_merged_generation.py pins them).
 What depends on it: the plan's "generation path" line and scripts/gpu_check.sh's fast-path cases.
 """
 

@@ -17,7 +17,7 @@ ones drawn as step 2 draws them) in one call of TRL's method, and step 2 never r
 TRL's own metrics (reward, frac_reward_zero_std, ...) still describe everything generated; grpo adds
 `dynamic_sampling/*` once per generation batch. A step whose extra rounds run past `SAY_EVERY_S` says so on the
 console, round by round, and batches that end with every group dropped (only zero-advantage filler trained) are
-a health warning (`health.jsonl`, guard `dynamic_sampling`). `tests/test_dynamic_sampling.py` pins the hook to
+a health warning (`health.jsonl`, guard `dynamic_sampling`). `tests/training/test_dynamic_sampling.py` pins the hook to
 the installed TRL (signatures, attributes, output keys), so a TRL change fails loudly.
 """
 

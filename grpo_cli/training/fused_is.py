@@ -9,7 +9,7 @@ same weights (TRL itself uses `per_token_logps.detach()` as `old` in that case w
 that extra forward was 3.3 s of a 17 s step on 2 cores. grpo takes `old` from the loss forward instead: the ratio,
 its truncation or mask and TRL's `sampling/*` metrics are computed there, as TRL computes them (with
 `sampling.skip_zero_advantage` the metrics cover the completions that are trained on).
-`tests/test_fused_is.py` compares the loss, gradients and ratio with TRL's own path on one generated batch.
+`tests/training/test_fused_is.py` compares the loss, gradients and ratio with TRL's own path on one generated batch.
 """
 
 from __future__ import annotations

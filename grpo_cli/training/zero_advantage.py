@@ -8,7 +8,7 @@ normaliser would have counted for the whole micro-batch, so the gradient is the 
 divide by `num_items_in_batch` (kept in the inputs), grpo, sapo, luspo and dr_grpo by the number of completions,
 bnpo by the number of completion tokens. A micro-batch with no such row gives a zero loss that still touches
 every trainable parameter, so the optimizer steps exactly as it would on zero gradients.
-`tests/test_zero_advantage.py` trains one step both ways on the bundled model and compares the parameters.
+`tests/training/test_zero_advantage.py` trains one step both ways on the bundled model and compares the parameters.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ class Window:
 
 
 # TRL 1.16's windows (its Requires-Dist and import checks) intersected with grpo's own floors (pyproject.toml).
-# tests/test_doctor.py checks these against the installed TRL's metadata.
+# tests/validation/test_doctor.py checks these against the installed TRL's metadata.
 WINDOWS: dict[str, Window] = {
     "python": Window(">=3.11", "grpo"),
     "torch": Window(">=2.6", "grpo"),

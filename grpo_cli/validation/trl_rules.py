@@ -4,7 +4,7 @@
 decides -- but only after the model has loaded, often on a GPU box. Each rule below mirrors one
 raise site: where it is in TRL, TRL's condition, the recipe key a user edits, and the fix. The
 batch arithmetic raises live in `batching.py`; docs/preflight.md lists the raise sites that are
-deliberately not mirrored and why. tests/test_trl_rules.py checks every rule against the real
+deliberately not mirrored and why. tests/validation/test_trl_rules.py checks every rule against the real
 GRPOConfig/GRPOTrainer, so a TRL release that changes a condition fails the table, not a user.
 """
 

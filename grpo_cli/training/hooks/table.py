@@ -5,7 +5,7 @@ feature (something TRL alone does not do).
 The order is the stacking order: where two hooks wrap one method (`_generate_and_score_completions` is wrapped by
 fused_is, then step_timing, then dynamic_sampling), the later one wraps the earlier, so the last in the list runs
 first. The code of each hook stays in the module of its concern (`module`); this list only calls it.
-`tests/test_trl_hooks.py` pins the order and resolves every replaced name on the installed TRL.
+`tests/training/test_trl_hooks.py` pins the order and resolves every replaced name on the installed TRL.
 
 Not TRL's, so not here: sharding.py's two process-wide changes (accelerate's shared state made FSDP on CPU,
 DeepSpeed's shared-memory op marked incompatible), which run.py applies before GRPOConfig, and heap.py /

@@ -1,0 +1,42 @@
+"""benchmarks/vs_trl/time_to_accuracy.py on the demo, tiny: the plain TRL script and `grpo train` each train,
+checkpoint, and every checkpoint is scored, so the shared benchmark of the step-speed and learning-signal work
+cannot rot.
+
+No figure is asserted (speed targets live in the benchmark's own table); what is asserted is what a reader of the
+table relies on: a row per runner, a curve point per checkpoint clocked inside train(), and the same base model
+accuracy at step 0 for every runner.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_each_runner_gets_a_row_with_a_clocked_accuracy_per_checkpoint() -> None:
+    done = subprocess.run(
+        [sys.executable, "benchmarks/vs_trl/time_to_accuracy.py", "--recipe", "recipes/demo.yaml", "--steps", "6",
+         "--save-steps", "3", "--runners", "trl", "grpo", "--eval-samples", "16", "--target", "0.0"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| (")]
+    table = rows[len(rows) // 2:]  # each row is printed when ready, then again in the final table
+    assert [r.split(" | ")[0] for r in table] == ["| (a) plain TRL script", "| (c) grpo train (shared prompt prefill)"]
+    bases = set()
+    for line in table:
+        cells = line.split(" | ")
+        points = re.findall(r"(\d+): ([\d.]+)(?: @ ([\d.]+) s)?", cells[6])
+        assert [p[0] for p in points] == ["0", "3", "6"], cells[6]
+        bases.add(points[0][1])
+        clocks = [float(p[2]) for p in points[1:]]
+        assert 0 < clocks[0] < clocks[1], clocks  # step 6 came after step 3, inside train()
+        assert float(cells[1]) > 0 and cells[5].replace(",", "") == str(6 * 64)  # steps/s; completions generated
+    assert len(bases) == 1  # one base-model evaluation is the step-0 point of every curve
+    assert "(1.00x TRL)" in table[0]  # target 0: reached at the first checkpoint, the plain script is the baseline
