@@ -187,7 +187,7 @@ def test_do_eval_alone_is_not_silently_ignored(write_recipe) -> None:
 
 
 def _plan(write_recipe, training: str, vllm: str = "'off'") -> object:
-    from grpo_cli.validation.memory import memory_plan
+    from grpo_cli.planning.memory import memory_plan
 
     path = write_recipe(f"""
         model: {{name_or_path: Qwen/Qwen2.5-0.5B-Instruct}}

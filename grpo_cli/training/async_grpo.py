@@ -20,9 +20,9 @@ from grpo_cli import trl_compat
 from grpo_cli.errors import GrpoError
 from grpo_cli.launching.vllm_server import server_base_url
 from grpo_cli.models import model_reference
+from grpo_cli.planning.async_mode import async_plan, epsilons
 from grpo_cli.runs.manifest import AsyncRun
 from grpo_cli.training.async_cpu import CpuWeightTransfer
-from grpo_cli.validation.async_checks import async_plan, epsilons
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from grpo_cli.planning.fast_generation import GenerationPath
     from grpo_cli.recipe.schema import Recipe
-    from grpo_cli.validation.fast_generation import GenerationPath
 
 
 def static_cache_settings(recipe: Recipe, path: GenerationPath, kwargs: dict[str, Any]) -> None:

@@ -29,10 +29,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from grpo_cli.validation.fast_generation import MERGE_ENV, merge_switched_off
+from grpo_cli.planning.fast_generation import MERGE_ENV, merge_switched_off
 
 if TYPE_CHECKING:
-    from grpo_cli.validation.fast_generation import GenerationPath
+    from grpo_cli.planning.fast_generation import GenerationPath
 
 OFF_ENV = MERGE_ENV
 CUDA_MARGIN = 256 * 1024**2  # free memory kept beyond the copy when deciding whether a round can merge

@@ -24,6 +24,8 @@ import math
 from typing import TYPE_CHECKING
 
 from grpo_cli.findings import Findings
+from grpo_cli.planning.memory import memory_plan
+from grpo_cli.planning.topology import thread_plan
 from grpo_cli.step_rates import (
     PARTS,
     RateRow,
@@ -37,8 +39,6 @@ from grpo_cli.step_rates import (
     visible_gpus,
 )
 from grpo_cli.threads import load_average, usable_cores
-from grpo_cli.validation.memory import memory_plan
-from grpo_cli.validation.topology import thread_plan
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe

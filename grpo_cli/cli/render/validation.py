@@ -12,10 +12,10 @@ from rich.table import Table
 from grpo_cli.cli.render.tables import print_table
 
 if TYPE_CHECKING:
+    from grpo_cli.planning.memory import MemoryPlan
     from grpo_cli.recipe.schema import Recipe
     from grpo_cli.validation.checks import Preflight
     from grpo_cli.validation.doctor import Report
-    from grpo_cli.validation.memory import MemoryPlan
 
 
 def render_preflight(console: Console, pf: Preflight, *, as_json: bool = False) -> None:
