@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli.artefacts.time_check import check_lines, compare, measure
 from grpo_cli.planning.memory import memory_plan
+from grpo_cli.planning.time_plan import plan_time, recipe_shape
 from grpo_cli.step_rates import RateRow, StepShape, TimePlan, machine, remember
-from grpo_cli.validation.time_plan import plan_time, recipe_shape
 
 if TYPE_CHECKING:
     from grpo_cli.planning import RunPlan

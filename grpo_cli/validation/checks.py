@@ -14,6 +14,7 @@ from collections.abc import Callable
 
 from grpo_cli.findings import Findings
 from grpo_cli.planning.run_plan import RunPlan, plan_run
+from grpo_cli.planning.time_plan import check_time
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.validation.callbacks import check_callbacks
 from grpo_cli.validation.data_checks import check_data, check_rewards
@@ -24,7 +25,6 @@ from grpo_cli.validation.outcome import Preflight
 from grpo_cli.validation.plan_checks import check_generation, check_generation_path, check_launch, check_memory
 from grpo_cli.validation.sampling_checks import check_pass_rate, check_sampling
 from grpo_cli.validation.template_override import check_chat_template
-from grpo_cli.validation.time_plan import check_time
 from grpo_cli.validation.training_checks import check_tools, check_training
 from grpo_cli.validation.training_keys import check_output, check_training_keys
 from grpo_cli.validation.trl_rules import check_trl
