@@ -3,7 +3,7 @@
 The async trainer differs from GRPOTrainer in what it is handed: a model path (it loads the model itself, with its
 packed prefix-tree attention), conversational prompts only (its rollout worker renders every prompt through the
 chat template and parses each answer with a response template), and its own AsyncGRPOConfig. This module maps
-the recipe onto those; validation/async_checks.py has already refused what it cannot honour. On a GPU the
+the recipe onto those; planning/async_mode.py has already refused what it cannot honour. On a GPU the
 trainer runs as TRL ships it (NCCL weight transfer); on the CPU through training/async_cpu.py. Where the
 installed TRL keeps the async trainer is grpo_cli/trl_compat.py's to say.
 """

@@ -14,7 +14,6 @@ from collections.abc import Callable
 
 from grpo_cli.findings import Findings
 from grpo_cli.planning.run_plan import RunPlan, plan_run
-from grpo_cli.planning.time_plan import check_time
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.validation.callbacks import check_callbacks
 from grpo_cli.validation.data_checks import check_data, check_rewards
@@ -22,7 +21,13 @@ from grpo_cli.validation.environment import check_packages
 from grpo_cli.validation.eval_checks import check_eval
 from grpo_cli.validation.model_checks import check_context_length, check_model, check_vllm
 from grpo_cli.validation.outcome import Preflight
-from grpo_cli.validation.plan_checks import check_generation, check_generation_path, check_launch, check_memory
+from grpo_cli.validation.plan_checks import (
+    check_generation,
+    check_generation_path,
+    check_launch,
+    check_memory,
+    check_time,
+)
 from grpo_cli.validation.sampling_checks import check_pass_rate, check_sampling
 from grpo_cli.validation.template_override import check_chat_template
 from grpo_cli.validation.training_checks import check_tools, check_training
@@ -54,7 +59,7 @@ CHECKS: tuple[Check, ...] = (
     check_sampling,       # sampling_checks.py: what `sampling:` needs and costs
     check_launch,         # plan_checks.py: processes, torch threads, reward pools
     check_memory,         # plan_checks.py: the memory plan per GPU
-    check_time,           # time_plan.py: the steady step, the run and its cost, from measured rates
+    check_time,           # plan_checks.py: the steady step, the run and its cost, from measured rates
 )
 """Every preflight check, in the order its problems and warnings are reported."""
 

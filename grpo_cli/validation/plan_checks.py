@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from grpo_cli.findings import Findings
 from grpo_cli.planning.generation_choice import WORTH_IT, vllm_is_faster
+from grpo_cli.planning.time_plan import plan_lines, plan_time
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.threads import pool_workers
 
@@ -85,4 +86,16 @@ def check_generation_path(recipe: Recipe, pf: Preflight) -> Findings:
     elif recipe.sampling.compiled_decode and not path.static:
         found.warnings.append(f"sampling.compiled_decode: true cannot apply here, so TRL's dynamic cache is used: "
                               f"{path.static_why}. Remove sampling.compiled_decode to silence this.")
+    return found
+
+
+def check_time(recipe: Recipe, pf: Preflight) -> Findings:
+    """The plan's time lines (and `pf.time_plan` for `--json` and `grpo train`'s record)."""
+    found = Findings()
+    if pf.batches is None:
+        return found
+    steps = pf.plan.get("total optimizer steps")
+    pf.time_plan = plan = plan_time(recipe, steps=steps if isinstance(steps, int) else None,
+                                    eval_prompts=pf.eval_rows, threads=pf.run.threads.torch_threads)
+    found.plan.update(plan_lines(plan))
     return found
