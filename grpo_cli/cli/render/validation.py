@@ -22,7 +22,8 @@ def render_preflight(console: Console, pf: Preflight, *, as_json: bool = False) 
     """Print the plan of a valid recipe and its warnings."""
     if as_json:
         time_plan = pf.time_plan.as_dict() if pf.time_plan is not None else None
-        console.print_json(json.dumps({"ok": pf.ok, "plan": pf.plan, "warnings": pf.warnings, "time_plan": time_plan}))
+        console.print_json(json.dumps({"ok": pf.ok, "plan": pf.plan, "warnings": pf.warnings, "time_plan": time_plan,
+                                       "run_plan": pf.run.as_dict()}))
         return
     title = f"{pf.recipe.source or 'recipe'} is valid"
     table = Table(title=title, show_header=False, title_justify="left", title_style="bold green")
