@@ -70,10 +70,13 @@ def checked_plan(recipe: Recipe) -> RunPlan:
     return pf.run
 
 
-def train(recipe: Recipe, plan: RunPlan | None = None, **options: Any) -> TrainResult:
-    """Check, plan and train in this process (`grpo_cli.train`); `plan`: one built already (checks skipped).
-    `options` are `training.run.train`'s (output_dir, resume, force, console, resume_command)."""
-    return run.train(recipe, checked_plan(recipe) if plan is None else plan, **options)
+def train(recipe: Recipe, plan: RunPlan | None = None, *, output_dir: str | Path | None = None,
+          resume: bool | str | None = None, force: bool = False, console: Console | None = None,
+          resume_command: str | None = None) -> TrainResult:
+    """Check, plan and train in this process (`grpo_cli.train`): a recipe `grpo validate` refuses raises its
+    RecipeError before anything loads. `plan`: one built already (`grpo_cli.preflight(recipe).run`), used as is."""
+    return run.train(recipe, checked_plan(recipe) if plan is None else plan, output_dir=output_dir, resume=resume,
+                     force=force, console=console, resume_command=resume_command)
 
 
 def run_train_command(req: TrainRequest, console: Console | None = None) -> tuple[int | None, Any]:

@@ -41,14 +41,14 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 
-
 def train(recipe: Recipe, plan: RunPlan | None = None, *, output_dir: str | Path | None = None,
           resume: bool | str | None = None, force: bool = False, console: Console | None = None,
           resume_command: str | None = None) -> TrainResult:
     """Load and train by `plan`; returns when training ends, is stopped, or is interrupted.
 
     `plan`: the run's decisions, made once before it starts (`grpo train` and `grpo_cli.train` build it after
-    `grpo validate`'s checks, train_command.py); without one it is decided here from the recipe, unchecked.
+    `grpo validate`'s checks, train_command.py), and its recipe is the one that runs (`launch.vllm.mode: auto`
+    made concrete); without one it is decided here from `recipe`, unchecked.
     The output directory is locked for the whole run. `resume_command` is the command printed to
     continue an interrupted run (default: the recipe with `-o OUT --resume`).
     """
