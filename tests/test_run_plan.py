@@ -78,6 +78,29 @@ def test_a_relaunching_grpo_train_decides_once_and_hands_its_choices_to_the_work
     assert seen["env"]["OMP_NUM_THREADS"].isdigit()  # each worker's share of the cores, decided in the parent
 
 
+def test_validate_json_carries_the_run_plan_its_lines_are_read_from() -> None:
+    import json
+
+    result = run_cli("validate", DEMO, "--json", "--profile", "ddp", "--num-processes", "2", "--threads", "1")
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    run = out["run_plan"]
+    assert run["processes"] == 2 and out["plan"]["launch"].startswith(run["processes_why"])
+    assert run["batches"]["per_device"] == 64 and out["plan"]["completions per micro-step"] == "128 (64 per device x 2)"
+    assert run["threads"]["torch_threads"] == 1 and run["threads"]["reason"] == "launch.threads"
+
+
+def test_the_python_train_refuses_what_validate_refuses_before_anything_is_written(tmp_path: Path) -> None:
+    from grpo_cli import RecipeError, load_recipe, preflight, train
+
+    recipe = load_recipe(DEMO, ["training.num_generations=7"])  # 64 completions a step are not groups of 7
+    assert not preflight(recipe).ok
+    with pytest.raises(RecipeError) as info:
+        train(recipe, output_dir=tmp_path / "run")
+    assert "num_generations" in info.value.render()
+    assert not (tmp_path / "run").exists()
+
+
 def _imports(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
