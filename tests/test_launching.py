@@ -33,9 +33,9 @@ from grpo_cli.launching.vllm_server import (
     vllm_serve_command,
     wait_for_server,
 )
+from grpo_cli.planning import plan_run, world_size_explanation
 from grpo_cli.recipe.loader import load_recipe
 from grpo_cli.recipe.profiles import multi_process_names
-from grpo_cli.planning import plan_run, world_size_explanation
 from tests.conftest import MINIMAL, ROOT, run_cli
 
 CONFIGS = Path(str(files("grpo_cli.assets") / "accelerate_configs"))  # where the package finds them

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from grpo_cli.recipe.loader import load_recipe
 from grpo_cli.planning.memory import GIB, memory_plan
 from grpo_cli.planning.shapes import ModelShape
+from grpo_cli.recipe.loader import load_recipe
 from tests.conftest import MINIMAL, run_cli
 
 # Qwen2.5-0.5B(-Instruct) config.json values.

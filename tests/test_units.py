@@ -13,10 +13,10 @@ from pydantic import ValidationError
 
 from grpo_cli import paths, runs
 from grpo_cli.errors import GrpoError, did_you_mean
+from grpo_cli.planning.batching import plan_batches
 from grpo_cli.recipe.hints import unknown_key_hint
 from grpo_cli.recipe.schema.training import TrainingSection
 from grpo_cli.recipe.trl_fields import accepted_values, grpo_config_fields, json_schema_for
-from grpo_cli.planning.batching import plan_batches
 
 # ---------------------------------------------------------------------------------------------- batching
 

@@ -186,9 +186,9 @@ def _train_variant(case: Case, path: str, model_dir: Path, work: Path, dry: bool
 
     import torch
 
+    from grpo_cli.planning import memory_plan
     from grpo_cli.recipe import load_recipe
     from grpo_cli.training import train
-    from grpo_cli.planning import memory_plan
 
     cuda = torch.cuda.is_available()
     batch, length, steps = DRY_SIZES if dry else GPU_SIZES
