@@ -73,8 +73,8 @@ def test_a_relaunching_grpo_train_decides_once_and_hands_its_choices_to_the_work
                            launch={"profile": "ddp", "num_processes": 2})
     assert run_train_command(request) == (0, None)
     assert {name: calls[name] for name in DECISIONS} == dict.fromkeys(DECISIONS, 1)
-    chosen = "launch.vllm.mode=colocate" if relaunch.installed("vllm") else "launch.vllm.mode=off"
-    assert chosen in seen["cmd"]  # auto's choice, made in the parent, read by the workers
+    workers = [a for a in seen["cmd"] if a.startswith("launch.vllm.mode=")]
+    assert workers and workers[-1] != "launch.vllm.mode=auto"  # auto's choice, made in the parent, read by them
     assert seen["env"]["OMP_NUM_THREADS"].isdigit()  # each worker's share of the cores, decided in the parent
 
 
