@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the lazy names, visible to type checkers and IDEs (tests/te
     from grpo_cli.errors import GrpoError, RecipeError
     from grpo_cli.recipe.loader import load_recipe
     from grpo_cli.recipe.schema import Recipe
-    from grpo_cli.training.run import train
+    from grpo_cli.train_command import train
     from grpo_cli.validation.checks import preflight
 
 __all__ = ["GrpoError", "Recipe", "RecipeError", "load_recipe", "preflight", "train", "__version__"]

@@ -4,7 +4,7 @@ shipped table and the per-machine file of the user's own runs.
 A step's time is predicted from a step measured before: a row here says what a measured step did (its
 `StepShape`: model size, backend, processes, threads, completions and tokens) and how long each part of it took
 (`PARTS`, seconds per steady optimizer step), on which machine, when, with which command. The planner
-(validation/time_plan.py) scales the nearest row to the recipe's step; `grpo train` measures its own steps,
+(planning/time_plan.py) scales the nearest row to the recipe's step; `grpo train` measures its own steps,
 writes the row in the run's manifest and adds it to this machine's file, so the next plan here starts from it.
 Rows come from: the shipped table (grpo_cli/assets/measured_rates.json: this project's 2-core CPU, the H100
 check), the user's runs on this machine ($GRPO_CACHE_DIR/rates.json, default ~/.cache/grpo/rates.json), and

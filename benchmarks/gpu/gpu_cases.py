@@ -125,7 +125,7 @@ def build_model(case: Case, where: Path) -> Path:
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from grpo_cli.validation.model_config import shipped_shape
+    from grpo_cli.planning.model_config import shipped_shape
 
     if case.shape == "tiny":
         shape = dict(TINY)
@@ -186,9 +186,9 @@ def _train_variant(case: Case, path: str, model_dir: Path, work: Path, dry: bool
 
     import torch
 
+    from grpo_cli.planning import memory_plan
     from grpo_cli.recipe import load_recipe
     from grpo_cli.training import train
-    from grpo_cli.validation import memory_plan
 
     cuda = torch.cuda.is_available()
     batch, length, steps = DRY_SIZES if dry else GPU_SIZES

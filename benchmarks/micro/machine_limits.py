@@ -58,7 +58,7 @@ def ceilings(threads: int, n: int = 1024, mib: int = 256) -> dict[str, float]:
 def run_rates(run: Path) -> dict[str, float]:
     """Achieved GFLOP/s of generation and training, and weight GB/s of generation, from a run's own figures."""
     from grpo_cli import load_recipe
-    from grpo_cli.validation.memory import memory_plan
+    from grpo_cli.planning.memory import memory_plan
 
     recipe = load_recipe(run / "recipe.yaml")
     plan, why = memory_plan(recipe, gpu_memory_gb=None, world_size=1)

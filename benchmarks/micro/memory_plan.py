@@ -113,9 +113,9 @@ def _release_free_heap() -> None:
 
 def run_case(model_dir: Path, size: str, lora: bool, dropout: float = 0.05) -> dict:
     """One case in this process: predicted plan and measured peak, as a dict."""
+    from grpo_cli.planning import memory_plan
     from grpo_cli.recipe import load_recipe
     from grpo_cli.training import train
-    from grpo_cli.validation import memory_plan
 
     tmp = Path(tempfile.mkdtemp(prefix="grpo-mem-"))
     try:

@@ -41,14 +41,16 @@ def slurm(
 ) -> None:
     """Write an sbatch script that runs `grpo train` on N nodes (and a vLLM server node), after validating."""
     from grpo_cli.cli.render import render_launch_file
-    from grpo_cli.launching.cluster import prepare_cluster
+    from grpo_cli.launching.cluster import cluster_world, prepare_cluster
     from grpo_cli.launching.slurm import submit_sbatch, write_slurm
+    from grpo_cli.validation import preflight
 
     loaded = load(recipe, overrides)
     flags = [w for k, v in (("--partition", partition), ("--time", time), ("--cpus-per-task", cpus_per_task),
                             ("--setup", setup), ("-o", out)) if v is not None for w in (k, str(v))]
     plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=vllm_node,
                            gpus_per_node=gpus_per_node, verb="slurm", flags=flags)
+    preflight(cluster_world(recipe, list(overrides or []), plan)).raise_for_problems()  # checked for its world
     path = write_slurm(plan, out, setup=setup,
                        sbatch={"partition": partition, "time": time, "cpus-per-task": cpus_per_task}, force=force,
                        run_dir=Path(loaded.output.dir))
@@ -69,11 +71,13 @@ def skypilot(
 ) -> None:
     """Write a SkyPilot task YAML that runs `grpo train` on N nodes, after validating."""
     from grpo_cli.cli.render import render_launch_file
-    from grpo_cli.launching.cluster import prepare_cluster, write_skypilot
+    from grpo_cli.launching.cluster import cluster_world, prepare_cluster, write_skypilot
+    from grpo_cli.validation import preflight
 
     loaded = load(recipe, overrides)
     flags = ["--accelerator", accelerator, *(["-o", str(out)] if out is not None else [])]
     plan = prepare_cluster(loaded, recipe, list(overrides or []), nodes=nodes, vllm_node=False,
                            gpus_per_node=gpus_per_node, verb="skypilot", flags=flags)
+    preflight(cluster_world(recipe, list(overrides or []), plan)).raise_for_problems()  # checked for its world
     path = write_skypilot(plan, out, accelerator=accelerator, recipe=loaded, force=force)
     render_launch_file(console, path, f"sky launch -c {plan.name} {shlex.quote(str(path))}")

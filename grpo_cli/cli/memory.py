@@ -20,7 +20,7 @@ def memory(
 ) -> None:
     """Estimate memory per GPU from the model's config.json and the recipe, without loading weights."""
     from grpo_cli.cli.render import render_memory_plan
-    from grpo_cli.validation import memory_plan
+    from grpo_cli.planning import memory_plan
     from grpo_cli.validation.model_checks import check_model_reference
 
     loaded = load(recipe, overrides, profile=profile, num_processes=num_processes)

@@ -29,8 +29,8 @@ def train(
     """Train a recipe with TRL's GRPOTrainer (re-launching under accelerate for multi-process profiles)."""
     from grpo_cli.cli.render import render_train_result
     from grpo_cli.errors import GrpoError
+    from grpo_cli.train_command import EXIT_CODES, TrainRequest, run_train_command, split_resume_path
     from grpo_cli.training import is_main_process
-    from grpo_cli.training.command import EXIT_CODES, TrainRequest, run_train_command, split_resume_path
 
     if output_dir is not None and not output_dir.strip():
         raise GrpoError("is empty: a run needs its own directory (an empty path would write into the current one)",

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any
 from grpo_cli.data.images import is_processor
 from grpo_cli.errors import GrpoError
 from grpo_cli.models.sources import load_source_model, read_json
+from grpo_cli.planning.vllm_support import cpu_env, head_size_problem, vllm_is_cpu_build
 from grpo_cli.progress import active, advance
 from grpo_cli.recipe.profiles import launch_profile
-from grpo_cli.validation.vllm_support import cpu_env, head_size_problem, vllm_is_cpu_build
 
 if TYPE_CHECKING:
     from grpo_cli.evaluation.scoring import EvalSettings

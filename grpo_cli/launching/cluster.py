@@ -23,7 +23,6 @@ from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.launching.script_values import check_accelerator, check_plain, job_name
 from grpo_cli.paths import write_atomic
 from grpo_cli.recipe.loader import load_recipe
-from grpo_cli.validation import preflight
 from grpo_cli.version import __version__
 
 if TYPE_CHECKING:
@@ -188,13 +187,11 @@ def _check_gpus_per_node(per_node: int, server_gpus: int, gpus_per_node: int | N
                         f"`launch.num_processes={(gpus_per_node - server_gpus) * nodes}`.")
 
 
-def validate_for_cluster(recipe_path: Path, overrides: list[str], plan: ClusterPlan) -> Any:
-    """`grpo validate` for the world the cluster gives; returns that recipe (RecipeError on any problem)."""
+def cluster_world(recipe_path: Path, overrides: list[str], plan: ClusterPlan) -> Any:
+    """The recipe in the world the cluster gives: what `grpo launch` runs `grpo validate`'s checks on."""
     layout = [f"launch.num_machines={plan.nodes}", f"launch.num_processes={plan.processes}",
               "launch.main_process_ip=127.0.0.1", *server_node_overrides(plan, "127.0.0.1")]
-    world = load_recipe(recipe_path, [*overrides, *layout])
-    preflight(world).raise_for_problems()
-    return world
+    return load_recipe(recipe_path, [*overrides, *layout])
 
 
 def train_flags(plan: ClusterPlan, *, main: str, rank: str) -> list[str]:
@@ -265,12 +262,11 @@ def _install_spec(workdir: Path, extras: list[str]) -> str:
 
 def prepare_cluster(recipe: Recipe, recipe_path: Path, overrides: list[str], *, nodes: int, vllm_node: bool,
                     gpus_per_node: int | None, verb: str = "slurm", flags: Sequence[str] = ()) -> ClusterPlan:
-    """The cluster layout, after the recipe passed `grpo validate` for that layout."""
+    """The cluster layout; the caller checks the recipe in it (`cluster_world`) before writing any file."""
     check_plain(str(recipe_path.resolve()), "RECIPE", "the recipe path")
     check_plain(str(Path.cwd()), "the current directory", "the directory")
     plan = plan_cluster(recipe, recipe_path.resolve(), overrides, nodes=nodes, vllm_node=vllm_node,
                         gpus_per_node=gpus_per_node, verb=verb, flags=flags)
-    validate_for_cluster(recipe_path, overrides, plan)
     return plan
 
 

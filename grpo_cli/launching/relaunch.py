@@ -20,20 +20,20 @@ from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from grpo_cli.errors import GrpoError
-from grpo_cli.recipe.profiles import launch_profile
-from grpo_cli.runs import manifest_status
-from grpo_cli.runs.lock import LOCKED_ENV, RunLock
-from grpo_cli.threads import RELAUNCHED_ENV, launch_env_threads
-from grpo_cli.validation import thread_plan
-from grpo_cli.validation.topology import (
+from grpo_cli.errors import GrpoError, RecipeError
+from grpo_cli.planning.topology import (
     check_batches_for_world,
     installed,
     resolve_num_processes,
     visible_gpu_count,
 )
+from grpo_cli.recipe.profiles import launch_profile
+from grpo_cli.runs import manifest_status
+from grpo_cli.runs.lock import LOCKED_ENV, RunLock
+from grpo_cli.threads import RELAUNCHED_ENV, launch_env_threads
 
 if TYPE_CHECKING:
+    from grpo_cli.planning import RunPlan
     from grpo_cli.recipe.schema import Recipe
 
 # Set in the environment of the processes `grpo train` starts, so they never re-launch again.
@@ -129,17 +129,18 @@ def train_passthrough(output_dir: str | Path | None = None, resume: bool = False
 
 def accelerate_command(recipe: Recipe, recipe_path: Path | str, overrides: Sequence[str],
                        launch_overrides: Sequence[str], train_args: Sequence[str] = (), *,
-                       gpus: int | None = None) -> list[str]:
+                       gpus: int | None = None, processes: int | None = None) -> list[str]:
     """The `accelerate launch` command line that runs this training on all processes of this node.
 
     `train_args` are the `grpo train` flags to pass through (see `train_passthrough`). When the
     recipe does not fix `launch.num_processes`, the derived count is appended to the launch
     overrides so every process checks TRL's batch arithmetic for the world size it really runs in.
+    `processes`: the count the run plan resolved (resolved here when None).
     """
     launch = recipe.launch
-    n = resolve_num_processes(recipe, gpus)
+    n = resolve_num_processes(recipe, gpus) if processes is None else processes
     child_launch = list(launch_overrides)
-    if launch.num_processes is None:
+    if launch.num_processes is None and f"launch.num_processes={n}" not in child_launch:
         child_launch.append(f"launch.num_processes={n}")
     cmd = [sys.executable, "-m", "grpo_cli.launching.accelerate_launch",  # accelerate launch, quiet on Ctrl-C
            "--config_file", str(accelerate_config_path(recipe)),
@@ -257,28 +258,34 @@ def run_forwarding_signals(cmd: Sequence[str], env: dict[str, str]) -> int:
     return code if code >= 0 else 128 - code
 
 
-def maybe_relaunch(recipe: Recipe, recipe_path: Path, overrides: list[str], launch_overrides: list[str],
+def maybe_relaunch(plan: RunPlan, recipe_path: Path, overrides: list[str], launch_overrides: list[str],
                    train_args: Sequence[str] = (), lock_dir: Path | str | None = None) -> int | None:
     """Run this command again under accelerate when the profile needs several processes; return its exit code.
 
     Returns None (train in this process) for the cpu/single profiles and inside a launched process.
     Missing DeepSpeed/vLLM is reported first, for every profile, before anything heavy happens.
+    The workers get the plan's choices (its backend, its process count) as launch overrides and read them;
     `lock_dir`: the run's output directory, locked here while the workers train.
     """
+    recipe = plan.recipe
     check_launch_dependencies(recipe)
     if under_launcher():
         bind_to_launcher()
         return None
     if not recipe.launch.spec.multi_process:
         return None
-    gpus = visible_gpu_count()
-    cmd = accelerate_command(recipe, recipe_path, overrides, launch_overrides, train_args, gpus=gpus)
-    check_batches_for_world(recipe, resolve_num_processes(recipe, gpus), gpus)
+    if plan.processes is None and plan.processes_problem is not None:
+        raise RecipeError([plan.processes_problem], source=recipe.source)
+    gpus = visible_gpu_count() if plan.gpus is None else plan.gpus
+    n = plan.processes or 1
+    chosen = [*launch_overrides, *plan.launch_overrides()]
+    cmd = accelerate_command(recipe, recipe_path, overrides, chosen, train_args, gpus=gpus, processes=n)
+    check_batches_for_world(recipe, n, gpus)
     import shlex
 
     print(f"launching: {shlex.join(cmd)}", file=sys.stderr, flush=True)
     env = launch_env(gpus, deepspeed=_uses_deepspeed(recipe))
-    launch_env_threads(thread_plan(recipe, gpus), env)  # each worker's share of the free cores
+    launch_env_threads(plan.threads, env)  # each worker's share of the free cores
     if lock_dir is None or recipe.launch.machine_rank > 0:
         # Only the main machine writes the run; the others (often on the same shared filesystem) must
         # not contend for its lock.

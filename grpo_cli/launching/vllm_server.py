@@ -22,8 +22,8 @@ from grpo_cli.errors import GrpoError
 from grpo_cli.launching.relaunch import visible_gpu_count
 from grpo_cli.launching.vllm_receiver import RECEIVER
 from grpo_cli.models import model_reference
-from grpo_cli.validation.topology import installed
-from grpo_cli.validation.vllm_support import cpu_env, vllm_runs_on_cpu
+from grpo_cli.planning.topology import installed
+from grpo_cli.planning.vllm_support import cpu_env, vllm_runs_on_cpu
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe

@@ -2,11 +2,11 @@
 
 Every module of the package, by concern (docs/architecture.md has the longer account):
 
-- The run: run.py (`train(recipe)` in named phases: prepare, build the trainer, train, finish), run_state.py
-  (what a run holds between phases, `TrainResult`), command.py (what `grpo train` does with its command line:
-  re-launch, resume), config.py (recipe -> GRPOConfig keyword arguments), trainer.py (the trainer with grpo's
-  callbacks and hooks), time_record.py (the steady step measured against the time plan, its rates kept for this
-  machine).
+- The run: run.py (`train(recipe, plan)` in named phases: prepare, build the trainer, train, finish, acting on
+  the run plan, grpo_cli.planning), run_state.py (what a run holds between phases, `TrainResult`; what `grpo
+  train` does with its command line is grpo_cli/train_command.py, above this package), config.py (recipe ->
+  GRPOConfig keyword arguments), trainer.py (the trainer with grpo's callbacks and hooks), time_record.py (the
+  steady step measured against the time plan, its rates kept for this machine).
 - Callbacks: callbacks.py (console, metrics.jsonl, graceful stop, `TrainerBound`), user_callbacks.py (the
   recipe's `callbacks:`), completions.py (completions.jsonl), task_metric.py (`eval.every_steps`, best/, early
   stop), suite_on_save.py (`eval.on_save`), health_guards.py and learning_guards.py (health guards).

@@ -3,7 +3,7 @@
 The async trainer differs from GRPOTrainer in what it is handed: a model path (it loads the model itself, with its
 packed prefix-tree attention), conversational prompts only (its rollout worker renders every prompt through the
 chat template and parses each answer with a response template), and its own AsyncGRPOConfig. This module maps
-the recipe onto those; validation/async_checks.py has already refused what it cannot honour. On a GPU the
+the recipe onto those; planning/async_mode.py has already refused what it cannot honour. On a GPU the
 trainer runs as TRL ships it (NCCL weight transfer); on the CPU through training/async_cpu.py. Where the
 installed TRL keeps the async trainer is grpo_cli/trl_compat.py's to say.
 """
@@ -20,9 +20,9 @@ from grpo_cli import trl_compat
 from grpo_cli.errors import GrpoError
 from grpo_cli.launching.vllm_server import server_base_url
 from grpo_cli.models import model_reference
+from grpo_cli.planning.async_mode import async_plan, epsilons
 from grpo_cli.runs.manifest import AsyncRun
 from grpo_cli.training.async_cpu import CpuWeightTransfer
-from grpo_cli.validation.async_checks import async_plan, epsilons
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe

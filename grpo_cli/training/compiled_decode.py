@@ -11,7 +11,7 @@ compiling fail on the machine, that round and every later one generate uncompile
 reason printed once. On the CPU transformers never compiles; a forced `sampling.compiled_decode: true` gives the
 static cache alone.
 
-Where it does not apply (validation/fast_generation.py says why in the plan) nothing is changed.
+Where it does not apply (planning/fast_generation.py says why in the plan) nothing is changed.
 Hooks: `GRPOConfig.cache_implementation`, `GRPOConfig.generation_kwargs` and `GRPOTrainer.generation_config`, read
 by `_generate_single_turn` in TRL 1.16.0 with transformers 5.24.0 (tests/training/test_merged_generation.py pins them).
 What depends on it: the plan's "generation path" line and scripts/gpu_check.sh's fast-path cases.
@@ -24,8 +24,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from grpo_cli.planning.fast_generation import GenerationPath
     from grpo_cli.recipe.schema import Recipe
-    from grpo_cli.validation.fast_generation import GenerationPath
 
 
 def static_cache_settings(recipe: Recipe, path: GenerationPath, kwargs: dict[str, Any]) -> None:

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.planning.fast_generation import generation_path
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.training.compiled_decode import static_cache_settings
-from grpo_cli.validation.fast_generation import generation_path
 
 
 def grpo_config_kwargs(recipe: Recipe, out: Path, dtype: str, device: str) -> dict[str, Any]:

@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.planning.sampling_choice import chosen_metric
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.training.group_rows import join_rows, select_rows
-from grpo_cli.validation.sampling_checks import chosen_metric
 
 HOOKS = ("_generate_and_score_completions", "_calculate_rewards")
 ATTRIBUTES = ("num_generations", "reward_func_names", "reward_weights", "_metrics", "train_dataset", "accelerator",

@@ -19,7 +19,7 @@ training mode. `GRPO_MERGED_GENERATION=0` turns it off.
 Hook: the trainer's model instance's `generate`, which TRL 1.16's `_generate_single_turn` calls on the
 unwrapped model inside `unwrap_model_for_generation` (the same object as `trainer.model` for a single process and
 DDP). Verified with TRL 1.16.0, transformers 5.24.0, peft 0.21.2 (tests/training/test_merged_generation.py pins it).
-What depends on it: `grpo validate`'s "generation path" plan line (validation/fast_generation.py decides it), the
+What depends on it: `grpo validate`'s "generation path" plan line (planning/fast_generation.py decides it), the
 memory plan's kept-copy line, and scripts/gpu_check.sh's fast-path cases.
 """
 
@@ -29,10 +29,10 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from grpo_cli.validation.fast_generation import MERGE_ENV, merge_switched_off
+from grpo_cli.planning.fast_generation import MERGE_ENV, merge_switched_off
 
 if TYPE_CHECKING:
-    from grpo_cli.validation.fast_generation import GenerationPath
+    from grpo_cli.planning.fast_generation import GenerationPath
 
 OFF_ENV = MERGE_ENV
 CUDA_MARGIN = 256 * 1024**2  # free memory kept beyond the copy when deciding whether a round can merge

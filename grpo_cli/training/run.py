@@ -21,6 +21,7 @@ from grpo_cli.evaluation.task import EvalTask, evaluate_loaded
 from grpo_cli.launching.vllm_server import server_base_url, wait_for_server
 from grpo_cli.models import load_model, load_source_model, record_base_reference, resolve_model_source
 from grpo_cli.paths import share_weights
+from grpo_cli.planning import RunPlan, plan_run
 from grpo_cli.progress import quiet_libraries
 from grpo_cli.recipe.loader import dump_yaml
 from grpo_cli.recipe.schema import Recipe
@@ -35,32 +36,32 @@ from grpo_cli.training.heap import prepare_allocators
 from grpo_cli.training.run_state import RunState, TrainResult, is_main_process, say
 from grpo_cli.training.time_record import planned_time, record_time
 from grpo_cli.training.trainer import make_trainer
-from grpo_cli.validation import choose_backend, preflight, thread_plan
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from grpo_cli.threads import ThreadPlan
 
+def train(recipe: Recipe, plan: RunPlan | None = None, *, output_dir: str | Path | None = None,
+          resume: bool | str | None = None, force: bool = False, console: Console | None = None,
+          resume_command: str | None = None) -> TrainResult:
+    """Load and train by `plan`; returns when training ends, is stopped, or is interrupted.
 
-def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool | str | None = None,
-          force: bool = False, console: Console | None = None, resume_command: str | None = None) -> TrainResult:
-    """Validate, load, and train; returns when training ends, is stopped, or is interrupted.
-
+    `plan`: the run's decisions, made once before it starts (`grpo train` and `grpo_cli.train` build it after
+    `grpo validate`'s checks, train_command.py), and its recipe is the one that runs (`launch.vllm.mode: auto`
+    made concrete); without one it is decided here from `recipe`, unchecked.
     The output directory is locked for the whole run. `resume_command` is the command printed to
     continue an interrupted run (default: the recipe with `-o OUT --resume`).
     """
-    recipe, _ = choose_backend(recipe)  # `launch.vllm.mode: auto` made concrete, as `grpo validate` showed it
-    pf = preflight(recipe)
-    pf.raise_for_problems()
-    threads = _choose_threads(recipe)
+    if plan is None:  # the threads from the cores free now (a short sample), as `grpo train`'s plan has them
+        plan = plan_run(recipe, sample_threads=True)
+    recipe, threads = plan.recipe, plan.threads  # `launch.vllm.mode: auto` made concrete, as the plan showed it
     out = Path(output_dir or recipe.output.dir)
     # The main process locks, unless the `grpo train` that launched it holds the lock already.
     lock = RunLock(out).acquire() if is_main_process() and not os.environ.get(LOCKED_ENV) else None
     try:
         run = _prepare(recipe, out, resume, force, console)
         run.resume_command, run.threads = resume_command, threads
-        run.manifest.time_plan = planned_time(recipe, pf, threads)
+        run.manifest.time_plan = planned_time(plan)
         try:
             _build(run)
             _fit(run)
@@ -77,12 +78,6 @@ def train(recipe: Recipe, *, output_dir: str | Path | None = None, resume: bool 
     finally:
         if lock is not None:
             lock.release()
-
-
-def _choose_threads(recipe: Recipe) -> ThreadPlan:
-    """The threads for this process from the cores free now (a short sample, grpo_cli.threads); applied in
-    `_build`."""
-    return thread_plan(recipe, sample=True)
 
 
 def _prepare(recipe: Recipe, out: Path, resume: bool | str | None, force: bool, console: Console | None) -> RunState:

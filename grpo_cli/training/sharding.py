@@ -23,7 +23,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.validation.eval_checks import EVERY_STEPS_SHARDED_FIX
+from grpo_cli.planning.topology import EVERY_STEPS_SHARDED_FIX
 
 
 def _flag(name: str) -> bool:

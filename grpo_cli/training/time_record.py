@@ -9,22 +9,23 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.artefacts.time_check import check_lines, compare, measure
+from grpo_cli.planning.memory import memory_plan
+from grpo_cli.planning.time_plan import plan_time, recipe_shape
 from grpo_cli.step_rates import RateRow, StepShape, TimePlan, machine, remember
-from grpo_cli.validation.memory import memory_plan
-from grpo_cli.validation.time_plan import plan_time, recipe_shape
 
 if TYPE_CHECKING:
-    from grpo_cli.recipe.schema import Recipe
-    from grpo_cli.threads import ThreadPlan
+    from grpo_cli.planning import RunPlan
     from grpo_cli.training.run_state import RunState
-    from grpo_cli.validation.outcome import Preflight
 
 
-def planned_time(recipe: Recipe, pf: Preflight, threads: ThreadPlan) -> TimePlan:
-    """The plan `grpo validate` printed, for the threads this run chose (its rates may depend on them)."""
-    steps = pf.plan.get("total optimizer steps")
-    return plan_time(recipe, steps=steps if isinstance(steps, int) else None, eval_prompts=pf.eval_rows,
-                     threads=threads.torch_threads)
+def planned_time(plan: RunPlan) -> TimePlan:
+    """The time plan `grpo validate` printed, for the threads this run chose (its rates may depend on them): the
+    run plan's; a plan built without the checks (no rows counted) gets one from the recipe's max_steps."""
+    if plan.time is not None:
+        return plan.time
+    steps = plan.recipe.training.max_steps
+    return plan_time(plan.recipe, steps=steps if steps > 0 else None, eval_prompts=None,
+                     threads=plan.threads.torch_threads)
 
 
 def _prompt_tokens(records: list[dict[str, Any]], shape: StepShape, global_step: int) -> float | None:

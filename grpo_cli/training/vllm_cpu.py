@@ -21,7 +21,7 @@ from typing import Any
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.launching.vllm_receiver import RECEIVER, reload_into
-from grpo_cli.validation.vllm_support import cpu_env
+from grpo_cli.planning.vllm_support import cpu_env
 
 CHUNK_BYTES = 64 << 20  # one /collective_rpc request carries at most this much raw tensor data
 

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.validation.sampling_checks import SKIP_LOSS_TYPES
+from grpo_cli.planning.sampling_choice import SKIP_LOSS_TYPES
 
 ROW_SCALED = ("grpo", "sapo", "luspo", "dr_grpo")
 METRIC = "zero_advantage/skipped"

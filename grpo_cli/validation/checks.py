@@ -9,23 +9,27 @@ one row here; a new plan line is also one entry in `PLAN_LINES`, which orders th
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from grpo_cli.findings import Findings
+from grpo_cli.planning.run_plan import RunPlan, plan_run
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.validation.callbacks import check_callbacks
 from grpo_cli.validation.data_checks import check_data, check_rewards
 from grpo_cli.validation.environment import check_packages
 from grpo_cli.validation.eval_checks import check_eval
-from grpo_cli.validation.fast_generation import check_generation_path
-from grpo_cli.validation.generation_choice import check_generation, choose_backend
-from grpo_cli.validation.memory import check_memory
 from grpo_cli.validation.model_checks import check_context_length, check_model, check_vllm
 from grpo_cli.validation.outcome import Preflight
+from grpo_cli.validation.plan_checks import (
+    check_generation,
+    check_generation_path,
+    check_launch,
+    check_memory,
+    check_time,
+)
 from grpo_cli.validation.sampling_checks import check_pass_rate, check_sampling
 from grpo_cli.validation.template_override import check_chat_template
-from grpo_cli.validation.time_plan import check_time
-from grpo_cli.validation.topology import check_launch
 from grpo_cli.validation.training_checks import check_tools, check_training
 from grpo_cli.validation.training_keys import check_output, check_training_keys
 from grpo_cli.validation.trl_rules import check_trl
@@ -50,12 +54,12 @@ CHECKS: tuple[Check, ...] = (
     check_output,         # training_keys.py: output.dir, the output.push_to_hub repo id
     check_vision,         # vision.py: image columns, the first images, vision-language rules
     check_vllm,           # model_checks.py: whether vLLM can serve the model, in which dtype
-    check_generation,     # generation_choice.py: transformers or vLLM, whichever makes a CPU step shorter
-    check_generation_path,  # fast_generation.py: merged adapter, static cache/compiled decode, or vLLM, and why
+    check_generation,     # plan_checks.py: transformers or vLLM, whichever makes a CPU step shorter
+    check_generation_path,  # plan_checks.py: merged adapter, static cache/compiled decode, or vLLM, and why
     check_sampling,       # sampling_checks.py: what `sampling:` needs and costs
-    check_launch,         # topology.py: processes, torch threads, reward pools
-    check_memory,         # memory.py: the memory plan per GPU
-    check_time,           # time_plan.py: the steady step, the run and its cost, from measured rates
+    check_launch,         # plan_checks.py: processes, torch threads, reward pools
+    check_memory,         # plan_checks.py: the memory plan per GPU
+    check_time,           # plan_checks.py: the steady step, the run and its cost, from measured rates
 )
 """Every preflight check, in the order its problems and warnings are reported."""
 
@@ -72,13 +76,19 @@ PLAN_LINES: tuple[tuple[str, ...], ...] = (
 _PLAN_RANK = {line: rank for rank, group in enumerate(PLAN_LINES) for line in group}
 
 
-def preflight(recipe: Recipe) -> Preflight:
-    """Check everything checkable without loading a model; never raises for recipe problems."""
-    recipe, choice = choose_backend(recipe)  # `launch.vllm.mode: auto`: checked as it will run
-    pf = Preflight(recipe)
+def preflight(recipe: Recipe, plan: RunPlan | None = None) -> Preflight:
+    """Check everything checkable without loading a model; never raises for recipe problems.
+
+    The checks read the run's launch decisions from `plan` (built here when None: planning.plan_run) and check
+    the recipe as it will run (`launch.vllm.mode: auto` made concrete). `pf.run` is the plan with its time plan.
+    """
+    plan = plan_run(recipe) if plan is None else plan
+    recipe = plan.recipe
+    pf = Preflight(recipe, run=plan)
     for check in CHECKS:
         pf.add(check(recipe, pf))
-    if choice:  # what auto chose, and why, in place of the advice to set a mode
-        pf.plan["generation"] = choice
+    if plan.backend_why:  # what auto chose, and why, in place of the advice to set a mode
+        pf.plan["generation"] = plan.backend_why
+    pf.run = dataclasses.replace(plan, time=pf.time_plan)
     pf.plan = {line: pf.plan[line] for line in sorted(pf.plan, key=lambda k: _PLAN_RANK.get(k, len(PLAN_LINES)))}
     return pf

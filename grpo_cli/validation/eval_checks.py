@@ -11,15 +11,11 @@ from typing import TYPE_CHECKING
 
 from grpo_cli.errors import Problem
 from grpo_cli.findings import Findings
+from grpo_cli.planning.topology import EVERY_STEPS_SHARDED_FIX
 from grpo_cli.recipe.schema import Recipe
 
 if TYPE_CHECKING:
     from grpo_cli.validation.outcome import Preflight
-
-EVERY_STEPS_SHARDED_FIX = ("Drop eval.every_steps for sharded profiles (eval.before_after still works: it "
-                           "evaluates the saved model)")
-"""The start of the fix for evaluation during a sharded run; each place that finds it names the other profile."""
-
 
 def sharded_eval_problems(recipe: Recipe) -> list[Problem]:
     """eval.on_save and eval.every_steps evaluate on the main process alone: under sharded weights it would hang."""

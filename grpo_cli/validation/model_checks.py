@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING
 from grpo_cli.errors import GrpoError, Problem, RecipeError
 from grpo_cli.findings import Findings
 from grpo_cli.paths import is_gguf_reference
+from grpo_cli.planning.model_config import find_model_config
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.validation.model_config import find_model_config
 
 if TYPE_CHECKING:
     from grpo_cli.validation.outcome import Preflight
@@ -90,8 +90,8 @@ def check_vllm(recipe: Recipe, pf: Preflight) -> Findings:
     """A model vLLM cannot serve is refused here, not at its first generate; the plan says vLLM's dtype."""
     if recipe.launch.vllm.mode == "off":
         return Findings()
-    from grpo_cli.validation.async_checks import async_plan, async_problems
-    from grpo_cli.validation.vllm_support import sampling_dtype, vllm_model_findings, vllm_runs_on_cpu
+    from grpo_cli.planning.async_mode import async_plan, async_problems
+    from grpo_cli.planning.vllm_support import sampling_dtype, vllm_model_findings, vllm_runs_on_cpu
 
     config, _ = find_model_config(recipe)
     found = vllm_model_findings(recipe, config)

@@ -10,10 +10,11 @@ from dataclasses import dataclass, field
 from grpo_cli.data.peek import FileScan
 from grpo_cli.errors import RecipeError
 from grpo_cli.findings import Findings
+from grpo_cli.planning.batching import BatchPlan
+from grpo_cli.planning.run_plan import RunPlan
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.rewards.loaders import RewardInfo
 from grpo_cli.step_rates import TimePlan
-from grpo_cli.validation.batching import BatchPlan
 
 
 @dataclass
@@ -28,6 +29,8 @@ class Preflight(Findings):
     eval_rows: int | None = None
     scans: dict[str, FileScan] = field(default_factory=dict, repr=False)
     time_plan: TimePlan | None = None
+    run: RunPlan = field(kw_only=True)
+    """The run's launch decisions, made once (planning/run_plan.py): the checks read them, never decide again."""
 
     @property
     def ok(self) -> bool:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.findings import Findings
+from grpo_cli.planning.sampling_choice import SKIP_LOSS_TYPES, chosen_metric
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.schema.rewards import RewardEntry
 from grpo_cli.rewards.builtins import BUILTIN_REWARDS
@@ -24,28 +25,9 @@ from grpo_cli.rewards.builtins import BUILTIN_REWARDS
 if TYPE_CHECKING:
     from grpo_cli.validation.outcome import Preflight
 
-SKIP_LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "luspo")
-"""Loss types whose normaliser grpo rescales exactly when zero-advantage rows leave the batch (vespo's weights
-depend on the batch, so it is not here)."""
-
-
 def check_sampling(recipe: Recipe, pf: Preflight) -> Findings:
     """The problems and plan lines of `sampling:`."""
     return Findings(problems=sampling_problems(recipe), plan=dict(sampling_plan(recipe)))
-
-
-def chosen_metric(recipe: Recipe) -> str | None:
-    """The reward label whose spread decides for dynamic sampling (`reward`: the weighted total), or None when
-    the recipe leaves it open (several rewards, none named `accuracy`, eval.metric no reward)."""
-    dyn = recipe.sampling.dynamic
-    labels = [e.label for e in recipe.rewards]
-    if dyn is not None and dyn.metric:
-        return dyn.metric
-    if "accuracy" in labels:
-        return "accuracy"
-    if recipe.eval.metric in labels:
-        return recipe.eval.metric
-    return labels[0] if len(labels) == 1 else None
 
 
 def sampling_problems(recipe: Recipe) -> list[Problem]:

@@ -10,9 +10,8 @@ from typing import TYPE_CHECKING
 
 from grpo_cli.errors import Problem
 from grpo_cli.findings import Findings
+from grpo_cli.planning.topology import visible_gpu_count
 from grpo_cli.recipe.schema import Recipe
-from grpo_cli.validation.batching import plan_batches
-from grpo_cli.validation.topology import visible_gpu_count
 
 if TYPE_CHECKING:
     from grpo_cli.validation.outcome import Preflight
@@ -21,8 +20,8 @@ if TYPE_CHECKING:
 def check_training(recipe: Recipe, pf: Preflight) -> Findings:
     """The batch plan (TRL's divisibility rules), groups split over processes, a missing process count, a learning
     rate that would wreck a pretrained model, 4/8-bit loading without a GPU."""
-    plan, problems = plan_batches(recipe.training, recipe.launch.world_size, recipe.data.has_eval)
-    found = Findings(problems=problems)
+    plan = pf.run.batches  # TRL's batch arithmetic, computed once by the run plan
+    found = Findings(problems=list(pf.run.batch_problems))
     pf.batches = plan
     per_process = plan.per_device * plan.steps_per_generation if plan is not None else 0
     if plan is not None and plan.world_size > 1 and per_process % plan.num_generations:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli.errors import Problem
 from grpo_cli.findings import Findings
-from grpo_cli.validation.model_config import find_model_config
+from grpo_cli.planning.model_config import find_model_config
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe

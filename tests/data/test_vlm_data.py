@@ -226,7 +226,7 @@ def test_the_real_model_recipe_validates_offline() -> None:
 
 
 def test_memory_plan_counts_the_vision_encoder_and_image_tokens() -> None:
-    from grpo_cli.validation.memory import memory_plan
+    from grpo_cli.planning.memory import memory_plan
 
     recipe = load_recipe(RECIPES / "vlm-demo.yaml")
     plan, why = memory_plan(recipe, gpu_memory_gb=None, world_size=1)

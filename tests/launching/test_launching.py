@@ -33,9 +33,9 @@ from grpo_cli.launching.vllm_server import (
     vllm_serve_command,
     wait_for_server,
 )
+from grpo_cli.planning import plan_run, world_size_explanation
 from grpo_cli.recipe.loader import load_recipe
 from grpo_cli.recipe.profiles import multi_process_names
-from grpo_cli.validation import world_size_explanation
 from tests.conftest import MINIMAL, ROOT, run_cli
 
 CONFIGS = Path(str(files("grpo_cli.assets") / "accelerate_configs"))  # where the package finds them
@@ -173,10 +173,10 @@ def test_resume_hint_keeps_the_output_dir_and_the_launch_flags() -> None:
 def test_single_and_launched_processes_train_in_process(write_recipe, minimal_dir, monkeypatch) -> None:
     monkeypatch.setattr(launching, "run_forwarding_signals", lambda *a: pytest.fail("must not launch"))
     single, path = _recipe(write_recipe, minimal_dir)
-    assert maybe_relaunch(single, path, [], []) is None
+    assert maybe_relaunch(plan_run(single), path, [], []) is None
     ddp, path = _recipe(write_recipe, minimal_dir, "profile: ddp\nnum_processes: 2\n", name="ddp.yaml")
     monkeypatch.setenv("LOCAL_RANK", "0")
-    assert maybe_relaunch(ddp, path, [], []) is None
+    assert maybe_relaunch(plan_run(ddp), path, [], []) is None
 
 
 def test_cpu_ddp_relaunches_with_gloo_env_and_returns_the_exit_code(write_recipe, minimal_dir, monkeypatch) -> None:
@@ -186,7 +186,7 @@ def test_cpu_ddp_relaunches_with_gloo_env_and_returns_the_exit_code(write_recipe
     seen = {}
     monkeypatch.setattr(launching, "run_forwarding_signals", lambda cmd, env: seen.update(cmd=cmd, env=env) or 3)
     recipe, path = _recipe(write_recipe, minimal_dir, "profile: ddp\nnum_processes: 2\n")
-    assert maybe_relaunch(recipe, path, [], ["launch.num_processes=2"], ["--force"]) == 3
+    assert maybe_relaunch(plan_run(recipe), path, [], ["launch.num_processes=2"], ["--force"]) == 3
     assert seen["cmd"][-4:] == ["train", str(path), "launch.num_processes=2", "--force"]
     assert seen["env"]["ACCELERATE_USE_CPU"] == "true" and seen["env"][launching.RELAUNCHED_ENV] == "1"
 
@@ -200,7 +200,7 @@ def test_batch_sizes_are_checked_for_the_launched_world_size_before_launching(wr
     _, path = _recipe(write_recipe, minimal_dir, "profile: ddp\nnum_processes: 3\n")
     recipe = load_recipe(path, ["training.num_generations=8"])  # 4 per device x 3 processes: 12 % 8 != 0
     with pytest.raises(RecipeError) as info:
-        maybe_relaunch(recipe, path, ["training.num_generations=8"], [])
+        maybe_relaunch(plan_run(recipe), path, ["training.num_generations=8"], [])
     assert "3 processes" in info.value.render() and "World size: 3 training processes" in info.value.render()
 
 

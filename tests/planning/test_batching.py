@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from grpo_cli.planning.batching import plan_batches
 from grpo_cli.recipe.schema.training import TrainingSection
-from grpo_cli.validation.batching import plan_batches
 
 BATCH_CASES = [  # (per_device, grad_accum, num_generations, steps_per_generation, generation_batch_size)
     (8, 1, 8, None, None), (4, 1, 8, None, None), (4, 2, 8, None, None), (3, 1, 4, None, None),

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from grpo_cli.planning.memory import GIB, memory_plan
+from grpo_cli.planning.shapes import ModelShape
 from grpo_cli.recipe.loader import load_recipe
-from grpo_cli.validation.memory import GIB, memory_plan
-from grpo_cli.validation.shapes import ModelShape
 from tests.conftest import MINIMAL, RECIPES, run_cli
 
 DEMO = RECIPES / "demo.yaml"
@@ -253,7 +253,7 @@ def test_lora_dropout_copies_in_the_plan_match_what_autograd_keeps() -> None:
 
 
 def _memory_of(write_recipe, training: str, vllm: str = "'off'") -> object:
-    from grpo_cli.validation.memory import memory_plan
+    from grpo_cli.planning.memory import memory_plan
 
     path = write_recipe(f"""
         model: {{name_or_path: Qwen/Qwen2.5-0.5B-Instruct}}

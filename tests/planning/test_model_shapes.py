@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from grpo_cli.planning.memory import find_model_config, memory_plan
+from grpo_cli.planning.model_config import shipped_entries, shipped_model_ids, shipped_shape
+from grpo_cli.planning.shapes import ModelShape
 from grpo_cli.recipe import load_recipe
-from grpo_cli.validation.memory import find_model_config, memory_plan
-from grpo_cli.validation.model_config import shipped_entries, shipped_model_ids, shipped_shape
-from grpo_cli.validation.shapes import ModelShape
 from tests.conftest import MINIMAL, RECIPES, run_cli
 
 FAMILIES = ["Qwen/Qwen2.5-0.5B-Instruct", "Qwen/Qwen2.5-72B-Instruct", "Qwen/Qwen3-0.6B", "Qwen/Qwen3-32B",

@@ -163,8 +163,8 @@ def test_a_damaged_rates_file_is_kept_and_the_run_is_not_lost(tmp_path: Path, ra
 def test_a_plan_scales_a_row_of_another_model_by_its_work() -> None:
     """A row of a different model size: generation by decoded tokens x parameters, training by trained tokens x
     FLOPs per token (6 x parameters in full, 4 x with LoRA)."""
+    from grpo_cli.planning.time_plan import SCALE_LIMIT, plan_step
     from grpo_cli.step_rates import StepShape
-    from grpo_cli.validation.time_plan import SCALE_LIMIT, plan_step
 
     row_shape = StepShape(model="a", params=100, lora=False, backend="transformers", processes=1, threads=1,
                           completions=8, completion_tokens=10, prompt_tokens=5.0, data="d", rewards=["accuracy"])
@@ -189,8 +189,8 @@ def test_a_plan_scales_a_row_of_another_model_by_its_work() -> None:
 
 def test_a_busier_cpu_than_the_rows_plans_a_longer_step() -> None:
     """A row measured at load 1 on 2 cores, planned at load 5 with one thread: a fair share of the cores, 6/2 x."""
+    from grpo_cli.planning.time_plan import load_factor
     from grpo_cli.step_rates import StepShape
-    from grpo_cli.validation.time_plan import load_factor
 
     shape = StepShape(model="a", params=100, lora=False, backend="transformers", processes=1, threads=1,
                       completions=8, completion_tokens=10)

@@ -11,9 +11,9 @@ from typing import get_args
 import pytest
 
 from grpo_cli.launching.relaunch import accelerate_command, profile_config_path
+from grpo_cli.planning.memory import memory_plan
 from grpo_cli.recipe.loader import load_recipe
 from grpo_cli.recipe.profiles import PROFILES, Profile, multi_process_names
-from grpo_cli.validation.memory import memory_plan
 from tests.conftest import MINIMAL
 from tests.planning.test_memory import QWEN05
 

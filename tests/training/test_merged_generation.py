@@ -23,10 +23,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
 
 from grpo_cli.errors import GrpoError
 from grpo_cli.paths import ASSETS_DIR
+from grpo_cli.planning.fast_generation import generation_path
 from grpo_cli.recipe import load_recipe
 from grpo_cli.training.compiled_decode import allow_compile
 from grpo_cli.training.merged_generation import OFF_ENV, merge_for_generation
-from grpo_cli.validation.fast_generation import generation_path
 from tests.conftest import assert_paragraph, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

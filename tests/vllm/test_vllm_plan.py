@@ -56,7 +56,7 @@ def test_sleep_mode_is_refused_on_cpu() -> None:
 
 
 def test_every_bundled_model_has_a_head_size_vllm_cpu_runs() -> None:
-    from grpo_cli.validation.vllm_support import CPU_HEAD_SIZES, head_size
+    from grpo_cli.planning.vllm_support import CPU_HEAD_SIZES, head_size
 
     assets = Path(__file__).parents[2] / "grpo_cli" / "assets"
     for name in ("tiny-arith", "tiny-tool", "tiny-vlm"):

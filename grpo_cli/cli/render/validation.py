@@ -12,17 +12,18 @@ from rich.table import Table
 from grpo_cli.cli.render.tables import print_table
 
 if TYPE_CHECKING:
+    from grpo_cli.planning.memory import MemoryPlan
     from grpo_cli.recipe.schema import Recipe
     from grpo_cli.validation.checks import Preflight
     from grpo_cli.validation.doctor import Report
-    from grpo_cli.validation.memory import MemoryPlan
 
 
 def render_preflight(console: Console, pf: Preflight, *, as_json: bool = False) -> None:
     """Print the plan of a valid recipe and its warnings."""
     if as_json:
         time_plan = pf.time_plan.as_dict() if pf.time_plan is not None else None
-        console.print_json(json.dumps({"ok": pf.ok, "plan": pf.plan, "warnings": pf.warnings, "time_plan": time_plan}))
+        console.print_json(json.dumps({"ok": pf.ok, "plan": pf.plan, "warnings": pf.warnings, "time_plan": time_plan,
+                                       "run_plan": pf.run.as_dict()}))
         return
     title = f"{pf.recipe.source or 'recipe'} is valid"
     table = Table(title=title, show_header=False, title_justify="left", title_style="bold green")

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from grpo_cli import trl_compat
+from grpo_cli.planning.fast_generation import GenerationPath, generation_path
 from grpo_cli.training.async_cpu import patch_trl_for_cpu
 from grpo_cli.training.async_worker import quiet_rollout_worker
 from grpo_cli.training.compiled_decode import allow_compile
@@ -29,7 +30,6 @@ from grpo_cli.training.resumable_sampler import resumable
 from grpo_cli.training.shared_prefill import share_prompt_prefill
 from grpo_cli.training.vllm_cpu import vllm_on_cpu
 from grpo_cli.training.zero_advantage import attach_zero_advantage_skip
-from grpo_cli.validation.fast_generation import GenerationPath, generation_path
 
 if TYPE_CHECKING:
     from grpo_cli.training.run_state import RunState

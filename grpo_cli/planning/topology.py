@@ -9,17 +9,20 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
-from grpo_cli.errors import GrpoError, RecipeError
-from grpo_cli.findings import Findings
-from grpo_cli.threads import choose_threads, pool_workers
-from grpo_cli.validation.batching import plan_batches
-from grpo_cli.validation.model_config import find_model_config
-from grpo_cli.validation.shapes import ModelShape
+from grpo_cli.errors import GrpoError, Problem, RecipeError
+from grpo_cli.planning.batching import plan_batches
+from grpo_cli.planning.model_config import find_model_config
+from grpo_cli.planning.shapes import ModelShape
+from grpo_cli.threads import choose_threads
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
     from grpo_cli.threads import ThreadPlan
-    from grpo_cli.validation.outcome import Preflight
+
+
+EVERY_STEPS_SHARDED_FIX = ("Drop eval.every_steps for sharded profiles (eval.before_after still works: it "
+                           "evaluates the saved model)")
+"""The start of the fix for evaluation during a sharded run; each place that finds it names the other profile."""
 
 
 def installed(module: str) -> bool:
@@ -78,44 +81,37 @@ def resolve_num_processes(recipe: Recipe, gpus: int | None = None) -> int:
     return n
 
 
-def check_launch(recipe: Recipe, pf: Preflight) -> Findings:
-    """The plan's lines of processes, torch threads and reward process pools."""
-    found = Findings()
-    found.plan["launch"] = world_size_explanation(recipe) + f", vLLM {recipe.launch.vllm.mode}"
-    found.plan["threads"] = thread_plan(recipe).describe(sandboxes=any(e.name == "code" for e in recipe.rewards))
-    pools = [f"{e.label}: {pool_workers(e.parallel)} process{'es' if pool_workers(e.parallel) != 1 else ''}"
-             + (" (auto: the free cores; 1 means no pool)" if e.parallel == "auto" else "")
-             for e in recipe.rewards if e.name != "code" and (e.parallel == "auto" or e.parallel > 1)]
-    if pools:
-        found.plan["reward pools"] = "; ".join(pools)
-    return found
-
-
 def world_size_explanation(recipe: Recipe, gpus: int | None = None) -> str:
     """One line saying how many training processes the run gets and why (for validate and errors)."""
+    return processes_and_why(recipe, gpus)[1]
+
+
+def processes_and_why(recipe: Recipe, gpus: int | None = None) -> tuple[int | None, str, Problem | None]:
+    """(training processes, the line saying why, None), resolved once; (None, what is missing, the problem) when
+    they cannot be (the launcher raises it; `grpo validate` only shows it)."""
     launch = recipe.launch
     profile = launch.profile
-    if not launch.spec.multi_process:
-        return f"1 training process (profile {profile})"
-    v = launch.vllm
-    server = f"{v.server_gpus} taken by the vLLM server" if _server_on_this_layout(recipe) else ""
-    nodes = f" over {launch.num_machines} machines" if launch.num_machines > 1 else ""
     try:
         n = resolve_num_processes(recipe, gpus)
     except GrpoError as exc:
-        return exc.problems[0].what
+        return None, exc.problems[0].what, exc.problems[0]
+    if not launch.spec.multi_process:
+        return n, f"1 training process (profile {profile})", None
+    v = launch.vllm
+    server = f"{v.server_gpus} taken by the vLLM server" if _server_on_this_layout(recipe) else ""
+    nodes = f" over {launch.num_machines} machines" if launch.num_machines > 1 else ""
     if launch.num_processes is not None:
         text = f"{n} training process{'es' if n != 1 else ''}{nodes} (launch.num_processes)"
         if server:
             text += f"; the vLLM server needs {v.server_gpus} more GPU(s) (launch.vllm.server_gpus)"
-        return text
+        return n, text, None
     gpus = visible_gpu_count() if gpus is None else gpus
     per_node = f"{gpus} GPU{'s' if gpus != 1 else ''} visible"
     if server:
-        return f"{per_node}, {server} → {n} training process{'es' if n != 1 else ''}"
+        return n, f"{per_node}, {server} → {n} training process{'es' if n != 1 else ''}", None
     if nodes:
         per_node += f" per machine{nodes}"
-    return f"{per_node} → {n} training processes"
+    return n, f"{per_node} → {n} training processes", None
 
 
 def check_batches_for_world(recipe: Recipe, n: int, gpus: int | None) -> None:
@@ -128,18 +124,22 @@ def check_batches_for_world(recipe: Recipe, n: int, gpus: int | None) -> None:
         raise RecipeError(problems, source=recipe.source)
 
 
-def thread_plan(recipe: Recipe, gpus: int | None = None, *, sample: bool = False) -> ThreadPlan:
+def thread_plan(recipe: Recipe, gpus: int | None = None, *, sample: bool = False,
+                processes: int | None = None) -> ThreadPlan:
     """The threads each training process of this recipe gets on this machine now (grpo_cli.threads).
 
     The model's parameter count comes from its config (no weights loaded) when it can be found: a
     tiny model gets one thread per process. `sample`: judge the busy cores by a half-second sample (what
-    `grpo train` does) instead of the load average (what the instant `grpo validate` does).
+    `grpo train` does) instead of the load average (what the instant `grpo validate` does). `processes`: the
+    count already resolved (the run plan's), else resolved here.
     """
     launch = recipe.launch
-    try:
-        per_node = max(1, resolve_num_processes(recipe, gpus) // launch.num_machines)
-    except GrpoError:
-        per_node = 1
+    if processes is None:  # `processes`: the count the run plan resolved already
+        try:
+            processes = resolve_num_processes(recipe, gpus)
+        except GrpoError:
+            processes = launch.num_machines
+    per_node = max(1, processes // launch.num_machines)
     params = None
     try:
         config, _ = find_model_config(recipe)

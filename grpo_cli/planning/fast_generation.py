@@ -18,11 +18,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.findings import Findings
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
-    from grpo_cli.validation.outcome import Preflight
 
 STATIC_CACHE_SINCE = (5, 24)
 """The transformers release grpo's static cache is verified with: `generation_kwargs.max_cache_len` (one cache
@@ -72,24 +70,6 @@ def generation_path(recipe: Recipe, *, cuda: bool) -> GenerationPath:
     merge, merge_why = merge_rule(recipe)
     static, static_why = _static_rule(recipe, cuda)
     return GenerationPath(False, merge, merge_why, static, static_why, static and cuda)
-
-
-def check_generation_path(recipe: Recipe, pf: Preflight) -> Findings:
-    """The plan's "generation path" line: what generates, which speed-ups apply, and why (a GPU profile is
-    judged as CUDA, the cpu profile as the CPU). vLLM's own line ("generation"/"vLLM") covers a vLLM recipe."""
-    found = Findings()
-    if recipe.launch.vllm.mode == "async":
-        return found
-    path = generation_path(recipe, cuda=not recipe.launch.spec.cpu_only)
-    found.plan["generation path"] = path.line()
-    if recipe.sampling.compiled_decode and path.vllm:
-        found.warnings.append("sampling.compiled_decode: true applies to generation with transformers, but vLLM "
-                              "generates here (with its own cache and CUDA graphs). Remove sampling.compiled_decode "
-                              "to silence this.")
-    elif recipe.sampling.compiled_decode and not path.static:
-        found.warnings.append(f"sampling.compiled_decode: true cannot apply here, so TRL's dynamic cache is used: "
-                              f"{path.static_why}. Remove sampling.compiled_decode to silence this.")
-    return found
 
 
 def merge_rule(recipe: Recipe) -> tuple[bool, str]:

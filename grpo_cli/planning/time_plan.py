@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from grpo_cli.findings import Findings
+from grpo_cli.planning.memory import memory_plan
 from grpo_cli.step_rates import (
     PARTS,
     RateRow,
@@ -37,12 +37,9 @@ from grpo_cli.step_rates import (
     visible_gpus,
 )
 from grpo_cli.threads import load_average, usable_cores
-from grpo_cli.validation.memory import memory_plan
-from grpo_cli.validation.topology import thread_plan
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
-    from grpo_cli.validation.outcome import Preflight
 
 SCALE_LIMIT = 10.0
 """A row is scaled to a model at most this many times larger or smaller: a tiny model's step is overhead, not
@@ -257,15 +254,3 @@ def plan_lines(plan: TimePlan) -> dict[str, str]:
         lines["cost"] = (f"{span_of(cost)} at {plan.price_per_hour:g} per device-hour x {plan.devices} "
                          f"{unit}{'s' if plan.devices != 1 else ''}")
     return lines
-
-
-def check_time(recipe: Recipe, pf: Preflight) -> Findings:
-    """The plan's time lines (and `pf.time_plan` for `--json` and `grpo train`'s record)."""
-    found = Findings()
-    if pf.batches is None:
-        return found
-    steps = pf.plan.get("total optimizer steps")
-    pf.time_plan = plan = plan_time(recipe, steps=steps if isinstance(steps, int) else None,
-                                    eval_prompts=pf.eval_rows, threads=thread_plan(recipe).torch_threads)
-    found.plan.update(plan_lines(plan))
-    return found

@@ -29,17 +29,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from grpo_cli.errors import GrpoError
-from grpo_cli.findings import Findings
 from grpo_cli.models.vision import vision_params
-from grpo_cli.validation.fast_generation import merge_rule
-from grpo_cli.validation.model_config import find_model_config
-from grpo_cli.validation.shapes import ModelShape
-from grpo_cli.validation.topology import resolve_num_processes
-from grpo_cli.validation.vision import image_prompt_tokens
+from grpo_cli.planning.fast_generation import merge_rule
+from grpo_cli.planning.image_tokens import image_prompt_tokens
+from grpo_cli.planning.model_config import find_model_config
+from grpo_cli.planning.shapes import ModelShape
+from grpo_cli.planning.topology import resolve_num_processes
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
-    from grpo_cli.validation.outcome import Preflight
 
 GIB = 1024**3
 DTYPE_BYTES = {"float32": 4.0, "bfloat16": 2.0, "float16": 2.0}
@@ -157,22 +155,6 @@ def _world_size(recipe: Recipe, gpu_count: int) -> tuple[int, str]:
         return resolve_num_processes(recipe, gpus=gpu_count), ""
     except GrpoError:
         return 1, "launch.num_processes is not set and no GPU is visible: sharding computed for 1 process"
-
-
-def check_memory(recipe: Recipe, pf: Preflight) -> Findings:
-    """The plan's memory per GPU (from the model's config, no weights loaded) and its warning; none on CPU."""
-    found = Findings()
-    if recipe.launch.spec.cpu_only:
-        return found
-    plan, why = memory_plan(recipe)
-    if plan is None:
-        found.plan["memory per GPU"] = f"not estimated ({why})" if why else "not estimated"
-        return found
-    found.plan["memory per GPU"] = (f"~{plan.total_gb:.1f} GiB, model shape from {plan.source} "
-                                    "(`grpo memory` shows the breakdown)")
-    if plan.warning:
-        found.warnings.append(plan.warning)
-    return found
 
 
 def memory_plan(recipe: Recipe, *, gpu_memory_gb: float | None | Literal["auto"] = "auto",

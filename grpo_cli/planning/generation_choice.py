@@ -14,13 +14,11 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, NamedTuple
 
-from grpo_cli.findings import Findings
-from grpo_cli.validation.memory import memory_plan
-from grpo_cli.validation.model_config import find_model_config
+from grpo_cli.planning.memory import memory_plan
+from grpo_cli.planning.model_config import find_model_config
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
-    from grpo_cli.validation.outcome import Preflight
 
 
 class CpuGeneration(NamedTuple):
@@ -59,30 +57,6 @@ def vllm_is_faster(hf: float, with_vllm: float) -> bool:
     return with_vllm < (1 - WORTH_IT) * hf
 
 
-def check_generation(recipe: Recipe, pf: Preflight) -> Findings:
-    """The plan's `generation` line on the CPU: the estimated seconds of each backend, and which is shorter."""
-    found = Findings()
-    if not recipe.launch.spec.cpu_only or recipe.launch.vllm.mode == "async" or pf.batches is None:
-        return found
-    estimate = step_estimate(recipe)
-    if estimate is None:
-        return found
-    hf, vllm, reload = estimate
-    with_vllm = vllm + reload
-    figures = f"transformers ~{hf:.1f} s a step, vLLM colocate ~{vllm:.1f} s + ~{reload:.1f} s weight sync"
-    mode = recipe.launch.vllm.mode
-    if vllm_is_faster(hf, with_vllm):
-        advice = "vLLM is faster here" + ("" if mode != "off" else (
-            ": set `launch.vllm.mode: colocate`" if importlib.util.find_spec("vllm") is not None
-            else ": scripts/install_vllm_cpu.sh, then `launch.vllm.mode: colocate`"))
-    elif hf < (1 - WORTH_IT) * with_vllm:
-        advice = "transformers is faster here" + (": set `launch.vllm.mode: off`" if mode != "off" else "")
-    else:
-        advice = "about even"
-    found.plan["generation"] = f"{figures} (estimated from steps measured on 2 cores): {advice}"
-    return found
-
-
 def choose_backend(recipe: Recipe) -> tuple[Recipe, str]:
     """`launch.vllm.mode: auto` made concrete on this machine, and why; any other recipe unchanged (and "").
 
@@ -101,7 +75,7 @@ def _auto_mode(recipe: Recipe) -> tuple[str, str]:
     if importlib.util.find_spec("vllm") is None:
         with_it = f" (with it: {estimate[1]}; scripts/install_vllm_cpu.sh)" if estimate and estimate[0] else ""
         return "off", f"vLLM is not installed{with_it}"
-    from grpo_cli.validation.vllm_support import vllm_model_findings
+    from grpo_cli.planning.vllm_support import vllm_model_findings
 
     config, _ = find_model_config(recipe)
     problems = vllm_model_findings(_with_mode(recipe, "colocate"), config).problems
