@@ -100,7 +100,7 @@ def _interpreter_path(node: ast.AST, names: set[str], script: Script) -> bool:
 
 def outside(script: Script, callee: ast.AST, stmt: ast.stmt) -> str | None:
     """Why running `stmt` (which calls `callee`) in the copy would not compute what the cell did; None if exact."""
-    for node in _reachable(script, callee):
+    for node in [stmt, *_reachable(script, callee)]:
         if getattr(node, "lineno", 0) > stmt.lineno:  # the copy keeps the notebook's line order
             name, line = getattr(node, "name", "?"), getattr(node, "lineno", 0)
             return f"it needs `{name}`, defined after the call (line {line})"

@@ -37,7 +37,7 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
     cfg_data = {key: cfg.pop(key) for key in ("max_samples", "eval_holdout") if key in cfg}
     cfg[FROM_SCRIPT] = True
     out = import_hf_yaml(cfg, str(path) if config_path is None else f"{path} with {config_path}", "trl")
-    apply_environment(out, environment, prompt)
+    apply_environment(out, environment, prompt if environment is not None or rows is None else None)
     out.unmapped[:0] = skipped.unmapped
     out.notes[:0] = skipped.notes
     out.extracted = skipped.extracted
