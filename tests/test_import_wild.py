@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -533,8 +534,16 @@ def test_rows_built_from_constants_are_written_beside_the_recipe(tmp_path: Path,
     assert "1000 rows from constants" in text and "recipe_rows.jsonl" in text
     assert "training.chat_template_kwargs: {reasoning_effort: low}" in text  # the column TRL does not template
 
+    alone = tmp_path / "alone"  # no recipe file: nothing written, and the printed command asks for one
+    alone.mkdir()
+    shutil.copy(FRESH / fixture, alone)
+    monkeypatch.chdir(alone)
     printed = run_cli("import", "trl", Path(fixture).name)
     assert printed.exit_code == 2 and "with -o RECIPE.yaml the import writes them" in " ".join(printed.output.split())
+    assert sorted(p.name for p in alone.iterdir()) == [Path(fixture).name]
+    finished = run_cli(*shlex.split(str(_finishing_command(printed.output)))[1:])  # as printed
+    assert finished.exit_code == 0 and (alone / "recipe_rows.jsonl").exists(), finished.output
+    monkeypatch.chdir((FRESH / fixture).parent)
     given = run_cli("import", "trl", Path(fixture).name, "data.dataset=openai/gsm8k", "-o", tmp_path / "other.yaml")
     assert not (tmp_path / "other_rows.jsonl").exists() and "not written" in given.output
 

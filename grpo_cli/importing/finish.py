@@ -251,6 +251,6 @@ def finishing_command(request: Request, result: ImportResult, processes: int | N
         words += [option, value] if value else [option]
     if request.out is not None:
         words += ["-o", str(request.out), "--force"]
-    elif "--extract-rewards" in options:
+    elif "--extract-rewards" in options and "--output" not in options:
         words += ["-o", "recipe.yaml"]  # the extracted module is written beside the recipe
     return " ".join(w if w.endswith("=...") else shlex.quote(w) for w in words)

@@ -63,7 +63,8 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
                    "runs: give the model", "model.name_or_path", "HUB_ID_OR_PATH")
     if rows is not None and not any(out.get(f"data.{k}") for k in ("dataset", "files", "from_environment")):
         constant_rows_file(out, path, rows[0], rows[1], rows_to)
-    if not trlparser and not any(out.get(f"data.{k}") for k in ("dataset", "files", "from_environment")):
+    if not trlparser and "--output" not in out.needs and \
+            not any(out.get(f"data.{k}") for k in ("dataset", "files", "from_environment")):
         out.refuse(f"data: {path.name} builds its training rows in code the importer cannot read (each place is "
                    "listed under 'not carried over'): give the dataset they come from", "data.dataset",
                    "HUB_DATASET_ID")
@@ -87,8 +88,8 @@ def constant_rows_file(out: ImportResult, path: Path, rows: list[dict[str, Any]]
     if [json.loads(line) for line in text.splitlines()] != rows:
         return  # a value JSON does not keep as it is (a tuple, a non-string key): the refusal stays
     if rows_to is None:
-        out.notes.append(f"{path.name} builds its {len(rows)} rows from constants ({code}): with -o RECIPE.yaml "
-                         "the import writes them beside the recipe as a JSONL")
+        out.refuse(f"data: {path.name} builds its {len(rows)} rows from constants ({code}): with -o RECIPE.yaml "
+                   "the import writes them beside the recipe as a JSONL (data.files.train)", "--output", "recipe.yaml")
         return
     target = rows_file(rows_to)
     out.rows_file = (target, text)
