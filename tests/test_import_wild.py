@@ -491,6 +491,15 @@ def test_a_notebooks_own_calls_are_copied_with_its_rewards(tmp_path: Path, monke
     assert result.exit_code == 2 and "Traceback" not in text
     assert "it uses `WORDS`, set by `read_words()` (line 12), whose code is not exact in a copy: " \
            "`open('words.txt')` (line 11) reads or changes files" in text
+    pure = app.read_text(encoding="utf-8").replace('set(open("words.txt").read().split())', '{"a", "b"}')
+    app.write_text(pure, encoding="utf-8")
+    assert "rewards known copied exactly" in " ".join(run_cli("import", "trl", app, "-o", tmp_path / "pure.yaml")
+                                                      .output.split())
+    app.write_text(pure.replace("    WORDS = read_words()\n", "    WORDS = read_words()\n    WORDS.add('c')\n"),
+                   encoding="utf-8")
+    text = " ".join(run_cli("import", "trl", app, "-o", tmp_path / "changed.yaml").output.split())
+    assert "it uses `WORDS`, set by `read_words()` (line 12), whose code is not exact in a copy: line 13 changes " \
+           "it: `WORDS.add('c')`" in text
 
 
 _APP = '''import marimo

@@ -13,7 +13,7 @@ import textwrap
 from dataclasses import dataclass, field
 
 from grpo_cli.importing.bound import WRAPPER, WRAPPER_CODE, conflict, tokenizer_binding
-from grpo_cli.importing.extract_calls import outside, own_call
+from grpo_cli.importing.extract_calls import changed_later, outside, own_call
 from grpo_cli.importing.script_ast import Script, call_name
 from grpo_cli.importing.script_rewards import module_file
 
@@ -199,7 +199,7 @@ def _own_call(script: Script, name: str, stmt: ast.Assign, pieces: _Pieces) -> N
     callee = own_call(script, stmt.value, stmt)
     if callee is None:
         raise CannotExtract(f"it uses `{name}`, set by running code (line {stmt.lineno}: {text})")
-    why = outside(script, callee, stmt)
+    why = outside(script, callee, stmt) or changed_later(script, name, stmt)
     if why is not None:
         raise CannotExtract(f"it uses `{name}`, set by {text} (line {stmt.lineno}), whose code is not exact in a "
                             f"copy: {why}")

@@ -120,3 +120,32 @@ def outside(script: Script, callee: ast.AST, stmt: ast.stmt) -> str | None:
                 what = "reads or changes files" if name in FILE_CALLS else "reaches outside the copied code"
                 return f"`{' '.join(ast.unparse(inner).split())[:50]}` (line {inner.lineno}) {what}"
     return None
+
+
+MUTATORS = {"add", "append", "extend", "update", "pop", "remove", "clear", "discard", "insert", "setdefault",
+            "popitem", "sort", "reverse", "__setitem__", "__setattr__"}
+
+
+def changed_later(script: Script, name: str, stmt: ast.stmt) -> str | None:
+    """Where the script changes the object `name` holds after making it (`name.x = ...`, `name[k] = ...`,
+    `name += ...`, `name.append(...)`): the copy would keep the value as made, so it is not exact."""
+    for node in ast.walk(script.tree):
+        if node is stmt or _local(script, node, name, stmt):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign | ast.Delete) else \
+            [node.target] if isinstance(node, ast.AugAssign | ast.AnnAssign) else []
+        for target in targets:
+            base = target.value if isinstance(target, ast.Attribute | ast.Subscript) else \
+                target if isinstance(node, ast.AugAssign) else None
+            if isinstance(base, ast.Name) and base.id == name:
+                return f"line {getattr(node, 'lineno', 0)} changes it: `{' '.join(ast.unparse(node).split())[:50]}`"
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS and \
+                isinstance(node.func.value, ast.Name) and node.func.value.id == name:
+            return f"line {node.lineno} changes it: `{' '.join(ast.unparse(node).split())[:50]}`"
+    return None
+
+
+def _local(script: Script, node: ast.AST, name: str, stmt: ast.stmt) -> bool:
+    """`name` at `node` is another variable: one its own function assigns, not the global the statement sets."""
+    scope = script.scope(node)
+    return scope is not script.scope(stmt) and (id(scope), name) in script.assigns
