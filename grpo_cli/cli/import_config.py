@@ -42,8 +42,8 @@ def import_cmd(
 ) -> None:
     """Convert an open-r1, TRL or Axolotl GRPO config into a recipe, and say what it could not map and why."""
     from grpo_cli.cli.render.importing import render_import
-    from grpo_cli.importing import apply_overrides, import_config, rewards_module, set_launch
-    from grpo_cli.importing.check import check_module, check_output, check_plain_path, write_recipe
+    from grpo_cli.importing import apply_overrides, import_config, rewards_module, rows_file, set_launch
+    from grpo_cli.importing.check import check_module, check_output, check_plain_path, check_rows, write_recipe
     from grpo_cli.importing.finish import Request, finish
 
     check_plain_path(config, "CONFIG")
@@ -52,8 +52,9 @@ def import_cmd(
     extract = extract_rewards if extract_rewards is not None else out is not None  # exact copies: on by default
     module = rewards_module(out) if extract else None
     if out is not None:  # before anything is converted or written
-        check_output(out, [config, *([script_config] if script_config is not None else [])], force, module)
-    result = import_config(kind, config, script_config, out if extract else None)
+        check_output(out, [config, *([script_config] if script_config is not None else [])], force, module,
+                     rows_file(out))
+    result = import_config(kind, config, script_config, out if extract else None, out)
     set_launch(result, profile, num_processes)
     apply_overrides(result, overrides or [])
     outcome = finish(result, Request(kind, config, overrides or [], profile, num_processes, script_config, out,
@@ -61,7 +62,10 @@ def import_cmd(
     if out is not None:
         if result.extracted is not None:
             check_module(*result.extracted, force)
-        write_recipe(out, outcome.text, result.extracted)  # whole or not at all; "wrote" is said only after this
+        if result.rows_file is not None:
+            check_rows(*result.rows_file)
+        # whole or not at all; "wrote" is said only after this
+        write_recipe(out, outcome.text, result.extracted, result.rows_file)
     render_import(console, result, outcome.text, out, outcome.problems, outcome.warnings, outcome.command)
     if outcome.problems:
         raise typer.Exit(2)

@@ -82,11 +82,17 @@ def rewards_module(out: Path | None) -> Path:
     return out.with_name(f"{out.stem}_rewards.py")
 
 
+def rows_file(out: Path) -> Path:
+    """Where the rows a script builds from constants are written: beside the recipe, named after it."""
+    return out.with_name(f"{out.stem}_rows.jsonl")
+
+
 def import_config(kind: str, path: str | Path, script_config: str | Path | None = None,
-                  extract_to: Path | None = None) -> ImportResult:
+                  extract_to: Path | None = None, rows_to: Path | None = None) -> ImportResult:
     """Translate one foreign config (a YAML file, or for `trl` also a training script) into a recipe dict;
     `script_config` is the YAML a TrlParser script is launched with (`--config`); `extract_to` the recipe beside
-    which rewards that cannot be referenced in place are copied into a module (`rewards_module`)."""
+    which rewards that cannot be referenced in place are copied into a module (`rewards_module`); `rows_to` the
+    recipe beside which rows a script builds from constants are written (`rows_file`)."""
     path = Path(path)
     if kind not in KINDS:
         raise GrpoError(f"unknown config kind {kind!r}", where="KIND", fix=f"Use one of {', '.join(KINDS)}.")
@@ -94,14 +100,15 @@ def import_config(kind: str, path: str | Path, script_config: str | Path | None 
         raise GrpoError("--config names the YAML a TrlParser script is launched with", where="--config",
                         fix="Give it with `grpo import trl SCRIPT.py --config FILE.yaml`, or import the YAML alone.")
     try:
-        return _import(kind, path, script_config, extract_to)
+        return _import(kind, path, script_config, extract_to, rows_to)
     except (TypeError, ValueError, AttributeError, KeyError) as exc:  # a shape no importer check foresaw
         raise GrpoError(f"a value has a form the {kind} importer cannot read ({type(exc).__name__}: {exc})",
                         where=str(path), fix="Compare the config with the source tool's documented format; "
                         "`grpo --debug import ...` shows where it failed.") from None
 
 
-def _import(kind: str, path: Path, script_config: str | Path | None, extract_to: Path | None) -> ImportResult:
+def _import(kind: str, path: Path, script_config: str | Path | None, extract_to: Path | None,
+            rows_to: Path | None) -> ImportResult:
     from grpo_cli.importing.axolotl import import_axolotl
     from grpo_cli.importing.hf import import_hf_yaml
 
@@ -109,7 +116,8 @@ def _import(kind: str, path: Path, script_config: str | Path | None, extract_to:
         from grpo_cli.importing.script_import import import_script
 
         launch = _load_yaml(Path(script_config)) if script_config is not None else None
-        return import_script(path, launch, Path(script_config) if script_config is not None else None, extract_to)
+        return import_script(path, launch, Path(script_config) if script_config is not None else None, extract_to,
+                             rows_to)
     cfg = _load_yaml(path)
     _check_kind(kind, cfg, path)
     if kind == "axolotl":
@@ -149,6 +157,13 @@ def apply_overrides(result: ImportResult, overrides: list[str]) -> None:
                             fix="Set the value itself (e.g. model.name_or_path=ORG/NAME).") from None
         result.answered(key.strip())
         result.notes.append(f"{key.strip()} set on the command line")
+    given = [k for k in (i.partition("=")[0].strip() for i in overrides) if k in ("data", "data.dataset",
+             "data.from_environment") or k.startswith("data.files")]
+    if result.rows_file is not None and given:  # the data given here replaces the rows the source builds
+        if result.get("data.files") == {"train": result.rows_file[0].name}:
+            result.recipe["data"].pop("files")
+        result.rows_file = None
+        result.notes.append(f"the rows the source builds in code are not written: {given[0]} replaces them")
 
 
 def recipe_yaml(result: ImportResult, mark: dict[str, Any] | None = None) -> str:

@@ -16,6 +16,8 @@ from grpo_cli.importing.script_ast import Script
 
 TEXT_LOADERS = {"AutoTokenizer", "FastLanguageModel", "FastModel"}
 VISION_LOADERS = {"AutoProcessor", "FastVisionModel"}
+PAIR_LOADERS = {"FastLanguageModel", "FastModel", "FastVisionModel"}
+"""Loaders that return (model, tokenizer): only the second name is a tokenizer."""
 VOCABULARY = {"add_tokens", "add_special_tokens", "resize_token_embeddings"}
 DEPENDS = {"apply_chat_template": "chat_template"}
 """A method reads what another attribute holds: the chat template a rendering uses."""
@@ -59,6 +61,15 @@ def _loader(value: ast.AST) -> str | None:
     return None
 
 
+def _position(stmt: ast.stmt, name: str) -> int | None:
+    """Where `name` stands in `a, b = ...` (None for a plain `name = ...`)."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+    if len(targets) == 1 and isinstance(targets[0], ast.Tuple | ast.List):
+        found = [i for i, t in enumerate(targets[0].elts) if isinstance(t, ast.Name) and t.id == name]
+        return found[0] if found else -1
+    return None
+
+
 def tokenizer_binding(script: Script, name: str) -> tuple[int, str] | str | None:
     """(line, `model, tokenizer = ...` as written) when `name` is the script's tokenizer, loaded once from its model;
     a reason when it looks like one but cannot be bound exactly; None when it is not a tokenizer."""
@@ -68,6 +79,9 @@ def tokenizer_binding(script: Script, name: str) -> tuple[int, str] | str | None
     if not loads or not all(loader in TEXT_LOADERS | VISION_LOADERS for _, loader, _ in loads):
         return None
     line, loader, stmt = loads[0]
+    if _position(stmt, name) != (1 if loader in PAIR_LOADERS else None):
+        return (f"it uses `{name}`, the model the script loads (line {line}: {loader}.from_pretrained), which grpo "
+                "does not bind")  # `model, tokenizer = FastLanguageModel.from_pretrained(...)`: only the second
     if loader in VISION_LOADERS:
         return (f"it uses `{name}`, a vision model's processor (line {line}: {loader}.from_pretrained), which grpo "
                 "does not bind")

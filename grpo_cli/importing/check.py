@@ -48,13 +48,15 @@ def check_plain_path(path: Path, where: str) -> None:
                         fix="Rename it (or use a path without such characters).")
 
 
-def check_output(out: Path, sources: list[Path], force: bool, module: Path | None = None) -> None:
+def check_output(out: Path, sources: list[Path], force: bool, module: Path | None = None,
+                 rows: Path | None = None) -> None:
     """Refuse an `-o` that would lose a user's file: a file being imported (the config, the script, its `--config`
     YAML; even with --force), a directory, or an existing file without --force; a path with a line break; a
     place nothing can be written (under a file, a read-only directory). The rewards module written beside the
     recipe is held to the same rules. Checked before anything is converted or written."""
     check_plain_path(out, "-o")
-    for target, what in ((out, "the recipe"), *(((module, "the rewards module"),) if module is not None else ())):
+    beside = [(module, "the rewards module"), (rows, "the rows file")]
+    for target, what in ((out, "the recipe"), *((p, w) for p, w in beside if p is not None)):
         for source, label in zip(sources, ("the config", "the --config YAML"), strict=False):
             if target.exists() and _same_file(target, source):
                 raise GrpoError(f"{target} is {label} being imported; writing {what} there would replace it "
@@ -97,28 +99,39 @@ def check_module(module: Path, text: str, force: bool) -> None:
                             + ("" if ours else " (--force replaces only a module grpo import wrote.)"))
 
 
-def write_recipe(out: Path, text: str, module: tuple[Path, str] | None = None) -> None:
-    """Write the recipe (and the rewards module beside it) whole or not at all; missing directories are made only
-    now that there is something to write, and removed again, with a module written, when a write fails or is
-    interrupted."""
+def check_rows(path: Path, text: str) -> None:
+    """The rows file: one there with other rows is the user's (or another import's), and stays."""
+    if not path.exists():
+        return
+    if not path.is_file() or path.read_text(encoding="utf-8", errors="replace") != text:
+        raise GrpoError(f"{path} (where the rows the source builds are written, beside the recipe) exists with other "
+                        "content", where="-o", fix="Move it aside, or write the recipe elsewhere with -o.")
+
+
+def write_recipe(out: Path, text: str, module: tuple[Path, str] | None = None,
+                 rows: tuple[Path, str] | None = None) -> None:
+    """Write the recipe (and the rewards module and rows file beside it) whole or not at all; missing directories
+    are made only now that there is something to write, and removed again, with the files written, when a write
+    fails or is interrupted."""
     import contextlib
 
     made = [p for p in [out.parent, *out.parent.parents] if not p.exists()]  # deepest first
-    new_module = module is not None and not module[0].exists()
+    beside = [f for f in (module, rows) if f is not None]
+    new = [path for path, _ in beside if not path.exists()]
     written = False
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        if module is not None:
-            write_atomic(module[0], module[1])
+        for path, content in beside:
+            write_atomic(path, content)
         write_atomic(out, text)
         written = True
     except OSError as exc:
         raise GrpoError(f"cannot write {out}: {exc.strerror or exc}", where="-o",
                         fix="Pass -o a path you can write to.") from None
     finally:
-        if not written and new_module and module is not None:
+        for path in new if not written else []:
             with contextlib.suppress(OSError):
-                module[0].unlink()
+                path.unlink()
         for directory in made if not written else []:
             with contextlib.suppress(OSError):
                 directory.rmdir()

@@ -49,6 +49,8 @@ class ImportResult:
     """A different command finishes the import (a TrlParser YAML: import its script with it)."""
     extracted: tuple[Path, str] | None = None
     """The module rewards are copied into (its path, its text): written with the recipe once all checks passed."""
+    rows_file: tuple[Path, str] | None = None
+    """The JSONL of rows the source builds from constants (its path, its text): written with the recipe."""
     processes_hint: int | None = None
     """Training processes the source's launch implies (open-r1's `vllm_device: cuda:7`: GPUs 0-6 train)."""
     answers: dict[str, str] = field(default_factory=dict)

@@ -13,7 +13,8 @@ import textwrap
 from dataclasses import dataclass, field
 
 from grpo_cli.importing.bound import WRAPPER, WRAPPER_CODE, conflict, tokenizer_binding
-from grpo_cli.importing.script_ast import Script
+from grpo_cli.importing.extract_calls import changed_later, outside, own_call
+from grpo_cli.importing.script_ast import Script, call_name
 from grpo_cli.importing.script_rewards import module_file
 
 BUILTINS = set(dir(builtins))
@@ -30,6 +31,8 @@ class Extracted:
     """(function, decorator, line) left off the copies: what they wrapped the function in is not copied."""
     bound: dict[str, tuple[int, str]] = field(default_factory=dict)
     """Script-time globals given from the recipe (`bound.py`): name -> (line, the statement that made it)."""
+    runs: list[tuple[str, int, str]] = field(default_factory=list)
+    """(name, line, statement) of calls of the notebook's own code the module makes when imported, as its cells did."""
 
 
 @dataclass
@@ -40,10 +43,11 @@ class _Pieces:
     decorators: list[tuple[str, str, int]] = field(default_factory=list)
     recipe: str = "recipe.yaml"
     bound: dict[str, tuple[int, str]] = field(default_factory=dict)
+    runs: list[tuple[str, int, str]] = field(default_factory=list)
 
     def copy(self) -> _Pieces:
         return _Pieces(dict(self.imports), dict(self.code), set(self.done), list(self.decorators), self.recipe,
-                       dict(self.bound))
+                       dict(self.bound), list(self.runs))
 
 
 class CannotExtract(Exception):
@@ -76,6 +80,7 @@ def extract(script: Script, functions: list[str], recipe: str = "recipe.yaml") -
         out.text = _module_text(script, pieces)
         out.decorators = pieces.decorators
         out.bound = pieces.bound
+        out.runs = pieces.runs
     return out
 
 
@@ -106,14 +111,27 @@ def _add_def(script: Script, func: ast.FunctionDef | ast.AsyncFunctionDef | ast.
     if depth > 20:
         raise CannotExtract("what it uses goes too deep")
     source = _source(func, script)  # the def without its decorators (ast puts them before the def's line)
-    pieces.decorators += [(func.name, " ".join(ast.unparse(d).split()), d.lineno) for d in func.decorator_list]
+    kept = [d for d in func.decorator_list if not _registers(script, d)] if depth else []
+    pieces.decorators += [(func.name, " ".join(ast.unparse(d).split()), d.lineno) for d in func.decorator_list
+                          if not depth]
+    source = "".join(f"@{ast.unparse(d)}\n" for d in kept) + source  # a helper's `@contextmanager` is its meaning
     pieces.code[id(func)] = (func.lineno, source)
-    for name in _free_names(source):
+    for name in _free_names(source, set(script.defs)):
         _resolve(script, name, func, pieces, depth + 1)
 
 
-def _free_names(source: str) -> list[str]:
-    """Names a piece of code reads but does not define (its globals when it stands alone in a module)."""
+def _registers(script: Script, decorator: ast.expr) -> bool:
+    """marimo's `@app.function` / `@app.cell`: it registers the def with the notebook and changes nothing else."""
+    target = decorator.func if isinstance(decorator, ast.Call) else decorator
+    if not (script.cells and isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name)):
+        return False
+    app = script.lookup(target.value.id, script.tree)
+    return isinstance(app, ast.Call) and call_name(app) == "App"
+
+
+def _free_names(source: str, shadowed: set[str] | frozenset[str] = frozenset()) -> list[str]:
+    """Names a piece of code reads but does not define (its globals when it stands alone in a module); a builtin's
+    name counts when the script defines its own (`class TimeoutError(Exception)`)."""
     table = symtable.symtable(source, "<extract>", "exec")
     names: set[str] = set()
 
@@ -128,7 +146,7 @@ def _free_names(source: str) -> list[str]:
         walk(child)
     top = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported()}
     names |= {s.get_name() for s in table.get_symbols() if s.is_referenced() and s.get_name() not in top}
-    return sorted(n for n in names if n not in BUILTINS and n not in top)
+    return sorted(n for n in names if (n not in BUILTINS or n in shadowed) and n not in top)
 
 
 def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int) -> None:
@@ -143,6 +161,8 @@ def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int
     if func is not None:
         _add_def(script, func, pieces, depth)
         return
+    if name in BUILTINS:  # a def of that name elsewhere in the script, not where the code sees it
+        return
     binding = tokenizer_binding(script, name)
     if isinstance(binding, str):
         raise CannotExtract(binding)
@@ -153,7 +173,7 @@ def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int
         pieces.bound[name] = binding
         return
     found: list[ast.Assign] = [
-        stmt for scope in script.scopes(at) for _, _, stmt in script.assigns.get((id(scope), name), [])
+        stmt for scope in script.scopes_for(name, at) for _, _, stmt in script.assigns.get((id(scope), name), [])
         if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)]
     if not found:
         raise CannotExtract(f"it uses `{name}`, which is known only when the script runs")
@@ -164,13 +184,26 @@ def _resolve(script: Script, name: str, at: ast.AST, pieces: _Pieces, depth: int
         _add_block(script, name, block, found, pieces, depth)
         return
     if not _safe(stmt.value, script):
-        raise CannotExtract(f"it uses `{name}`, set by running code (line {stmt.lineno}: "
-                            f"`{' '.join(ast.unparse(stmt.value).split())[:50]}`)")
+        _own_call(script, name, stmt, pieces)
     source = f"{name} = {ast.get_source_segment(script.text_source, stmt.value) or ast.unparse(stmt.value)}"
     pieces.code[id(stmt)] = (stmt.lineno, textwrap.dedent(source))
-    for inner in _free_names(source):
+    for inner in _free_names(source, set(script.defs)):
         if inner != name:
             _resolve(script, inner, stmt, pieces, depth + 1)
+
+
+def _own_call(script: Script, name: str, stmt: ast.Assign, pieces: _Pieces) -> None:
+    """`NAME = f(literals)` calling the notebook's own def or class: copied, to run when the module is imported as
+    the cell ran, when the call computes only from copied code and the interpreter (`extract_calls`)."""
+    text = f"`{' '.join(ast.unparse(stmt.value).split())[:50]}`"
+    callee = own_call(script, stmt.value, stmt)
+    if callee is None:
+        raise CannotExtract(f"it uses `{name}`, set by running code (line {stmt.lineno}: {text})")
+    why = outside(script, callee, stmt) or changed_later(script, name, stmt)
+    if why is not None:
+        raise CannotExtract(f"it uses `{name}`, set by {text} (line {stmt.lineno}), whose code is not exact in a "
+                            f"copy: {why}")
+    pieces.runs.append((name, stmt.lineno, " ".join(ast.unparse(stmt).split())))
 
 
 def _enclosing_block(script: Script, stmt: ast.stmt) -> ast.stmt | None:
@@ -207,7 +240,7 @@ def _add_block(script: Script, name: str, block: ast.stmt, found: list[ast.Assig
         if not _safe(earlier[-1].value, script):
             raise CannotExtract(f"it uses `{name}`, set by running code (line {earlier[-1].lineno})")
         pieces.code[id(earlier[-1])] = (earlier[-1].lineno, f"{name} = {ast.unparse(earlier[-1].value)}")
-    for free in _free_names(text):
+    for free in _free_names(text, set(script.defs)):
         _resolve(script, free, block, pieces, depth + 1)
 
 

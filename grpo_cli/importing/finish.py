@@ -169,18 +169,25 @@ def _validate(result: ImportResult, where: Path, names: list[str]) -> tuple[list
 
 @contextmanager
 def _module_in_place(result: ImportResult, where: Path) -> Iterator[tuple[ImportResult, tuple[str, str] | None]]:
-    """The extracted rewards module is written only with the recipe, after every check: validation reads a
-    temporary copy of it, the recipe's references pointed there."""
-    if result.extracted is None:
+    """The extracted rewards module (and the rows file) are written only with the recipe, after every check:
+    validation reads temporary copies of them, the recipe's references pointed there."""
+    if result.extracted is None and result.rows_file is None:
         yield result, None
         return
     import tempfile
 
-    module, text = result.extracted
     with tempfile.TemporaryDirectory(prefix="grpo-import-module-") as tmp:
+        trial = copy.deepcopy(result)
+        if result.rows_file is not None:
+            rows_path = Path(tmp) / result.rows_file[0].name
+            rows_path.write_text(result.rows_file[1], encoding="utf-8")
+            trial.put("data.files", {"train": str(rows_path)})
+        if result.extracted is None:
+            yield trial, (str(Path(tmp) / result.rows_file[0].name), str(result.rows_file[0]))  # type: ignore[index]
+            return
+        module, text = result.extracted
         copy_path = Path(tmp) / module.name
         copy_path.write_text(text, encoding="utf-8")
-        trial = copy.deepcopy(result)
         for entry in trial.recipe.get("rewards") or []:
             target, sep, name = str(entry.get("function", "")).rpartition(":") if isinstance(entry, dict) \
                 else ("", "", "")
@@ -244,6 +251,6 @@ def finishing_command(request: Request, result: ImportResult, processes: int | N
         words += [option, value] if value else [option]
     if request.out is not None:
         words += ["-o", str(request.out), "--force"]
-    elif "--extract-rewards" in options:
+    elif "--extract-rewards" in options and "--output" not in options:
         words += ["-o", "recipe.yaml"]  # the extracted module is written beside the recipe
     return " ".join(w if w.endswith("=...") else shlex.quote(w) for w in words)

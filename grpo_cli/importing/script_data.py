@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from grpo_cli.importing.script_ast import NO, Script, call_name, keyword, receiver
+from grpo_cli.importing.script_constant import constant_rows
 from grpo_cli.importing.script_rewards import definition, module_file
 from grpo_cli.importing.script_rows import read_row_transform
 
@@ -26,6 +27,9 @@ class DataFacts:
     lost: list[tuple[str, str, str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     found: bool = False
+    rows: list[dict[str, Any]] | None = None
+    """Rows the script builds from constants (`Dataset.from_list([...] * 1000)`), evaluated: script_constant."""
+    rows_code: str = ""
 
 
 def read_data(script: Script, trainer: ast.Call) -> DataFacts:
@@ -61,6 +65,9 @@ def _trace(script: Script, node: ast.AST, facts: DataFacts, depth: int) -> None:
     elif name == "map" and receiver(node) is not None:
         _map(script, node, facts)
         _trace(script, receiver(node), facts, depth + 1)  # type: ignore[arg-type]
+    elif name in ("from_list", "from_dict") and (rows := _constant_rows(script, node)) is not None:
+        facts.rows, facts.found = rows, True
+        facts.rows_code = f"`{script.source(node, 70)}` (line {node.lineno})"
     elif name in PASS_THROUGH and receiver(node) is not None:
         _trace(script, receiver(node), facts, depth + 1)  # type: ignore[arg-type]
     elif name in SPLITS and receiver(node) is not None:
@@ -76,6 +83,14 @@ def _trace(script: Script, node: ast.AST, facts: DataFacts, depth: int) -> None:
         _trace(script, receiver(node), facts, depth + 1)  # type: ignore[arg-type]
     else:
         _helper(script, node, facts, depth)
+
+
+def _constant_rows(script: Script, node: ast.Call) -> list[dict[str, Any]] | None:
+    """`Dataset.from_list(CONSTANT)` of the datasets library: its rows, when the argument is a constant."""
+    owner = receiver(node)
+    if not (isinstance(owner, ast.Name) and script.imports.get(owner.id) == "datasets"):
+        return None
+    return constant_rows(script, node)
 
 
 def _first_rows(script: Script, node: ast.Call) -> int | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from grpo_cli.importing import rows_file
 from grpo_cli.importing.common import NO_REWARD, ImportResult
 from grpo_cli.importing.hf import FROM_SCRIPT, import_hf_yaml
 from grpo_cli.importing.script_model import MODEL_NEEDED
@@ -17,6 +18,7 @@ from grpo_cli.importing.trl_script import (
     SCRIPT_ANSWER,
     SCRIPT_COLUMNS,
     SCRIPT_PROMPT,
+    SCRIPT_ROWS,
     TRLPARSER,
     UNREAD_REWARDS,
     apply_environment,
@@ -25,17 +27,17 @@ from grpo_cli.importing.trl_script import (
 
 
 def import_script(path: Path, config: dict[str, Any] | None = None, config_path: Path | None = None,
-                  extract_to: Path | None = None) -> ImportResult:
+                  extract_to: Path | None = None, rows_to: Path | None = None) -> ImportResult:
     cfg, skipped = read_script(path, config, extract_to)
     environment, prompt = cfg.pop(ENVIRONMENT, None), cfg.pop(CONSTANT_PROMPT, None)
     trlparser, model_needed = cfg.pop(TRLPARSER, False), cfg.pop(MODEL_NEEDED, None)
     unread: list[tuple[str, str]] = cfg.pop(UNREAD_REWARDS, [])
     script_prompt, answer = cfg.pop(SCRIPT_PROMPT, None), cfg.pop(SCRIPT_ANSWER, None)
-    columns = cfg.pop(SCRIPT_COLUMNS, None)
+    columns, rows = cfg.pop(SCRIPT_COLUMNS, None), cfg.pop(SCRIPT_ROWS, None)
     cfg_data = {key: cfg.pop(key) for key in ("max_samples", "eval_holdout") if key in cfg}
     cfg[FROM_SCRIPT] = True
     out = import_hf_yaml(cfg, str(path) if config_path is None else f"{path} with {config_path}", "trl")
-    apply_environment(out, environment, prompt)
+    apply_environment(out, environment, prompt if environment is not None or rows is None else None)
     out.unmapped[:0] = skipped.unmapped
     out.notes[:0] = skipped.notes
     out.extracted = skipped.extracted
@@ -59,7 +61,10 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
         line, expression = model_needed
         out.refuse(f"model: {path.name} builds its model from `{expression}` (line {line}), known only when it "
                    "runs: give the model", "model.name_or_path", "HUB_ID_OR_PATH")
-    if not trlparser and not any(out.get(f"data.{k}") for k in ("dataset", "files", "from_environment")):
+    if rows is not None and not any(out.get(f"data.{k}") for k in ("dataset", "files", "from_environment")):
+        constant_rows_file(out, path, rows[0], rows[1], rows_to)
+    if not trlparser and "--output" not in out.needs and \
+            not any(out.get(f"data.{k}") for k in ("dataset", "files", "from_environment")):
         out.refuse(f"data: {path.name} builds its training rows in code the importer cannot read (each place is "
                    "listed under 'not carried over'): give the dataset they come from", "data.dataset",
                    "HUB_DATASET_ID")
@@ -67,6 +72,37 @@ def import_script(path: Path, config: dict[str, Any] | None = None, config_path:
     _training_at_import(out)
     _local_packages(out, path)
     return out
+
+
+TEMPLATE_COLUMNS = {"reasoning_effort", "enable_thinking"}
+"""Row columns a chat template reads as keywords, which TRL's GRPOTrainer does not pass it from the rows."""
+
+
+def constant_rows_file(out: ImportResult, path: Path, rows: list[dict[str, Any]], code: str,
+                       rows_to: Path | None) -> None:
+    """Rows the script builds from constants, written as a JSONL beside the recipe (data.files.train); without a
+    recipe file (no -o) they stay refused, with a line saying -o writes them."""
+    import json
+
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    if [json.loads(line) for line in text.splitlines()] != rows:
+        return  # a value JSON does not keep as it is (a tuple, a non-string key): the refusal stays
+    if rows_to is None:
+        out.refuse(f"data: {path.name} builds its {len(rows)} rows from constants ({code}): with -o RECIPE.yaml "
+                   "the import writes them beside the recipe as a JSONL (data.files.train)", "--output", "recipe.yaml")
+        return
+    target = rows_file(rows_to)
+    out.rows_file = (target, text)
+    out.put("data.files", {"train": target.name})
+    distinct = len({json.dumps(row, sort_keys=True) for row in rows})
+    out.notes.append(f"{path.name} builds its {len(rows)} rows from constants ({code}; {distinct} distinct): "
+                     f"evaluated without running it and written to {target.name} beside the recipe (data.files.train)")
+    for column in sorted(TEMPLATE_COLUMNS & set(rows[0])):
+        values = {json.dumps(row[column]) for row in rows}
+        value = rows[0][column] if len(values) == 1 else "..."
+        out.drop(f"the rows' `{column}` column", str(value), "TRL's GRPOTrainer passes a row's columns to the "
+                 "rewards, not to the chat template (an Unsloth trainer may): training.chat_template_kwargs: "
+                 f"{{{column}: {value}}} renders every prompt with it")
 
 
 def _local_packages(out: ImportResult, path: Path) -> None:

@@ -42,6 +42,8 @@ SCRIPT_ANSWER = "__answer__"
 """cfg key: data.answer read from the script's dataset.map."""
 SCRIPT_COLUMNS = "__columns__"
 """cfg key: data.columns (`new: old`) read from the script's dataset.map."""
+SCRIPT_ROWS = "__rows__"
+"""cfg key: (rows, the code) of rows the script builds from constants (`Dataset.from_list([...] * 1000)`)."""
 
 
 def _string_constants(tree: ast.Module) -> dict[str, str]:
@@ -263,6 +265,8 @@ def _data(script: Script, trainer: ast.Call, cfg: dict[str, Any], skipped: Impor
         cfg[SCRIPT_ANSWER] = facts.answer
     if facts.columns:
         cfg[SCRIPT_COLUMNS] = facts.columns
+    if facts.rows is not None:
+        cfg[SCRIPT_ROWS] = (facts.rows, facts.rows_code)
     skipped.notes += facts.notes
     for key, value, why in facts.lost:
         if CONSTANT_PROMPT in cfg and "train_dataset" in key:
@@ -300,6 +304,10 @@ def extract_rewards(script: Script, rewards: Rewards, recipe: Path, skipped: Imp
         for name, (line, statement) in found.bound.items():
             skipped.notes.append(f"`{name}` (line {line}: `{statement[:70]}`) is bound in {module.name} to the "
                                  f"tokenizer grpo trains with: the recipe's model, loaded when a reward first uses it")
+        if found.runs:
+            made = "; ".join(f"`{statement[:60]}` (line {line})" for _, line, statement in found.runs)
+            skipped.notes.append(f"{module.name} makes, when imported, the calls of {script.path.name}'s own code "
+                                 f"that its cells made: {made}")
         skipped.notes.append(f"rewards {', '.join(found.names)} copied exactly, with what they use, into "
                              f"{module.name} (extraction is on by default with -o; --no-extract-rewards turns it "
                              f"off), so grpo imports them without running {script.path.name}")

@@ -355,6 +355,25 @@ def test_a_reward_reading_the_scripts_tokenizer_gets_the_recipe_models(tmp_path:
     assert run_cli("validate", "changed/recipe.yaml").exit_code == 2
 
 
+def test_the_model_an_unsloth_loader_returns_beside_its_tokenizer_is_not_bound(tmp_path: Path,
+                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """`model, tokenizer = FastLanguageModel.from_pretrained(...)`: only the second is the tokenizer grpo binds; a
+    reward reading the model stays refused, naming it, instead of getting a tokenizer where it reads the model."""
+    monkeypatch.chdir(tmp_path)
+    Path("train.py").write_text(
+        "from unsloth import FastLanguageModel\nfrom trl import GRPOConfig, GRPOTrainer\n"
+        "model, tokenizer = FastLanguageModel.from_pretrained(model_name='Qwen/Qwen2.5-0.5B-Instruct')\n"
+        "def big(completions, **kwargs):\n    return [float(model.config.vocab_size > 10) for _ in completions]\n"
+        "def short(completions, **kwargs):\n    return [-float(len(tokenizer(c)['input_ids'])) for c in completions]\n"
+        "trainer = GRPOTrainer(model=model, reward_funcs=[big, short], train_dataset=load_dataset('openai/gsm8k'), "
+        "args=GRPOConfig(output_dir='o'))\ntrainer.train()\n", encoding="utf-8")
+    result = run_cli("import", "trl", "train.py", "-o", "recipe.yaml")
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "'big': not extracted: it uses `model`, the model the script loads (line 3: " \
+        "FastLanguageModel.from_pretrained), which grpo does not bind" in text
+    assert "`tokenizer` (line 3: " in text and "'short'" not in text  # the second name is bound
+
+
 UNSAFE_SCRIPT = '''import os
 import re
 

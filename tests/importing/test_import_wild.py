@@ -4,8 +4,10 @@ or it is refused with the one command that finishes it (which then validates), o
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +66,8 @@ FRESH_CASES = [
     ("trl", "unsloth-notebooks/Mistral_v0.3_(7B)-GRPO.py", VALIDATES),
     ("trl", "unsloth-notebooks/Phi_4_(14B)-GRPO.py", VALIDATES),
     ("trl", "unsloth-notebooks/DeepSeek_R1_0528_Qwen3_(8B)_GRPO.py", VALIDATES),  # with its loop over the vocabulary
-    ("trl", "unsloth-molab/Gemma4_(E2B)_GRPO.py", PLACEHOLDER),  # rows built in code; rewards use run-time state
-    ("trl", "unsloth-molab/gpt-oss-(20B)-GRPO.py", PLACEHOLDER),
+    ("trl", "unsloth-molab/Gemma4_(E2B)_GRPO.py", VALIDATES),  # its constant rows written; its own calls copied
+    ("trl", "unsloth-molab/gpt-oss-(20B)-GRPO.py", VALIDATES),
 ]
 
 FRESH_LAUNCH = {  # the flags each README's `accelerate launch` line implies (fresh/SOURCES.md)
@@ -383,7 +385,7 @@ def test_the_fresh_set_does_not_regress() -> None:
     first = [c for c in FRESH_CASES if c[2] == VALIDATES]
     once = [c for c in FRESH_CASES if c[2] in (VALIDATES, COMMAND)]
     assert len(FRESH_CASES) >= 15 and len(first) / len(FRESH_CASES) >= 0.6, (len(first), len(FRESH_CASES))
-    assert len(once) >= 11, len(once)
+    assert len(first) >= 12 and len(once) >= 13, (len(first), len(once))
     sources = (FRESH / "SOURCES.md").read_text(encoding="utf-8")
     assert all(c[1].split("/")[0] in sources and Path(c[1]).name in sources for c in FRESH_CASES)
 
@@ -448,3 +450,120 @@ def test_only_open_r1s_own_code_becomes_a_built_in(tmp_path: Path, monkeypatch: 
     entries = yaml.safe_load(out.read_text(encoding="utf-8"))["rewards"]
     assert entries == [{"function": "recipe_rewards.py:accuracy_reward"}, {"name": "format"}]
     assert "boxed_match_priority=1," in (out.parent / "recipe_rewards.py").read_text(encoding="utf-8")
+
+
+def test_a_notebooks_own_calls_are_copied_with_its_rewards(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Unsloth's molab Gemma 4 app: its rewards read `_STDLIB_SET = _stdlib_names()` (a scan of the interpreter's
+    stdlib) and `benchmarker = Benchmarker(...)` (a class of another cell): the definitions and the assignments are
+    copied in line order, with what they use (`@contextmanager` kept on a helper, the cell's own TimeoutError), and
+    the module computes what the cells did. A call that would read the user's files stays a refusal naming it."""
+    fixture = "unsloth-molab/Gemma4_(E2B)_GRPO.py"
+    monkeypatch.chdir((FRESH / fixture).parent)
+    out = tmp_path / "recipe.yaml"
+    result = run_cli("import", "trl", Path(fixture).name, "-o", out)
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0, result.output
+    assert "`_STDLIB_SET = _stdlib_names()` (line 302); `benchmarker = Benchmarker(trials=3, timeout=10)` (line 804)" \
+        in text
+    module = (tmp_path / "recipe_rewards.py").read_text(encoding="utf-8")
+    assert "@contextmanager\ndef time_limit(seconds):" in module and "class TimeoutError(Exception):" in module
+    assert module.index("def _stdlib_names") < module.index("_STDLIB_SET = _stdlib_names()") \
+        < module.index("def check_only_stdlib_imports")
+    namespace: dict = {}
+    exec(module, namespace)
+    assert {"os", "ast", "json"} <= namespace["_STDLIB_SET"] and "numpy" not in namespace["_STDLIB_SET"]
+    native = "```python\ndef matmul(A, B):\n" \
+        "    return [[sum(a * b for a, b in zip(r, c)) for c in zip(*B)] for r in A]\n```"
+    numpy = "```python\ndef matmul(A, B):\n    import numpy\n    return numpy.matmul(A, B)\n```"
+    assert namespace["no_cheating"]([[{"content": native}], [{"content": numpy}]]) == [1.0, -20.0]
+    zeros = "```python\ndef matmul(A, B):\n    return [[0.0] * len(B[0]) for _ in A]\n```"
+    right, wrong = namespace["correctness_check"]([[{"content": native}], [{"content": zeros}]])  # random matrices
+    assert right >= 2.0 and wrong < 0
+    with pytest.raises(namespace["TimeoutError"]), namespace["time_limit"](0.05):
+        while True:
+            pass
+
+    app = tmp_path / "app.py"
+    app.write_text(_APP.replace("ROWS", '[{"prompt": [{"role": "user", "content": f"Say word {i}."}]} for i in '
+                                        "range(3)]"), encoding="utf-8")
+    result = run_cli("import", "trl", app, "-o", tmp_path / "app.yaml")
+    text = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in text
+    assert "it uses `WORDS`, set by `read_words()` (line 12), whose code is not exact in a copy: " \
+           "`open('words.txt')` (line 11) reads or changes files" in text
+    pure = app.read_text(encoding="utf-8").replace('set(open("words.txt").read().split())', '{"a", "b"}')
+    app.write_text(pure, encoding="utf-8")
+    assert "rewards known copied exactly" in " ".join(run_cli("import", "trl", app, "-o", tmp_path / "pure.yaml")
+                                                      .output.split())
+    app.write_text(pure.replace("    WORDS = read_words()\n", "    WORDS = read_words()\n    WORDS.add('c')\n"),
+                   encoding="utf-8")
+    text = " ".join(run_cli("import", "trl", app, "-o", tmp_path / "changed.yaml").output.split())
+    assert "it uses `WORDS`, set by `read_words()` (line 12), whose code is not exact in a copy: line 13 changes " \
+           "it: `WORDS.add('c')`" in text
+
+
+_APP = '''import marimo
+
+app = marimo.App()
+
+
+@app.cell
+def _():
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+    def read_words():
+        return set(open("words.txt").read().split())
+    WORDS = read_words()
+    def known(completions, **kwargs):
+        return [1.0 if c[0]["content"] in WORDS else 0.0 for c in completions]
+    rows = Dataset.from_list(ROWS)
+    trainer = GRPOTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=[known], train_dataset=rows,
+                          args=GRPOConfig(output_dir="out"))
+    return
+'''
+
+
+def test_rows_built_from_constants_are_written_beside_the_recipe(tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The molab apps' `Dataset.from_list([{"prompt": [...], "answer": 0}] * 1000)`, its prompt a string of another
+    cell, is evaluated without running anything and written as a JSONL beside the recipe (data.files.train); rows
+    that read anything else stay refused; without -o nothing is written and the refusal says -o writes them."""
+    fixture = "unsloth-molab/gpt-oss-(20B)-GRPO.py"
+    monkeypatch.chdir((FRESH / fixture).parent)
+    out = tmp_path / "recipe.yaml"
+    result = run_cli("import", "trl", Path(fixture).name, "-o", out)
+    text = " ".join(result.output.split())
+    assert result.exit_code == 0 and run_cli("validate", out).exit_code == 0, result.output
+    assert yaml.safe_load(out.read_text(encoding="utf-8"))["data"]["files"] == {"train": "recipe_rows.jsonl"}
+    rows = [json.loads(line) for line in (tmp_path / "recipe_rows.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert len(rows) == 1000 and all(row == rows[0] for row in rows)
+    assert rows[0]["answer"] == 0 and rows[0]["reasoning_effort"] == "low"
+    content = rows[0]["prompt"][0]["content"]
+    assert content.startswith("Create a new fast matrix multiplication") and content.endswith("```")  # .strip()
+    assert "1000 rows from constants" in text and "recipe_rows.jsonl" in text
+    assert "training.chat_template_kwargs: {reasoning_effort: low}" in text  # the column TRL does not template
+
+    alone = tmp_path / "alone"  # no recipe file: nothing written, and the printed command asks for one
+    alone.mkdir()
+    shutil.copy(FRESH / fixture, alone)
+    monkeypatch.chdir(alone)
+    printed = run_cli("import", "trl", Path(fixture).name)
+    assert printed.exit_code == 2 and "with -o RECIPE.yaml the import writes them" in " ".join(printed.output.split())
+    assert sorted(p.name for p in alone.iterdir()) == [Path(fixture).name]
+    finished = run_cli(*shlex.split(str(_finishing_command(printed.output)))[1:])  # as printed
+    assert finished.exit_code == 0 and (alone / "recipe_rows.jsonl").exists(), finished.output
+    monkeypatch.chdir((FRESH / fixture).parent)
+    given = run_cli("import", "trl", Path(fixture).name, "data.dataset=openai/gsm8k", "-o", tmp_path / "other.yaml")
+    assert not (tmp_path / "other_rows.jsonl").exists() and "not written" in given.output
+
+    app = tmp_path / "app.py"
+    app.write_text(_APP.replace("ROWS", '[{"prompt": [{"role": "user", "content": f"Say word {i}."}]} for i in '
+                                        "range(3)]"), encoding="utf-8")
+    run_cli("import", "trl", app, "-o", tmp_path / "app.yaml")
+    written = (tmp_path / "app_rows.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["prompt"][0]["content"] for line in written] == ["Say word 0.", "Say word 1.",
+                                                                                "Say word 2."]
+    app.write_text(_APP.replace("ROWS", '[{"prompt": open("p.txt").read()}] * 3'), encoding="utf-8")
+    result = run_cli("import", "trl", app, "-o", tmp_path / "read.yaml")
+    assert "builds its training rows in code" in " ".join(result.output.split())
+    assert not (tmp_path / "read_rows.jsonl").exists()
