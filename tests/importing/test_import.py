@@ -146,7 +146,8 @@ def test_bad_import_input_is_one_paragraph(tmp_path: Path) -> None:
 
 def _every_fixture() -> list[tuple[str, Path, list[str]]]:
     """Every source the importer is tested on: these, the wild set and the fresh set (kind, file, extra args)."""
-    from tests.importing.test_import_wild import CASES as WILD_CASES, FRESH, FRESH_CASES, FRESH_LAUNCH, WILD
+    from tests.importing.test_import_fresh import FRESH, FRESH_CASES, FRESH_LAUNCH
+    from tests.importing.test_import_wild import CASES as WILD_CASES, WILD
 
     cases = [(kind, FIXTURES / fixture, extra) for kind, fixture, extra, *_ in CASES]
     cases += [(kind, WILD / fixture, extra) for kind, fixture, extra, *_ in WILD_CASES]
@@ -288,147 +289,6 @@ def test_an_output_that_cannot_be_written_is_refused_before_anything_is_written(
     result = run_cli("import", "trl", "minimal_grpo.py", "--extract-rewards", "-o", deep)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in deep.parent.iterdir()) == ["r.yaml", "r_rewards.py"]
-
-
-TOKENIZER_SCRIPT = '''from datasets import load_dataset
-from transformers import AutoTokenizer
-from trl import GRPOConfig, GRPOTrainer
-
-MODEL = {model!r}
-tokenizer = AutoTokenizer.from_pretrained(MODEL)
-{change}STOP = tokenizer.eos_token
-FOUND = None
-for piece in tokenizer.get_vocab().keys():
-    if piece == STOP:
-        FOUND = piece
-
-
-def shorter(completions, **kwargs):
-    return [-float(len(tokenizer(c)["input_ids"])) for c in completions]
-
-
-def stops(completions, **kwargs):
-    return [float(c.endswith(STOP)) for c in completions]
-
-
-def found(completions, **kwargs):
-    return [float(FOUND is not None and FOUND in c) for c in completions]
-
-
-dataset = load_dataset("json", data_files="rows.jsonl", split="train")
-trainer = GRPOTrainer(model=MODEL, reward_funcs=[shorter, stops, found],
-                      args=GRPOConfig(output_dir="out", max_completion_length=32),  # the model has 128 positions
-                      train_dataset=dataset)
-trainer.train()
-'''
-
-
-def test_a_reward_reading_the_scripts_tokenizer_gets_the_recipe_models(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 51: rewards that read a tokenizer the script loads at run time are extracted, the tokenizer bound to
-    the one grpo trains with (the recipe's model, loaded on first use); a change the script makes to it that a
-    reward reads keeps that reward refused, naming the line. A name set in a module-level loop over it is copied
-    with the whole loop, never as its one assignment out of context."""
-    from transformers import AutoTokenizer
-
-    model = ROOT / "grpo_cli" / "assets" / "tiny-arith"
-    monkeypatch.chdir(tmp_path)
-    Path("rows.jsonl").write_text('{"prompt": "2+3"}\n{"prompt": "4+4"}\n', encoding="utf-8")
-    Path("train.py").write_text(TOKENIZER_SCRIPT.format(model=str(model), change=""), encoding="utf-8")
-    result = run_cli("import", "trl", "train.py", "-o", "out/recipe.yaml")
-    assert result.exit_code == 0, result.output
-    assert "`tokenizer` (line 6: `tokenizer = AutoTokenizer.from_pretrained(MODEL)`) is bound" in \
-        " ".join(result.output.split())
-    namespace: dict = {"__file__": str(tmp_path / "out" / "recipe_rewards.py")}
-    exec((tmp_path / "out" / "recipe_rewards.py").read_text(encoding="utf-8"), namespace)  # as grpo imports it
-    direct = AutoTokenizer.from_pretrained(model)
-    completions = ["12+3=15", "no" + direct.eos_token]
-    assert namespace["shorter"](completions) == [-float(len(direct(c)["input_ids"])) for c in completions]
-    assert namespace["stops"](completions) == [0.0, 1.0]
-    assert namespace["found"](completions) == [0.0, 1.0]  # its loop over the vocabulary, copied whole
-    Path("train.py").write_text(TOKENIZER_SCRIPT.format(model=str(model), change='tokenizer.eos_token = "<e>"\n'),
-                                encoding="utf-8")
-    result = run_cli("import", "trl", "train.py", "-o", "changed/recipe.yaml")
-    text = " ".join(result.output.split())
-    assert result.exit_code == 2 and "'stops': not extracted: it reads `tokenizer.eos_token`, and the script " \
-        "changes tokenizer.eos_token (line 7)" in text
-    assert run_cli("validate", "changed/recipe.yaml").exit_code == 2
-
-
-def test_the_model_an_unsloth_loader_returns_beside_its_tokenizer_is_not_bound(tmp_path: Path,
-                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """`model, tokenizer = FastLanguageModel.from_pretrained(...)`: only the second is the tokenizer grpo binds; a
-    reward reading the model stays refused, naming it, instead of getting a tokenizer where it reads the model."""
-    monkeypatch.chdir(tmp_path)
-    Path("train.py").write_text(
-        "from unsloth import FastLanguageModel\nfrom trl import GRPOConfig, GRPOTrainer\n"
-        "model, tokenizer = FastLanguageModel.from_pretrained(model_name='Qwen/Qwen2.5-0.5B-Instruct')\n"
-        "def big(completions, **kwargs):\n    return [float(model.config.vocab_size > 10) for _ in completions]\n"
-        "def short(completions, **kwargs):\n    return [-float(len(tokenizer(c)['input_ids'])) for c in completions]\n"
-        "trainer = GRPOTrainer(model=model, reward_funcs=[big, short], train_dataset=load_dataset('openai/gsm8k'), "
-        "args=GRPOConfig(output_dir='o'))\ntrainer.train()\n", encoding="utf-8")
-    result = run_cli("import", "trl", "train.py", "-o", "recipe.yaml")
-    text = " ".join(result.output.split())
-    assert result.exit_code == 2 and "'big': not extracted: it uses `model`, the model the script loads (line 3: " \
-        "FastLanguageModel.from_pretrained), which grpo does not bind" in text
-    assert "`tokenizer` (line 3: " in text and "'short'" not in text  # the second name is bound
-
-
-UNSAFE_SCRIPT = '''import os
-import re
-
-import requests
-from trl import GRPOTrainer
-
-MOVED = os.replace("data.txt", "data.bak")
-REMOTE = requests.get("http://localhost:9/words").text
-PATTERN = re.compile(r"<answer>(.*?)</answer>")
-WORDS = ",".join(["a", "b"]).upper()
-for entry in os.listdir("."):
-    FIRST = entry
-
-
-def first(completions, **kwargs):
-    return [float(FIRST in c) for c in completions]
-
-
-def moved(completions, **kwargs):
-    return [float(bool(MOVED)) for _ in completions]
-
-
-def remote(completions, **kwargs):
-    return [float(REMOTE in c) for c in completions]
-
-
-def pattern(completions, **kwargs):
-    return [float(bool(PATTERN.search(c))) + len(WORDS) for c in completions]
-
-
-trainer = GRPOTrainer(model="Qwen/Qwen2-0.5B-Instruct", reward_funcs=[moved, remote, pattern, first],
-                      train_dataset="trl-lib/tldr")
-trainer.train()
-'''
-
-
-def test_only_provably_pure_constants_are_copied(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 46: `os.replace(...)` and `requests.get(...)` constants were copied because their attribute names are
-    str/dict methods; importing the module then renamed the user's file or called the network."""
-    monkeypatch.chdir(tmp_path)
-    Path("train.py").write_text(UNSAFE_SCRIPT, encoding="utf-8")
-    Path("data.txt").write_text("mine\n", encoding="utf-8")
-    result = run_cli("import", "trl", "train.py", "-o", "recipe.yaml")
-    text = " ".join(result.output.split())
-    assert result.exit_code == 2
-    assert "'moved': not extracted: it uses `MOVED`, set by running code (line 7: `os.replace(" in text
-    assert "'remote': not extracted: it uses `REMOTE`, set by running code (line 8: `requests.get(" in text
-    assert "'first': not extracted: it uses `FIRST`, set inside a statement at line 11 that calls running code" \
-        in text  # a loop's assignment is never copied out of its loop
-    module = (tmp_path / "recipe_rewards.py").read_text(encoding="utf-8")
-    assert "os.replace" not in module and "requests" not in module and "WORDS = " in module
-    namespace: dict = {}
-    exec(module, namespace)  # nothing is renamed or fetched
-    assert Path("data.txt").read_text() == "mine\n" and not Path("data.bak").exists()
-    assert namespace["pattern"](["<answer>1</answer>", "x"]) == [4.0, 3.0]  # len("A,B") == 3
 
 
 def test_a_model_directory_named_as_a_hub_model_is_finished_with_that_model(tmp_path: Path) -> None:
