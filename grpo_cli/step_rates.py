@@ -317,8 +317,9 @@ def remember(row: RateRow, path: Path | None = None) -> Path:
 
 def fit_fixed(one: RateRow, other: RateRow) -> dict[str, float]:
     """Each part's fixed seconds at `other`'s step, from two measured steps of one kind at two batch sizes:
-    seconds = fixed + per completion x completions, a straight line through both (clamped to 0..the part's
-    seconds, where noise tilts it). {} when the two have the same completions or token length."""
+    seconds = fixed + per completion x completions, a straight line through both (held at 0 or above). A part
+    whose smaller batch took longer is left out (noise on a shared machine, not a fit: the plan then takes it
+    as DEFAULT_FIXED says). {} when the two have the same completions or token length."""
     a, b = one.shape, other.shape
     if a.completions == b.completions or a.completion_tokens != b.completion_tokens:
         return {}
@@ -327,7 +328,8 @@ def fit_fixed(one: RateRow, other: RateRow) -> dict[str, float]:
         if part in one.seconds and part in other.seconds:
             t1, t2 = one.seconds[part].mean, other.seconds[part].mean
             slope = (t2 - t1) / (b.completions - a.completions)
-            fixed[part] = round(min(t2, max(0.0, t2 - slope * b.completions)), 6)
+            if slope >= 0:
+                fixed[part] = round(min(t2, max(0.0, t2 - slope * b.completions)), 6)
     return fixed
 
 
