@@ -70,8 +70,9 @@ def recipe_shape(recipe: Recipe, params: int, threads: int | None, device: str) 
 
 def choose_row(shape: StepShape, here: str, rows: list[RateRow]) -> RateRow | None:
     """The measured step nearest this one: same device and backend and a model within SCALE_LIMIT x its size
-    required; then this machine, model size, processes, LoRA, data, threads; this user's newer runs before the
-    shipped table."""
+    required; then this machine, model size, processes, LoRA, data; this user's runs before the shipped table
+    even at another thread count (grpo picks the threads by the load when a run starts, so a run here says more
+    about this machine now than a thread count does); then threads; newer rows first."""
     same = [r for r in rows if r.shape.device == shape.device and r.shape.backend == shape.backend
             and 1 / SCALE_LIMIT <= max(r.shape.params, 1) / max(shape.params, 1) <= SCALE_LIMIT]
 
@@ -79,7 +80,7 @@ def choose_row(shape: StepShape, here: str, rows: list[RateRow]) -> RateRow | No
         s = r.shape
         return ((r.machine != here) * 100 + abs(math.log(max(s.params, 1) / max(shape.params, 1))) * 10
                 + (s.processes != shape.processes) * 5 + (s.lora != shape.lora) * 2 + (s.data != shape.data)
-                + (s.threads != shape.threads) * 0.5 + (r.run_dir is None) * 0.1)
+                + (r.run_dir is None) * 0.6 + (s.threads != shape.threads) * 0.5)
 
     return min(reversed(same), key=distance, default=None)  # reversed: the newest of equals (rows are appended)
 
