@@ -4,7 +4,8 @@ shipped table and the per-machine file of the user's own runs.
 A step's time is predicted from a step measured before: a row here says what a measured step did (its
 `StepShape`: model size, backend, processes, threads, completions and tokens) and how long each part of it took
 (`PARTS`, seconds per steady optimizer step), on which machine, when, with which command. The planner
-(planning/time_plan.py) scales the nearest row to the recipe's step; `grpo train` measures its own steps,
+(planning/time_plan.py) scales the nearest row to the recipe's step, each part as fixed seconds plus seconds
+per completion (`RateRow.fixed`, fitted from two batch sizes); `grpo train` measures its own steps,
 writes the row in the run's manifest and adds it to this machine's file, so the next plan here starts from it.
 Rows come from: the shipped table (grpo_cli/assets/measured_rates.json: this project's 2-core CPU, the H100
 check), the user's runs on this machine ($GRPO_CACHE_DIR/rates.json, default ~/.cache/grpo/rates.json), and
@@ -34,6 +35,9 @@ step of the step timer's split (artefacts/time_split.py); `other` is the rest (d
 SPLIT_PARTS = {"generation": "generation", "weight_sync": "weight_sync", "reward": "reward", "logprobs": "training",
                "forward": "training", "backward": "training", "optimizer": "training", "other": "other"}
 """Each part of the step timer's split -> the plan part it is measured as."""
+DEFAULT_FIXED = {"weight_sync": 1.0, "other": 1.0}
+"""The fixed share of a part when its row has no fit: weight sync and the rest of the step do not grow with the
+completions, the other parts are taken as proportional to them."""
 CACHE_ENV = "GRPO_CACHE_DIR"
 RATES_FILE = "rates.json"
 RATES_ENV = "GRPO_RATES_FILE"
@@ -101,6 +105,19 @@ class RateRow(_Typed):
     note: str = ""
     run_dir: str | None = None
     """The run that measured it (rows of the user's own runs)."""
+    fixed: dict[str, float] = {}
+    """Per part: the seconds of the step that do not grow with its completions (a tiny model's step is mostly
+    such overhead); the rest grows in proportion. Fitted from steps at two batch sizes (`fit` says which); a
+    part missing here is planned as DEFAULT_FIXED says."""
+    fit: str = ""
+    """Where `fixed` comes from, in words."""
+
+    def fixed_share(self, part: str) -> float:
+        """The share of this row's part that does not grow with the completions (0..1)."""
+        seconds = self.seconds.get(part)
+        if part not in self.fixed or seconds is None or seconds.mean <= 0:
+            return DEFAULT_FIXED.get(part, 0.0)
+        return min(1.0, max(0.0, self.fixed[part] / seconds.mean))
 
     def origin(self) -> str:
         """Where the rate comes from, in words."""
@@ -136,9 +153,8 @@ class TimePlan(_Typed):
     devices: int = 1
     """Devices paid for: the GPUs of the run (and of a vLLM server), or 1 machine on the CPU."""
     load: float | None = None
-    """The load average when planned: a rate measured under another load (a shared machine) differs."""
-    load_factor: float = 1.0
-    """What the row's seconds were multiplied by for the load now against the row's (CPU only)."""
+    """The load average when planned, for the reader: a rate measured under another load (a shared machine)
+    differs, but scaling by it proved no better than not (docs/performance/history/2026-11-28-0935-time-plan.md)."""
     unknown: str = ""
     """Why the step could not be planned (no rate applies); empty when it was."""
 
@@ -285,6 +301,10 @@ def remember(row: RateRow, path: Path | None = None) -> Path:
         raise OSError(f"{path} is not a rates file (not a regular file holding a JSON object), so it is kept "
                       f"as it is; move it away or set ${RATES_ENV} to another file")
     known = {m: _rows(rows) for m, rows in data.items()}
+    same = [r for r in known.get(row.machine, []) if r.shape.kind() == row.shape.kind()]
+    if same and (fixed := fit_fixed(same[-1], row)):
+        row = row.model_copy(update={"fixed": fixed, "fit": f"your runs at {same[-1].shape.completions} and "
+                                     f"{row.shape.completions} completions a step"})
     mine = [r for r in known.get(row.machine, []) if r.shape.kind() != row.shape.kind()] + [row]
     known[row.machine] = mine[-KEEP_PER_MACHINE:]
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -293,6 +313,40 @@ def remember(row: RateRow, path: Path | None = None) -> Path:
                               indent=1) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def fit_fixed(one: RateRow, other: RateRow) -> dict[str, float]:
+    """Each part's fixed seconds at `other`'s step, from two measured steps of one kind at two batch sizes:
+    seconds = fixed + per completion x completions, a straight line through both (held at 0 or above). A part
+    whose smaller batch took longer is left out (noise on a shared machine, not a fit: the plan then takes it
+    as DEFAULT_FIXED says). {} when the two have the same completions or token length."""
+    a, b = one.shape, other.shape
+    if a.completions == b.completions or a.completion_tokens != b.completion_tokens:
+        return {}
+    fixed = {}
+    for part in PARTS:
+        if part in one.seconds and part in other.seconds:
+            t1, t2 = one.seconds[part].mean, other.seconds[part].mean
+            slope = (t2 - t1) / (b.completions - a.completions)
+            if slope >= 0:
+                fixed[part] = round(min(t2, max(0.0, t2 - slope * b.completions)), 6)
+    return fixed
+
+
+def carry_fixed(row: RateRow, source: RateRow) -> dict[str, float]:
+    """This run's fixed seconds per part from the fitted row it was planned from: the source's straight line,
+    scaled to go through this run's measured part (the same shape, on a machine as many times faster or slower
+    for every batch size). {} when the source has no fit."""
+    if not source.fixed:
+        return {}
+    ratio = row.shape.completions / max(source.shape.completions, 1)
+    fixed = {}
+    for part in PARTS:
+        if part in source.fixed and part in row.seconds:
+            share = source.fixed_share(part)
+            at_this_batch = share / (share + (1 - share) * ratio) if share + (1 - share) * ratio > 0 else 1.0
+            fixed[part] = round(row.seconds[part].mean * at_this_batch, 6)
+    return fixed
 
 
 def candidate_rows(this_machine: str) -> list[RateRow]:

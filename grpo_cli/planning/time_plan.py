@@ -2,19 +2,20 @@
 
 A step is planned from a step measured before (grpo_cli/step_rates.py): the nearest row, on this machine when
 there is one (this user's own runs first, then the shipped table), with the same generation backend. Each part
-is that row's measured seconds scaled by the work the part grows with:
+of the row is fixed seconds plus seconds per completion (`RateRow.fixed`, fitted from steps at two batch sizes:
+a tiny model's step is mostly overhead that does not grow with its batch); the per-completion seconds grow with
+the recipe's completions, and both are scaled by the rest of the work the part grows with:
 
-- generation: completions x max_completion_length tokens to decode (x parameters, when the model differs);
-- training (log-probabilities, forward, backward, optimizer): trained tokens x FLOPs per token (6 x parameters,
-  4 x with LoRA: no weight gradients) against the row's, i.e. the row's achieved FLOP rate;
-- weight sync (vLLM): parameters; rewards: completions (a built-in whose rate the table has, such as the
+- generation: max_completion_length tokens to decode (x parameters, when the model differs);
+- training (log-probabilities, forward, backward, optimizer): tokens per completion x FLOPs per token
+  (6 x parameters, 4 x with LoRA: no weight gradients) against the row's, i.e. the row's achieved FLOP rate;
+- weight sync (vLLM): parameters; rewards: as measured (a built-in whose rate the table has, such as the
   sandboxed `code`, from that rate); the rest of the step: as measured.
 
-On a CPU, the row's seconds are also scaled from the load average it was measured under to the load now (a fair
-share of the cores, `load_factor`). Each part carries the row it came from. Where no row has the backend and
-device (vLLM on a GPU, say), the plan says unknown rather than guess; a row from another machine is used only as
-an assumption and says so. The whole run is steps x the step plus evaluation (before/after and
-`eval.every_steps`, at the row's generation rate).
+The load average is shown, not used: scaling rows by it planned no better on a shared machine. Each part carries
+the row it came from. Where no row has the backend and device (vLLM on a GPU, say), the plan says unknown rather
+than guess; a row from another machine is used only as an assumption and says so. The whole run is steps x the
+step plus evaluation (before/after and `eval.every_steps`, at the row's generation rate).
 Standard library and pydantic only: `grpo validate` plans without importing torch.
 """
 
@@ -36,7 +37,7 @@ from grpo_cli.step_rates import (
     shipped_reward_rates,
     visible_gpus,
 )
-from grpo_cli.threads import load_average, usable_cores
+from grpo_cli.threads import load_average
 
 if TYPE_CHECKING:
     from grpo_cli.recipe.schema import Recipe
@@ -66,8 +67,9 @@ def recipe_shape(recipe: Recipe, params: int, threads: int | None, device: str) 
 
 def choose_row(shape: StepShape, here: str, rows: list[RateRow]) -> RateRow | None:
     """The measured step nearest this one: same device and backend and a model within SCALE_LIMIT x its size
-    required; then this machine, model size, processes, LoRA, data, threads; this user's newer runs before the
-    shipped table."""
+    required; then this machine, model size, processes, LoRA, data; this user's runs before the shipped table
+    even at another thread count (grpo picks the threads by the load when a run starts, so a run here says more
+    about this machine now than a thread count does); then threads; newer rows first."""
     same = [r for r in rows if r.shape.device == shape.device and r.shape.backend == shape.backend
             and 1 / SCALE_LIMIT <= max(r.shape.params, 1) / max(shape.params, 1) <= SCALE_LIMIT]
 
@@ -75,7 +77,7 @@ def choose_row(shape: StepShape, here: str, rows: list[RateRow]) -> RateRow | No
         s = r.shape
         return ((r.machine != here) * 100 + abs(math.log(max(s.params, 1) / max(shape.params, 1))) * 10
                 + (s.processes != shape.processes) * 5 + (s.lora != shape.lora) * 2 + (s.data != shape.data)
-                + (s.threads != shape.threads) * 0.5 + (r.run_dir is None) * 0.1)
+                + (r.run_dir is None) * 0.6 + (s.threads != shape.threads) * 0.5)
 
     return min(reversed(same), key=distance, default=None)  # reversed: the newest of equals (rows are appended)
 
@@ -88,21 +90,22 @@ def _prompt_tokens(shape: StepShape, row: RateRow) -> tuple[float, str]:
     return float(shape.prompt_tokens), ", prompts at data.max_prompt_tokens"
 
 
-def _factors(shape: StepShape, row: RateRow) -> dict[str, tuple[float, str]]:
-    """Per part: how much more work this step does than the row's, and what was assumed to say so."""
+def _factors(shape: StepShape, row: RateRow) -> dict[str, tuple[float, float, str]]:
+    """Per part: the completions against the row's (what its per-completion seconds grow with), the rest of
+    the work against the row's (tokens, model size, FLOPs per token; fixed and per-completion seconds alike),
+    and what was assumed to say so."""
     r = row.shape
     same_model = r.model == shape.model and r.params == shape.params
     size = 1.0 if same_model else shape.params / max(r.params, 1)
     scaled = "" if same_model else f", scaled from {r.model} ({r.params / 1e6:,.1f}M params)"
     prompt, prompt_note = _prompt_tokens(shape, row)
-    tokens = shape.completions * (prompt + shape.completion_tokens)
-    row_tokens = r.completions * ((r.prompt_tokens or 0.0) + r.completion_tokens)
+    per_completion = (prompt + shape.completion_tokens) / max((r.prompt_tokens or 0.0) + r.completion_tokens, 1.0)
     flops = (4 if shape.lora else 6) * shape.params / ((4 if r.lora else 6) * max(r.params, 1))
-    decode = shape.completions * shape.completion_tokens / max(r.completions * r.completion_tokens, 1)
-    return {"generation": (decode * size, scaled), "training": (tokens / max(row_tokens, 1.0) * flops,
-                                                                scaled + prompt_note),
-            "weight_sync": (size, scaled), "reward": (shape.completions / max(r.completions, 1), ""),
-            "other": (1.0, "")}
+    batch = shape.completions / max(r.completions, 1)
+    decode = shape.completion_tokens / max(r.completion_tokens, 1)
+    return {"generation": (batch, decode * size, scaled), "training": (batch, per_completion * flops,
+                                                                       scaled + prompt_note),
+            "weight_sync": (1.0, size, scaled), "reward": (batch, 1.0, ""), "other": (batch, 1.0, "")}
 
 
 def _reward(shape: StepShape, row: RateRow, factor: float, reward_rates: dict[str, float],
@@ -119,46 +122,46 @@ def _reward(shape: StepShape, row: RateRow, factor: float, reward_rates: dict[st
     return None, f"unknown: {', '.join(unknown)} not measured yet (one `grpo train` here measures it)"
 
 
-def load_factor(shape: StepShape, row: RateRow, load: float | None, cores: int) -> tuple[float, str]:
-    """On a CPU shared with other work: how much slower this step runs at the load now than the row's did.
-
-    A busy CPU is shared out fairly: with a load average L above the cores C, each runnable thread gets about C/L
-    of a core, so a step takes max(1, L/C) times its time on idle cores. The row's load was read at the end of its
-    run (its own threads included); the plan's is the load now plus the threads the run will add. 1.0 on a GPU or
-    without both loads."""
-    if shape.device != "cpu" or load is None or row.load is None:
-        return 1.0, ""
-    planned = load + shape.processes * (shape.threads or 1)
-    factor = max(1.0, planned / cores) / max(1.0, row.load / cores)
-    if abs(factor - 1.0) < 0.01:
-        return 1.0, ""
-    return factor, (f"x{factor:.2f} for the load (measured at {row.load:.1f}, now {load:.1f} + this run's "
-                    f"{planned - load:g} thread(s), on {cores} cores)")
-
-
-def plan_step(shape: StepShape, here: str, rows: list[RateRow], reward_rates: dict[str, float],
-              load: float | None = None) -> tuple[list[StepEstimate], float]:
-    """Each part of the steady step, from the nearest row, and the load factor applied to the row's seconds;
-    [] when no row has this device and backend."""
-    row = choose_row(shape, here, rows)
-    if row is None:
-        return [], 1.0
-    busy, busy_how = load_factor(shape, row, load, usable_cores())
+def _assumed(shape: StepShape, row: RateRow, here: str) -> str:
+    """What differs between the row's step and this one that the plan does not model, as a source's prefix."""
     assumed = "" if row.machine == here else "assumed, measured on another machine: "
     if shape.threads != row.shape.threads and row.machine == here:
         assumed += f"measured with {row.shape.threads} torch thread(s), {shape.threads} planned: "
     if shape.processes != row.shape.processes:
         assumed += f"measured with {row.shape.processes} process(es), {shape.processes} planned, communication not " \
                    "counted: "
+    return assumed
+
+
+def _growth(row: RateRow, part: str, batch: float) -> tuple[float, str]:
+    """How many times the row's part this many times its completions takes: its fixed share stays, the rest
+    grows with them; and how that was fitted, when the batch differs."""
+    share = row.fixed_share(part)
+    if abs(batch - 1.0) < 1e-9 or part not in row.fixed:
+        return share + (1 - share) * batch, ""
+    seconds = row.seconds[part].mean
+    per = (seconds - row.fixed[part]) / max(row.shape.completions, 1)
+    return share + (1 - share) * batch, (f"{part} {row.fixed[part]:.3g} s fixed + {per:.3g} s per completion "
+                                         f"({row.fit})")
+
+
+def plan_step(shape: StepShape, here: str, rows: list[RateRow], reward_rates: dict[str, float]) -> list[StepEstimate]:
+    """Each part of the steady step, from the nearest row: its fixed seconds and its seconds per completion,
+    each scaled by the rest of the work; [] when no row has this device and backend."""
+    row = choose_row(shape, here, rows)
+    if row is None:
+        return []
+    assumed = _assumed(shape, row, here)
     estimates = []
-    for part, (factor, how) in _factors(shape, row).items():
+    for part, (batch, work, how) in _factors(shape, row).items():
+        growth, fitted = _growth(row, part, batch)
         measured = row.seconds.get(part)
-        seconds, source = (measured.scaled(factor * busy) if measured else None), assumed + row.origin()
+        seconds, source = (measured.scaled(growth * work) if measured else None), assumed + row.origin()
         if part == "reward":
-            seconds, source = _reward(shape, row, factor * busy, reward_rates, assumed)
-        how = ", ".join(h for h in (how.lstrip(", "), busy_how) if h)
+            seconds, source = _reward(shape, row, growth * work, reward_rates, assumed)
+        how = ", ".join(h for h in (fitted, how.lstrip(", ")) if h)
         estimates.append(StepEstimate(part=part, seconds=seconds, source=source, how=how))
-    return sorted(estimates, key=lambda e: PARTS.index(e.part)), busy
+    return sorted(estimates, key=lambda e: PARTS.index(e.part))
 
 
 def _evaluation(recipe: Recipe, shape: StepShape, step: list[StepEstimate], eval_prompts: int | None,
@@ -197,7 +200,7 @@ def plan_time(recipe: Recipe, *, steps: int | None, eval_prompts: int | None, th
         return plan
     # without a visible GPU the run trains on this CPU, whatever the profile (a ddp run uses gloo)
     plan.shape = shape = recipe_shape(recipe, memory.params, threads, "gpu" if gpus else "cpu")
-    plan.parts, plan.load_factor = plan_step(shape, here, candidate_rows(here), shipped_reward_rates(), plan.load)
+    plan.parts = plan_step(shape, here, candidate_rows(here), shipped_reward_rates())
     if not plan.parts:
         plan.unknown = (f"no measured {shape.backend} step on a {shape.device} of a model within {SCALE_LIMIT:g}x "
                         f"its size ({shape.params / 1e6:,.1f}M parameters; after one `grpo train` here, there is)")

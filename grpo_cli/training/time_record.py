@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from grpo_cli.artefacts.time_check import check_lines, compare, measure
 from grpo_cli.planning.memory import memory_plan
-from grpo_cli.planning.time_plan import plan_time, recipe_shape
-from grpo_cli.step_rates import RateRow, StepShape, TimePlan, machine, remember
+from grpo_cli.planning.time_plan import choose_row, plan_time, recipe_shape
+from grpo_cli.step_rates import RateRow, StepShape, TimePlan, candidate_rows, carry_fixed, machine, remember
 
 if TYPE_CHECKING:
     from grpo_cli.planning import RunPlan
@@ -58,8 +58,22 @@ def measured_rates(run: RunState, steps: list[dict[str, float]]) -> RateRow | No
     hardware = run.manifest.hardware
     gpus = [] if run.recipe.launch.spec.cpu_only or hardware is None else (hardware.gpus or [])
     command = shlex.join(["grpo", *(run.manifest.command or [])[1:]])
-    return measure(steps, shape, machine=machine(gpus), command=command, date=run.manifest.started or "",
-                   run_dir=str(run.out), load=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
+    here = machine(gpus)
+    row = measure(steps, shape, machine=here, command=command, date=run.manifest.started or "",
+                  run_dir=str(run.out), load=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
+    return with_fixed(row, here) if row is not None else None
+
+
+def with_fixed(row: RateRow, here: str) -> RateRow:
+    """The run's row with its fixed seconds per part: the fitted row it was planned from, scaled to this run, so
+    the next plan here for another batch size has both terms after one run (two runs of one kind at two batch
+    sizes replace it with their own fit when remembered)."""
+    source = choose_row(row.shape, here, candidate_rows(here))
+    fixed = carry_fixed(row, source) if source is not None else {}
+    if source is None or not fixed:
+        return row
+    return row.model_copy(update={"fixed": fixed, "fit": f"the fixed share of {source.origin()}, scaled to this "
+                                                          "run"})
 
 
 def record_time(run: RunState, main: bool) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo_cli import runs
-from grpo_cli.step_rates import PARTS, RateRow, Seconds, remember, remembered_rates
+from grpo_cli.step_rates import DEFAULT_FIXED, PARTS, RateRow, Seconds, remember, remembered_rates
 from tests.conftest import RECIPES, ROOT, assert_paragraph, run_cli
 
 DEMO = RECIPES / "demo.yaml"
@@ -40,6 +40,17 @@ def _train(out: Path, *args: str) -> str:
     return result.output
 
 
+def _grown(row: RateRow, batch: float) -> dict[str, float]:
+    """What each part of `row` should take at `batch` times its completions: its fixed seconds stay, the rest
+    grows with the completions (weight sync does not grow with them)."""
+    fixed = {p: row.fixed.get(p, DEFAULT_FIXED.get(p, 0.0) * row.seconds[p].mean) for p in PARTS}
+    return {p: fixed[p] + (row.seconds[p].mean - fixed[p]) * (1.0 if p == "weight_sync" else batch) for p in PARTS}
+
+
+def _plan_parts(*args: str) -> dict[str, float]:
+    return {p["part"]: p["seconds"]["mean"] for p in _plan(*args)["time_plan"]["parts"]}
+
+
 def test_a_run_teaches_the_next_plan_on_this_machine(tmp_path: Path, rates_file: Path) -> None:
     out = tmp_path / "run"
     _train(out)
@@ -47,16 +58,38 @@ def test_a_run_teaches_the_next_plan_on_this_machine(tmp_path: Path, rates_file:
     assert measured is not None and measured.steps == 2  # 3 steps, the first (warm-up) not counted
     remembered = remembered_rates(rates_file)[measured.machine]
     assert [r.model_dump() for r in remembered] == [measured.model_dump()]
+    # one run at one batch size: its fixed seconds per part come from the shipped fitted row, scaled to the run
+    assert set(measured.fixed) == set(PARTS) and "shipped table" in measured.fit
+    assert all(0 <= measured.fixed[p] <= measured.seconds[p].mean for p in PARTS)
 
     same = _plan()["time_plan"]
     assert all(p["source"].startswith(f"your run {out}") for p in same["parts"])
-    assert same["step"]["mean"] == pytest.approx(measured.seconds["step"].mean * same["load_factor"])
-    # a similar recipe: twice the completions a step, so generation, rewards and training scale by two
-    plan = _plan("training.per_device_train_batch_size=128")["time_plan"]
-    doubled = {p["part"]: p["seconds"]["mean"] / plan["load_factor"] for p in plan["parts"]}
-    for part in ("generation", "reward", "training"):
-        assert doubled[part] == pytest.approx(2 * measured.seconds[part].mean)
-    assert doubled["other"] == pytest.approx(measured.seconds["other"].mean)
+    assert same["step"]["mean"] == pytest.approx(measured.seconds["step"].mean)
+    # a similar recipe: twice and half the completions a step, each part the run's fixed + per-completion terms
+    for batch, ratio in (("128", 2.0), ("24", 24 / 64)):
+        planned = _plan_parts(f"training.per_device_train_batch_size={batch}")
+        assert planned == pytest.approx(_grown(measured, ratio), abs=1e-6)  # fixed seconds kept to 6 places
+    text = run_cli("validate", DEMO, "training.per_device_train_batch_size=24")
+    assert "s per completion" in " ".join(text.output.split())
+
+
+def test_two_runs_at_two_batch_sizes_fit_the_plan_here(tmp_path: Path, rates_file: Path) -> None:
+    """The second run of a kind at another batch size: the remembered row's fixed seconds are fitted from the
+    user's two runs (a straight line through both), and the plan for a third size follows that line."""
+    _train(tmp_path / "small", "training.per_device_train_batch_size=32")
+    small = runs.read_manifest(tmp_path / "small").step_rates
+    _train(tmp_path / "large")
+    large = runs.read_manifest(tmp_path / "large").step_rates
+    [row] = remembered_rates(rates_file)[large.machine]  # one row of the kind: the second replaced the first
+    assert row.fit == "your runs at 32 and 64 completions a step"
+    for part in PARTS:  # the line through both runs' measured seconds, held at 0 or above; none where it falls
+        slope = (large.seconds[part].mean - small.seconds[part].mean) / 32
+        line = large.seconds[part].mean - slope * 64
+        if slope < 0:
+            assert part not in row.fixed
+        else:
+            assert row.fixed[part] == pytest.approx(min(large.seconds[part].mean, max(0.0, line)), abs=1e-6)
+    assert _plan_parts("training.per_device_train_batch_size=24") == pytest.approx(_grown(row, 24 / 64), abs=1e-6)
 
 
 def test_the_plan_prints_the_run_and_its_cost(tmp_path: Path, rates_file: Path) -> None:
@@ -78,7 +111,7 @@ def test_the_plan_prints_the_run_and_its_cost(tmp_path: Path, rates_file: Path) 
 def test_without_a_rate_the_plan_says_unknown(tmp_path: Path, rates_file: Path, write_recipe) -> None:
     """vLLM in server mode has no measured step anywhere: no number is made up."""
     plan = _plan("launch.vllm.mode=server")["time_plan"]
-    assert plan["parts"] == [] and plan["step"] is None and plan["run"] is None
+    assert plan["parts"] == [] and plan["step"] is None and plan["run"] is None and plan["cost"] is None
     assert "no measured vllm-server step" in plan["unknown"]
     text = run_cli("validate", DEMO, "launch.vllm.mode=server", "--price-per-hour", "3")
     assert "unknown" in text.output and "cost" not in text.output
@@ -162,7 +195,8 @@ def test_a_damaged_rates_file_is_kept_and_the_run_is_not_lost(tmp_path: Path, ra
 
 def test_a_plan_scales_a_row_of_another_model_by_its_work() -> None:
     """A row of a different model size: generation by decoded tokens x parameters, training by trained tokens x
-    FLOPs per token (6 x parameters in full, 4 x with LoRA)."""
+    FLOPs per token (6 x parameters in full, 4 x with LoRA); a fitted row's fixed seconds do not grow with the
+    completions, and the rest does."""
     from grpo_cli.planning.time_plan import SCALE_LIMIT, plan_step
     from grpo_cli.step_rates import StepShape
 
@@ -173,34 +207,22 @@ def test_a_plan_scales_a_row_of_another_model_by_its_work() -> None:
                   seconds={p: one for p in (*PARTS, "step")})
     shape = row_shape.model_copy(update={"model": "b", "params": 300, "lora": True, "completions": 16,
                                          "prompt_tokens": None})
-    steps, busy = plan_step(shape, "m", [row], {"accuracy": 1000.0})
-    assert busy == 1.0  # the row has no load: nothing to scale by
-    parts = {e.part: e for e in steps}
+    parts = {e.part: e for e in plan_step(shape, "m", [row], {"accuracy": 1000.0})}
     assert parts["generation"].seconds.mean == pytest.approx(16 * 10 * 300 / (8 * 10 * 100))
     assert parts["training"].seconds.mean == pytest.approx(16 * 15 * 4 * 300 / (8 * 15 * 6 * 100))
     assert parts["training"].seconds.high == pytest.approx(2 * parts["training"].seconds.mean)
     assert parts["reward"].seconds.mean == pytest.approx(2.0)  # same rewards: the row's, per completion
+    assert parts["other"].seconds.mean == pytest.approx(1.0)  # no fit: the rest of the step is taken as fixed
     assert "scaled from a" in parts["generation"].how
+    fitted = row.model_copy(update={"fixed": {"generation": 0.75, "training": 0.0}, "fit": "two sizes"})
+    parts = {e.part: e for e in plan_step(shape, "m", [fitted], {})}
+    assert parts["generation"].seconds.mean == pytest.approx((0.75 + 0.25 * 2) * 3)  # fixed + 2x per completion
+    assert "0.75 s fixed + 0.0312 s per completion (two sizes)" in parts["generation"].how
+    assert parts["training"].seconds.mean == pytest.approx(16 * 15 * 4 * 300 / (8 * 15 * 6 * 100))
     far = shape.model_copy(update={"params": int(row_shape.params * SCALE_LIMIT) + 1})
-    assert plan_step(far, "m", [row], {}) == ([], 1.0)  # a model beyond the scaling limit is not guessed from it
-    elsewhere = {e.part: e for e in plan_step(shape, "another machine", [row], {})[0]}
+    assert plan_step(far, "m", [row], {}) == []  # a model beyond the scaling limit is not guessed from it
+    elsewhere = {e.part: e for e in plan_step(shape, "another machine", [row], {})}
     assert all(e.source.startswith("assumed, measured on another machine") for e in elsewhere.values())
-
-
-def test_a_busier_cpu_than_the_rows_plans_a_longer_step() -> None:
-    """A row measured at load 1 on 2 cores, planned at load 5 with one thread: a fair share of the cores, 6/2 x."""
-    from grpo_cli.planning.time_plan import load_factor
-    from grpo_cli.step_rates import StepShape
-
-    shape = StepShape(model="a", params=100, lora=False, backend="transformers", processes=1, threads=1,
-                      completions=8, completion_tokens=10)
-    one = Seconds(mean=1.0, low=1.0, high=1.0)
-    row = RateRow(machine="m", date="2026", command="c", shape=shape, steps=3, load=1.0,
-                  seconds={p: one for p in (*PARTS, "step")})
-    factor, how = load_factor(shape, row, 5.0, cores=2)
-    assert factor == pytest.approx((5.0 + 1) / 2) and "for the load" in how
-    assert load_factor(shape, row.model_copy(update={"load": 12.0}), 5.0, cores=2)[0] == pytest.approx(6 / 12)
-    assert load_factor(shape.model_copy(update={"device": "gpu"}), row, 5.0, cores=2) == (1.0, "")
 
 
 def test_benchmark_smoke(tmp_path: Path) -> None:
