@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import shutil
 import stat
@@ -47,6 +48,8 @@ TABLE = "measured_rates.json"
 GPU check."""
 KEEP_PER_MACHINE = 50
 """Rows kept per machine in the per-machine file (the newest; a run replaces the row of the same kind of step)."""
+MAX_STEP_S = 1e6
+"""More seconds than any measured optimizer step takes (11 days): a row beyond it is a hand edit, not a rate."""
 
 
 class _Typed(BaseModel):
@@ -248,10 +251,32 @@ def _rows(data: object) -> list[RateRow]:
     rows = []
     for item in data if isinstance(data, list) else []:
         try:
-            rows.append(RateRow.model_validate(item))
+            row = RateRow.model_validate(item)
         except ValidationError:
             continue  # a row a newer grpo wrote, or a hand edit: skipped, never fatal for validate
+        if _measured(row):
+            rows.append(row.model_copy(update={"fixed": _kept_fixed(row)}))
     return rows
+
+
+def _finite(value: float | None, high: float = math.inf) -> bool:
+    return value is None or (math.isfinite(value) and 0 <= value <= high)
+
+
+def _measured(row: RateRow) -> bool:
+    """Whether a row's figures can be a measured step (a hand edit's NaN, negative or huge seconds, or a step of
+    no completions, would plan a negative, NaN or endless time): such a row is skipped like an unreadable one."""
+    s = row.shape
+    seconds = [v for part in row.seconds.values() for v in (part.mean, part.low, part.high)]
+    return (all(_finite(v, MAX_STEP_S) for v in seconds) and _finite(row.load) and _finite(s.prompt_tokens)
+            and min(s.params, s.processes, s.completions, s.completion_tokens) >= 1)
+
+
+def _kept_fixed(row: RateRow) -> dict[str, float]:
+    """The row's fixed seconds that can be a fit: finite, at least 0, at most the part's own seconds (a fit
+    never exceeds them; 1e-6 s for the rounding). A part whose value cannot is planned as DEFAULT_FIXED says."""
+    return {part: v for part, v in row.fixed.items()
+            if part in row.seconds and _finite(v, row.seconds[part].mean + 1e-6)}
 
 
 @functools.cache

@@ -5,7 +5,9 @@ known stays unknown. Expected figures are worked out from the rates the runs rec
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from grpo_cli import runs
-from grpo_cli.step_rates import DEFAULT_FIXED, PARTS, RateRow, Seconds, remember, remembered_rates
-from tests.conftest import RECIPES, ROOT, assert_paragraph, run_cli
+from grpo_cli.step_rates import DEFAULT_FIXED, PARTS, RateRow, Seconds, remember, remembered_rates, shipped_rates
+from tests.conftest import RECIPES, ROOT, assert_paragraph, plan_text, run_cli
 
 DEMO = RECIPES / "demo.yaml"
 SHORT = ("training.max_steps=3", "training.logging_steps=1", "eval.before_after=false")
@@ -191,6 +193,42 @@ def test_a_damaged_rates_file_is_kept_and_the_run_is_not_lost(tmp_path: Path, ra
     assert result.exit_code == 0 and "Traceback" not in result.output, result.output
     report = " ".join((out / runs.REPORT_SUMMARY).read_text(encoding="utf-8").split())
     assert "Not checked: the manifest's `time_plan` holds no usable seconds" in report
+
+
+HAND_EDITS = {  # a hand-edited row of this machine's file -> whether the plan still starts from it
+    "fixed -5": (lambda d: d["fixed"].update(generation=-5.0), True),
+    "fixed NaN": (lambda d: d["fixed"].update(generation=float("nan")), True),
+    "fixed 1e300": (lambda d: d["fixed"].update(generation=1e300), True),
+    "no fit": (lambda d: d.update(fixed={}, fit=""), True),
+    "mean inf": (lambda d: d["seconds"]["generation"].update(mean=float("inf")), False),
+    "seconds < 0": (lambda d: d["seconds"].update(training={"mean": -3.0, "low": -4.0, "high": -2.0}), False),
+    "mean NaN": (lambda d: d["seconds"]["training"].update(mean=float("nan")), False),
+    "mean 1e308": (lambda d: d["seconds"].update(training={"mean": 1e308, "low": 1e308, "high": 1e308}), False),
+    "0 completions": (lambda d: d["shape"].update(completions=0), False),
+    "tokens < 0": (lambda d: d["shape"].update(completion_tokens=-4, prompt_tokens=-10.0), False),
+}
+
+
+@pytest.mark.parametrize("edit", list(HAND_EDITS))
+def test_a_hand_edited_rate_never_plans_a_negative_or_nan_time(edit: str, rates_file: Path) -> None:
+    """Review of issue 50: a row of the per-machine file with negative, NaN or huge seconds planned `~-3 s`, `~nan
+    h` or a 300-digit step, and a fixed part of -5 s printed `-5 s fixed`. Now a row whose seconds cannot be a
+    measured step is skipped (the plan starts from the shipped table) and a fixed part that cannot be a fit is
+    dropped (the row stays): every time finite and at least 0, at half the row's batch too (the fit's own line)."""
+    from grpo_cli.step_rates import machine
+
+    row = next(r for r in shipped_rates() if r.shape.model == "bundled:tiny-arith").model_dump(mode="json")
+    row.update(run_dir="outputs/hand-edited", machine=machine())
+    change, kept = HAND_EDITS[edit]
+    change(row)
+    rates_file.write_text(json.dumps({machine(): [row]}), encoding="utf-8")
+    plan = _plan("training.per_device_train_batch_size=32")["time_plan"]
+    figures = [v for name in ("step", "run") for v in plan[name].values()]
+    figures += [v for p in plan["parts"] for v in p["seconds"].values()]
+    assert all(math.isfinite(v) and v >= 0 for v in figures), plan
+    assert all(("your run outputs/hand-edited" in p["source"]) == kept for p in plan["parts"]), plan
+    text = plan_text(run_cli("validate", DEMO, "training.per_device_train_batch_size=32").output)
+    assert not re.search(r"(nan|inf) [sh]\b|(?<![\w.+-])-\d[\d.e+-]* s\b", text), text
 
 
 def test_a_plan_scales_a_row_of_another_model_by_its_work() -> None:
