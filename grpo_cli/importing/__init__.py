@@ -105,6 +105,10 @@ def import_config(kind: str, path: str | Path, script_config: str | Path | None 
         raise GrpoError(f"a value has a form the {kind} importer cannot read ({type(exc).__name__}: {exc})",
                         where=str(path), fix="Compare the config with the source tool's documented format; "
                         "`grpo --debug import ...` shows where it failed.") from None
+    except RecursionError:  # `'a' + 'a' + ...` a thousand times: Python's parser or the importer's readers
+        raise GrpoError("an expression nests deeper than the importer can follow (Python's recursion limit)",
+                        where=str(path), fix="Write the long expression in fewer levels (a list joined with "
+                        "''.join, a loop), or give what it builds as a file or a hub dataset.") from None
 
 
 def _import(kind: str, path: Path, script_config: str | Path | None, extract_to: Path | None,

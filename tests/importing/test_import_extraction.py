@@ -6,12 +6,14 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, assert_paragraph, run_cli
 from tests.importing.test_import_wild import _finishing_command
 
 FIXTURES = ROOT / "tests" / "fixtures" / "imports"
@@ -275,3 +277,69 @@ def test_rows_built_from_constants_are_written_beside_the_recipe(tmp_path: Path,
     result = run_cli("import", "trl", app, "-o", tmp_path / "read.yaml")
     assert "builds its training rows in code" in " ".join(result.output.split())
     assert not (tmp_path / "read_rows.jsonl").exists()
+
+
+HOSTILE_ROWS = {  # rows a script builds that must be refused, fast and within memory: name -> (before, ROWS)
+    "10**9 copies": ("", '[{"prompt": "hi"}] * 10**9'),
+    "a 10 MB prompt 100,000 times": ("", '[{"prompt": "x" * 10000000}] * 100000'),
+    "a new 10 MB prompt per row": ("", '[{"prompt": "x" * 10000000} for i in range(100000)]'),
+    "a long list per row": ("", '[{"prompt": ["a"] * 100000} for i in range(100000)]'),
+    "range(10**8)": ("", '[{"prompt": "x"} for i in range(10**8)]'),
+    "a name doubled 13 times": ("A0 = 'x' * 10000000\n" + "".join(f"A{i} = A{i - 1} + A{i - 1}\n"
+                                                                 for i in range(1, 14)), '[{"prompt": A13}]'),
+    "a format width of 2e9": ("", '[{"prompt": "{:>2000000000}".format("a")}]'),
+    "a width given as a field": ("", '[{"prompt": "{0:{1}}".format("a", 2000000000)}]'),
+    "a precision of 1e8": ("", '[{"prompt": "{:.100000000f}".format(1.5)}]'),
+    "replace into every gap": ("", '[{"prompt": ("x" * 10000000).replace("x", "x" * 10000000)}]'),
+    "an f-string with a spec": ("", '[{"prompt": f"{1:>2000000000}"}]'),
+    "rebound by def": ("P = 'a'\ndef P(): pass\n", '[{"prompt": P}] * 3'),
+    "rebound by class": ("P = 'a'\nclass P: pass\n", '[{"prompt": P}] * 3'),
+    "rebound by import": ("P = 'a'\nfrom os import sep as P\n", '[{"prompt": P}] * 3'),
+    "rebound by except": ("P = 'a'\ntry:\n    pass\nexcept Exception as P:\n    pass\n", '[{"prompt": P}] * 3'),
+    "rebound by match": ("P = 'a'\nmatch 1:\n    case P: pass\n", '[{"prompt": P}] * 3'),
+    "deleted": ("P = 'a'\ndel P\n", '[{"prompt": P}] * 3'),
+    "range rebound": ("range = lambda n: [1]\n", '[{"prompt": "x"} for i in range(3)]'),
+}
+
+
+def _limited() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))  # a regression fails here, not on the machine
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_ROWS))
+def test_rows_from_constants_are_refused_quickly_within_memory(case: str, tmp_path: Path) -> None:
+    """Review of issue 51: rows a script builds that would take gigabytes (a 10 MB prompt per row, a name
+    doubled, a format width of 2e9) ran `grpo import` out of memory with a traceback, and a name rebound by
+    def, class, import, except, match or del was read at its first value. Each is now left refused as rows the
+    importer cannot read: exit 2 within seconds under a 3 GB limit, no rows file, no traceback."""
+    before, rows = HOSTILE_ROWS[case]
+    app = tmp_path / "app.py"
+    script = f"from datasets import Dataset\nfrom trl import GRPOConfig, GRPOTrainer\n{before}" + \
+        "def known(completions, **kwargs):\n    return [1.0 for c in completions]\n" + \
+        f"rows = Dataset.from_list({rows})\n" + \
+        'trainer = GRPOTrainer(model="Qwen/Qwen2.5-0.5B-Instruct", reward_funcs=[known], train_dataset=rows,\n' + \
+        '                      args=GRPOConfig(output_dir="out"))\n'
+    app.write_text(script, encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "grpo_cli", "import", "trl", str(app), "-o", str(tmp_path / "r.yaml")],
+                          capture_output=True, text=True, timeout=120, preexec_fn=_limited, cwd=ROOT)
+    text = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode == 2 and "Traceback" not in text, text
+    assert "builds its training rows in code the importer cannot read" in text
+    assert not (tmp_path / "r_rows.jsonl").exists()
+
+
+def test_an_expression_too_deep_to_read_is_one_paragraph(tmp_path: Path) -> None:
+    """Review of issue 51: `'a' + 'a' + ...` 500 times (Python runs it) or 20,000 times (Python cannot parse it)
+    stopped `grpo import` with a RecursionError traceback; now one paragraph names the file."""
+    for terms in (500, 20000):
+        app = tmp_path / f"deep{terms}.py"
+        prompt = " + ".join(["'a'"] * terms)
+        app.write_text(f"from datasets import Dataset\nfrom trl import GRPOConfig, GRPOTrainer\n"
+                       f"rows = Dataset.from_list([{{'prompt': {prompt}}}])\n"
+                       "trainer = GRPOTrainer(model='m', reward_funcs=['r'], train_dataset=rows)\n", encoding="utf-8")
+        result = run_cli("import", "trl", app, "-o", tmp_path / f"deep{terms}.yaml")
+        assert_paragraph(result, app.name, "nests deeper than the importer can follow")
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"deep{n}.py" for n in (500, 20000)
+                                                                     if n <= terms)
