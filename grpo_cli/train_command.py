@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from grpo_cli.errors import GrpoError
 from grpo_cli.launching.relaunch import maybe_relaunch, resume_command, train_passthrough, under_launcher
 from grpo_cli.planning import RunPlan, plan_run, visible_gpu_count
 from grpo_cli.recipe import load_recipe
@@ -74,9 +75,35 @@ def train(recipe: Recipe, plan: RunPlan | None = None, *, output_dir: str | Path
           resume: bool | str | None = None, force: bool = False, console: Console | None = None,
           resume_command: str | None = None) -> TrainResult:
     """Check, plan and train in this process (`grpo_cli.train`): a recipe `grpo validate` refuses raises its
-    RecipeError before anything loads. `plan`: one built already (`grpo_cli.preflight(recipe).run`), used as is."""
-    return run.train(recipe, checked_plan(recipe) if plan is None else plan, output_dir=output_dir, resume=resume,
-                     force=force, console=console, resume_command=resume_command)
+    RecipeError before anything loads. `plan`: one built already for this recipe (`grpo_cli.preflight(recipe).run`),
+    its decisions used as they are and the recipe checked against them all the same."""
+    if plan is None:
+        plan = checked_plan(recipe)
+    else:
+        _plan_of(recipe, plan)
+        preflight(recipe, plan).raise_for_problems()
+    return run.train(recipe, plan, output_dir=output_dir, resume=resume, force=force, console=console,
+                     resume_command=resume_command)
+
+
+def _plan_of(recipe: Recipe, plan: RunPlan) -> None:
+    """A plan made for another recipe would train that one: refused (the plan's recipe differs from `recipe` only
+    in the backend `launch.vllm.mode: auto` chose)."""
+    planned = plan.recipe.model_dump(mode="json")
+    planned["launch"]["vllm"]["mode"] = recipe.launch.vllm.mode
+    differ = _differences(planned, recipe.model_dump(mode="json"))
+    if differ:
+        raise GrpoError(f"the plan given was made for another recipe ({', '.join(differ[:3])} differ): it would "
+                        "train that one", where="plan",
+                        fix="Pass the plan of this recipe, `preflight(recipe).run`, or none (train plans it).")
+
+
+def _differences(one: object, other: object, where: str = "") -> list[str]:
+    """The recipe keys whose values differ between two dumped recipes."""
+    if isinstance(one, dict) and isinstance(other, dict):
+        return [d for k in dict.fromkeys([*one, *other])
+                for d in _differences(one.get(k), other.get(k), f"{where}.{k}" if where else str(k))]
+    return [] if one == other else [where or "the recipe"]
 
 
 def run_train_command(req: TrainRequest, console: Console | None = None) -> tuple[int | None, Any]:

@@ -99,6 +99,24 @@ def test_the_python_train_refuses_what_validate_refuses_before_anything_is_writt
         train(recipe, output_dir=tmp_path / "run")
     assert "num_generations" in info.value.render()
     assert not (tmp_path / "run").exists()
+    with pytest.raises(RecipeError) as info:  # review of issue 49: a plan given skipped the checks; TRL refused
+        train(recipe, preflight(recipe).run, output_dir=tmp_path / "run")  # it only after the model had loaded
+    assert "num_generations" in info.value.render()
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_python_train_refuses_a_plan_made_for_another_recipe(tmp_path: Path) -> None:
+    """Review of issue 49: `train(recipe, plan)` trained the plan's recipe, so a plan of another recipe (three
+    steps, say) silently trained that one instead; the backend `auto` chose is the one difference allowed."""
+    from grpo_cli import GrpoError, load_recipe, preflight, train
+
+    recipe = load_recipe(DEMO, ["training.max_steps=2", "launch.vllm.mode=auto", "eval.before_after=false"])
+    other = load_recipe(DEMO, ["training.max_steps=3", "launch.vllm.mode=auto", "eval.before_after=false"])
+    with pytest.raises(GrpoError) as info:
+        train(recipe, preflight(other).run, output_dir=tmp_path / "other")
+    assert "training.max_steps differ" in info.value.render() and not (tmp_path / "other").exists()
+    result = train(recipe, preflight(recipe).run, output_dir=tmp_path / "run")
+    assert result.status == "completed" and (tmp_path / "run" / "model.safetensors").is_file()
 
 
 def _imports(path: Path) -> set[str]:
