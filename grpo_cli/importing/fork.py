@@ -51,6 +51,8 @@ class Fork:
     """(expression, line) when grpo.py gives its trainer a model that does not come from model_name_or_path."""
     scripts: dict[str, Script | None] = field(default_factory=dict)
     """Its files by name (grpo.py, rewards.py, configs.py), parsed once."""
+    unreadable: dict[str, str] = field(default_factory=dict)
+    """Its files that could not be read -> why (a refusal then says so rather than blame the reward's code)."""
 
     def where(self, node: ast.AST, script: Script | None = None) -> str:
         script = script or self.registry_in
@@ -92,17 +94,25 @@ def find_fork(config: Path) -> Fork | None:
     return None
 
 
-def _script(path: Path) -> Script | None:
+def _script(path: Path, unreadable: dict[str, str]) -> Script | None:
+    if not path.is_file():
+        unreadable[path.name] = "is not a regular file"
+        return None
     try:
         return Script.parse(path, path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
-        return None
+    except SyntaxError as exc:
+        unreadable[path.name] = f"is not valid Python (line {exc.lineno})"
+    except RecursionError:
+        unreadable[path.name] = "nests an expression past Python's recursion limit"
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        unreadable[path.name] = f"is not readable as Python source ({type(exc).__name__})"
+    return None
 
 
 def read_fork(package: Path) -> Fork:
     fork = Fork(package)
-    fork.scripts = scripts = {name: _script(package / name) for name in ("grpo.py", "rewards.py", "configs.py")
-                              if (package / name).is_file()}
+    fork.scripts = scripts = {name: _script(package / name, fork.unreadable)
+                              for name in ("grpo.py", "rewards.py", "configs.py") if (package / name).exists()}
     for script in scripts.values():
         if script is None:
             continue
@@ -189,6 +199,6 @@ def trainer_passes(fork: Fork, params: list[str]) -> list[str]:
         text = fork.trainer[2].read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return []
-    tree = _script(fork.trainer[2])
+    tree = _script(fork.trainer[2], {})
     names = {n.id for n in ast.walk(tree.tree) if isinstance(n, ast.Name)} if tree is not None else set()
     return [p for p in params if p in names or f'"{p}"' in text or f"'{p}'" in text]

@@ -62,7 +62,9 @@ def fork_entry(state: ForkRewards, name: str, out: ImportResult) -> tuple[bool, 
         return False, {"function": OWN + found[1].name}
     why = (f"the fork's registry makes it with `{' '.join(ast.unparse(value).split())[:80]}` ({fork.where(value)})"
            + (f" from its own {found[1].name}, which is not open-r1's" if found is not None else "")
-           + ": a value built when the fork's grpo.py runs, which grpo cannot copy exactly")
+           + (": a value built when the fork's grpo.py runs, which grpo cannot copy exactly" if found is not None
+              or not fork.unreadable else ", defined where grpo cannot read: " + "; ".join(
+                  f"src/open_r1/{n} {why}" for n, why in fork.unreadable.items())))
     _refuse(state, out, name, why)
     return False, None
 

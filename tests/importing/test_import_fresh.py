@@ -146,3 +146,31 @@ def test_only_open_r1s_own_code_becomes_a_built_in(tmp_path: Path, monkeypatch: 
     entries = yaml.safe_load(out.read_text(encoding="utf-8"))["rewards"]
     assert entries == [{"function": "recipe_rewards.py:accuracy_reward"}, {"name": "format"}]
     assert "boxed_match_priority=1," in (out.parent / "recipe_rewards.py").read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("damage", ["def broken(:\n", "X = " + " + ".join(["1"] * 3000) + "\n", "fifo"])
+def test_a_fork_file_grpo_cannot_read_is_named_as_the_reason(damage: str, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Review of issue 51: a fork whose rewards.py grpo cannot read (a syntax error, an expression nested past
+    Python's recursion limit, a named pipe) refused its `bleu` as 'a value built when the fork's grpo.py runs', or
+    stopped with a RecursionError traceback; now the refusal names the file and why."""
+    import os
+    import shutil
+
+    fork = tmp_path / "fork"
+    shutil.copytree(FRESH / "openr1_Translation", fork)
+    rewards = fork / "src" / "open_r1" / "rewards.py"
+    if damage == "fifo":
+        rewards.unlink()
+        os.mkfifo(rewards)
+    else:
+        rewards.write_text(rewards.read_text(encoding="utf-8") + damage, encoding="utf-8")
+    monkeypatch.chdir(fork)
+    result = run_cli("import", "open-r1", "config_demo.yaml", *FRESH_LAUNCH["openr1_Translation/config_demo.yaml"],
+                     "-o", tmp_path / "r.yaml")
+    said = " ".join(result.output.split())
+    assert result.exit_code == 2 and "Traceback" not in said, result.output
+    why = {"fifo": "is not a regular file", "def broken(:\n": "is not valid Python (line"}.get(
+        damage, "nests an expression past Python's recursion limit")
+    assert f"`bleu_reward` (src/open_r1/grpo.py line 154), defined where grpo cannot read: src/open_r1/rewards.py " \
+           f"{why}" in said
