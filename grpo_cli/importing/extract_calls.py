@@ -18,8 +18,19 @@ FILE_CALLS = {"open", "read_text", "read_bytes", "write_text", "write_bytes", "i
 OUTSIDE_CALLS = {"load_dataset", "from_pretrained", "urlopen", "input", "system", "popen", "Popen", "run",
                  "check_output", "check_call", "call", "exec", "eval", "__import__", "import_module",
                  "load", "loads", "save", "download", "hf_hub_download", "snapshot_download", "get", "post",
-                 "request", "connect", "generate", "fit", "train"}
+                 "request", "connect", "generate", "fit", "train",
+                 # namespaces and code made when it runs reach anything; so do these of os
+                 "globals", "vars", "locals", "compile", "breakpoint", "getenv",
+                 "putenv", "fork", "forkpty", "kill", "killpg", "posix_spawn", "posix_spawnp", "execl", "execle",
+                 "execlp", "execlpe", "execv", "execve", "execvp", "execvpe", "spawnl", "spawnle", "spawnlp",
+                 "spawnlpe", "spawnv", "spawnve", "spawnvp", "spawnvpe"}
 """Calls that reach outside the copied code (a process, the network, a model, a file loader), or may: refused."""
+OUTSIDE_ATTRIBUTES = {"environ", "environb", "argv", "orig_argv", "stdin", "modules", "__builtins__", "__dict__",
+                      "__globals__", "__subclasses__"}
+"""What the process was started with (its environment, arguments, input) or a way to any object: refused."""
+ATTRIBUTE_CALLS = {"getattr", "setattr", "delattr", "hasattr"}
+"""Attribute access by a name: a literal name is read as the attribute; a name computed when it runs
+(`getattr(os, "pop" + "en")`) may be any, so it is refused."""
 OUTSIDE_MODULES = {"requests", "urllib", "http", "httpx", "socket", "aiohttp", "subprocess", "shutil",
                    "huggingface_hub", "datasets", "transformers", "torch", "trl", "unsloth", "vllm", "pickle"}
 INTERPRETER = {("sysconfig", "get_path"), ("sysconfig", "get_paths"), ("sys", "prefix"), ("sys", "base_prefix"),
@@ -110,9 +121,18 @@ def outside(script: Script, callee: ast.AST, stmt: ast.stmt) -> str | None:
                 return f"it reads `{inner.id}`, the model's tokenizer (line {inner.lineno})"
             if isinstance(inner, ast.Name) and script.imports.get(inner.id, "").split(".")[0] in OUTSIDE_MODULES:
                 return f"it uses `{inner.id}` ({script.imports[inner.id]}, line {inner.lineno})"
+            if isinstance(inner, ast.Attribute) and inner.attr in OUTSIDE_ATTRIBUTES:
+                return f"`{' '.join(ast.unparse(inner).split())[:50]}` (line {inner.lineno}) reaches outside the " \
+                       "copied code"
             if not isinstance(inner, ast.Call):
                 continue
             name = call_name(inner)
+            if name in ATTRIBUTE_CALLS and isinstance(inner.func, ast.Name):
+                attr = inner.args[1] if len(inner.args) > 1 else None
+                if not (isinstance(attr, ast.Constant) and isinstance(attr.value, str)) or \
+                        attr.value in OUTSIDE_CALLS | FILE_CALLS | OUTSIDE_ATTRIBUTES:
+                    return f"`{' '.join(ast.unparse(inner).split())[:50]}` (line {inner.lineno}) reaches outside " \
+                           "the copied code"
             target = inner.func.value if isinstance(inner.func, ast.Attribute) else \
                 inner.args[0] if inner.args else None
             on_interpreter = target is not None and _interpreter_path(target, local, script)

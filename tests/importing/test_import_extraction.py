@@ -343,3 +343,29 @@ def test_an_expression_too_deep_to_read_is_one_paragraph(tmp_path: Path) -> None
         assert_paragraph(result, app.name, "nests deeper than the importer can follow")
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"deep{n}.py" for n in (500, 20000)
                                                                      if n <= terms)
+
+
+@pytest.mark.parametrize(("words", "named"), [
+    ("set(getattr(__import__('os'), 'pop' + 'en')('ls').read().split())",
+     "`getattr(__import__('os'), 'pop' + 'en')`"),
+    ("set(getattr(os, 'pop' + 'en')('ls').read().split())", "`getattr(os, 'pop' + 'en')`"),
+    ("set(getattr(os, 'popen')('ls').read().split())", "`getattr(os, 'popen')`"),
+    ("set(os.environ['WORDS'].split())", "`os.environ`"),
+    ("set(os.execvp('ls', ['ls']) or ())", "`os.execvp('ls', ['ls'])`"),
+])
+def test_a_notebook_call_that_reaches_outside_by_name_is_not_copied(words: str, named: str, tmp_path: Path) -> None:
+    """Review of issue 51: a global the notebook's own call makes was copied (and so made again when the rewards
+    module is imported) though the call ran a process or read the environment through a computed attribute name,
+    `os.environ[...]` or os's exec family; each now stays refused naming the line. A literal `getattr(sys,
+    'stdlib_module_names', set())`, as the molab app's stdlib scan reads, is still copied."""
+    app = tmp_path / "app.py"
+    source = _APP.replace("ROWS", '[{"prompt": "x"}] * 3').replace("    def read_words():", "    import os\n"
+                                                                     "    import sys\n    def read_words():")
+    app.write_text(source.replace('set(open("words.txt").read().split())', words), encoding="utf-8")
+    text = " ".join(run_cli("import", "trl", app, "-o", tmp_path / "app.yaml").output.split())
+    assert f"whose code is not exact in a copy: {named} (line" in text, text
+    assert not (tmp_path / "app_rewards.py").exists()
+    app.write_text(source.replace('set(open("words.txt").read().split())',
+                                  "set(getattr(sys, 'stdlib_module_names', set())) & {'os'}"), encoding="utf-8")
+    assert "rewards known copied exactly" in " ".join(run_cli("import", "trl", app, "-o", tmp_path / "ok.yaml")
+                                                      .output.split())
