@@ -369,3 +369,18 @@ def test_a_notebook_call_that_reaches_outside_by_name_is_not_copied(words: str, 
                                   "set(getattr(sys, 'stdlib_module_names', set())) & {'os'}"), encoding="utf-8")
     assert "rewards known copied exactly" in " ".join(run_cli("import", "trl", app, "-o", tmp_path / "ok.yaml")
                                                       .output.split())
+
+
+def test_a_rows_file_of_the_users_is_never_replaced(tmp_path: Path) -> None:
+    """Review of issue 51: RECIPE_rows.jsonl beside -o holding other rows is the user's: the import is refused in
+    one paragraph, with --force too, and nothing is written (recipe, rewards module, rows)."""
+    app = tmp_path / "app.py"
+    app.write_text(_APP.replace("ROWS", '[{"prompt": "x"}] * 3').replace('set(open("words.txt").read().split())',
+                                                                         '{"a"}'), encoding="utf-8")
+    mine = tmp_path / "app_rows.jsonl"
+    mine.write_text('{"prompt": "mine"}\n', encoding="utf-8")
+    for force in ((), ("--force",)):
+        assert_paragraph(run_cli("import", "trl", app, "-o", tmp_path / "app.yaml", *force), "app_rows.jsonl",
+                         "exists with other content")
+        assert mine.read_text(encoding="utf-8") == '{"prompt": "mine"}\n'
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["app.py", "app_rows.jsonl"]
