@@ -299,6 +299,10 @@ HOSTILE_ROWS = {  # rows a script builds that must be refused, fast and within m
     "rebound by match": ("P = 'a'\nmatch 1:\n    case P: pass\n", '[{"prompt": P}] * 3'),
     "deleted": ("P = 'a'\ndel P\n", '[{"prompt": P}] * 3'),
     "range rebound": ("range = lambda n: [1]\n", '[{"prompt": "x"} for i in range(3)]'),
+    **{f"rebound by {how}": (f"P = 'a'\n{code}", '[{"prompt": P}] * 3') for how, code in (
+        ("=", "P = 'b'\n"), ("+=", "P += 'b'\n"), ("for", "for P in 'bc':\n    pass\n"),
+        ("global", "def f():\n    global P\n    P = 'c'\n"), ("walrus", "if (P := 'z'):\n    pass\n"),
+        ("with", "with open('x') as P:\n    pass\n"))},
 }
 
 
