@@ -58,14 +58,18 @@ def split_resume_path(overrides: list[str], resume: bool) -> tuple[list[str], st
     return [o for o in overrides if o != path], path
 
 
-def checked_plan(recipe: Recipe) -> RunPlan:
-    """The run plan of `grpo train`, decided once, after the recipe passed `grpo validate`'s checks (RecipeError).
+def checked_plan(recipe: Recipe, plan: RunPlan | None = None) -> RunPlan:
+    """The run plan of `grpo train`, decided once, after the recipe passed `grpo validate`'s checks (RecipeError):
+    `plan` when one is given (it must be this recipe's), with the time plan the checks add.
 
     The process that trains samples its free cores; a launcher that re-launches counts the GPUs instead and
     leaves the sampling to its workers (each reads its share from the environment it is given).
     """
-    relaunches = recipe.launch.spec.multi_process and not under_launcher()
-    plan = plan_run(recipe, sample_threads=not relaunches, gpus=visible_gpu_count() if relaunches else None)
+    if plan is None:
+        relaunches = recipe.launch.spec.multi_process and not under_launcher()
+        plan = plan_run(recipe, sample_threads=not relaunches, gpus=visible_gpu_count() if relaunches else None)
+    else:
+        _plan_of(recipe, plan)
     pf = preflight(recipe, plan)
     pf.raise_for_problems()
     return pf.run
@@ -77,11 +81,7 @@ def train(recipe: Recipe, plan: RunPlan | None = None, *, output_dir: str | Path
     """Check, plan and train in this process (`grpo_cli.train`): a recipe `grpo validate` refuses raises its
     RecipeError before anything loads. `plan`: one built already for this recipe (`grpo_cli.preflight(recipe).run`),
     its decisions used as they are and the recipe checked against them all the same."""
-    if plan is None:
-        plan = checked_plan(recipe)
-    else:
-        _plan_of(recipe, plan)
-        preflight(recipe, plan).raise_for_problems()
+    plan = checked_plan(recipe, plan)
     return run.train(recipe, plan, output_dir=output_dir, resume=resume, force=force, console=console,
                      resume_command=resume_command)
 
