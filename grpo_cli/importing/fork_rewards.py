@@ -15,6 +15,7 @@ from grpo_cli.importing import rewards_module
 from grpo_cli.importing.common import ImportResult
 from grpo_cli.importing.extract import extract
 from grpo_cli.importing.fork import Fork, columns, function_def, stock, trainer_passes
+from grpo_cli.importing.script_ast import parse
 
 BUILTIN_OF = {"accuracy_reward": "accuracy", "format_reward": "format", "tag_count_reward": "tag_count",
               "reasoning_steps_reward": "reasoning_steps", "len_reward": "length", "get_cosine_scaled_reward": "cosine",
@@ -116,8 +117,9 @@ def _given(state: ForkRewards, func: str, out: ImportResult) -> bool:
 
 def _not_installed(text: str, module: Path, out: ImportResult) -> None:
     """Packages the copies import that this machine lacks: validate does not import rewards, training does."""
-    tops = {(n.module or "").split(".")[0] for n in ast.parse(text).body if isinstance(n, ast.ImportFrom) and n.module}
-    tops |= {a.name.split(".")[0] for n in ast.parse(text).body if isinstance(n, ast.Import) for a in n.names}
+    body = parse(text, module).body
+    tops = {(n.module or "").split(".")[0] for n in body if isinstance(n, ast.ImportFrom) and n.module}
+    tops |= {a.name.split(".")[0] for n in body if isinstance(n, ast.Import) for a in n.names}
     missing = sorted(t for t in tops if t and importlib.util.find_spec(t) is None)
     if missing:
         out.notes.append(f"{module.name} imports {', '.join(missing)}, not installed here: install "
