@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -31,21 +31,29 @@ class StopRequest:
 
 
 @contextmanager
-def stop_between_units() -> Iterator[StopRequest]:
-    """Within the block the first SIGINT only marks the request; a second one interrupts at once. Main thread
-    only (elsewhere Python delivers no signal, and the request simply never comes)."""
-    request = StopRequest()
+def handling(sig: signal.Signals, handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """`handler` for `sig` within the block, the earlier handler restored after it. Main thread only (elsewhere
+    Python delivers no signal, and the block runs with the handler it had)."""
     if threading.current_thread() is not threading.main_thread():
-        yield request
+        yield
         return
+    previous = signal.signal(sig, handler)
+    try:
+        yield
+    finally:  # None: a handler set outside Python; the default for the signal then
+        default = signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL
+        signal.signal(sig, default if previous is None else previous)
+
+
+@contextmanager
+def stop_between_units() -> Iterator[StopRequest]:
+    """Within the block the first SIGINT only marks the request; a second one interrupts at once."""
+    request = StopRequest()
 
     def handle(signum: int, frame: Any) -> None:
         if request.requested:
             raise KeyboardInterrupt
         request.requested = True
 
-    previous = signal.signal(signal.SIGINT, handle)
-    try:
+    with handling(signal.SIGINT, handle):
         yield request
-    finally:
-        signal.signal(signal.SIGINT, signal.default_int_handler if previous is None else previous)

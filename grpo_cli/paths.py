@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.interrupts import handling
 
 BUNDLED_PREFIX = "bundled:"
 PACKAGE_PREFIX = "package:"
@@ -147,7 +148,6 @@ def hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
 
 def _probe(endpoint: str, timeout: float) -> str | None:
     import socket
-    import threading
     from urllib.parse import urlsplit
 
     url = urlsplit(endpoint)
@@ -251,18 +251,12 @@ def read_text(path: Path, *, what: str, where: str, missing_fix: str = "", damag
 def terminate_as_interrupt() -> Iterator[None]:
     """Within the block SIGTERM raises KeyboardInterrupt, as Ctrl-C does, so `finally` clauses clean up (by
     default SIGTERM ends the process on the spot and leaves temporary files behind). Main thread only."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
 
     def interrupt(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
-    try:
+    with handling(signal.SIGTERM, interrupt):
         yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)  # None: set outside Python
 
 
 def _new_file_mode() -> int:
