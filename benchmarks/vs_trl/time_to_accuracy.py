@@ -79,6 +79,10 @@ RUNNERS = (
     Runner("dynamic", "grpo train, dynamic sampling (max_rounds 5) + skip", overrides=DYNAMIC),
     Runner("calibrated", "grpo train on calibrated prompts (pass rate in (0, 1))", calibrated=True),
     Runner("calibrated-dynamic", "calibrated prompts + dynamic sampling + skip", overrides=DYNAMIC, calibrated=True),
+    Runner("vllm-dynamic", "grpo train, vLLM colocate + dynamic sampling (max_rounds 5) + skip",
+           overrides=("launch.vllm.mode=colocate", *DYNAMIC), vllm=True),
+    Runner("vllm-calibrated", "grpo train, vLLM colocate + skip on calibrated prompts",
+           overrides=("launch.vllm.mode=colocate", SKIP), vllm=True, calibrated=True),
 )
 # The plain TRL script of each recipe that has one, and the arguments that give it the recipe's settings.
 PLAIN = {"recipes/smollm2-word-arith.yaml": ("trl_plain_smollm2.py", ("--model", "{model}")),
@@ -98,6 +102,8 @@ class Result:
     checkpoints: dict[int, Path]
     accuracy: dict[int, float] = field(default_factory=dict)
     seed: int | None = None
+    startup: float = 0.0  # seconds from launching the process to train()'s start: imports, model, vLLM's engine
+    startup_cpu: float = 0.0  # the process's CPU seconds in that time (an engine's own processes not counted)
 
     def mean(self, key: str) -> float | None:
         values = [float(r[key]) for r in self.logs if isinstance(r.get(key), int | float)]
@@ -185,17 +191,20 @@ def train(runner: Runner, args: argparse.Namespace, work: Path, seed: int | None
     out, probe_out = work / name, work / f"{name}.probe.json"
     env = {**os.environ, "PYTHONPATH": str(ROOT), **dict(runner.env)}
     with _server(runner, args, python) as extra:
-        started = time.perf_counter()
+        started, launched = time.perf_counter(), time.time()
         done = subprocess.run(_command(runner, args, out, probe_out, python, extra, seed), cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if done.returncode != 0 or not probe_out.exists():
         return f"failed (exit {done.returncode}): {done.stderr.strip().splitlines()[-1] if done.stderr.strip() else ''}"
     probe = json.loads(probe_out.read_text())
     checkpoints = {int(p.name.split("-")[1]): p for p in out.glob("checkpoint-*") if p.is_dir()}
+    if not checkpoints:
+        return f"failed: {probe['steps']} steps trained, no checkpoint to score"
     print(f"  {name}: {probe['steps']} steps, train() {probe['wall']:.0f} s "
           f"(process {time.perf_counter() - started:.0f} s)", flush=True)
     return Result(runner, probe["wall"], probe["cpu"], probe["steps"], {int(s): w for s, w, _ in probe["clock"]},
-                  _logs(out), dict(sorted(checkpoints.items())), seed=seed)
+                  _logs(out), dict(sorted(checkpoints.items())), seed=seed,
+                  startup=probe["started"] - launched, startup_cpu=probe["cpu_before"])
 
 
 def evaluate(args: argparse.Namespace, models: list[Path | None], out: Path) -> list[float]:
@@ -212,9 +221,12 @@ def evaluate(args: argparse.Namespace, models: list[Path | None], out: Path) -> 
     return [float(m["summary"]["pass@1"]) for m in summary["models"]]
 
 
-def calibrate(args: argparse.Namespace, out: Path) -> tuple[Path, float]:
-    """`grpo calibrate` once for the calibrated runners: its per-prompt pass rates and its wall time."""
-    cmd = [sys.executable, "-m", "grpo_cli", "calibrate", args.recipe, "-o", str(out), "--force", *args.set]
+def calibrate(args: argparse.Namespace, out: Path, vllm: bool) -> tuple[Path, float]:
+    """`grpo calibrate` once for the calibrated runners (through vLLM when they all train with it): its per-prompt
+    pass rates and its wall time, engine start included."""
+    head = [str(VLLM_PYTHON)] if vllm else [sys.executable]
+    model = [f"model.name_or_path={_model_dir(args.recipe)}", "--backend", "vllm"] if vllm else []
+    cmd = [*head, "-m", "grpo_cli", "calibrate", args.recipe, "-o", str(out), "--force", *args.set, *model]
     if args.calibrate_prompts:
         cmd += ["--max-prompts", str(args.calibrate_prompts)]
     started = time.perf_counter()
@@ -241,10 +253,18 @@ def reached(result: Result, target: float) -> int | None:
 
 
 def time_to(result: Result, target: float, calibrate_s: float = 0.0) -> float | None:
-    """Seconds of train() until the first checkpoint at or above `target` (plus calibration, when it used one)."""
+    """Seconds from launching the run to the first checkpoint at or above `target`: the start before train()
+    (model load, vLLM's engine) counted, and calibration when the runner trained on calibrated prompts."""
     step = reached(result, target)
     clock = result.clock.get(step) if step is not None else None
-    return None if clock is None else clock + (calibrate_s if result.runner.calibrated else 0.0)
+    return None if clock is None else result.startup + clock + (calibrate_s if result.runner.calibrated else 0.0)
+
+
+def target_of(args: argparse.Namespace, trl: Result | None) -> float | None:
+    """`--target` as a number; with `--target trl`, the plain TRL run's accuracy at its last checkpoint."""
+    if args.target != "trl":
+        return float(args.target)
+    return trl.accuracy[max(trl.accuracy)] if trl is not None and trl.accuracy else None
 
 
 def seed_mean(results: list[Result]) -> Result:
@@ -253,12 +273,15 @@ def seed_mean(results: list[Result]) -> Result:
     steps = [s for s in first.accuracy if all(s in r.accuracy for r in results)]
     shared = [s for s in first.clock if all(s in r.clock for r in results)]
     clock = {s: sum(r.clock[s] for r in results) / len(results) for s in shared}
-    return Result(first.runner, sum(r.wall for r in results) / len(results), sum(r.cpu for r in results) / len(results),
+    n = len(results)
+    return Result(first.runner, sum(r.wall for r in results) / n, sum(r.cpu for r in results) / n,
                   first.steps, clock, [log for r in results for log in r.logs], {},
-                  {s: sum(r.accuracy[s] for r in results) / len(results) for s in steps})
+                  {s: sum(r.accuracy[s] for r in results) / n for s in steps},
+                  startup=sum(r.startup for r in results) / n, startup_cpu=sum(r.startup_cpu for r in results) / n)
 
 
-def row(result: Result, args: argparse.Namespace, base: float, baseline: float | None, label: str = "") -> str:
+def row(result: Result, args: argparse.Namespace, base: float, baseline: float | None, target: float | None,
+        label: str = "") -> str:
     gen = result.mean("dynamic_sampling/generated_groups")
     from grpo_cli import load_recipe
 
@@ -270,25 +293,27 @@ def row(result: Result, args: argparse.Namespace, base: float, baseline: float |
                        for k in ("time/weight_sync", "time/generation", "time/forward", "time/backward"))
     curve = "; ".join([f"0: {base:.3f}"] + [f"{s}: {a:.3f} @ {_secs(result.clock.get(s))} s"
                                             for s, a in result.accuracy.items()])
-    reach = time_to(result, args.target, args.calibrate_s)
+    reach = None if target is None else time_to(result, target, args.calibrate_s)
     ratio = f" ({reach / baseline:.2f}x TRL)" if reach is not None and baseline else ""
     extra = f" (incl. {_secs(args.calibrate_s)} s calibrating)" if result.runner.calibrated and reach else ""
-    step = reached(result, args.target)
+    step = None if target is None else reached(result, target)
     spent = "n/a" if step is None else f"{completions / result.steps * step:,.0f}"
-    cpu_to = "n/a" if step is None else _secs(result.cpu / result.steps * step)
+    cpu_to = "n/a" if step is None else _secs(result.startup_cpu + result.cpu / result.steps * step)
     name = result.runner.label + (label or (f", seed {result.seed}" if result.seed is not None else ""))
     return (f"| {name} | {result.steps / result.wall:.3f} | {result.cpu / result.steps:.2f} | {split} | "
             f"{_fmt(zero, '.0%')} | {completions:,.0f} | {curve} | {_secs(reach)}{ratio}{extra} | {cpu_to} | {spent} |")
 
 
 HEADER = ["| runner | steps/s | CPU s/step | sync / gen / fwd / bwd s per step | zero-std groups trained | completions "
-          "generated | held-out accuracy by step (@ train s) | s to target | CPU s to target | completions to target |",
+          "generated | held-out accuracy by step (@ train s) | s to target (from launch) | CPU s to target | "
+          "completions to target |",
           "|---|---:|---:|---|---:|---:|---|---:|---:|---:|"]
 
 
 def _run_all(args: argparse.Namespace, work: Path, base: float, lines: list[str]) -> None:
     """Every runner once per seed (runners interleaved), a row each as it ends, then the seed-mean rows."""
     baseline: float | None = None
+    target: float | None = None
     runs: dict[str, list[Result]] = {}
     seeds = args.seeds or [None]
     for seed in seeds:
@@ -300,16 +325,22 @@ def _run_all(args: argparse.Namespace, work: Path, base: float, lines: list[str]
                 continue
             accs = evaluate(args, list(result.checkpoints.values()), work / f"eval-{runner.name}-{seed}")
             result.accuracy = dict(zip(result.checkpoints, accs, strict=True))
-            if runner.name == "trl" and seed == seeds[0]:
-                baseline = time_to(result, args.target)
+            if runner.name == "trl" or target is None:
+                target = target_of(args, result if runner.name == "trl" else None)
+            if runner.name == "trl" and target is not None:
+                baseline = time_to(result, target)
             runs.setdefault(runner.name, []).append(result)
-            lines.append(row(result, args, base, baseline))
+            lines.append(row(result, args, base, baseline, target))
             print(lines[-1], flush=True)
     if args.seeds and len(args.seeds) > 1:
         means = {name: seed_mean(results) for name, results in runs.items()}
-        baseline = time_to(means["trl"], args.target) if "trl" in means else None
+        target = target_of(args, means.get("trl"))
+        baseline = time_to(means["trl"], target) if "trl" in means and target is not None else None
+        if args.target == "trl" and target is not None:
+            lines.append(f"| target: the plain TRL script's last-checkpoint accuracy, mean of its seeds: {target:.3f} |"
+                         + " |" * 8)
         for mean in means.values():
-            lines.append(row(mean, args, base, baseline, f", mean of {len(runs[mean.runner.name])} seeds"))
+            lines.append(row(mean, args, base, baseline, target, f", mean of {len(runs[mean.runner.name])} seeds"))
             print(lines[-1], flush=True)
 
 
@@ -321,7 +352,9 @@ def main() -> None:
     parser.add_argument("--save-steps", type=int, default=10)
     parser.add_argument("--eval-samples", type=int, default=0,
                         help="Held-out prompts (0: the recipe's eval.max_samples).")
-    parser.add_argument("--target", type=float, default=0.40, help="Held-out accuracy whose time is compared.")
+    parser.add_argument("--target", default="0.40",
+                        help="Held-out accuracy whose time is compared, or `trl`: the plain TRL script's accuracy at "
+                             "its last checkpoint (per seed: that seed's run; mean rows: the seed mean).")
     parser.add_argument("--seeds", type=int, nargs="+", default=None,
                         help="Train each runner once per seed and add its seed-mean row (default: the recipe's seed).")
     parser.add_argument("--set", nargs="*", default=[], help="More overrides for every grpo run (KEY=VALUE).")
@@ -333,8 +366,10 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="grpo-tta-") as tmp:
         work = Path(tmp)
         args.calibration, args.calibrate_s = None, 0.0
-        if any(r.calibrated for r in RUNNERS if r.name in args.runners):
-            args.calibration, args.calibrate_s = calibrate(args, work / "calibration")
+        calibrated = [r for r in RUNNERS if r.name in args.runners and r.calibrated]
+        if calibrated:
+            vllm = all(r.vllm for r in calibrated) and VLLM_PYTHON.exists()
+            args.calibration, args.calibrate_s = calibrate(args, work / "calibration", vllm)
         base = evaluate(args, [None], work / "eval-base")[0]
         print(f"base model: held-out accuracy {base:.3f}", flush=True)
         _run_all(args, work, base, lines)

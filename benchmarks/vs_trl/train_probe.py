@@ -8,7 +8,9 @@ both alike. It writes {"wall": s, "cpu": s, "steps": n, "user": s, "sys": s, "fa
 seconds, CPU seconds of the whole process (every thread: a helper thread the wrapper starts is counted too),
 optimizer steps, and the CPU split into user and kernel time with the minor page faults behind the latter; and
 "clock": [[step, wall s, CPU s], ...] at the end of every optimizer step, so a checkpoint's step gives the time it
-took to reach it (benchmarks/vs_trl/time_to_accuracy.py).
+took to reach it (benchmarks/vs_trl/time_to_accuracy.py); and "started" (epoch seconds) and "cpu_before" (the process's
+CPU seconds) when train() began, so a caller that noted when it launched the process can add what came before the
+first step: imports, model load, vLLM's engine start.
 CPU seconds per step are the steadier figure on a shared machine: waiting for a core does not count.
 """
 
@@ -34,6 +36,7 @@ def main() -> None:
 
     def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
         wall, cpu, usage = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
+        started = time.time()
         clock: list[list[float]] = []
 
         class Clock(transformers.TrainerCallback):
@@ -48,7 +51,7 @@ def main() -> None:
             record = {"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu,
                       "steps": int(self.state.global_step), "user": after.ru_utime - usage.ru_utime,
                       "sys": after.ru_stime - usage.ru_stime, "faults": after.ru_minflt - usage.ru_minflt,
-                      "clock": clock}
+                      "clock": clock, "started": started, "cpu_before": cpu}
             out.write_text(json.dumps(record), encoding="utf-8")
 
     transformers.Trainer.train = timed
