@@ -222,8 +222,8 @@ def evaluate(args: argparse.Namespace, models: list[Path | None], out: Path) -> 
 
 
 def calibrate(args: argparse.Namespace, out: Path, vllm: bool) -> tuple[Path, float]:
-    """`grpo calibrate` once for the calibrated runners (through vLLM when they all train with it): its per-prompt
-    pass rates and its wall time, engine start included."""
+    """`grpo calibrate` once for the calibrated runners (`--calibrate-backend`): its per-prompt pass rates and its
+    wall time, an engine's start included."""
     head = [str(VLLM_PYTHON)] if vllm else [sys.executable]
     model = [f"model.name_or_path={_model_dir(args.recipe)}", "--backend", "vllm"] if vllm else []
     cmd = [*head, "-m", "grpo_cli", "calibrate", args.recipe, "-o", str(out), "--force", *args.set, *model]
@@ -360,6 +360,8 @@ def main() -> None:
     parser.add_argument("--set", nargs="*", default=[], help="More overrides for every grpo run (KEY=VALUE).")
     parser.add_argument("--calibrate-prompts", type=int, default=0,
                         help="Training prompts `grpo calibrate` samples for the calibrated runners (0: all).")
+    parser.add_argument("--calibrate-backend", choices=("transformers", "vllm"), default="transformers",
+                        help="How `grpo calibrate` samples for the calibrated runners (vllm: in .venv-vllm).")
     add_record(parser)
     args = parser.parse_args()
     lines = list(HEADER)
@@ -368,7 +370,7 @@ def main() -> None:
         args.calibration, args.calibrate_s = None, 0.0
         calibrated = [r for r in RUNNERS if r.name in args.runners and r.calibrated]
         if calibrated:
-            vllm = all(r.vllm for r in calibrated) and VLLM_PYTHON.exists()
+            vllm = args.calibrate_backend == "vllm" and VLLM_PYTHON.exists()
             args.calibration, args.calibrate_s = calibrate(args, work / "calibration", vllm)
         base = evaluate(args, [None], work / "eval-base")[0]
         print(f"base model: held-out accuracy {base:.3f}", flush=True)
