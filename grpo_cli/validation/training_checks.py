@@ -42,7 +42,23 @@ def check_training(recipe: Recipe, pf: Preflight) -> Findings:
         found.problems.append(Problem("model.quantization", "4/8-bit loading needs a CUDA GPU, but launch.profile is "
                                       "cpu", "Remove `quantization` or run on a GPU."))
     found.plan.update(_batch_lines(recipe, pf))
+    if plan is not None and pf.train_rows and not plan.optimizer_steps_per_epoch(pf.train_rows):
+        found.problems.append(_no_step(recipe, pf.train_rows, plan.prompts_per_generation))
     return found
+
+
+def _no_step(recipe: Recipe, rows: int, prompts: int) -> Problem:
+    """Too few training rows for one optimizer step: TRL's sampler drops an incomplete generation batch, so the
+    run would load the model and stop at step 0 saying it completed."""
+    filtered = recipe.data.pass_rate is not None
+    where = "data.pass_rate" if filtered else "data"
+    more = ("widen data.pass_rate.range or calibrate more prompts (`grpo calibrate --max-prompts`)" if filtered
+            else "add rows, or loosen data.filter or data.max_samples")
+    return Problem(where, f"{rows} training row(s){' after the pass-rate filter' if filtered else ''} give 0 optimizer "
+                   f"steps: one step needs {prompts} prompts per generation batch (per_device_train_batch_size x "
+                   "steps_per_generation / num_generations, all processes), and TRL's sampler drops an incomplete "
+                   "one, so training would stop at step 0",
+                   f"Give it at least {prompts} rows ({more}), or lower training.per_device_train_batch_size.")
 
 
 def _batch_lines(recipe: Recipe, pf: Preflight) -> dict[str, object]:

@@ -84,6 +84,10 @@ def test_histogram_matches_the_rows_and_validate_and_train_apply_the_filter(tmp_
     assert f"{300 - kept} dropped by data.pass_rate" in trained.output
     prompts = {r["prompt"] for r in _rows(run / "completions.jsonl")}
     assert prompts and all(0 < by_prompt[p] < 1 for p in prompts)  # trained on kept prompts only
+    # fewer kept prompts than one step takes: refused, not a run that loads the model and stops at step 0
+    too_few = run_cli("validate", DEMO, apply, f"training.per_device_train_batch_size={8 * (kept + 1)}")
+    assert_paragraph(too_few, "data.pass_rate", f"{kept} training row(s) after the pass-rate filter",
+                     "0 optimizer steps", f"needs {kept + 1} prompts", "grpo calibrate --max-prompts")
 
 
 @pytest.mark.slow

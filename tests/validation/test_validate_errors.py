@@ -53,6 +53,8 @@ CASES: list[tuple[str, str, list[str], tuple[str, ...]]] = [
     ("owned-elsewhere", MINIMAL + "  output_dir: /tmp/x\n", [], ("training.output_dir", "output.dir")),
     ("indivisible-generation-batch", MINIMAL.replace("num_generations: 4", "num_generations: 3"), [],
      ("training.num_generations", "not divisible", "per_device_train_batch_size: 6")),
+    ("rows-for-no-step", MINIMAL.replace("per_device_train_batch_size: 4", "per_device_train_batch_size: 52"), [],
+     ("data:", "12 training row(s) give 0 optimizer steps", "needs 13 prompts", "data.max_samples")),
     ("one-generation", MINIMAL.replace("num_generations: 4", "num_generations: 1"), [],
      ("training.num_generations",)),
     ("world-size-breaks-division", MINIMAL.replace("num_generations: 4", "num_generations: 8")
