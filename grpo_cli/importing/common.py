@@ -71,11 +71,11 @@ class ImportResult:
     def answered(self, key: str) -> None:
         """`key` was given (a command-line override): the problem asking for it is no longer one (validation still
         judges the value)."""
-        need = ANSWERED_BY.get(key, key)
-        problem = self.answers.pop(need, None)
-        if problem is not None and problem in self.problems:
-            self.problems.remove(problem)
-            self.needs.pop(need, None)
+        for need in dict.fromkeys((key, ANSWERED_BY.get(key, key))):  # the key itself, or the one it stands for
+            problem = self.answers.pop(need, None)
+            if problem is not None and problem in self.problems:
+                self.problems.remove(problem)
+                self.needs.pop(need, None)
 
     def drop(self, key: str, value: Any, why: str) -> None:
         self.unmapped.append(Unmapped(key, value, why))

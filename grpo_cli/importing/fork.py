@@ -53,6 +53,11 @@ class Fork:
     """Its files by name (grpo.py, rewards.py, configs.py), parsed once."""
     unreadable: dict[str, str] = field(default_factory=dict)
     """Its files that could not be read -> why (a refusal then says so rather than blame the reward's code)."""
+    opens_dataset: str = ""
+    """Where grpo.py opens `dataset_name` as a local file (`open(script_args.dataset_name)`): then it is no hub id."""
+    prompt_column: tuple[str, str] | None = None
+    """(column, where) when every user message grpo.py builds from a row reads one constant column
+    (`{"role": "user", "content": example["problem"]}`), whatever the YAML's dataset_prompt_column says."""
 
     def where(self, node: ast.AST, script: Script | None = None) -> str:
         script = script or self.registry_in
@@ -127,6 +132,7 @@ def read_fork(package: Path) -> Fork:
     grpo = scripts.get("grpo.py")
     if grpo is not None:
         _trainer(fork, grpo)
+        _data(fork, grpo)
     return fork
 
 
@@ -161,6 +167,43 @@ def _trainer(fork: Fork, grpo: Script) -> None:
     if isinstance(model, ast.Call) and "model_args" not in ast.unparse(model) and "model_name" not in ast.unparse(
             model):
         fork.model = (" ".join(ast.unparse(model).split()), model.lineno)
+
+
+def _data(fork: Fork, grpo: Script) -> None:
+    """How grpo.py reads its rows where the YAML cannot say: a file it opens itself, the column its prompts read."""
+    found: dict[str, list[int]] = {}
+    undecided = False
+    for node in ast.walk(grpo.tree):
+        if isinstance(node, ast.Call) and _opens_dataset_name(node) and not fork.opens_dataset:
+            fork.opens_dataset = fork.where(node, grpo)
+        if not isinstance(node, ast.Dict):
+            continue
+        role, content = _entry(node, "role"), _entry(node, "content")
+        if not (isinstance(role, ast.Constant) and role.value == "user") or isinstance(content, ast.Constant):
+            continue  # not a user message, or a literal one (rlpvr's dummy eval row), not read from a row
+        column = content.slice if isinstance(content, ast.Subscript) else None
+        if isinstance(column, ast.Constant) and isinstance(column.value, str):
+            found.setdefault(column.value, []).append(node.lineno)
+        else:
+            undecided = True  # `example[prompt_column]`, an f-string...: the YAML's column (or none) decides
+    if len(found) == 1 and not undecided:
+        (name, lines), = found.items()
+        where = f"{grpo.path.relative_to(fork.package.parent.parent)} line{'s' if len(lines) > 1 else ''}"
+        fork.prompt_column = (name, f"{where} {', '.join(map(str, sorted(lines)))}")
+
+
+def _opens_dataset_name(call: ast.Call) -> bool:
+    """`open(script_args.dataset_name, ...)`."""
+    return (isinstance(call.func, ast.Name) and call.func.id == "open" and bool(call.args)
+            and isinstance(call.args[0], ast.Attribute) and call.args[0].attr == "dataset_name")
+
+
+def _entry(node: ast.Dict, key: str) -> ast.AST | None:
+    """The value of `key` in a dict literal."""
+    for k, v in zip(node.keys, node.values, strict=True):
+        if isinstance(k, ast.Constant) and k.value == key:
+            return v
+    return None
 
 
 def _module_file(package: Path, module: str) -> Path | None:

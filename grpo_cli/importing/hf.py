@@ -19,7 +19,7 @@ from grpo_cli.importing.common import (
     number,
     rename_old_keys,
 )
-from grpo_cli.importing.fork import find_fork
+from grpo_cli.importing.fork import Fork, find_fork
 from grpo_cli.importing.fork_rewards import ForkRewards, carry_own, fork_entry, fork_lines, fork_names, refuse_unread
 from grpo_cli.importing.script_find import trlparser_scripts
 from grpo_cli.suite_table import bundled_text
@@ -158,7 +158,7 @@ SCRIPT_KEYS = {"dataset_id_or_path": "dataset", "dataset_splits": "split"}
 """Keys a TrlParser script defines for itself (philschmid's run_r1_grpo.py and its many copies) that name data."""
 
 
-def _data(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
+def _data(cfg: dict[str, Any], out: ImportResult, flavour: str, fork: Fork | None = None) -> None:
     for key, target in SCRIPT_KEYS.items():
         if key in cfg and isinstance(cfg[key], str):
             value = cfg.pop(key)
@@ -166,7 +166,7 @@ def _data(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
             cfg.setdefault(name, value)
             out.notes.append(f"{key}: {value} (the script's own key) -> data.{target}")
     if "dataset_name" in cfg:
-        _dataset(str(cfg.pop("dataset_name")), out)
+        _dataset(str(cfg.pop("dataset_name")), out, fork.opens_dataset if fork is not None else "")
     if "dataset_files" in cfg:
         out.put("data.files", cfg.pop("dataset_files"))
     if cfg.get("dataset_config"):
@@ -187,7 +187,7 @@ def _data(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
         out.drop("eval_strategy", cfg.get("eval_strategy"), "the source evaluates on data the config does not name: "
                  "give data.eval_split (a split of the same dataset) or data.eval_holdout")
         cfg.pop("eval_strategy", None)
-    column = cfg.pop("dataset_prompt_column", "prompt")
+    column = _prompt_column(cfg.pop("dataset_prompt_column", "prompt"), out, fork)
     system = cfg.pop("system_prompt", None)
     # open-r1 always builds a conversation; TRL hands a string prompt to the model as it is
     prompt: dict[str, Any] = {"column": column, "chat": bool(flavour == "open-r1" or system)}
@@ -199,17 +199,35 @@ def _data(cfg: dict[str, Any], out: ImportResult, flavour: str) -> None:
             out.drop(key, cfg.pop(key), "grpo loads the dataset itself (not streamed)")
 
 
-def _dataset(name: str, out: ImportResult) -> None:
-    """A hub id -> data.dataset; a local file or directory (`data/train.json`) -> data.files."""
+def _dataset(name: str, out: ImportResult, opened_at: str = "") -> None:
+    """A hub id -> data.dataset; a local file or directory (`data/train.json`) -> data.files, as is every name a fork's
+    grpo.py opens itself as a file (`opened_at`: where)."""
     local = name.startswith((".", "/", "~")) or name.endswith((".json", ".jsonl", ".csv", ".parquet"))
-    if local:
+    opened = f"the fork's grpo.py opens dataset_name as a local file ({opened_at})" if opened_at else ""
+    if not local and not HUB_ID.fullmatch(re.sub(r"\$\{[^}]*\}", "x", name)):  # `<dataset-path>`: the source's blank
+        if opened:
+            out.refuse(f"data: dataset_name {name!r} is a blank the source leaves its user to fill, and {opened}, "
+                       "never a hub dataset: give that file as data.files", "data.files", "LOCAL_FILE")
+        else:
+            out.refuse(f"data: dataset_name {name!r} is neither a hub dataset id (ORG/NAME) nor a path: a blank the "
+                       "source leaves its user to fill; give the dataset (or data.files)", "data.dataset",
+                       "HUB_DATASET_ID")
+    elif local or opened:
         out.put("data.files", name)
-        out.notes.append(f"{name} is a local path: data.files (relative to the recipe)")
-    elif not HUB_ID.fullmatch(re.sub(r"\$\{[^}]*\}", "x", name)):  # `<dataset-path>`: the source's own blank
-        out.refuse(f"data: dataset_name {name!r} is neither a hub dataset id (ORG/NAME) nor a path: a blank the source "
-                   "leaves its user to fill; give the dataset (or data.files)", "data.dataset", "HUB_DATASET_ID")
+        out.notes.append(f"{name} is a local path: data.files (relative to the recipe)" if not opened else
+                         f"{name}: data.files (relative to the recipe), as {opened}")
     else:
         out.put("data.dataset", name)
+
+
+def _prompt_column(column: str, out: ImportResult, fork: Fork | None) -> str:
+    """The YAML's dataset_prompt_column, unless the fork's grpo.py builds every prompt from one column of its own."""
+    if fork is None or fork.prompt_column is None or fork.prompt_column[0] == column:
+        return column
+    own, where = fork.prompt_column
+    out.notes.append(f"data.prompt.column: {own}, not {column!r}: the fork's grpo.py builds each prompt's user message "
+                     f"from the row's `{own}` ({where}), whatever the YAML's dataset_prompt_column says")
+    return own
 
 
 def _trlparser_yaml(out: ImportResult, source: str, keys: list[str]) -> None:
@@ -233,7 +251,7 @@ def import_hf_yaml(cfg: dict[str, Any], source: str, flavour: str, extract_to: P
     script_keys = [k for k in SCRIPT_KEYS if k in cfg]
     rename_old_keys(cfg, out)
     map_model(cfg, out)
-    _data(cfg, out, flavour)
+    _data(cfg, out, flavour, found)
     _rewards(cfg, out, flavour, fork, extract_to)
     if fork is not None:
         fork_lines(fork.fork, out)

@@ -20,8 +20,8 @@ FRESH = ROOT / "tests" / "fixtures" / "imports" / "fresh"
 FRESH_CASES = [
     # the open-r1 forks, imported from their checkouts (each fork's src/open_r1/ beside its recipe)
     ("open-r1", "knowledge-r1/config_kr1.yaml", REFUSED),  # its rewards read what its own trainer builds
-    ("open-r1", "rlpvr-open-r1/rlpvr-example.yaml", PLACEHOLDER),  # its `<dataset-path>`; its own `accuracy`
-    ("open-r1", "rlpvr-open-r1/r1-distill-7b-mcqa.yaml", PLACEHOLDER),  # a data file of its machine
+    ("open-r1", "rlpvr-open-r1/rlpvr-example.yaml", PLACEHOLDER),  # its `<dataset-path>`, a file (private data)
+    ("open-r1", "rlpvr-open-r1/r1-distill-7b-mcqa.yaml", PLACEHOLDER),  # a data file of its machine (private)
     ("open-r1", "gopo/config_tldr_regular_skywork-8b_seed42.yaml", VALIDATES),  # its registry's reward model
     ("open-r1", "openr1_Translation/config_demo.yaml", VALIDATES),  # its default `bleu`, copied
     ("open-r1", "Post-Completion-Learning/exp002_config_gsm8k.yaml", COMMAND),  # the hub model its directory is named
@@ -100,6 +100,7 @@ def test_an_open_r1_forks_rewards_are_read_from_its_own_code(tmp_path: Path, mon
 
     said, recipe, _ = imported("gopo/config_tldr_regular_skywork-8b_seed42.yaml", "gopo.yaml")
     assert recipe["rewards"] == [{"model": "Skywork/Skywork-Reward-V2-Qwen3-8B"}]  # `skywork-qwen3-8b`
+    assert recipe["data"]["prompt"]["column"] == "prompt"  # its grpo.py reads `example[prompt_column]`: the YAML's
     assert "src/open_r1/rewards.py line 704" in said and "open_r1.grpo_trainer.GRPOTrainer" in said
     said, recipe, out = imported("openr1_Translation/config_demo.yaml", "translation.yaml")
     assert recipe["rewards"] == [{"function": "translation_rewards.py:bleu_reward"}]  # its default, ['bleu']
@@ -109,12 +110,17 @@ def test_an_open_r1_forks_rewards_are_read_from_its_own_code(tmp_path: Path, mon
     said, recipe, _ = imported("knowledge-r1/config_kr1.yaml", "kr1.yaml")
     assert "it reads `msg_lists`, which the fork's own trainer KnowledgeGRPOTrainer" in said
     assert "rewards" not in recipe and "finish it by hand" in said  # no placeholder reward to fill in
-    rows = tmp_path / "mcqa.jsonl"  # its `dataset_name: <dataset-path> # jsonl format`, filled in
-    rows.write_text('{"prompt": "Which is prime? A) 4 B) 7", "solution": "B"}\n', encoding="utf-8")
+    assert recipe["data"]["dataset"] == "hzy/kr1_2wiki"  # a hub id: its grpo.py calls load_dataset
+    # rlpvr's grpo.py opens dataset_name itself (line 187) and builds each user message from the row's `problem`
+    rows = tmp_path / "mcqa.jsonl"  # its `dataset_name: <dataset-path> # jsonl format`, filled in with its columns
+    one_step = 24 * 8 * 7 // 7  # per_device_train_batch_size x steps_per_generation x 7 processes / num_generations
+    rows.write_text('{"problem": "Which is prime? A) 4 B) 7", "solution": "B"}\n' * one_step, encoding="utf-8")
     fixture = "rlpvr-open-r1/rlpvr-example.yaml"
     said, recipe, out = imported(fixture, "rlpvr.yaml")
     assert recipe["rewards"] == [{"function": "open_r1.rewards:accuracy_reward"}]  # its own, not open-r1's
-    assert "'<dataset-path>' is neither a hub dataset id" in said and "data.dataset=HUB_DATASET_ID" in said
+    assert "opens dataset_name as a local file (src/open_r1/grpo.py line 187), never a hub dataset" in said
+    assert "data.files=LOCAL_FILE" in said and "HUB_DATASET_ID" not in said
+    assert recipe["data"]["prompt"]["column"] == "problem" and "(src/open_r1/grpo.py lines 182, 203, 212, 224)" in said
     finished = run_cli("import", "open-r1", Path(fixture).name, f"data.files={rows}", *FRESH_LAUNCH[fixture], "-o", out,
                        "--force")
     assert finished.exit_code == 2 and "module 'open_r1.rewards' cannot be found" in finished.output
