@@ -8,7 +8,10 @@ step, which includes start-up, is left out). "waits for generation" is `time/gen
 trainer (grpo's step timer) and `perf/rollout_wait_s` for the async one (TRL's: time blocked on the rollout queue).
 
     .venv-vllm/bin/python benchmarks/experiments/async_vs_sync.py [--recipe recipes/demo.yaml] [--steps 30] [--pairs 2]
-        [--set KEY=VALUE ...] [--record]
+        [--set KEY=VALUE ...] [--port PORT] [--record]
+
+`--port`: train against a server already up on this machine at that port (`grpo vllm-serve` of the same recipe)
+instead of starting one; it is left running.
 """
 
 from __future__ import annotations
@@ -61,19 +64,21 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=2)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="A recipe override for both trainers (and the server), e.g. model.name_or_path=DIR.")
+    parser.add_argument("--port", type=int, help="A server already running here for the recipe: use it.")
     add_record(parser)
     args = parser.parse_args()
     from grpo_cli.launching.vllm_server import stop_server, wait_for_server
 
-    port = _free_port()
+    port = args.port or _free_port()
     overrides = [f"launch.vllm.port={port}", f"training.max_steps={args.steps}", "training.logging_steps=1",
                  "eval.before_after=false", "launch.vllm.server_timeout=900", *args.set]
-    server = subprocess.Popen([sys.executable, "-m", "grpo_cli", "vllm-serve", args.recipe, *overrides,
-                               "launch.vllm.mode=server"], cwd=ROOT, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
+    server = None if args.port else subprocess.Popen(
+        [sys.executable, "-m", "grpo_cli", "vllm-serve", args.recipe, *overrides, "launch.vllm.mode=server"],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     results: dict[str, list[dict[str, float]]] = {"server": [], "async": []}
     try:
-        wait_for_server(f"http://127.0.0.1:{port}", 900, alive=lambda: server.poll() is None)
+        wait_for_server(f"http://127.0.0.1:{port}", 900 if server else 30,
+                        alive=None if server is None else lambda: server.poll() is None)
         with tempfile.TemporaryDirectory() as tmp:
             for pair in range(args.pairs):
                 for mode in ("server", "async"):
@@ -81,7 +86,8 @@ def main() -> None:
                     results[mode].append(got)
                     print(mode, pair, {k: round(v, 3) for k, v in got.items()}, flush=True)
     finally:
-        stop_server(server)
+        if server is not None:
+            stop_server(server)
     rows = ["| trainer (launch.vllm.mode) | median step (s), each run | steps/s (median) | waits for generation "
             "per step (s) | reward, last 10 steps | wall incl. start (s) |", "|---|---:|---:|---:|---:|---:|"]
     for mode, label in (("server", "GRPOTrainer (server)"), ("async", "AsyncGRPOTrainer (async)")):

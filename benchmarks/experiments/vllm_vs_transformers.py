@@ -9,7 +9,9 @@ metrics; the server is started first and its start-up timed). Prints a table (`-
 docs/performance/history/).
 
     .venv-vllm/bin/python benchmarks/experiments/vllm_vs_transformers.py [--prompts 64] [-k 8] [--tokens 4,32]
-        [--steps 10] [--skip-steps] [--skip-large] [--record]
+        [--dtypes bfloat16,float32] [--steps 10] [--skip-steps] [--skip-large] [--record]
+
+A vLLM dtype left out of `--dtypes` is a `-` cell (one engine start fewer); the engine start is the first dtype's.
 """
 
 from __future__ import annotations
@@ -136,12 +138,15 @@ def main() -> None:
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("-k", type=int, default=8)
     parser.add_argument("--tokens", default="4,32", help="New tokens per sample (comma-separated).")
+    parser.add_argument("--dtypes", default="bfloat16,float32", help="vLLM dtypes to measure (comma-separated).")
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--skip-steps", action="store_true")
     parser.add_argument("--skip-large", action="store_true")
     parser.add_argument("--skip-generation", action="store_true")
     add_record(parser)
     args = parser.parse_args()
+    if not args.dtypes or not set(args.dtypes.split(",")) <= {"bfloat16", "float32"}:
+        parser.error(f"--dtypes {args.dtypes!r}: give bfloat16, float32 or both, comma-separated")
     import torch
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "2")))
@@ -155,9 +160,10 @@ def main() -> None:
         for label, path in [] if args.skip_generation else models:
             for tokens in map(int, args.tokens.split(",")):
                 hf = _transformers_rate(path, prompts, args.k, tokens)
-                bf16, start = _vllm_rate(path, prompts, args.k, tokens, "bfloat16")
-                fp32, _ = _vllm_rate(path, prompts, args.k, tokens, "float32")
-                rows.append(f"| {label} | {tokens} | {hf:.0f} | {bf16:.0f} | {fp32:.0f} | {start:.1f} |")
+                rates = {d: _vllm_rate(path, prompts, args.k, tokens, d) for d in args.dtypes.split(",")}
+                cells = [f"{rates[d][0]:.0f}" if d in rates else "-" for d in ("bfloat16", "float32")]
+                start = next(iter(rates.values()))[1]
+                rows.append(f"| {label} | {tokens} | {hf:.0f} | {' | '.join(cells)} | {start:.1f} |")
                 print(rows[-1], flush=True)
         if not args.skip_steps:
             rows += ["", "| demo, `grpo train` | median step (s) | server start-up (s) |", "|---|---:|---:|"]

@@ -205,6 +205,10 @@ def _check_code_backend(entry: RewardEntry, where: str) -> None:
         raise GrpoError(f"backend_url {url!r} is not an http(s) address", where=f"{where}.params.backend_url",
                         fix="Give the server's base address, e.g. `backend_url: http://localhost:2000` (Piston) or "
                             "`http://sandbox.internal:8080` (SandboxFusion).")
+    wait = entry.params.get("backend_wait")
+    if isinstance(wait, int | float) and wait < 0:
+        raise GrpoError(f"backend_wait {wait!r} is negative", where=f"{where}.params.backend_wait",
+                        fix="Give the seconds a server may take beyond the test's timeout to answer (default 30).")
     problem = config_problem(backend, entry.params.get("backend_image"))
     if problem:
         raise GrpoError(problem, where=f"{where}.params.backend",

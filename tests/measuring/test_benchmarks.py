@@ -5,9 +5,8 @@ One process per script, as a user runs it (`python benchmarks/GROUP/NAME.py ...`
 and repeats that still print every row: no figure is asserted (speed targets live in the tables), only that the
 table has its columns and rows. Elsewhere: the GPU kit's dry run (tests/measuring/test_gpu_kit.py) and
 time_to_accuracy.py with train_probe.py (tests/measuring/test_time_to_accuracy.py). The two vLLM scripts need vLLM's
-CPU build and minutes of engine start: here only their arguments are parsed; the vllm-marked tests run them whole in
-.venv-vllm (`OMP_NUM_THREADS=1 .venv-vllm/bin/python -m pytest -m vllm tests/measuring/test_benchmarks.py`, about 9
-minutes on a loaded 2-core machine, so not in .ci/run's vLLM step, which has no room for them).
+CPU build: in the main suite only their arguments are parsed; .ci/run's vLLM step runs them whole in .venv-vllm, here
+(the vllm-marked test) and async_vs_sync.py in tests/vllm/test_vllm_server.py, against that module's server.
 """
 
 from __future__ import annotations
@@ -241,20 +240,17 @@ def test_vlm_demo_prints_one_row_per_run() -> None:
 @pytest.mark.parametrize("script", ["experiments/vllm_vs_transformers.py", "experiments/async_vs_sync.py"])
 def test_the_vllm_benchmarks_parse_their_arguments_without_vllm(script: str) -> None:
     """What of the vLLM scripts runs without vLLM: their imports (the repository root, benchmarks.record) and
-    argument parsing; the vllm-marked test below runs them whole."""
+    argument parsing; the vllm-marked test below and tests/vllm/test_vllm_server.py run them whole."""
     assert "--record" in run_script(script, "--help")
 
 
 @pytest.mark.vllm
 @needs_vllm
 def test_vllm_vs_transformers_prints_the_demo_model_row() -> None:
+    """One vLLM engine (bf16; the float32 one is the same code, and `grpo eval --backend vllm` runs vLLM in float32
+    in tests/vllm/test_vllm_colocate.py); the step-time part trains as tests/vllm/ do (colocate, server)."""
     out = run_script("experiments/vllm_vs_transformers.py", "--prompts", "2", "-k", "1", "--tokens", "2",
-                     "--skip-steps", "--skip-large")
-    assert labels(table(out, "model")) == ["tiny-arith (115k, demo)"]
-
-
-@pytest.mark.vllm
-@needs_vllm
-def test_async_vs_sync_prints_both_trainers() -> None:
-    out = run_script("experiments/async_vs_sync.py", "--steps", "2", "--pairs", "1")
-    assert labels(table(out, "trainer (launch.vllm.mode)")) == ["GRPOTrainer (server)", "AsyncGRPOTrainer (async)"]
+                     "--dtypes", "bfloat16", "--skip-steps", "--skip-large")
+    rows = table(out, "model")
+    assert labels(rows) == ["tiny-arith (115k, demo)"]
+    assert float(rows[0][3]) >= 0 and rows[0][4] == "-" and float(rows[0][5]) > 0  # bf16 rate, no fp32, engine start

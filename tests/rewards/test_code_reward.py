@@ -18,12 +18,13 @@ PISTON_ROWS = ('{"prompt": "Write add(a, b).", "tests": ["assert add(1, 2) == 3"
              '"solution": "```python\\ndef add(a, b):\\n    return a + b\\n```"}\n')
 
 
-def _piston_recipe(tmp_path: Path, url: str) -> Path:
+def _piston_recipe(tmp_path: Path, url: str, wait: float = 30.0) -> Path:
     (tmp_path / "data.jsonl").write_text(PISTON_ROWS * 2, encoding="utf-8")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text('model: {name_or_path: "bundled:tiny-arith"}\n'
                       "data: {files: data.jsonl, prompt: {column: prompt, chat: false}}\n"
-                      f"rewards: [{{name: code, params: {{backend: piston, backend_url: '{url}', timeout: 0.5}}}}]\n"
+                      f"rewards: [{{name: code, params: {{backend: piston, backend_url: '{url}', timeout: 0.5, "
+                      f"backend_wait: {wait}}}}}]\n"
                       "training: {num_generations: 2, per_device_train_batch_size: 2, max_steps: 1}\n"
                       "launch: {profile: cpu}\n", encoding="utf-8")
     return recipe
@@ -35,22 +36,39 @@ def test_a_backend_url_that_is_no_address_fails_validate(tmp_path: Path, url: st
                      "is not an http(s) address")
 
 
+def test_a_negative_backend_wait_fails_validate(tmp_path: Path) -> None:
+    assert_paragraph(run_cli("validate", _piston_recipe(tmp_path, "http://localhost:2000", wait=-1)),
+                     "rewards[0].params.backend_wait", "is negative")
+
+
 @pytest.mark.slow
 def test_a_sandbox_that_never_answers_is_a_violation_not_a_pass(tmp_path: Path) -> None:
-    """A server that takes the connection and never answers: one wait (timeout + 30 s), then every later call fails
-    at once, and check-rewards reports the reward instead of "all rewards pass"."""
+    """A server that takes the connection and never answers: one wait (timeout + backend_wait), then every later
+    call fails at once (no second connection), and check-rewards reports the reward instead of "all rewards pass"."""
     import socket
 
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(64)  # the kernel accepts connections; nobody reads or answers
         started = time.monotonic()
-        result = run_cli("check-rewards", _piston_recipe(tmp_path, f"http://127.0.0.1:{silent.getsockname()[1]}"))
+        result = run_cli("check-rewards", _piston_recipe(tmp_path, f"http://127.0.0.1:{silent.getsockname()[1]}",
+                                                         wait=1.0))
+        elapsed = time.monotonic() - started
+        silent.setblocking(False)
+        connections = []
+        while True:  # every connection the reward opened waits in the backlog, answered or not
+            try:
+                connections.append(silent.accept()[0])
+            except BlockingIOError:
+                break
+        for conn in connections:
+            conn.close()
     assert result.exit_code == 1, result
     flat = " ".join(result.output.split())
-    assert "accepted a request but sent no answer" in flat and "all rewards pass" not in flat
+    assert "accepted a request but sent no answer within 1.5 s" in flat and "all rewards pass" not in flat
     assert "rewards[0].params.backend_url" in flat
-    assert time.monotonic() - started < 120  # one wait of 30.5 s, not one per test and call
+    assert len(connections) == 1, len(connections)  # one wait, not one per test and call
+    assert elapsed < 120
 
 
 def test_an_unreachable_sandbox_in_training_names_the_recipe_key_and_the_url(tmp_path: Path) -> None:

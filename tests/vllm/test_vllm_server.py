@@ -1,6 +1,8 @@
 """vLLM on CPU as a server (`grpo vllm-serve`): training against it with grpo's CPU weight sync, the server sampling
 with the new weights after a sync, async mode (TRL's async trainer, Ctrl-C, resume, health guards), stopping a
-loaded server, and dynamic sampling through it. One server serves the whole module.
+loaded server, dynamic sampling through it, and the smoke run of benchmarks/experiments/async_vs_sync.py (here, not in
+tests/measuring/test_benchmarks.py, so that it trains against this module's server instead of starting its own).
+One server serves the whole module.
 
 These need vLLM itself (see tests/vllm/test_vllm_colocate.py). Colocate mode is tests/vllm/test_vllm_colocate.py.
 """
@@ -237,3 +239,10 @@ def test_dynamic_sampling_generates_every_round_through_a_vllm_server(server, tm
     # float32 on both sides: after each sync the server's log-probs are the trainer's, refilled rows included
     assert all(r["sampling/sampling_logp_difference/max"] < 1e-3 for r in logs), logs
 
+
+def test_the_async_vs_sync_benchmark_prints_both_trainers(server) -> None:
+    from tests.measuring.test_benchmarks import labels, run_script, table
+
+    _, url = server
+    out = run_script("experiments/async_vs_sync.py", "--steps", "2", "--pairs", "1", "--port", url.rsplit(":", 1)[1])
+    assert labels(table(out, "trainer (launch.vllm.mode)")) == ["GRPOTrainer (server)", "AsyncGRPOTrainer (async)"]

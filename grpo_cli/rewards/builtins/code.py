@@ -173,7 +173,7 @@ def score_program(program: str, tests: list[CodeTest], *, timeout: float, memory
 
 
 def _score_remote(program: str, tests: list[CodeTest], backend: str, url: str, *, timeout: float,
-                  memory_mb: int, image: str | None = None) -> tuple[float, str]:
+                  memory_mb: int, image: str | None = None, wait: float = 30.0) -> tuple[float, str]:
     """The per-test path on a Piston / SandboxFusion server or an E2B / Morph sandbox (code_remote, code_cloud)."""
     from grpo_cli.rewards.builtins.code_remote import run_remote
 
@@ -182,10 +182,11 @@ def _score_remote(program: str, tests: list[CodeTest], backend: str, url: str, *
         if test.script is not None:
             sentinel = f"grpo-tests-passed-{secrets.token_hex(8)}"
             run = run_remote(backend, url, f"{program}\n\n{test.script}\n\nprint({sentinel!r})\n", "",
-                             timeout=timeout, memory_mb=memory_mb, image=image)
+                             timeout=timeout, memory_mb=memory_mb, image=image, wait=wait)
             passed += run.ok and run.stdout.rstrip().endswith(sentinel)
         else:
-            run = run_remote(backend, url, program, test.stdin, timeout=timeout, memory_mb=memory_mb, image=image)
+            run = run_remote(backend, url, program, test.stdin, timeout=timeout, memory_mb=memory_mb, image=image,
+                             wait=wait)
             passed += run.ok and _same_output(run.stdout, test.expected or "")
     return passed / len(tests), f"{passed}/{len(tests)} tests passed on {backend}"
 
@@ -218,11 +219,12 @@ def _jobs(completions: Sequence[Any], tests: Any) -> tuple[list[float | None], l
 
 
 def _score_job(job: _Job, *, backend: str, url: str, timeout: float, memory_mb: int,
-               image: str | None = None) -> tuple[float, str]:
+               image: str | None = None, wait: float = 30.0) -> tuple[float, str]:
     _, program, parsed = job
     if backend == "local":
         return score_program(program, parsed, timeout=timeout, memory_mb=memory_mb)
-    return _score_remote(program, parsed, backend, url, timeout=timeout, memory_mb=memory_mb, image=image)
+    return _score_remote(program, parsed, backend, url, timeout=timeout, memory_mb=memory_mb, image=image,
+                         wait=wait)
 
 
 def _map(score: Any, jobs: list[_Job], workers: int) -> list[tuple[float, str]]:
@@ -244,6 +246,7 @@ def code(
     backend: Literal["local", "piston", "sandbox-fusion", "e2b", "morph"] = "local",
     backend_url: str | None = None,
     backend_image: str | None = None,
+    backend_wait: float = 30.0,
     parallel: int = 0,
     log_extra: Any = None,
     **kwargs: Any,
@@ -274,6 +277,8 @@ def code(
         backend_url: its base address (default `http://localhost:2000` Piston, `http://localhost:8080` Fusion,
             the service's own API for e2b and morph).
         backend_image: the E2B template (default `code-interpreter-v1`) or the Morph snapshot id (required).
+        backend_wait: seconds a remote backend may take beyond `timeout` to answer one test (queueing, start-up);
+            a server that takes a request and sends nothing within `timeout + backend_wait` stops the reward.
         parallel: completions scored at once; 0 means one per free core. Set it with the entry's `parallel:`.
 
     Returns:
@@ -289,7 +294,7 @@ def code(
         raise ValueError(f"unknown code backend {backend!r}: use one of {', '.join(BACKENDS)}")
     rewards, notes, jobs = _jobs(completions, tests)
     scored = _run_jobs(jobs, backend, backend_url, backend_image, timeout=timeout, memory_mb=memory_mb,
-                       parallel=parallel)
+                       parallel=parallel, wait=backend_wait)
     for (i, _, _), (value, note) in zip(jobs, scored, strict=True):
         rewards[i], notes[i] = value, note
     if callable(log_extra):
@@ -298,14 +303,14 @@ def code(
 
 
 def _run_jobs(jobs: list[_Job], backend: str, url: str | None, image: str | None, *, timeout: float,
-              memory_mb: int, parallel: int) -> list[tuple[float, str]]:
+              memory_mb: int, parallel: int, wait: float = 30.0) -> list[tuple[float, str]]:
     """Score every (row, code, tests) job on the backend, `parallel` at once (0: one per free core); for the
     local sandbox the shared warm pool is grown to that many workers first."""
     from grpo_cli.rewards.builtins.code_remote import DEFAULT_URLS
     from grpo_cli.rewards.sandbox_client import default_workers, shared_pool
 
     score = functools.partial(_score_job, backend=backend, url=url or DEFAULT_URLS.get(backend, ""),
-                              timeout=timeout, memory_mb=memory_mb, image=image)
+                              timeout=timeout, memory_mb=memory_mb, image=image, wait=wait)
     workers = max(1, min(parallel if parallel > 0 else default_workers(), len(jobs)))
     if backend == "local":
         shared_pool().ensure(workers)

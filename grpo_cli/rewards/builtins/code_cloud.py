@@ -138,12 +138,12 @@ _LOCK = threading.Lock()
 
 
 def run_cloud(backend: str, api: str | None, image: str | None, source: str, stdin: str, *, timeout: float,
-              memory_mb: int) -> tuple[bool, str, str | None]:
+              memory_mb: int, wait: float = 30.0) -> tuple[bool, str, str | None]:
     """(ok, stdout, why not) of one program with `stdin` in this process's sandbox."""
     key = (backend, api or CLOUD[backend][1], image)
     with _LOCK:
         session = _SESSIONS.get(key) or _SESSIONS.setdefault(key, _Session(backend, key[1], image))
-    return read_runner(session.run(runner_source(source, stdin, timeout, memory_mb), timeout + 30.0))
+    return read_runner(session.run(runner_source(source, stdin, timeout, memory_mb), timeout + wait))
 
 
 def runner_source(source: str, stdin: str, timeout: float, memory_mb: int) -> str:

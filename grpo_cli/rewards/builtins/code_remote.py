@@ -45,9 +45,10 @@ _UNANSWERED: dict[str, GrpoError] = {}
 """Servers that took a request and never answered, this process: later calls fail at once, not after another wait."""
 
 
-def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
+def _post(url: str, body: dict[str, Any], test_timeout: float, wait: float) -> dict[str, Any]:
     if url in _UNANSWERED:
         raise _UNANSWERED[url]
+    timeout = test_timeout + wait
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
     try:
@@ -64,9 +65,9 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
             # check-rewards would then call the reward fine: stop instead.
             _UNANSWERED[url] = GrpoError(
                 f"the code sandbox at {url} accepted a request but sent no answer within {timeout:g} s (the test's "
-                "timeout + 30 s)", where="rewards (code).params.backend_url",
-                fix="Check the server (its logs, its workers), point backend_url at a working one, or use "
-                    "`backend: local`.")
+                f"timeout + backend_wait, {wait:g} s)", where="rewards (code).params.backend_url",
+                fix="Check the server (its logs, its workers), point backend_url at a working one, raise "
+                    "params.backend_wait for a slow one, or use `backend: local`.")
             raise _UNANSWERED[url] from None
         if isinstance(exc, urllib.error.HTTPError):
             return {"_error": f"{type(exc).__name__}: {exc}"}
@@ -78,16 +79,18 @@ def _post(url: str, body: dict[str, Any], timeout: float) -> dict[str, Any]:
 
 
 def run_remote(backend: str, url: str, source: str, stdin: str, *, timeout: float, memory_mb: int,
-               image: str | None = None) -> RemoteRun:
-    """Run one program on a remote backend; network failures raise GrpoError, program failures do not."""
+               image: str | None = None, wait: float = 30.0) -> RemoteRun:
+    """Run one program on a remote backend; network failures raise GrpoError, program failures do not. The
+    answer is awaited `timeout + wait` seconds (the reward's `backend_wait`)."""
     if backend in ("e2b", "morph"):
-        return RemoteRun(*run_cloud(backend, url or None, image, source, stdin, timeout=timeout, memory_mb=memory_mb))
+        return RemoteRun(*run_cloud(backend, url or None, image, source, stdin, timeout=timeout, memory_mb=memory_mb,
+                                    wait=wait))
     base = url.rstrip("/")
     if backend == "piston":
         answer = _post(f"{base}/api/v2/execute", {
             "language": "python", "version": "*", "files": [{"name": "main.py", "content": source}],
             "stdin": stdin, "run_timeout": int(timeout * 1000), "run_memory_limit": memory_mb * 1024 * 1024,
-        }, timeout + 30.0)
+        }, timeout, wait)
         run = answer.get("run") or {}
         if "_error" in answer or not run:
             return RemoteRun(False, "", answer.get("_error") or answer.get("message") or "no `run` in the answer")
@@ -97,7 +100,7 @@ def run_remote(backend: str, url: str, source: str, stdin: str, *, timeout: floa
     answer = _post(f"{base}/run_code", {
         "code": source, "language": "python", "stdin": stdin, "run_timeout": timeout,
         "memory_limit_MB": memory_mb,
-    }, timeout + 30.0)
+    }, timeout, wait)
     result = answer.get("run_result") or {}
     if "_error" in answer or not result:
         return RemoteRun(False, "", answer.get("_error") or answer.get("message") or str(answer.get("status")))
