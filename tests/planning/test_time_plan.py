@@ -364,3 +364,4 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     assert float(cells[2].split()[0]) > 0  # measured
     assert cells[1] == "unknown" or float(cells[1].split()[0]) > 0
+    assert cells[6].endswith(" of 4") and cells[7] == ""  # the mean longest completion; the demo skips nothing
