@@ -114,6 +114,14 @@ class RateRow(_Typed):
     part missing here is planned as DEFAULT_FIXED says."""
     fit: str = ""
     """Where `fixed` comes from, in words."""
+    decode_steps: float | None = None
+    """Tokens decoded per generation batch, the mean of each batch's longest completion: transformers decodes a
+    batch until its longest ends. With `clipped` and `lengths`, the plan's decode steps at another batch
+    (planning/decode_steps.py); rows without them scale generation by max_completion_length."""
+    clipped: float | None = None
+    """The share of completions cut at max_completion_length."""
+    lengths: list[float] = []
+    """The lengths of the completions that ended before it, as equally likely values (quantiles)."""
 
     def fixed_share(self, part: str) -> float:
         """The share of this row's part that does not grow with the completions (0..1)."""
@@ -255,7 +263,7 @@ def _rows(data: object) -> list[RateRow]:
         except ValidationError:
             continue  # a row a newer grpo wrote, or a hand edit: skipped, never fatal for validate
         if _measured(row):
-            rows.append(row.model_copy(update={"fixed": _kept_fixed(row)}))
+            rows.append(row.model_copy(update={"fixed": _kept_fixed(row), **_kept_lengths(row)}))
     return rows
 
 
@@ -270,6 +278,16 @@ def _measured(row: RateRow) -> bool:
     seconds = [v for part in row.seconds.values() for v in (part.mean, part.low, part.high)]
     return (all(_finite(v, MAX_STEP_S) for v in seconds) and _finite(row.load) and _finite(s.prompt_tokens)
             and min(s.params, s.processes, s.completions, s.completion_tokens) >= 1)
+
+
+def _kept_lengths(row: RateRow) -> dict[str, Any]:
+    """None of the row's completion lengths (planned as a row recorded before them) when a hand edit left any
+    that a run cannot measure."""
+    limit = row.shape.completion_tokens
+    if (_finite(row.decode_steps, limit) and _finite(row.clipped, 1.0) and all(_finite(v, limit) for v in row.lengths)
+            and (row.clipped is None or row.clipped >= 1.0 or row.lengths)):
+        return {}
+    return {"decode_steps": None, "clipped": None, "lengths": []}
 
 
 def _kept_fixed(row: RateRow) -> dict[str, float]:
@@ -342,19 +360,22 @@ def remember(row: RateRow, path: Path | None = None) -> Path:
 
 def fit_fixed(one: RateRow, other: RateRow) -> dict[str, float]:
     """Each part's fixed seconds at `other`'s step, from two measured steps of one kind at two batch sizes:
-    seconds = fixed + per completion x completions, a straight line through both (held at 0 or above). A part
-    whose smaller batch took longer is left out (noise on a shared machine, not a fit: the plan then takes it
-    as DEFAULT_FIXED says). {} when the two have the same completions or token length."""
+    seconds = fixed + per completion x completions, a straight line through both (held at 0 or above; for
+    generation per decode step when both rows have them). A part whose smaller batch took longer is left out
+    (noise on a shared machine, not a fit: the plan then takes it as DEFAULT_FIXED says). {} when the two have
+    the same completions or token length."""
     a, b = one.shape, other.shape
     if a.completions == b.completions or a.completion_tokens != b.completion_tokens:
         return {}
     fixed = {}
     for part in PARTS:
         if part in one.seconds and part in other.seconds:
-            t1, t2 = one.seconds[part].mean, other.seconds[part].mean
+            d1, d2 = (one.decode_steps, other.decode_steps) if part == "generation" else (None, None)
+            per = (d1, d2) if d1 and d2 else (1.0, 1.0)
+            t1, t2 = one.seconds[part].mean / per[0], other.seconds[part].mean / per[1]
             slope = (t2 - t1) / (b.completions - a.completions)
             if slope >= 0:
-                fixed[part] = round(min(t2, max(0.0, t2 - slope * b.completions)), 6)
+                fixed[part] = round(min(t2, max(0.0, t2 - slope * b.completions)) * per[1], 6)
     return fixed
 
 

@@ -39,8 +39,10 @@ sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and gr
 from benchmarks.record import load, stamp  # noqa: E402
 from grpo_cli import runs  # noqa: E402
 from grpo_cli.step_rates import TABLE, RateRow, fit_fixed  # noqa: E402
+from grpo_cli.training.zero_advantage import METRIC as SKIPPED  # noqa: E402
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+
 CASES: dict[str, tuple[str, list[str], bool, int]] = {
     "demo": ("recipes/demo.yaml", [], False, 64),
     "tools": ("recipes/tools-demo.yaml", [], False, 64),
@@ -72,11 +74,20 @@ def _train(case: str, steps: int, out: Path, rates: Path, extra: list[str]) -> s
     return None
 
 
+def _skipped(out: Path) -> str:
+    """The share of completions whose zero advantage skipped forward and backward (sampling.skip_zero_advantage)
+    over the steps after the first: the training part grows with the others, so two runs' shares say how far
+    apart their training parts are by chance; empty without the skip."""
+    rows = [r for r in runs.read_jsonl(out / runs.METRICS) if r.get("step", 0) > 1 and SKIPPED in r]
+    return f"{sum(r[SKIPPED] for r in rows) / len(rows):.2f}" if rows else ""
+
+
 def _row(case: str, out: Path, steps: int) -> list[str]:
-    """The case's table cells from its manifest: planned, measured, their ratio, where the plan came from."""
+    """The case's table cells from its manifest: planned, measured, their ratio, where the plan came from, the
+    mean longest completion of a generation batch, the zero-advantage skip."""
     manifest = runs.read_manifest(out)
     if manifest is None or manifest.step_rates is None:
-        return [case, "", "", "", "no measured steps (fewer than 2?)", ""]
+        return [case, "", "", "", "no measured steps (fewer than 2?)", "", "", ""]
     measured, plan = manifest.step_rates, manifest.time_plan
     step = plan.step if plan is not None else None
     got = measured.seconds["step"]
@@ -84,8 +95,9 @@ def _row(case: str, out: Path, steps: int) -> list[str]:
     planned = f"{step.mean:.3f} ({step.low:.3f}–{step.high:.3f})" if step is not None else "unknown"
     source = "; ".join(dict.fromkeys([*(p.source for p in plan.parts), *(p.how for p in plan.parts if p.how)])) \
         if plan is not None and plan.parts else (plan.unknown if plan is not None else "no plan recorded")
+    longest = f"{measured.decode_steps:.3g} of {measured.shape.completion_tokens}" if measured.decode_steps else ""
     return [case, planned, f"{got.mean:.3f} ({got.low:.3f}–{got.high:.3f})", ratio,
-            source, str(measured.shape.threads)]
+            source, str(measured.shape.threads), longest, _skipped(out)]
 
 
 def _median(rows: list[RateRow]) -> RateRow:
@@ -131,7 +143,7 @@ def _round(args: argparse.Namespace, tmp: Path, round_: int, measured: dict[str,
             out = tmp / f"{case}{tag}-{round_}"
             failed = _train(case, args.steps, out, args.rates_file or tmp / f"{out.name}.rates.json",
                             [*args.set, *extra])
-            cells = [case + tag, "", "", "", failed, ""] if failed else _row(case + tag, out, args.steps)
+            cells = [case + tag, "", "", "", failed, "", "", ""] if failed else _row(case + tag, out, args.steps)
             line = "| " + " | ".join([*cells, load()]) + " |"
             print(line, flush=True)
             lines.append(line)
@@ -156,7 +168,8 @@ def main() -> None:
     args = parser.parse_args()
     before = load(all_three=True)
     lines = ["| case | planned steady step s (range) | measured s (min–max) | measured / planned | planned from | "
-             "threads | load |", "|---|---:|---:|---:|---|---:|---:|"]
+             "threads | longest completion (tokens) | zero-advantage skipped | load |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     measured: dict[str, list[RateRow]] = {}
     with tempfile.TemporaryDirectory(prefix="grpo-time-plan-") as tmp:
         for round_ in range(args.repeat):

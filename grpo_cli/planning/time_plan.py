@@ -6,7 +6,9 @@ of the row is fixed seconds plus seconds per completion (`RateRow.fixed`, fitted
 a tiny model's step is mostly overhead that does not grow with its batch); the per-completion seconds grow with
 the recipe's completions, and both are scaled by the rest of the work the part grows with:
 
-- generation: max_completion_length tokens to decode (x parameters, when the model differs);
+- generation: the tokens to decode per batch (x parameters, when the model differs): for transformers, with a
+  row that recorded its completion lengths, the expected longest completion of a batch of the recipe's size
+  (planning/decode_steps.py); otherwise max_completion_length;
 - training (log-probabilities, forward, backward, optimizer): tokens per completion x FLOPs per token
   (6 x parameters, 4 x with LoRA: no weight gradients) against the row's, i.e. the row's achieved FLOP rate;
 - weight sync (vLLM): parameters; rewards: as measured (a built-in whose rate the table has, such as the
@@ -24,6 +26,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from grpo_cli.planning.decode_steps import decode_steps
 from grpo_cli.planning.memory import memory_plan
 from grpo_cli.step_rates import (
     PARTS,
@@ -103,7 +106,10 @@ def _factors(shape: StepShape, row: RateRow) -> dict[str, tuple[float, float, st
     flops = (4 if shape.lora else 6) * shape.params / ((4 if r.lora else 6) * max(r.params, 1))
     batch = shape.completions / max(r.completions, 1)
     decode = shape.completion_tokens / max(r.completion_tokens, 1)
-    return {"generation": (batch, decode * size, scaled), "training": (batch, per_completion * flops,
+    generation = scaled
+    if (longest := decode_steps(row, shape)) is not None:  # transformers decodes a batch until its longest ends
+        decode, generation = longest.factor, f", {longest.how(row, shape)}{scaled}"
+    return {"generation": (batch, decode * size, generation), "training": (batch, per_completion * flops,
                                                                        scaled + prompt_note),
             "weight_sync": (1.0, size, scaled), "reward": (batch, 1.0, ""), "other": (batch, 1.0, "")}
 

@@ -16,6 +16,9 @@ from typing import Any
 
 from grpo_cli.artefacts.time_split import METRIC_PREFIX, PARTS
 
+MAX_BATCHES = 10_000
+"""Generation batches whose lengths a run keeps (a few MB at most): enough for the plan's length distribution."""
+
 
 def step_timer() -> Any:
     """A TrainerCallback that times each part of every optimizer step (transformers is imported only here, so
@@ -39,6 +42,9 @@ class _Timing:
         self.history: list[dict[str, float]] = []
         """Each optimizer step's split, in order (this process's): the run's measured rates
         (artefacts/time_check.py)."""
+        self.lengths: list[list[int]] = []
+        """Each generation batch's completion lengths in tokens (this process's, at most MAX_BATCHES): transformers
+        decodes a batch until its longest completion ends, which the time plan needs (planning/decode_steps.py)."""
 
     def attach(self, trainer: Any) -> None:
         """Wrap the trainer's generation, reward, scoring, loss and backward calls (instance attributes only)."""
@@ -46,14 +52,22 @@ class _Timing:
         vllm = getattr(trainer, "vllm_generation", None)  # TRL syncs vLLM's weights inside `_generate`
         if vllm is not None:
             self._wrap(vllm, "sync_weights", "weight_sync")
-        self._wrap(trainer, "_generate", "generation", minus=("weight_sync",))
+        self._wrap(trainer, "_generate", "generation", minus=("weight_sync",), seen=self._lengths)
         self._wrap(trainer, "_calculate_rewards", "reward")
         self._wrap(trainer, "_generate_and_score_completions", "logprobs",
                    minus=("weight_sync", "generation", "reward"))
         self._wrap(trainer, "compute_loss", "forward")
         self._wrap(trainer.accelerator, "backward", "backward")
 
-    def _wrap(self, owner: Any, name: str, part: str, minus: tuple[str, ...] = ()) -> None:
+    def _lengths(self, result: Any) -> None:
+        """Keep the completion lengths of a generation batch (TRL's `_generate` returns the completion ids second;
+        anything else is left alone)."""
+        ids = result[1] if isinstance(result, tuple) and len(result) > 1 else None
+        if isinstance(ids, list) and ids and len(self.lengths) < MAX_BATCHES:
+            self.lengths.append([len(c) for c in ids])
+
+    def _wrap(self, owner: Any, name: str, part: str, minus: tuple[str, ...] = (),
+              seen: Callable[[Any], None] | None = None) -> None:
         original: Callable[..., Any] | None = getattr(owner, name, None)
         if original is None:  # another TRL version: the part stays 0 and lands in `other`
             return
@@ -62,7 +76,10 @@ class _Timing:
             before = {p: self.seconds[p] for p in minus}
             start = time.perf_counter()
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
+                if seen is not None:
+                    seen(result)
+                return result
             finally:
                 inner = sum(self.seconds[p] - before[p] for p in minus)
                 self.seconds[part] += time.perf_counter() - start - inner

@@ -9,9 +9,11 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.artefacts.time_check import check_lines, compare, measure
+from grpo_cli.planning.decode_steps import length_points
 from grpo_cli.planning.memory import memory_plan
 from grpo_cli.planning.time_plan import choose_row, plan_time, recipe_shape
 from grpo_cli.step_rates import RateRow, StepShape, TimePlan, candidate_rows, carry_fixed, machine, remember
+from grpo_cli.training.step_timing import _Timing
 
 if TYPE_CHECKING:
     from grpo_cli.planning import RunPlan
@@ -50,8 +52,20 @@ def _shape(run: RunState) -> StepShape:
     return recipe_shape(run.recipe, params, run.threads.torch_threads, "gpu" if run.loaded.device == "cuda" else "cpu")
 
 
-def measured_rates(run: RunState, steps: list[dict[str, float]]) -> RateRow | None:
-    """This process's steady steps as a rate row (None with fewer than two steps)."""
+def with_lengths(row: RateRow, batches: list[list[int]]) -> RateRow:
+    """The row with its generation batches' completion lengths (the plan's decode steps at another batch size);
+    as it is without any."""
+    batches = [b for b in batches if b]
+    if not batches:
+        return row
+    clipped, points = length_points([v for b in batches for v in b], row.shape.completion_tokens)
+    longest = sum(max(b) for b in batches) / len(batches)
+    return row.model_copy(update={"decode_steps": round(longest, 3), "clipped": round(clipped, 4), "lengths": points})
+
+
+def measured_rates(run: RunState, steps: list[dict[str, float]], lengths: list[list[int]]) -> RateRow | None:
+    """This process's steady steps as a rate row (None with fewer than two steps), with the completion lengths of
+    its generation batches."""
     shape = _shape(run)
     assert run.trainer is not None
     shape.prompt_tokens = _prompt_tokens(run.metrics.records, shape, run.trainer.state.global_step)
@@ -61,7 +75,7 @@ def measured_rates(run: RunState, steps: list[dict[str, float]]) -> RateRow | No
     here = machine(gpus)
     row = measure(steps, shape, machine=here, command=command, date=run.manifest.started or "",
                   run_dir=str(run.out), load=os.getloadavg()[0] if hasattr(os, "getloadavg") else None)
-    return with_fixed(row, here) if row is not None else None
+    return with_fixed(with_lengths(row, lengths), here) if row is not None else None
 
 
 def with_fixed(row: RateRow, here: str) -> RateRow:
@@ -79,10 +93,10 @@ def with_fixed(row: RateRow, here: str) -> RateRow:
 def record_time(run: RunState, main: bool) -> list[str]:
     """Measure the run's steady step, keep it in the manifest and (main process) in this machine's file, and
     the end-of-run lines of plan against measured."""
-    history = next((h for c in run.callbacks if isinstance(h := getattr(c, "history", None), list)), None)
-    if history is None or run.trainer is None:
+    timer = next((c for c in run.callbacks if isinstance(c, _Timing)), None)
+    if timer is None or run.trainer is None:
         return []  # async mode: TRL's own step, not timed
-    row = measured_rates(run, history)
+    row = measured_rates(run, timer.history, timer.lengths)
     if row is None:
         return []
     run.manifest.step_rates = row

@@ -42,11 +42,29 @@ def _train(out: Path, *args: str) -> str:
     return result.output
 
 
-def _grown(row: RateRow, batch: float) -> dict[str, float]:
-    """What each part of `row` should take at `batch` times its completions: its fixed seconds stay, the rest
-    grows with the completions (weight sync does not grow with them)."""
+def _longest(row: RateRow, completions: int, limit: int) -> float:
+    """The expected longest of `completions` token lengths drawn from the row's (cut at the limit with its
+    clipped share, else one of its lengths): the sum over l of P(longest >= l)."""
+    def shorter(length: int) -> float:  # P(one completion is shorter than `length`)
+        ended = sum(min(v, limit) < length for v in row.lengths) / max(len(row.lengths), 1)
+        return (1 - (row.clipped or 0.0)) * ended
+    return sum(1 - shorter(length) ** completions for length in range(1, limit + 1))
+
+
+def _grown(row: RateRow, batch: float, limit: int | None = None) -> dict[str, float]:
+    """What each part of `row` should take at `batch` times its completions (and `limit` tokens): its fixed
+    seconds stay, the rest grows with the completions (weight sync does not grow with them); generation, of a
+    row that recorded its completion lengths, x the expected longest completion of a batch against the row's
+    (transformers decodes a batch until its longest ends), else x the token limit against the row's."""
     fixed = {p: row.fixed.get(p, DEFAULT_FIXED.get(p, 0.0) * row.seconds[p].mean) for p in PARTS}
-    return {p: fixed[p] + (row.seconds[p].mean - fixed[p]) * (1.0 if p == "weight_sync" else batch) for p in PARTS}
+    grown = {p: fixed[p] + (row.seconds[p].mean - fixed[p]) * (1.0 if p == "weight_sync" else batch) for p in PARTS}
+    r, limit = row.shape, limit or row.shape.completion_tokens
+    decode = limit / r.completion_tokens
+    if row.decode_steps is not None:
+        decode = min(_longest(row, round(batch * r.completions), limit) / _longest(row, r.completions,
+                                                                                   r.completion_tokens),
+                     limit / row.decode_steps)
+    return {**grown, "generation": grown["generation"] * decode}
 
 
 def _plan_parts(*args: str) -> dict[str, float]:
@@ -73,6 +91,10 @@ def test_a_run_teaches_the_next_plan_on_this_machine(tmp_path: Path, rates_file:
         assert planned == pytest.approx(_grown(measured, ratio), abs=1e-6)  # fixed seconds kept to 6 places
     text = run_cli("validate", DEMO, "training.per_device_train_batch_size=24")
     assert "s per completion" in " ".join(text.output.split())
+    # the demo's completions end after two digits (EOS by the 3rd token): a longer token limit decodes no longer
+    assert measured.clipped == 0 and measured.lengths and measured.decode_steps <= 3
+    longer = _plan_parts("training.max_completion_length=16")
+    assert longer["generation"] == pytest.approx(measured.seconds["generation"].mean)  # before: 4x
 
 
 def test_two_runs_at_two_batch_sizes_fit_the_plan_here(tmp_path: Path, rates_file: Path) -> None:
@@ -85,13 +107,77 @@ def test_two_runs_at_two_batch_sizes_fit_the_plan_here(tmp_path: Path, rates_fil
     [row] = remembered_rates(rates_file)[large.machine]  # one row of the kind: the second replaced the first
     assert row.fit == "your runs at 32 and 64 completions a step"
     for part in PARTS:  # the line through both runs' measured seconds, held at 0 or above; none where it falls
-        slope = (large.seconds[part].mean - small.seconds[part].mean) / 32
-        line = large.seconds[part].mean - slope * 64
+        # generation per decode step: each run decoded until its batches' longest completions ended
+        per = (small.decode_steps, large.decode_steps) if part == "generation" else (1.0, 1.0)
+        assert per[0] and per[1]
+        slope = (large.seconds[part].mean / per[1] - small.seconds[part].mean / per[0]) / 32
+        line = large.seconds[part].mean / per[1] - slope * 64
         if slope < 0:
             assert part not in row.fixed
         else:
-            assert row.fixed[part] == pytest.approx(min(large.seconds[part].mean, max(0.0, line)), abs=1e-6)
+            assert row.fixed[part] == pytest.approx(min(large.seconds[part].mean, max(0.0, line * per[1])),
+                                                    abs=1e-6)
     assert _plan_parts("training.per_device_train_batch_size=24") == pytest.approx(_grown(row, 24 / 64), abs=1e-6)
+
+
+HOT = ("training.temperature=3.0", "training.max_completion_length=24")
+"""The demo sampled hot: its completions end anywhere from 2 tokens to the limit."""
+
+
+def _without_lengths(row: RateRow, rates_file: Path) -> RateRow:
+    """The per-machine file holding only `row` as written before rows recorded completion lengths."""
+    old = row.model_dump(mode="json")
+    for key in ("decode_steps", "clipped", "lengths"):
+        old.pop(key)
+    rates_file.write_text(json.dumps({row.machine: [old]}), encoding="utf-8")
+    return RateRow.model_validate(old)
+
+
+def test_a_bigger_batch_plans_more_decode_steps_when_completions_end_early(tmp_path: Path, rates_file: Path) -> None:
+    """Issue 50: transformers decodes a batch until its longest completion ends, and the longest of 64 sampled
+    completions runs past the longest of 8; the plan grew generation with the completions alone, and planned
+    SmolLM2 at batch 24 from its run at 16 up to 23 % short. Now a run records its completion lengths and the
+    plan decodes the expected longest completion of a batch of the planned size; a row without them plans as
+    before."""
+    out = tmp_path / "hot"
+    _train(out, *HOT, "training.per_device_train_batch_size=8")
+    row = runs.read_manifest(out).step_rates
+    assert row.clipped is not None and row.clipped < 1 and row.lengths and row.decode_steps < 24, row  # setup
+    logged = [r["completions/max_length"] for r in runs.read_jsonl(out / "metrics.jsonl")
+              if "completions/max_length" in r]
+    # the step timer reads the completion ids from TRL's `_generate` result: its longest per batch is TRL's own
+    assert row.decode_steps == pytest.approx(sum(logged) / len(logged), abs=1e-3)
+    same = _plan_parts(*HOT, "training.per_device_train_batch_size=8")
+    assert same["generation"] == pytest.approx(row.seconds["generation"].mean)
+    sizes = (32, 64)
+    planned = {b: _plan_parts(*HOT, f"training.per_device_train_batch_size={b}") for b in sizes}
+    text = plan_text(run_cli("validate", DEMO, *HOT, "training.per_device_train_batch_size=64").output)
+    assert "the expected longest of 64 completions" in text and "measured at 8" in text
+    old = _without_lengths(row, rates_file)
+    before = {b: _plan_parts(*HOT, f"training.per_device_train_batch_size={b}") for b in sizes}
+    for b in sizes:
+        assert before[b] == pytest.approx(_grown(old, b / 8), abs=1e-6)  # an old row: growth with completions
+        assert planned[b] == pytest.approx(_grown(row, b / 8), abs=1e-6)
+        assert planned[b]["generation"] > before[b]["generation"]  # more decode steps than the row's 8 took
+        assert {p: v for p, v in planned[b].items() if p != "generation"} == pytest.approx(
+            {p: v for p, v in before[b].items() if p != "generation"})
+    assert planned[64]["generation"] / before[64]["generation"] >= planned[32]["generation"] / before[32]["generation"]
+
+
+def test_completions_all_cut_at_the_limit_plan_as_the_token_limit_says(tmp_path: Path, rates_file: Path) -> None:
+    """A run whose every completion was cut at max_completion_length (the demo at 2 tokens: its answers take 2 or
+    3) decoded the limit in every batch, whatever its size: its plan at another batch or limit is exactly the
+    one of the same row without completion lengths."""
+    out = tmp_path / "cut"
+    _train(out, "training.max_completion_length=2")
+    row = runs.read_manifest(out).step_rates
+    assert row.clipped == 1.0 and row.decode_steps == 2.0 and row.lengths == []
+    variants = [("training.max_completion_length=2", "training.per_device_train_batch_size=24"),
+                ("training.max_completion_length=4",),
+                ("training.max_completion_length=4", "training.per_device_train_batch_size=128")]
+    planned = [_plan_parts(*v) for v in variants]
+    _without_lengths(row, rates_file)
+    assert [_plan_parts(*v) for v in variants] == planned
 
 
 def test_the_plan_prints_the_run_and_its_cost(tmp_path: Path, rates_file: Path) -> None:
@@ -206,6 +292,10 @@ HAND_EDITS = {  # a hand-edited row of this machine's file -> whether the plan s
     "mean 1e308": (lambda d: d["seconds"].update(training={"mean": 1e308, "low": 1e308, "high": 1e308}), False),
     "0 completions": (lambda d: d["shape"].update(completions=0), False),
     "tokens < 0": (lambda d: d["shape"].update(completion_tokens=-4, prompt_tokens=-10.0), False),
+    "clipped 2": (lambda d: d.update(decode_steps=3.0, clipped=2.0, lengths=[2.0]), True),
+    "length NaN": (lambda d: d.update(decode_steps=3.0, clipped=0.0, lengths=[float("nan")]), True),
+    "decode -3": (lambda d: d.update(decode_steps=-3.0, clipped=0.0, lengths=[2.0]), True),
+    "no lengths": (lambda d: d.update(decode_steps=3.0, clipped=0.5, lengths=[]), True),
 }
 
 
@@ -274,3 +364,4 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     cells = [c.strip() for c in rows[0].strip("|").split("|")]
     assert float(cells[2].split()[0]) > 0  # measured
     assert cells[1] == "unknown" or float(cells[1].split()[0]) > 0
+    assert cells[6].endswith(" of 4") and cells[7] == ""  # the mean longest completion; the demo skips nothing
