@@ -231,8 +231,12 @@ def vllm_sampler(source: ModelSource, tokenizer: Any, settings: EvalSettings, dt
         lora = LoRARequest("adapter", 1, str(source.adapter))
     llm = LLM(**kwargs)
     greedy = settings.temperature == 0
+    # No seed per request on CPU: vLLM gives a seeded request its own torch.Generator and rewinds it when a prompt's
+    # prefill is split over steps (more prompt tokens than max_num_batched_tokens, 4096 on CPU: 8 SmolLM2 prompts
+    # x 8 samples), by Generator.set_offset, which torch's CPU generator refuses ('CPU Generator does not use
+    # offset', vllm/v1/worker/gpu_model_runner.py _bookkeeping_sync): the engine died. The engine's seed stays.
     params = SamplingParams(n=1 if greedy else settings.k, temperature=settings.temperature, top_p=settings.top_p,
-                            max_tokens=settings.max_new_tokens, seed=settings.seed)
+                            max_tokens=settings.max_new_tokens, seed=None if on_cpu else settings.seed)
 
     def sample(prompts: list[Any]) -> tuple[list[str], list[list[int]], list[bool]]:
         # Token ids, not text, so vLLM adds no second BOS: the model sees what `generate` would.
