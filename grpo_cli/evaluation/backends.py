@@ -222,6 +222,13 @@ def vllm_sampler(source: ModelSource, tokenizer: Any, settings: EvalSettings, dt
                               "gpu_memory_utilization": 0.85,
                               # On CPU torch.compile at start-up costs minutes (147 s vs 39 s, performance.md).
                               "enforce_eager": on_cpu}
+    if on_cpu:
+        # A seeded request has its own torch.Generator, which vLLM rewinds when the request's prefill is split over
+        # engine steps (more prompt tokens than max_num_batched_tokens, 4096 on CPU: 8 SmolLM2 chat prompts x 8) with
+        # Generator.set_offset; torch's CPU generator refuses ('CPU Generator does not use offset',
+        # vllm/v1/worker/gpu_model_runner.py _bookkeeping_sync) and the engine died. Unsplit prefills (vLLM then
+        # takes max_model_len tokens a step) keep the seed per request, so a batch samples the same every run.
+        kwargs["enable_chunked_prefill"] = False
     lora = None
     if source.adapter is not None:
         from vllm.lora.request import LoRARequest

