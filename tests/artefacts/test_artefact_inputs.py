@@ -1,11 +1,16 @@
 """What the verbs that read a run directory back refuse (`grpo report`, `samples`, `push`, `merge`): damaged,
 missing or misplaced run files, an --out that cannot be written or belongs to the user, a Hub name the Hub would
-refuse; one paragraph, exit 2, no user file replaced without --force."""
+refuse; one paragraph, exit 2, no user file replaced without --force.
+
+The plain refusals are one table (CASES): a starting directory, a small named function that damages it, the command
+line and the words the paragraph must hold; each also checks that the refusal wrote and changed nothing. Tests that
+check more than a refusal (that --force then works, that a sound input passes) are their own functions below it."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -32,49 +37,155 @@ def _run_dir(tmp_path: Path) -> Path:
     return run
 
 
-def test_report_on_a_metrics_file_with_a_string_step_names_the_line(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path)
-    lines = (run / "metrics.jsonl").read_text().splitlines()
-    lines[2] = lines[2].replace('"step": 3', '"step": "three"')
-    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
-    assert_paragraph(run_cli("report", run), "metrics.jsonl is damaged", "line 3 has step 'three'", "whole number")
-
-
-def test_samples_of_records_without_prompt_or_completion_are_not_empty_rows(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path)
-    path = run / "completions.jsonl"
-    path.write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "rewards": {"accuracy": 1.0}}\n')
-    assert_paragraph(run_cli("samples", run), "completions.jsonl is damaged", "none of its 2 record(s) has a prompt")
-    path.write_text('{"step": 1, "reward": 0.5}\n{"step": 1, "prompt": "1+1", "completion": "2", "reward": 1.0}\n')
-    shown = run_cli("samples", run)
-    assert shown.exit_code == 0 and "1+1" in shown.output, shown
-
-
-def test_push_dry_run_refuses_a_junk_manifest_and_truncated_weights_before_writing(tmp_path: Path) -> None:
-    run = _run_dir(tmp_path)
-    ok = run_cli("push", run, "user/model", "--dry-run")
-    assert ok.exit_code == 0, ok
-    (run / "README.md").unlink()
-    (run / "manifest.json").write_bytes(b"\x7fELF\xd0\xcf" * 50)
-    assert_paragraph(run_cli("push", run, "user/model", "--dry-run"), "manifest.json is damaged", "UTF-8 JSON")
-    (run / "manifest.json").write_text('{"status": "completed"}\n')
-    weights = run / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:1000])
-    assert_paragraph(run_cli("push", run, "user/model", "--dry-run"), "model.safetensors is damaged or truncated",
-                     "the file has 1,000")
-    assert not (run / "README.md").exists()  # refused before the card is written
-    (tmp_path / "again").mkdir()
-    shutil.copy(_run_dir(tmp_path / "again") / "model.safetensors", weights)
-    (run / "README.md").mkdir()  # found re-sweeping: IsADirectoryError
-    assert_paragraph(run_cli("push", run, "user/model", "--dry-run"), "cannot write the model card", "is a directory")
-
-
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("round4") / "run"
     result = run_cli("train", DEMO, *ONE_STEP, "model.lora.r=4", "model.lora.alpha=8", "-o", out)
     assert result.exit_code == 0, result
     return out
+
+
+# How each case damages its starting directory: `run` is the run directory, `tmp` the test's own folder.
+Damage = Callable[[Path, Path], None]
+
+
+def _nothing(run: Path, tmp: Path) -> None:
+    """The directory as it starts."""
+
+
+def _string_step(run: Path, tmp: Path) -> None:
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    lines[2] = lines[2].replace('"step": 3', '"step": "three"')
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def _records_without_prompt(run: Path, tmp: Path) -> None:
+    (run / "completions.jsonl").write_text('{"step": 1, "reward": 0.5}\n{"step": 2, "rewards": {"accuracy": 1.0}}\n')
+
+
+def _junk_manifest(run: Path, tmp: Path) -> None:
+    (run / "manifest.json").write_bytes(b"\x7fELF\xd0\xcf" * 50)
+
+
+def _truncated_weights(run: Path, tmp: Path) -> None:
+    (run / "manifest.json").write_text('{"status": "completed"}\n')
+    weights = run / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+
+
+def _card_is_a_directory(run: Path, tmp: Path) -> None:
+    """Found re-sweeping: IsADirectoryError."""
+    (run / "manifest.json").write_text('{"status": "completed"}\n')
+    (run / "README.md").mkdir()
+
+
+def _directory_for(name: str) -> Damage:
+    def damage(run: Path, tmp: Path) -> None:
+        (run / name).unlink()
+        (run / name).mkdir()
+    damage.__name__ = f"_{name}_is_a_directory"
+    return damage
+
+
+def _a_file_where_out_goes(run: Path, tmp: Path) -> None:
+    (tmp / "afile").write_text("x")
+
+
+def _a_data_directory(run: Path, tmp: Path) -> None:
+    (tmp / "rows").mkdir()
+
+
+def _garbage_logs(run: Path, tmp: Path) -> None:
+    (run / "metrics.jsonl").write_bytes(b"\x00\x01garbage\xff\n{not json\n")
+    (run / "completions.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n" * 20)
+
+
+def _empty_metrics(run: Path, tmp: Path) -> None:
+    """An empty file is what a run that has not logged yet leaves: that one is "not yet", not damaged."""
+    _garbage_logs(run, tmp)
+    (run / "metrics.jsonl").write_text("", encoding="utf-8")
+
+
+# Starting directories: "empty" (the test's folder itself), "bare" (an empty run/), "small" (_run_dir), "lora" (a
+# copy of a really trained LoRA run). In the arguments {run}, {tmp} and {demo} stand for the run directory, the
+# test's folder and the demo recipe.
+CASES: list[tuple[str, str, Damage, tuple[str, ...], tuple[str, ...]]] = [
+    ("report-string-step", "small", _string_step, ("report", "{run}"),
+     ("metrics.jsonl is damaged", "line 3 has step 'three'", "whole number")),
+    ("samples-without-prompt", "small", _records_without_prompt, ("samples", "{run}"),
+     ("completions.jsonl is damaged", "none of its 2 record(s) has a prompt")),
+    ("push-junk-manifest", "small", _junk_manifest, ("push", "{run}", "user/model", "--dry-run"),
+     ("manifest.json is damaged", "UTF-8 JSON")),
+    ("push-truncated-weights", "small", _truncated_weights, ("push", "{run}", "user/model", "--dry-run"),
+     ("model.safetensors is damaged or truncated", "the file has 1,000")),
+    ("push-card-is-a-directory", "small", _card_is_a_directory, ("push", "{run}", "user/model", "--dry-run"),
+     ("cannot write the model card", "is a directory")),
+    ("report-md-is-a-directory", "lora", _directory_for("report.md"), ("report", "{run}"),
+     ("report.md is a directory",)),
+    ("report-metrics-is-a-directory", "lora", _directory_for("metrics.jsonl"), ("report", "{run}"),
+     ("metrics.jsonl is a directory",)),
+    ("samples-completions-is-a-directory", "lora", _directory_for("completions.jsonl"), ("samples", "{run}"),
+     ("completions.jsonl is a directory",)),
+    ("samples-of-a-recipe-file", "empty", _nothing, ("samples", "{demo}"), ("is a file, not a run directory",)),
+    ("merge-out-under-a-file", "lora", _a_file_where_out_goes, ("merge", "{run}", "--out", "{tmp}/afile/merged"),
+     ("--out", "afile")),
+    ("push-empty-repo-id", "lora", _nothing, ("push", "{run}", "", "--dry-run"),
+     ("REPO_ID", "the repository id is empty")),
+    ("validate-data-directory", "empty", _a_data_directory, ("validate", "{demo}", "data.files.train={tmp}/rows"),
+     ("for a directory of files", "rows/train.jsonl")),
+    ("push-repo-name-over-96", "empty", _nothing, ("push", "{run}", "user/" + "x" * 200, "--dry-run"),
+     ("REPO_ID", "200 characters", "at most 96")),
+    ("push-repo-name-invalid", "empty", _nothing, ("push", "{run}", "user/bad--name", "--dry-run"),
+     ("REPO_ID", "not a valid Hub name")),
+    ("report-corrupt-metrics", "bare", _garbage_logs, ("report", "{run}"), ("metrics.jsonl is damaged", "line 1")),
+    ("samples-corrupt-completions", "bare", _garbage_logs, ("samples", "{run}"),
+     ("completions.jsonl is damaged", "line 1")),
+    ("report-empty-metrics-is-not-yet", "bare", _empty_metrics, ("report", "{run}"), ("no training log yet",)),
+]
+
+
+def _start(kind: str, tmp: Path, request: pytest.FixtureRequest) -> Path:
+    """The run directory a case starts from (the trained run only for the cases that need it)."""
+    if kind == "empty":
+        return tmp
+    if kind == "small":
+        return _run_dir(tmp)
+    run = tmp / "run"
+    if kind == "lora":
+        shutil.copytree(request.getfixturevalue("lora_run"), run)
+    else:
+        run.mkdir()
+    return run
+
+
+def _snapshot(root: Path) -> dict[str, bytes | None]:
+    """Every path under `root` with its bytes (None for a directory): what a refusal must leave as it was."""
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes() for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize(("kind", "damage", "args", "needles"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_a_damaged_or_misplaced_input_is_refused_in_one_paragraph(
+        tmp_path: Path, request: pytest.FixtureRequest, kind: str, damage: Damage, args: tuple[str, ...],
+        needles: tuple[str, ...]) -> None:
+    run = _start(kind, tmp_path, request)
+    damage(run, tmp_path)
+    before = _snapshot(tmp_path)
+    argv = [a.format(run=run, tmp=tmp_path, demo=DEMO) for a in args]
+    assert_paragraph(run_cli(*argv), *needles)
+    assert _snapshot(tmp_path) == before  # refused before writing: no card, no report, nothing half-written
+
+
+def test_samples_shows_the_records_that_have_a_prompt(tmp_path: Path) -> None:
+    run = _run_dir(tmp_path)
+    (run / "completions.jsonl").write_text(
+        '{"step": 1, "reward": 0.5}\n{"step": 1, "prompt": "1+1", "completion": "2", "reward": 1.0}\n')
+    shown = run_cli("samples", run)
+    assert shown.exit_code == 0 and "1+1" in shown.output, shown
+
+
+def test_push_dry_run_of_a_sound_run_passes(tmp_path: Path) -> None:
+    ok = run_cli("push", _run_dir(tmp_path), "user/model", "--dry-run")
+    assert ok.exit_code == 0, ok
 
 
 def test_report_out_never_replaces_a_users_file(lora_run: Path, tmp_path: Path) -> None:
@@ -91,21 +202,6 @@ def test_report_out_never_replaces_a_users_file(lora_run: Path, tmp_path: Path) 
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 
 
-def test_report_and_samples_name_a_directory_where_a_file_belongs(lora_run: Path, tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    shutil.copytree(lora_run, run)
-    (run / "report.md").unlink()
-    (run / "report.md").mkdir()
-    assert_paragraph(run_cli("report", run), "report.md is a directory")
-    (run / "metrics.jsonl").unlink()
-    (run / "metrics.jsonl").mkdir()
-    assert_paragraph(run_cli("report", run), "metrics.jsonl is a directory")
-    (run / "completions.jsonl").unlink()
-    (run / "completions.jsonl").mkdir()
-    assert_paragraph(run_cli("samples", run), "completions.jsonl is a directory")
-    assert_paragraph(run_cli("samples", DEMO), "is a file, not a run directory")
-
-
 def test_push_dry_run_keeps_a_card_grpo_did_not_write(lora_run: Path, tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(lora_run, run)
@@ -115,35 +211,3 @@ def test_push_dry_run_keeps_a_card_grpo_did_not_write(lora_run: Path, tmp_path: 
     assert run_cli("push", run, "me/model", "--dry-run", "--force").exit_code == 0
     assert "through grpo-cli" in (run / "README.md").read_text()
     assert run_cli("push", run, "me/model", "--dry-run").exit_code == 0  # grpo's own card is rewritten freely
-
-
-def test_merge_into_a_place_that_cannot_be_written_fails_before_loading(lora_run: Path, tmp_path: Path) -> None:
-    (tmp_path / "afile").write_text("x")
-    assert_paragraph(run_cli("merge", lora_run, "--out", tmp_path / "afile" / "merged"), "--out", "afile")
-    assert (tmp_path / "afile").read_text() == "x"
-
-
-def test_an_empty_repo_id_and_a_data_directory_are_named_as_such(lora_run: Path, tmp_path: Path) -> None:
-    assert_paragraph(run_cli("push", lora_run, "", "--dry-run"), "REPO_ID", "the repository id is empty")
-    (tmp_path / "rows").mkdir()
-    assert_paragraph(run_cli("validate", DEMO, f"data.files.train={tmp_path / 'rows'}"), "for a directory of files",
-                     "rows/train.jsonl")
-
-
-def test_a_hub_repository_name_over_96_characters_is_refused_by_dry_run(tmp_path: Path) -> None:
-    name = "x" * 200
-    assert_paragraph(run_cli("push", tmp_path, f"user/{name}", "--dry-run"), "REPO_ID", "200 characters", "at most 96")
-    assert_paragraph(run_cli("push", tmp_path, "user/bad--name", "--dry-run"), "REPO_ID", "not a valid Hub name")
-    assert list(tmp_path.iterdir()) == []  # no card written
-
-
-def test_a_corrupt_run_file_is_called_damaged_not_empty(tmp_path: Path) -> None:
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "metrics.jsonl").write_bytes(b"\x00\x01garbage\xff\n{not json\n")
-    (run / "completions.jsonl").write_bytes(b"\x89PNG\r\n\x1a\n" * 20)
-    assert_paragraph(run_cli("report", run), "metrics.jsonl is damaged", "line 1")
-    assert_paragraph(run_cli("samples", run), "completions.jsonl is damaged", "line 1")
-    # An empty file is what a run that has not logged yet leaves: that one is "not yet", not damaged.
-    (run / "metrics.jsonl").write_text("", encoding="utf-8")
-    assert "no training log yet" in assert_paragraph(run_cli("report", run))
