@@ -48,7 +48,8 @@ PROBE = ROOT / "benchmarks" / "vs_trl" / "train_probe.py"
 @dataclass
 class Run:
     """One training run as train_probe.py writes it: train() wall seconds, CPU seconds (all threads), optimizer
-    steps, the CPU split and page faults, and the clock at each step's end ([step, wall s, CPU s])."""
+    steps, the CPU split and page faults, the clock at each step's end ([step, wall s, CPU s]), and when train()
+    began (epoch s) with the process's CPU seconds by then."""
 
     wall: float
     cpu: float
@@ -57,6 +58,8 @@ class Run:
     sys: float = 0.0
     faults: int = 0
     clock: list[list[float]] = field(default_factory=list)
+    started: float = 0.0
+    cpu_before: float = 0.0
 
     @property
     def steps_per_s(self) -> float:
