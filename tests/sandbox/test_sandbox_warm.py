@@ -87,10 +87,14 @@ def test_completion_that_forks() -> None:
     bypass = "import posix\nposix.fork()"
     assert score(ADD, [bypass, TESTS[0]])[0] == 0.5
     servers = {s.pid for s in shared_pool().servers if s.pid is not None}
-    forks_of_server = set()  # any process running our server script: a fork that escaped would be one
+    # A fork that escaped would run our servers' command line (their own /dev/shm paths in it); another test
+    # session's servers on the machine run the script with other paths and are not ours.
+    ours = {Path(f"/proc/{pid}/cmdline").read_bytes() for pid in servers}
+    assert all(SERVER_SCRIPT.encode() in line for line in ours)
+    forks_of_server = set()
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
-            if SERVER_SCRIPT.encode() in Path(f"/proc/{entry}/cmdline").read_bytes():
+            if Path(f"/proc/{entry}/cmdline").read_bytes() in ours:
                 forks_of_server.add(int(entry))
         except OSError:
             continue
