@@ -23,7 +23,9 @@ def _piston_recipe(tmp_path: Path, url: str, wait: float = 30.0) -> Path:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text('model: {name_or_path: "bundled:tiny-arith"}\n'
                       "data: {files: data.jsonl, prompt: {column: prompt, chat: false}}\n"
-                      f"rewards: [{{name: code, params: {{backend: piston, backend_url: '{url}', timeout: 0.5, "
+                      # one scoring worker: with one per free core, each would open its own first connection
+                      f"rewards: [{{name: code, parallel: 1, params: {{backend: piston, backend_url: '{url}', "
+                      "timeout: 0.5, "
                       f"backend_wait: {wait}}}}}]\n"
                       "training: {num_generations: 2, per_device_train_batch_size: 2, max_steps: 1}\n"
                       "launch: {profile: cpu}\n", encoding="utf-8")
