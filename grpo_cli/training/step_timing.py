@@ -25,13 +25,13 @@ def step_timer() -> Any:
     `grpo report` can read the split without it)."""
     from transformers import TrainerCallback
 
-    class StepTimer(_Timing, TrainerCallback):
+    class StepTimer(StepTiming, TrainerCallback):
         pass
 
     return StepTimer()
 
 
-class _Timing:
+class StepTiming:
     """Accumulates the seconds spent in each part during an optimizer step and logs them at its end."""
 
     def __init__(self) -> None:

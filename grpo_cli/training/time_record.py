@@ -13,7 +13,7 @@ from grpo_cli.planning.decode_steps import length_points
 from grpo_cli.planning.memory import memory_plan
 from grpo_cli.planning.time_plan import choose_row, plan_time, recipe_shape
 from grpo_cli.step_rates import RateRow, StepShape, TimePlan, candidate_rows, carry_fixed, machine, remember
-from grpo_cli.training.step_timing import _Timing
+from grpo_cli.training.step_timing import StepTiming
 
 if TYPE_CHECKING:
     from grpo_cli.planning import RunPlan
@@ -93,7 +93,7 @@ def with_fixed(row: RateRow, here: str) -> RateRow:
 def record_time(run: RunState, main: bool) -> list[str]:
     """Measure the run's steady step, keep it in the manifest and (main process) in this machine's file, and
     the end-of-run lines of plan against measured."""
-    timer = next((c for c in run.callbacks if isinstance(c, _Timing)), None)
+    timer = next((c for c in run.callbacks if isinstance(c, StepTiming)), None)
     if timer is None or run.trainer is None:
         return []  # async mode: TRL's own step, not timed
     row = measured_rates(run, timer.history, timer.lengths)

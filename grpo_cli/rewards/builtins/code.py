@@ -173,7 +173,7 @@ def score_program(program: str, tests: list[CodeTest], *, timeout: float, memory
 
 
 def _score_remote(program: str, tests: list[CodeTest], backend: str, url: str, *, timeout: float,
-                  memory_mb: int, image: str | None = None, wait: float = 30.0) -> tuple[float, str]:
+                  memory_mb: int, image: str | None, wait: float) -> tuple[float, str]:
     """The per-test path on a Piston / SandboxFusion server or an E2B / Morph sandbox (code_remote, code_cloud)."""
     from grpo_cli.rewards.builtins.code_remote import run_remote
 
@@ -219,7 +219,7 @@ def _jobs(completions: Sequence[Any], tests: Any) -> tuple[list[float | None], l
 
 
 def _score_job(job: _Job, *, backend: str, url: str, timeout: float, memory_mb: int,
-               image: str | None = None, wait: float = 30.0) -> tuple[float, str]:
+               image: str | None, wait: float) -> tuple[float, str]:
     _, program, parsed = job
     if backend == "local":
         return score_program(program, parsed, timeout=timeout, memory_mb=memory_mb)
@@ -303,7 +303,7 @@ def code(
 
 
 def _run_jobs(jobs: list[_Job], backend: str, url: str | None, image: str | None, *, timeout: float,
-              memory_mb: int, parallel: int, wait: float = 30.0) -> list[tuple[float, str]]:
+              memory_mb: int, parallel: int, wait: float) -> list[tuple[float, str]]:
     """Score every (row, code, tests) job on the backend, `parallel` at once (0: one per free core); for the
     local sandbox the shared warm pool is grown to that many workers first."""
     from grpo_cli.rewards.builtins.code_remote import DEFAULT_URLS

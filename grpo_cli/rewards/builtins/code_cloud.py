@@ -138,7 +138,7 @@ _LOCK = threading.Lock()
 
 
 def run_cloud(backend: str, api: str | None, image: str | None, source: str, stdin: str, *, timeout: float,
-              memory_mb: int, wait: float = 30.0) -> tuple[bool, str, str | None]:
+              memory_mb: int, wait: float) -> tuple[bool, str, str | None]:
     """(ok, stdout, why not) of one program with `stdin` in this process's sandbox."""
     key = (backend, api or CLOUD[backend][1], image)
     with _LOCK:

@@ -79,7 +79,7 @@ def _post(url: str, body: dict[str, Any], test_timeout: float, wait: float) -> d
 
 
 def run_remote(backend: str, url: str, source: str, stdin: str, *, timeout: float, memory_mb: int,
-               image: str | None = None, wait: float = 30.0) -> RemoteRun:
+               image: str | None, wait: float) -> RemoteRun:
     """Run one program on a remote backend; network failures raise GrpoError, program failures do not. The
     answer is awaited `timeout + wait` seconds (the reward's `backend_wait`)."""
     if backend in ("e2b", "morph"):
