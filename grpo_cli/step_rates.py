@@ -19,16 +19,13 @@ import functools
 import json
 import math
 import os
-import shutil
 import stat
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from grpo_cli.paths import ASSETS_DIR
-from grpo_cli.threads import usable_cores
 
 PARTS = ("generation", "weight_sync", "reward", "training", "other")
 """The plan's parts of an optimizer step. `training` is the log-probabilities, forward, backward and optimizer
@@ -76,6 +73,10 @@ class StepShape(_Typed):
     rewards: list[str] = []
     device: str = "cpu"
     """cpu or gpu."""
+    trained: float | None = None
+    """The share of completions that train (forward and backward): 1 - the zero-advantage skip's skipped share
+    over a run's steady steps; in a plan, the share assumed. None: the skip is on and its share not known (a
+    row from before runs recorded it). The training part grows with it."""
 
     def kind(self) -> tuple[str, str, bool, str, int, int | None, str]:
         """Steps of one kind: a run replaces the remembered row of its kind."""
@@ -213,39 +214,6 @@ class TimePlan(_Typed):
         return out
 
 
-def machine(gpus: list[str] | None = None) -> str:
-    """This machine as rates are keyed: the GPUs' name and count, else the CPU model and its usable cores."""
-    if gpus:
-        return f"gpu: {gpus[0]} x{len(gpus)}"
-    name = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace").splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"cpu: {name} x{usable_cores()}"
-
-
-def visible_gpus() -> list[str]:
-    """The GPUs' names from nvidia-smi without importing torch ([] where there is none)."""
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=10, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    names = [line.strip() for line in out.splitlines() if line.strip()]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        keep = [int(i) for i in visible.split(",") if i.strip().isdigit() and int(i) < len(names)]
-        names = [names[i] for i in keep] if keep or not visible.strip() else names
-    return names
-
-
 def rates_path() -> Path:
     """This user's per-machine file: $GRPO_RATES_FILE, else $GRPO_CACHE_DIR/rates.json, default
     ~/.cache/grpo/rates.json."""
@@ -277,6 +245,7 @@ def _measured(row: RateRow) -> bool:
     s = row.shape
     seconds = [v for part in row.seconds.values() for v in (part.mean, part.low, part.high)]
     return (all(_finite(v, MAX_STEP_S) for v in seconds) and _finite(row.load) and _finite(s.prompt_tokens)
+            and _finite(s.trained, 1.0)
             and min(s.params, s.processes, s.completions, s.completion_tokens) >= 1)
 
 
@@ -360,10 +329,10 @@ def remember(row: RateRow, path: Path | None = None) -> Path:
 
 def fit_fixed(one: RateRow, other: RateRow) -> dict[str, float]:
     """Each part's fixed seconds at `other`'s step, from two measured steps of one kind at two batch sizes:
-    seconds = fixed + per completion x completions, a straight line through both (held at 0 or above; for
-    generation per decode step when both rows have them). A part whose smaller batch took longer is left out
-    (noise on a shared machine, not a fit: the plan then takes it as DEFAULT_FIXED says). {} when the two have
-    the same completions or token length."""
+    seconds = fixed + per completion x completions, a straight line through both (held at 0 or above). A part
+    whose smaller batch took longer is left out (noise on a shared machine, not a fit: the plan then takes it as
+    DEFAULT_FIXED says). {} when the two have the same completions or token length. Generation is fitted per
+    decode step when both rows have them, training per completion trained when both recorded the share."""
     a, b = one.shape, other.shape
     if a.completions == b.completions or a.completion_tokens != b.completion_tokens:
         return {}
@@ -371,6 +340,8 @@ def fit_fixed(one: RateRow, other: RateRow) -> dict[str, float]:
     for part in PARTS:
         if part in one.seconds and part in other.seconds:
             d1, d2 = (one.decode_steps, other.decode_steps) if part == "generation" else (None, None)
+            if part == "training":  # per completion trained: the zero-advantage skip's share differs by chance
+                d1, d2 = a.trained, b.trained
             per = (d1, d2) if d1 and d2 else (1.0, 1.0)
             t1, t2 = one.seconds[part].mean / per[0], other.seconds[part].mean / per[1]
             slope = (t2 - t1) / (b.completions - a.completions)

@@ -16,7 +16,7 @@ from tests.conftest import ROOT
 PACKAGE = ROOT / "grpo_cli"
 # Lower number = lower layer. A module may import its own layer or lower ones.
 LAYERS = {"grpo_cli": 0, "version": 0, "errors": 0, "findings": 0, "user_code": 0, "lazy": 0, "threads": 0,
-          "progress": 0, "paths": 0, "runs": 0, "gguf": 0,
+          "hardware": 0, "progress": 0, "paths": 0, "runs": 0, "gguf": 0,
           "suite_table": 0, "trl_compat": 0, "model_files": 0, "terminal_text": 0, "step_rates": 0, "interrupts": 0,
           "assets": 0,
           "recipe": 1, "data": 2, "rewards": 2, "tools": 3, "models": 3, "artefacts": 3,

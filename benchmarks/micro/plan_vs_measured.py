@@ -38,8 +38,8 @@ sys.path.insert(0, str(ROOT))  # the repository root: `benchmarks.record` and gr
 
 from benchmarks.record import load, stamp  # noqa: E402
 from grpo_cli import runs  # noqa: E402
-from grpo_cli.step_rates import TABLE, RateRow, fit_fixed  # noqa: E402
-from grpo_cli.training.zero_advantage import METRIC as SKIPPED  # noqa: E402
+from grpo_cli.artefacts.time_check import compare  # noqa: E402
+from grpo_cli.step_rates import TABLE, RateRow, TimePlan, fit_fixed  # noqa: E402
 
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 
@@ -74,17 +74,21 @@ def _train(case: str, steps: int, out: Path, rates: Path, extra: list[str]) -> s
     return None
 
 
-def _skipped(out: Path) -> str:
-    """The share of completions whose zero advantage skipped forward and backward (sampling.skip_zero_advantage)
-    over the steps after the first: the training part grows with the others, so two runs' shares say how far
-    apart their training parts are by chance; empty without the skip."""
-    rows = [r for r in runs.read_jsonl(out / runs.METRICS) if r.get("step", 0) > 1 and SKIPPED in r]
-    return f"{sum(r[SKIPPED] for r in rows) / len(rows):.2f}" if rows else ""
+def _trained(plan: TimePlan | None, measured: RateRow) -> str:
+    """The share of completions that trained, planned -> measured, and the step against the plan at the measured
+    share: the zero-advantage skip's groups skip by chance, so two runs' training parts differ by that share
+    with no rate wrong; empty when every completion trained, as planned."""
+    got, planned = measured.shape.trained, plan.shape.trained if plan is not None and plan.shape else None
+    if got is None or (got >= 1.0 and planned in (1.0, None)):
+        return ""
+    check = compare(plan, measured) if plan is not None else None
+    at = f" ({check.at_share:.2f})" if check is not None and check.at_share else ""
+    return f"{planned:.2f} → {got:.2f}{at}" if planned is not None else f"? → {got:.2f}"
 
 
 def _row(case: str, out: Path, steps: int) -> list[str]:
     """The case's table cells from its manifest: planned, measured, their ratio, where the plan came from, the
-    mean longest completion of a generation batch, the zero-advantage skip."""
+    mean longest completion of a generation batch, the share of completions that trained."""
     manifest = runs.read_manifest(out)
     if manifest is None or manifest.step_rates is None:
         return [case, "", "", "", "no measured steps (fewer than 2?)", "", "", ""]
@@ -97,7 +101,7 @@ def _row(case: str, out: Path, steps: int) -> list[str]:
         if plan is not None and plan.parts else (plan.unknown if plan is not None else "no plan recorded")
     longest = f"{measured.decode_steps:.3g} of {measured.shape.completion_tokens}" if measured.decode_steps else ""
     return [case, planned, f"{got.mean:.3f} ({got.low:.3f}–{got.high:.3f})", ratio,
-            source, str(measured.shape.threads), longest, _skipped(out)]
+            source, str(measured.shape.threads), longest, _trained(plan, measured)]
 
 
 def _median(rows: list[RateRow]) -> RateRow:
@@ -138,7 +142,8 @@ def _round(args: argparse.Namespace, tmp: Path, round_: int, measured: dict[str,
     lines, and each measured row kept under its case (`case@half` for the half batch)."""
     lines = []
     for case in args.cases:
-        sizes = [("", [])] + ([("@half", [HALF.format(CASES[case][3] // 2)])] if args.record else [])
+        half = [("@half", [HALF.format(CASES[case][3] // 2)])] if args.record else []
+        sizes: list[tuple[str, list[str]]] = [("", []), *half]
         for tag, extra in sizes:
             out = tmp / f"{case}{tag}-{round_}"
             failed = _train(case, args.steps, out, args.rates_file or tmp / f"{out.name}.rates.json",
@@ -168,7 +173,8 @@ def main() -> None:
     args = parser.parse_args()
     before = load(all_three=True)
     lines = ["| case | planned steady step s (range) | measured s (min–max) | measured / planned | planned from | "
-             "threads | longest completion (tokens) | zero-advantage skipped | load |",
+             "threads | longest completion (tokens) | trained share, planned → measured (measured / plan at it) | "
+             "load |",
              "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     measured: dict[str, list[RateRow]] = {}
     with tempfile.TemporaryDirectory(prefix="grpo-time-plan-") as tmp:

@@ -17,6 +17,8 @@ from grpo_cli.step_rates import PARTS, SPLIT_PARTS, RateRow, Seconds, StepShape,
 
 OFF = 2.0
 """A measured steady step this many times the plan's is reported with the part that was off."""
+SHARE_NOTED = 0.05
+"""A trained share this far from the plan's is named next to the check."""
 
 
 def measure(steps: Sequence[dict[str, float]], shape: StepShape, *, machine: str, command: str, date: str,
@@ -63,6 +65,34 @@ class TimeCheck:
 
     parts: list[PartCheck]
     step: PartCheck
+    trained: tuple[float, float] | None = None
+    """The share of completions that trained, planned and measured, when the zero-advantage skip made them
+    differ: the training part grows with it, and a step's few groups skip by chance."""
+
+    @property
+    def share(self) -> str:
+        """What the skip's share did to the training part, in words (empty when it was as planned)."""
+        if self.trained is None:
+            return ""
+        planned, measured = self.trained
+        return (f"the zero-advantage skip let {measured:.2f} of the completions train against {planned:.2f} "
+                "planned (groups skip by chance, so training grows with that share, not with a rate)")
+
+    @property
+    def at_share(self) -> float | None:
+        """Measured over planned with the plan's training part at the share that trained (None without it)."""
+        training = next((p for p in self.parts if p.part == "training"), None)
+        if self.trained is None or training is None or training.planned is None or self.step.planned is None:
+            return None
+        planned, measured = self.trained
+        step = self.step.planned.mean + training.planned.mean * (measured / planned - 1)
+        return self.step.measured.mean / step if step > 0 else None
+
+    @property
+    def share_checked(self) -> str:
+        """The share in words, with the step against the plan at the share that trained."""
+        at = self.at_share
+        return self.share + (f"; at that share the step took {at:.2f}x the plan" if at else "")
 
     @property
     def off(self) -> str | None:
@@ -71,9 +101,10 @@ class TimeCheck:
             return None
         worst = max(self.parts, key=lambda p: p.measured.mean - (p.planned.mean if p.planned else 0.0))
         planned = f"{worst.planned.mean:.2f} s planned" if worst.planned else "no plan for it"
+        why = f"; {self.share_checked}" if worst.part == "training" and self.share else ""
         return (f"the steady step took {self.step.ratio:.1f}x the plan ({self.step.measured.mean:.2f} s against "
                 f"{self.step.planned.mean if self.step.planned else 0:.2f} s): {worst.part} was off, "
-                f"{worst.measured.mean:.2f} s measured against {planned} (rate: {worst.source})")
+                f"{worst.measured.mean:.2f} s measured against {planned} (rate: {worst.source}){why}")
 
 
 def _usable(seconds: Seconds | None) -> Seconds | None:
@@ -95,7 +126,15 @@ def compare(plan: TimePlan, measured: RateRow) -> TimeCheck | None:
         if (seconds := _usable(measured.seconds.get(part))) is not None:
             parts.append(PartCheck(part, _usable(estimate.seconds) if estimate else None, seconds,
                                    estimate.source if estimate else "not planned"))
-    return TimeCheck(parts, PartCheck("step", step, steady, ""))
+    return TimeCheck(parts, PartCheck("step", step, steady, ""), _shares(plan, measured))
+
+
+def _shares(plan: TimePlan, measured: RateRow) -> tuple[float, float] | None:
+    """The trained share planned and measured, when they differ by SHARE_NOTED or more."""
+    planned, got = plan.shape.trained if plan.shape else None, measured.shape.trained
+    if planned is None or got is None or planned <= 0 or abs(got - planned) < SHARE_NOTED:
+        return None
+    return planned, got
 
 
 def unchecked(plan: TimePlan, measured: RateRow) -> str:
@@ -120,6 +159,8 @@ def check_lines(check: TimeCheck, steps: int) -> list[str]:
              f"{ratio} over {steps} step(s); planned/measured s: {parts}"]
     if check.off:
         lines.append(f"time plan off: {check.off}")
+    elif check.share:
+        lines.append(f"time plan: {check.share_checked}")
     return lines
 
 
@@ -138,4 +179,6 @@ def time_check_markdown(plan: TimePlan | None, measured: RateRow | None) -> list
         ratio = f"{p.ratio:.2f}" if p.ratio is not None else ""
         lines.append(f"| {p.part} | {_cell(p.planned)} | {p.measured.mean:.3f} ({p.measured.low:.3f}–"
                      f"{p.measured.high:.3f}) | {ratio} | {p.source} |")
-    return [*lines, "", *([f"**Off**: {check.off}.", ""] if check.off else [])]
+    if check.off:
+        return [*lines, "", f"**Off**: {check.off}.", ""]
+    return [*lines, "", *([f"Training: {check.share_checked}.", ""] if check.share else [])]

@@ -21,14 +21,11 @@ together, so total = static + max(generation, training); 1 GiB of CUDA context.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from grpo_cli.errors import GrpoError
+from grpo_cli.hardware import gpu_memory_gib
 from grpo_cli.models.vision import vision_params
 from grpo_cli.planning.fast_generation import merge_rule
 from grpo_cli.planning.image_tokens import image_prompt_tokens
@@ -123,23 +120,6 @@ class MemoryPlan:
         return rows
 
 
-def _nvidia_smi_memory() -> list[float]:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return []
-    try:
-        out = subprocess.run([exe, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], capture_output=True,
-                             text=True, timeout=10, check=True).stdout
-        mem = [float(line) / 1024 for line in out.split() if line.strip()]
-    except (OSError, subprocess.SubprocessError, ValueError):
-        return []
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        with contextlib.suppress(ValueError):  # GPU UUIDs instead of indices: keep the full list
-            mem = [mem[int(i)] for i in visible.split(",") if i.strip() and 0 <= int(i) < len(mem)]
-    return mem
-
-
 def _count(n: int) -> str:
     """123k / 494M / 7.6B: readable at every model size."""
     for div, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
@@ -170,7 +150,7 @@ def memory_plan(recipe: Recipe, *, gpu_memory_gb: float | None | Literal["auto"]
     except ValueError as exc:
         return None, f"cannot plan memory for this model: {exc}"
     notes: list[str] = []
-    smi = _nvidia_smi_memory() if gpu_memory_gb == "auto" or world_size is None else []
+    smi = gpu_memory_gib() if gpu_memory_gb == "auto" or world_size is None else []
     if gpu_memory_gb == "auto":
         gpu_memory_gb = min(smi) if smi else None
     if world_size is None:

@@ -10,7 +10,9 @@ the recipe's completions, and both are scaled by the rest of the work the part g
   row that recorded its completion lengths, the expected longest completion of a batch of the recipe's size
   (planning/decode_steps.py); otherwise max_completion_length;
 - training (log-probabilities, forward, backward, optimizer): tokens per completion x FLOPs per token
-  (6 x parameters, 4 x with LoRA: no weight gradients) against the row's, i.e. the row's achieved FLOP rate;
+  (6 x parameters, 4 x with LoRA: no weight gradients) against the row's, i.e. the row's achieved FLOP rate,
+  x the share of completions that train (all, or with the zero-advantage skip the share the row's run
+  trained: a group whose completions all score alike skips forward and backward);
 - weight sync (vLLM): parameters; rewards: as measured (a built-in whose rate the table has, such as the
   sandboxed `code`, from that rate); the rest of the step: as measured.
 
@@ -26,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
+from grpo_cli.hardware import machine, visible_gpus
 from grpo_cli.planning.decode_steps import decode_steps
 from grpo_cli.planning.memory import memory_plan
 from grpo_cli.step_rates import (
@@ -36,9 +39,7 @@ from grpo_cli.step_rates import (
     StepShape,
     TimePlan,
     candidate_rows,
-    machine,
     shipped_reward_rates,
-    visible_gpus,
 )
 from grpo_cli.threads import load_average
 
@@ -65,7 +66,29 @@ def recipe_shape(recipe: Recipe, params: int, threads: int | None, device: str) 
         completion_tokens=t.max_completion_length, prompt_tokens=data.max_prompt_tokens,
         data=str(data.dataset or files or (recipe.environment.factory if recipe.environment else "")),
         rewards=sorted(e.name or e.function or e.model or "" for e in recipe.rewards),
-        device=device)
+        device=device, trained=None if recipe.sampling.skip_zero_advantage else 1.0)
+
+
+def planned_share(shape: StepShape, row: RateRow) -> float | None:
+    """The share of completions the plan assumes train: all without the zero-advantage skip; with it, the
+    share the row's run trained (the same model and data skip alike), unknown when the row did not record it."""
+    return shape.trained if shape.trained is not None else row.shape.trained
+
+
+def _trained(shape: StepShape, row: RateRow) -> tuple[float, str]:
+    """The training part against the row's for the share of completions that train, and what was assumed: a
+    group whose completions all scored alike skips forward and backward, so a row measured with the skip
+    trained only its share (a row that did not record it is taken as measured)."""
+    measured, planned = row.shape.trained, planned_share(shape, row)
+    if measured is None or planned is None:
+        return 1.0, ""
+    if measured <= 0:
+        return 1.0, "the row trained no completion (every group skipped), so training is planned as measured"
+    if shape.trained is None:
+        return 1.0, f"the zero-advantage skip training {planned:.2f} of the completions, as in the row"
+    if abs(planned - measured) < 1e-9:
+        return 1.0, ""
+    return planned / measured, f"{planned:.2f} of the completions training (the row's run trained {measured:.2f})"
 
 
 def choose_row(shape: StepShape, here: str, rows: list[RateRow]) -> RateRow | None:
@@ -109,8 +132,10 @@ def _factors(shape: StepShape, row: RateRow) -> dict[str, tuple[float, float, st
     generation = scaled
     if (longest := decode_steps(row, shape)) is not None:  # transformers decodes a batch until its longest ends
         decode, generation = longest.factor, f", {longest.how(row, shape)}{scaled}"
-    return {"generation": (batch, decode * size, generation), "training": (batch, per_completion * flops,
-                                                                       scaled + prompt_note),
+    trained, share_note = _trained(shape, row)
+    training = scaled + prompt_note + (f", {share_note}" if share_note else "")
+    return {"generation": (batch, decode * size, generation), "training": (batch, per_completion * flops * trained,
+                                                                       training),
             "weight_sync": (1.0, size, scaled), "reward": (batch, 1.0, ""), "other": (batch, 1.0, "")}
 
 
@@ -206,7 +231,10 @@ def plan_time(recipe: Recipe, *, steps: int | None, eval_prompts: int | None, th
         return plan
     # without a visible GPU the run trains on this CPU, whatever the profile (a ddp run uses gloo)
     plan.shape = shape = recipe_shape(recipe, memory.params, threads, "gpu" if gpus else "cpu")
-    plan.parts = plan_step(shape, here, candidate_rows(here), shipped_reward_rates())
+    rows = candidate_rows(here)
+    plan.parts = plan_step(shape, here, rows, shipped_reward_rates())
+    if (row := choose_row(shape, here, rows)) is not None:  # the share of completions it planned to train
+        plan.shape = shape.model_copy(update={"trained": planned_share(shape, row)})
     if not plan.parts:
         plan.unknown = (f"no measured {shape.backend} step on a {shape.device} of a model within {SCALE_LIMIT:g}x "
                         f"its size ({shape.params / 1e6:,.1f}M parameters; after one `grpo train` here, there is)")

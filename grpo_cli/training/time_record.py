@@ -9,11 +9,13 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 from grpo_cli.artefacts.time_check import check_lines, compare, measure
+from grpo_cli.hardware import machine
 from grpo_cli.planning.decode_steps import length_points
 from grpo_cli.planning.memory import memory_plan
 from grpo_cli.planning.time_plan import choose_row, plan_time, recipe_shape
-from grpo_cli.step_rates import RateRow, StepShape, TimePlan, candidate_rows, carry_fixed, machine, remember
+from grpo_cli.step_rates import RateRow, StepShape, TimePlan, candidate_rows, carry_fixed, remember
 from grpo_cli.training.step_timing import StepTiming
+from grpo_cli.training.zero_advantage import METRIC as SKIPPED
 
 if TYPE_CHECKING:
     from grpo_cli.planning import RunPlan
@@ -40,6 +42,14 @@ def _prompt_tokens(records: list[dict[str, Any]], shape: StepShape, global_step:
         return None
     per_completion = totals[-1] / (global_step * shape.completions * shape.processes)
     return max(0.0, per_completion - sum(lengths) / len(lengths))
+
+
+def _trained(records: list[dict[str, Any]]) -> float:
+    """The share of completions that trained over the steady steps: 1 - the zero-advantage skip's logged
+    skipped share (every completion trains without the skip)."""
+    logged = [r for r in records if isinstance(r.get(SKIPPED), int | float)]
+    steady = [r for r in logged if r.get("step", 0) > 1] or logged
+    return round(1 - sum(r[SKIPPED] for r in steady) / len(steady), 4) if steady else 1.0
 
 
 def _shape(run: RunState) -> StepShape:
@@ -69,6 +79,7 @@ def measured_rates(run: RunState, steps: list[dict[str, float]], lengths: list[l
     shape = _shape(run)
     assert run.trainer is not None
     shape.prompt_tokens = _prompt_tokens(run.metrics.records, shape, run.trainer.state.global_step)
+    shape.trained = _trained(run.metrics.records)
     hardware = run.manifest.hardware
     gpus = [] if run.recipe.launch.spec.cpu_only or hardware is None else (hardware.gpus or [])
     command = shlex.join(["grpo", *(run.manifest.command or [])[1:]])
