@@ -296,6 +296,8 @@ HAND_EDITS = {  # a hand-edited row of this machine's file -> whether the plan s
     "length NaN": (lambda d: d.update(decode_steps=3.0, clipped=0.0, lengths=[float("nan")]), True),
     "decode -3": (lambda d: d.update(decode_steps=-3.0, clipped=0.0, lengths=[2.0]), True),
     "no lengths": (lambda d: d.update(decode_steps=3.0, clipped=0.5, lengths=[]), True),
+    "trained 3": (lambda d: d["shape"].update(trained=3.0), False),
+    "trained NaN": (lambda d: d["shape"].update(trained=float("nan")), False),
 }
 
 
