@@ -32,6 +32,7 @@ import contextlib
 import json
 import os
 import platform
+import shlex
 import socket
 import subprocess
 import sys
@@ -380,12 +381,7 @@ def main() -> None:
     if args.record:
         record(f"### Time to accuracy: {args.recipe}, {args.steps} steps, checkpoints every {args.save_steps}, target "
                f"{args.target} ({stamp()}, {platform.machine()}, {os.cpu_count()} cores, load {load(all_three=True)}; "
-               "`python benchmarks/vs_trl/time_to_accuracy.py"
-               f" --recipe {args.recipe} --steps {args.steps} --save-steps "
-               f"{args.save_steps}{' --eval-samples ' + str(args.eval_samples) if args.eval_samples else ''}"
-               f" --target {args.target} --runners {' '.join(args.runners)}"
-               f"{' --seeds ' + ' '.join(map(str, args.seeds)) if args.seeds else ''}"
-               f"{' --set ' + ' '.join(args.set) if args.set else ''}`)\n\n{table}\n")
+               f"`python benchmarks/vs_trl/time_to_accuracy.py {shlex.join(sys.argv[1:])}`)\n\n{table}\n")
 
 
 if __name__ == "__main__":
