@@ -208,6 +208,24 @@ def _prepare_cpu(source: ModelSource) -> bool:
     return True
 
 
+def _refuse_overlong(lengths: list[int], limit: int | None) -> None:
+    """One paragraph for prompts vLLM refuses: as long as its context or longer, so no token fits after them
+    (vLLM's engine raises VLLMValidationError on the first, a traceback mid-evaluation)."""
+    if not isinstance(limit, int):
+        return
+    over = [(i, n) for i, n in enumerate(lengths) if n >= limit]
+    if not over:
+        return
+    first, tokens = over[0]
+    more = f" ({len(over)} of the {len(lengths)} prompts are)" if len(over) > 1 else ""
+    raise GrpoError(f"evaluation prompt row {first} (counting from 0) is {tokens} tokens, and vLLM holds at most "
+                    f"{limit} for this model (its context, max_model_len), prompt and completion together, so "
+                    f"it refuses the row{more}",
+                    where="--backend vllm",
+                    fix=f"Shorten or drop the prompts to at most {limit - 1} tokens (--limit evaluates only the first "
+                        "rows), or evaluate a model with a longer context.")
+
+
 def vllm_sampler(source: ModelSource, tokenizer: Any, settings: EvalSettings, dtype: str,
                  trust_remote_code: bool = False) -> tuple[Sampler, Callable[[], None]]:
     """A sampler backed by vLLM's offline engine (LoRA through a LoRARequest) and a function freeing it."""
@@ -246,6 +264,8 @@ def vllm_sampler(source: ModelSource, tokenizer: Any, settings: EvalSettings, dt
         special = not (prompts and isinstance(prompts[0], list))  # as TRL tokenizes prompts
         inputs = [{"prompt_token_ids": tokenizer(t, add_special_tokens=special)["input_ids"]}
                   for t in prompt_texts(prompts, tokenizer)]
+        _refuse_overlong([len(i["prompt_token_ids"]) for i in inputs],
+                         getattr(getattr(llm, "model_config", None), "max_model_len", None))
         outs = llm.generate(inputs, params, lora_request=lora, use_tqdm=False)
         texts, ids, truncated = [], [], []
         for out in outs:

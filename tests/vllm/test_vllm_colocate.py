@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import assert_paragraph, run_cli
 from tests.vllm.shared import DEMO, ENV, VLLM, dynamic_through_vllm
 
 pytestmark = VLLM
@@ -122,6 +122,18 @@ def test_eval_on_the_vllm_backend_matches_transformers(tmp_path: Path) -> None:
         runs[backend] = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     same = sum(a["completion"] == b["completion"] for a, b in zip(runs["vllm"], runs["transformers"], strict=True))
     assert same >= 0.9 * len(runs["vllm"]), same
+
+
+def test_eval_on_vllm_refuses_a_prompt_as_long_as_the_context_in_one_paragraph(tmp_path: Path) -> None:
+    """A prompt of the model's context or more died mid-evaluation as vLLM's VLLMValidationError traceback: now
+    one paragraph names the row, its length and vLLM's limit, and nothing is written."""
+    template = "data.prompt.template=" + "Add the two numbers and give their sum. " * 8 + "{question}="
+    out = tmp_path / "eval"
+    result = run_cli("eval", DEMO, "eval.max_samples=4", "eval.num_generations=1", "--backend", "vllm",
+                     "--out", out, template)
+    assert_paragraph(result, "evaluation prompt row 0 (counting from 0) is", "vLLM holds at most",
+                     "4 of the 4 prompts", "--backend vllm")
+    assert not out.exists()
 
 
 def test_calibrate_samples_through_vllm_more_prompt_tokens_than_one_engine_step(tmp_path: Path) -> None:
