@@ -15,7 +15,8 @@ from grpo_cli.threads import usable_cores
 
 def _nvidia_smi(field: str) -> list[str]:
     """One `--query-gpu` field per visible GPU ([] without nvidia-smi or when it fails). CUDA_VISIBLE_DEVICES
-    picks and orders them by index; set to GPU UUIDs it leaves the full list, set empty it hides them all."""
+    picks and orders them by index, and as CUDA does, stops at the first index that names no GPU (-1 hides them
+    all, as does an empty value); starting with a GPU UUID it leaves the full list (no mapping is read)."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
         return []
@@ -28,10 +29,16 @@ def _nvidia_smi(field: str) -> list[str]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is None:
         return values
-    wanted = [i.strip() for i in visible.split(",") if i.strip()]
-    if not all(i.isdigit() for i in wanted):
-        return values
-    return [values[int(i)] for i in wanted if int(i) < len(values)]
+    picked: list[str] = []
+    for entry in (i.strip() for i in visible.split(",")):
+        try:
+            index = int(entry)
+        except ValueError:
+            return values if not picked and entry else picked  # a UUID first: not mapped here
+        if not 0 <= index < len(values):
+            break
+        picked.append(values[index])
+    return picked
 
 
 def visible_gpus() -> list[str]:

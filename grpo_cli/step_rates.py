@@ -147,6 +147,8 @@ class StepEstimate(_Typed):
     source: str
     how: str = ""
     """What was assumed to scale the row to this step (another model size, prompt length), if anything."""
+    fixed: float | None = None
+    """The seconds of the mean that do not grow with the completions (None where the plan did not split them)."""
 
 
 class TimePlan(_Typed):
@@ -340,13 +342,14 @@ def fit_fixed(one: RateRow, other: RateRow) -> dict[str, float]:
     for part in PARTS:
         if part in one.seconds and part in other.seconds:
             d1, d2 = (one.decode_steps, other.decode_steps) if part == "generation" else (None, None)
-            if part == "training":  # per completion trained: the zero-advantage skip's share differs by chance
-                d1, d2 = a.trained, b.trained
             per = (d1, d2) if d1 and d2 else (1.0, 1.0)
+            # training grows with the completions that trained: the zero-advantage skip's share differs by chance
+            s1, s2 = (a.trained, b.trained) if part == "training" and a.trained and b.trained else (1.0, 1.0)
+            n1, n2 = a.completions * s1, b.completions * s2
             t1, t2 = one.seconds[part].mean / per[0], other.seconds[part].mean / per[1]
-            slope = (t2 - t1) / (b.completions - a.completions)
+            slope = (t2 - t1) / (n2 - n1) if abs(n2 - n1) > 1e-9 else -1.0
             if slope >= 0:
-                fixed[part] = round(min(t2, max(0.0, t2 - slope * b.completions)) * per[1], 6)
+                fixed[part] = round(min(t2, max(0.0, t2 - slope * n2)) * per[1], 6)
     return fixed
 
 
@@ -360,8 +363,10 @@ def carry_fixed(row: RateRow, source: RateRow) -> dict[str, float]:
     fixed = {}
     for part in PARTS:
         if part in source.fixed and part in row.seconds:
-            share = source.fixed_share(part)
-            at_this_batch = share / (share + (1 - share) * ratio) if share + (1 - share) * ratio > 0 else 1.0
+            share, grown = source.fixed_share(part), ratio
+            if part == "training" and row.shape.trained and source.shape.trained:  # per completion that trained
+                grown *= row.shape.trained / source.shape.trained
+            at_this_batch = share / (share + (1 - share) * grown) if share + (1 - share) * grown > 0 else 1.0
             fixed[part] = round(row.seconds[part].mean * at_this_batch, 6)
     return fixed
 

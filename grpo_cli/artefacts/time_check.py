@@ -68,6 +68,9 @@ class TimeCheck:
     trained: tuple[float, float] | None = None
     """The share of completions that trained, planned and measured, when the zero-advantage skip made them
     differ: the training part grows with it, and a step's few groups skip by chance."""
+    growing: float | None = None
+    """The planned training seconds that grow with the completions that train (the rest, such as the optimizer
+    step, runs whatever skips)."""
 
     @property
     def share(self) -> str:
@@ -81,11 +84,10 @@ class TimeCheck:
     @property
     def at_share(self) -> float | None:
         """Measured over planned with the plan's training part at the share that trained (None without it)."""
-        training = next((p for p in self.parts if p.part == "training"), None)
-        if self.trained is None or training is None or training.planned is None or self.step.planned is None:
+        if self.trained is None or not self.growing or self.step.planned is None:
             return None
         planned, measured = self.trained
-        step = self.step.planned.mean + training.planned.mean * (measured / planned - 1)
+        step = self.step.planned.mean + self.growing * (measured / planned - 1)
         return self.step.measured.mean / step if step > 0 else None
 
     @property
@@ -93,6 +95,12 @@ class TimeCheck:
         """The share in words, with the step against the plan at the share that trained."""
         at = self.at_share
         return self.share + (f"; at that share the step took {at:.2f}x the plan" if at else "")
+
+    @property
+    def share_apart(self) -> bool:
+        """The share is worth its own line: it differed, and the "off" reason does not already say so."""
+        off = self.off
+        return bool(self.share) and not (off and self.share in off)
 
     @property
     def off(self) -> str | None:
@@ -126,7 +134,11 @@ def compare(plan: TimePlan, measured: RateRow) -> TimeCheck | None:
         if (seconds := _usable(measured.seconds.get(part))) is not None:
             parts.append(PartCheck(part, _usable(estimate.seconds) if estimate else None, seconds,
                                    estimate.source if estimate else "not planned"))
-    return TimeCheck(parts, PartCheck("step", step, steady, ""), _shares(plan, measured))
+    training = plan.part("training")
+    growing = None
+    if training is not None and (seconds := _usable(training.seconds)) is not None:
+        growing = max(0.0, seconds.mean - (training.fixed or 0.0))
+    return TimeCheck(parts, PartCheck("step", step, steady, ""), _shares(plan, measured), growing)
 
 
 def _shares(plan: TimePlan, measured: RateRow) -> tuple[float, float] | None:
@@ -159,7 +171,7 @@ def check_lines(check: TimeCheck, steps: int) -> list[str]:
              f"{ratio} over {steps} step(s); planned/measured s: {parts}"]
     if check.off:
         lines.append(f"time plan off: {check.off}")
-    elif check.share:
+    if check.share_apart:
         lines.append(f"time plan: {check.share_checked}")
     return lines
 
@@ -179,6 +191,7 @@ def time_check_markdown(plan: TimePlan | None, measured: RateRow | None) -> list
         ratio = f"{p.ratio:.2f}" if p.ratio is not None else ""
         lines.append(f"| {p.part} | {_cell(p.planned)} | {p.measured.mean:.3f} ({p.measured.low:.3f}–"
                      f"{p.measured.high:.3f}) | {ratio} | {p.source} |")
-    if check.off:
-        return [*lines, "", f"**Off**: {check.off}.", ""]
-    return [*lines, "", *([f"Training: {check.share_checked}.", ""] if check.share else [])]
+    lines += ["", *([f"**Off**: {check.off}.", ""] if check.off else [])]
+    if check.share_apart:
+        lines += [f"Training: {check.share_checked}.", ""]
+    return lines

@@ -208,22 +208,24 @@ def _prepare_cpu(source: ModelSource) -> bool:
     return True
 
 
-def _refuse_overlong(lengths: list[int], limit: int | None) -> None:
+def _refuse_overlong(lengths: list[int], limit: int | None, offset: int) -> None:
     """One paragraph for prompts vLLM refuses: as long as its context or longer, so no token fits after them
-    (vLLM's engine raises VLLMValidationError on the first, a traceback mid-evaluation)."""
+    (vLLM's engine raises VLLMValidationError on the first, a traceback mid-run). `offset`: the prompts this
+    sampler took before these, so the row counts from the first it was given."""
     if not isinstance(limit, int):
         return
-    over = [(i, n) for i, n in enumerate(lengths) if n >= limit]
+    over = [(offset + i, n) for i, n in enumerate(lengths) if n >= limit]
     if not over:
         return
-    first, tokens = over[0]
-    more = f" ({len(over)} of the {len(lengths)} prompts are)" if len(over) > 1 else ""
-    raise GrpoError(f"evaluation prompt row {first} (counting from 0) is {tokens} tokens, and vLLM holds at most "
-                    f"{limit} for this model (its context, max_model_len), prompt and completion together, so "
-                    f"it refuses the row{more}",
+    (first, tokens), more = over[0], ""
+    if len(over) > 1:
+        more = f"; {len(over)} of the {len(lengths)} prompts sampled with it are that long"
+    raise GrpoError(f"prompt row {first} (counting from 0) is {tokens} tokens, and vLLM holds at most {limit} for "
+                    f"this model (its context, max_model_len) for prompt and completion together, so it refuses "
+                    f"the row{more}",
                     where="--backend vllm",
-                    fix=f"Shorten or drop the prompts to at most {limit - 1} tokens (--limit evaluates only the first "
-                        "rows), or evaluate a model with a longer context.")
+                    fix=f"Shorten or drop the prompts longer than {limit - 1} tokens, or use a model with a longer "
+                        "context.")
 
 
 def vllm_sampler(source: ModelSource, tokenizer: Any, settings: EvalSettings, dtype: str,
@@ -259,13 +261,17 @@ def vllm_sampler(source: ModelSource, tokenizer: Any, settings: EvalSettings, dt
     params = SamplingParams(n=1 if greedy else settings.k, temperature=settings.temperature, top_p=settings.top_p,
                             max_tokens=settings.max_new_tokens, seed=settings.seed)
 
+    taken = 0  # prompts sampled so far: calibrate samples its rows batch by batch
+
     def sample(prompts: list[Any]) -> tuple[list[str], list[list[int]], list[bool]]:
+        nonlocal taken
         # Token ids, not text, so vLLM adds no second BOS: the model sees what `generate` would.
         special = not (prompts and isinstance(prompts[0], list))  # as TRL tokenizes prompts
         inputs = [{"prompt_token_ids": tokenizer(t, add_special_tokens=special)["input_ids"]}
                   for t in prompt_texts(prompts, tokenizer)]
         _refuse_overlong([len(i["prompt_token_ids"]) for i in inputs],
-                         getattr(getattr(llm, "model_config", None), "max_model_len", None))
+                         getattr(getattr(llm, "model_config", None), "max_model_len", None), taken)
+        taken += len(inputs)
         outs = llm.generate(inputs, params, lora_request=lora, use_tqdm=False)
         texts, ids, truncated = [], [], []
         for out in outs:

@@ -76,14 +76,17 @@ def planned_share(shape: StepShape, row: RateRow) -> float | None:
 
 
 def _trained(shape: StepShape, row: RateRow) -> tuple[float, str]:
-    """The training part against the row's for the share of completions that train, and what was assumed: a
-    group whose completions all scored alike skips forward and backward, so a row measured with the skip
-    trained only its share (a row that did not record it is taken as measured)."""
+    """The completions that train against the row's, as a factor on its per-completion training seconds (the
+    fixed ones, such as the optimizer step, run whatever skips), and what was assumed: a group whose completions
+    all scored alike skips forward and backward, so a row measured with the skip trained only its share (a row
+    that did not record it is taken as measured)."""
     measured, planned = row.shape.trained, planned_share(shape, row)
     if measured is None or planned is None:
         return 1.0, ""
     if measured <= 0:
         return 1.0, "the row trained no completion (every group skipped), so training is planned as measured"
+    if shape.trained is None and measured >= 1.0:
+        return 1.0, "every completion training, as in the row's run (the zero-advantage skip may skip some)"
     if shape.trained is None:
         return 1.0, f"the zero-advantage skip training {planned:.2f} of the completions, as in the row"
     if abs(planned - measured) < 1e-9:
@@ -134,7 +137,7 @@ def _factors(shape: StepShape, row: RateRow) -> dict[str, tuple[float, float, st
         decode, generation = longest.factor, f", {longest.how(row, shape)}{scaled}"
     trained, share_note = _trained(shape, row)
     training = scaled + prompt_note + (f", {share_note}" if share_note else "")
-    return {"generation": (batch, decode * size, generation), "training": (batch, per_completion * flops * trained,
+    return {"generation": (batch, decode * size, generation), "training": (batch * trained, per_completion * flops,
                                                                        training),
             "weight_sync": (1.0, size, scaled), "reward": (batch, 1.0, ""), "other": (batch, 1.0, "")}
 
@@ -170,10 +173,10 @@ def _growth(row: RateRow, part: str, batch: float) -> tuple[float, str]:
     share = row.fixed_share(part)
     if abs(batch - 1.0) < 1e-9 or part not in row.fixed:
         return share + (1 - share) * batch, ""
-    seconds = row.seconds[part].mean
-    per = (seconds - row.fixed[part]) / max(row.shape.completions, 1)
-    return share + (1 - share) * batch, (f"{part} {row.fixed[part]:.3g} s fixed + {per:.3g} s per completion "
-                                         f"({row.fit})")
+    seconds, trained = row.seconds[part].mean, row.shape.trained if part == "training" else None
+    per = (seconds - row.fixed[part]) / max(row.shape.completions * (trained or 1.0), 1e-9)
+    return share + (1 - share) * batch, (f"{part} {row.fixed[part]:.3g} s fixed + {per:.3g} s per completion"
+                                         f"{' trained' if trained else ''} ({row.fit})")
 
 
 def plan_step(shape: StepShape, here: str, rows: list[RateRow], reward_rates: dict[str, float]) -> list[StepEstimate]:
@@ -191,7 +194,8 @@ def plan_step(shape: StepShape, here: str, rows: list[RateRow], reward_rates: di
         if part == "reward":
             seconds, source = _reward(shape, row, growth * work, reward_rates, assumed)
         how = ", ".join(h for h in (fitted, how.lstrip(", ")) if h)
-        estimates.append(StepEstimate(part=part, seconds=seconds, source=source, how=how))
+        fixed = measured.mean * row.fixed_share(part) * work if measured and part != "reward" else None
+        estimates.append(StepEstimate(part=part, seconds=seconds, source=source, how=how, fixed=fixed))
     return sorted(estimates, key=lambda e: PARTS.index(e.part))
 
 

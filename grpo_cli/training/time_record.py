@@ -44,12 +44,15 @@ def _prompt_tokens(records: list[dict[str, Any]], shape: StepShape, global_step:
     return max(0.0, per_completion - sum(lengths) / len(lengths))
 
 
-def _trained(records: list[dict[str, Any]]) -> float:
+def _trained(records: list[dict[str, Any]], skip: bool) -> float | None:
     """The share of completions that trained over the steady steps: 1 - the zero-advantage skip's logged
-    skipped share (every completion trains without the skip)."""
+    skipped share; every completion without the skip; None with it when nothing was logged (a logging window
+    longer than the run)."""
     logged = [r for r in records if isinstance(r.get(SKIPPED), int | float)]
     steady = [r for r in logged if r.get("step", 0) > 1] or logged
-    return round(1 - sum(r[SKIPPED] for r in steady) / len(steady), 4) if steady else 1.0
+    if not steady:
+        return None if skip else 1.0
+    return round(1 - sum(r[SKIPPED] for r in steady) / len(steady), 4)
 
 
 def _shape(run: RunState) -> StepShape:
@@ -79,7 +82,7 @@ def measured_rates(run: RunState, steps: list[dict[str, float]], lengths: list[l
     shape = _shape(run)
     assert run.trainer is not None
     shape.prompt_tokens = _prompt_tokens(run.metrics.records, shape, run.trainer.state.global_step)
-    shape.trained = _trained(run.metrics.records)
+    shape.trained = _trained(run.metrics.records, run.recipe.sampling.skip_zero_advantage)
     hardware = run.manifest.hardware
     gpus = [] if run.recipe.launch.spec.cpu_only or hardware is None else (hardware.gpus or [])
     command = shlex.join(["grpo", *(run.manifest.command or [])[1:]])

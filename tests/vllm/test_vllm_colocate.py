@@ -131,8 +131,8 @@ def test_eval_on_vllm_refuses_a_prompt_as_long_as_the_context_in_one_paragraph(t
     out = tmp_path / "eval"
     result = run_cli("eval", DEMO, "eval.max_samples=4", "eval.num_generations=1", "--backend", "vllm",
                      "--out", out, template)
-    assert_paragraph(result, "evaluation prompt row 0 (counting from 0) is", "vLLM holds at most",
-                     "4 of the 4 prompts", "--backend vllm")
+    assert_paragraph(result, "prompt row 0 (counting from 0) is", "vLLM holds at most",
+                     "4 of the 4 prompts sampled with it are that long", "--backend vllm")
     assert not out.exists()
 
 
