@@ -22,14 +22,6 @@ DEMO = RECIPES / "demo.yaml"
 SHORT = ("training.max_steps=3", "training.logging_steps=1", "eval.before_after=false")
 
 
-@pytest.fixture
-def rates_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A per-machine rates file of the test's own, empty at the start."""
-    path = tmp_path / "rates.json"
-    monkeypatch.setenv("GRPO_RATES_FILE", str(path))
-    return path
-
-
 def _plan(*args: str) -> dict:
     result = run_cli("validate", DEMO, *args, "--json")
     assert result.exit_code == 0, result.output

@@ -20,14 +20,6 @@ SKIP = ("sampling.skip_zero_advantage=true",)
 SHORT = ("training.max_steps=4", "training.logging_steps=1", "eval.before_after=false")
 
 
-@pytest.fixture
-def rates_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A per-machine rates file of the test's own, empty at the start."""
-    path = tmp_path / "rates.json"
-    monkeypatch.setenv("GRPO_RATES_FILE", str(path))
-    return path
-
-
 def _train(out: Path, *args: str) -> str:
     result = run_cli("train", DEMO, *SHORT, *SKIP, *args, "-o", out)
     assert result.exit_code == 0, result.output
