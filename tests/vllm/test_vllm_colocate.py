@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_paragraph, run_cli
+from tests.conftest import CliResult, assert_paragraph, run_cli
 from tests.vllm.shared import DEMO, ENV, VLLM, dynamic_through_vllm
 
 pytestmark = VLLM
@@ -129,10 +129,12 @@ def test_eval_on_vllm_refuses_a_prompt_as_long_as_the_context_in_one_paragraph(t
     one paragraph names the row, its length and vLLM's limit, and nothing is written."""
     template = "data.prompt.template=" + "Add the two numbers and give their sum. " * 8 + "{question}="
     out = tmp_path / "eval"
-    result = run_cli("eval", DEMO, "eval.max_samples=4", "eval.num_generations=1", "--backend", "vllm",
-                     "--out", out, template)
-    assert_paragraph(result, "prompt row 0 (counting from 0) is", "vLLM holds at most",
-                     "4 of the 4 prompts sampled with it are that long", "--backend vllm")
+    # a process of its own, as a user runs it: in-process, vLLM's logger keeps an earlier test's closed stream
+    done = subprocess.run([sys.executable, "-m", "grpo_cli", "eval", str(DEMO), "eval.max_samples=4",
+                           "eval.num_generations=1", "--backend", "vllm", "--out", str(out), template],
+                          capture_output=True, text=True, env=ENV, timeout=600)
+    assert_paragraph(CliResult(done.returncode, done.stdout + done.stderr), "prompt row 0 (counting from 0) is",
+                     "vLLM holds at most", "4 of the 4 prompts sampled with it are that long", "--backend vllm")
     assert not out.exists()
 
 
