@@ -98,16 +98,23 @@ class TimeCheck:
 
     @property
     def share_apart(self) -> bool:
-        """The share is worth its own line: it differed, and the "off" reason does not already say so."""
-        off = self.off
-        return bool(self.share) and not (off and self.share in off)
+        """The share is worth its own line: it differed, and the "off" reason (naming training) does not say so."""
+        worst = self.worst
+        return bool(self.share) and (worst is None or worst.part != "training")
 
     @property
-    def off(self) -> str | None:
+    def worst(self) -> PartCheck | None:
         """When the measured step is more than OFF x the plan: the part that added most beyond its plan."""
         if self.step.ratio is None or self.step.ratio <= OFF:
             return None
-        worst = max(self.parts, key=lambda p: p.measured.mean - (p.planned.mean if p.planned else 0.0))
+        return max(self.parts, key=lambda p: p.measured.mean - (p.planned.mean if p.planned else 0.0))
+
+    @property
+    def off(self) -> str | None:
+        """The worst part, in words, with the rate it was planned from (None when the step was not OFF x out)."""
+        worst = self.worst
+        if worst is None:
+            return None
         planned = f"{worst.planned.mean:.2f} s planned" if worst.planned else "no plan for it"
         why = f"; {self.share_checked}" if worst.part == "training" and self.share else ""
         return (f"the steady step took {self.step.ratio:.1f}x the plan ({self.step.measured.mean:.2f} s against "

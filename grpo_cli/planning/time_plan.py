@@ -183,8 +183,11 @@ def plan_step(shape: StepShape, here: str, rows: list[RateRow], reward_rates: di
     """Each part of the steady step, from the nearest row: its fixed seconds and its seconds per completion,
     each scaled by the rest of the work; [] when no row has this device and backend."""
     row = choose_row(shape, here, rows)
-    if row is None:
-        return []
+    return [] if row is None else _plan_from(shape, row, here, reward_rates)
+
+
+def _plan_from(shape: StepShape, row: RateRow, here: str, reward_rates: dict[str, float]) -> list[StepEstimate]:
+    """Each part of the steady step, scaled from `row`."""
     assumed = _assumed(shape, row, here)
     estimates = []
     for part, (batch, work, how) in _factors(shape, row).items():
@@ -235,9 +238,9 @@ def plan_time(recipe: Recipe, *, steps: int | None, eval_prompts: int | None, th
         return plan
     # without a visible GPU the run trains on this CPU, whatever the profile (a ddp run uses gloo)
     plan.shape = shape = recipe_shape(recipe, memory.params, threads, "gpu" if gpus else "cpu")
-    rows = candidate_rows(here)
-    plan.parts = plan_step(shape, here, rows, shipped_reward_rates())
-    if (row := choose_row(shape, here, rows)) is not None:  # the share of completions it planned to train
+    row = choose_row(shape, here, candidate_rows(here))
+    if row is not None:  # the parts, and the share of completions the plan assumes train
+        plan.parts = _plan_from(shape, row, here, shipped_reward_rates())
         plan.shape = shape.model_copy(update={"trained": planned_share(shape, row)})
     if not plan.parts:
         plan.unknown = (f"no measured {shape.backend} step on a {shape.device} of a model within {SCALE_LIMIT:g}x "
