@@ -53,7 +53,7 @@ class SharedPrefill:
         if args or not set(kwargs) <= PLAIN_INPUTS or "input_ids" not in kwargs or "attention_mask" not in kwargs:
             return None
         ids, mask = kwargs["input_ids"], kwargs["attention_mask"]
-        if ids.dim() != 2 or ids.shape[1] < 2 or _dropout_active(self.model):
+        if ids.dim() != 2 or ids.shape[1] < 2 or dropout_active(self.model):
             return None
         config = kwargs.get("generation_config")
         if config is not None and ((getattr(config, "num_beams", None) or 1) != 1
@@ -89,7 +89,7 @@ class SharedPrefill:
         return returned if isinstance(returned, DynamicCache) else None
 
 
-def _dropout_active(model: Any) -> bool:
+def dropout_active(model: Any) -> bool:
     """Dropout that acts during generation (the model is in training mode inside a GRPO step)."""
     import torch
 

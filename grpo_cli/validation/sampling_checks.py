@@ -37,6 +37,8 @@ def sampling_problems(recipe: Recipe) -> list[Problem]:
         problems += _dynamic_problems(recipe)
     if recipe.sampling.skip_zero_advantage:
         problems += [Problem("sampling.skip_zero_advantage", what, fix) for what, fix in skip_blockers(recipe)]
+    if recipe.sampling.share_prompt_forward:
+        problems += [Problem("sampling.share_prompt_forward", what, fix) for what, fix in share_blockers(recipe)]
     return problems
 
 
@@ -132,6 +134,26 @@ def skip_blockers(recipe: Recipe) -> list[tuple[str, str]]:
          "Set training.router_aux_loss_coef: 0."),
         (str(t.get("loss_type")) not in SKIP_LOSS_TYPES, f"loss_type {t.get('loss_type')!r} is not one whose "
          "normalisation grpo rescales exactly", f"Use one of {', '.join(SKIP_LOSS_TYPES)}."),
+    ]
+    return [(what, fix) for bad, what, fix in blockers if bad]
+
+
+def share_blockers(recipe: Recipe) -> list[tuple[str, str]]:
+    """(what, fix) for each reason one prompt forward per group would change the update or is unproven."""
+    t, lora = recipe.training, recipe.model.lora
+    blockers = [
+        (recipe.launch.spec.multi_process or recipe.launch.world_size > 1,
+         f"is proven on one process only, not under launch.profile={recipe.launch.profile} (two forwards before one "
+         "backward under DDP, FSDP or ZeRO is untested)", "Remove `sampling.share_prompt_forward`, or train on one "
+         "process."),
+        (bool(recipe.data.images), "does not work with image prompts (TRL's image tensors have a row per image or "
+         "patch, not per completion)", "Remove `sampling.share_prompt_forward`."),
+        (t.checkpointing(), "does not work with gradient checkpointing (the prompt's KV cache would be "
+         "recomputed inside each checkpointed layer)", "Set training.gradient_checkpointing: false (TRL turns it on "
+         "by default), or remove `sampling.share_prompt_forward`."),
+        (lora is not None and lora.dropout > 0, f"would share one dropout mask across a group's completions (LoRA "
+         f"dropout {lora.dropout if lora else 0:g}); TRL draws one per completion", "Set model.lora.dropout: 0, or "
+         "remove `sampling.share_prompt_forward`."),
     ]
     return [(what, fix) for bad, what, fix in blockers if bad]
 

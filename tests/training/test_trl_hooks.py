@@ -39,7 +39,8 @@ def test_the_hooks_stack_in_the_order_the_trainer_applied_them() -> None:
     # prefill, which they wrap): a later hook wraps an earlier one on the same method.
     assert [(h.name, h.stage, h.trainer) for h in HOOKS] == [
         ("vllm_cpu", "before_build", "sync"), ("resumable_sampler", "before_build", "sync"),
-        ("async_cpu", "before_build", "async"), ("fused_is", "built", "sync"), ("step_timing", "built", "sync"),
+        ("async_cpu", "before_build", "async"), ("shared_prompt_forward", "built", "sync"),
+        ("fused_is", "built", "sync"), ("step_timing", "built", "sync"),
         ("shared_prefill", "built", "sync"), ("merged_generation", "built", "sync"),
         ("compiled_decode", "built", "sync"), ("dynamic_sampling", "built", "sync"),
         ("zero_advantage", "built", "sync"), ("rollout_worker", "built", "async")]

@@ -105,6 +105,13 @@ class SamplingSection(Section):
     mask (`top_entropy_quantile: 1`), no off-policy mask, no MoE router loss, and a loss_type whose normalisation
     grpo rescales exactly (grpo, bnpo, dr_grpo, dapo, cispo, sapo, luspo); `grpo validate` refuses the others. The
     update is the same; per-step logs of entropy and clip ratios then cover the completions trained on."""
+    share_prompt_forward: bool = False
+    """Run each group's prompt through the loss's forward and backward once instead of once per completion: the
+    completions run on a copy of its KV cache, and the copies' gradients add up in the one prompt pass. The same
+    update up to floating-point order (log-probabilities agree to about 1e-5); the forward and backward take about
+    2.6x less time where prompts are long against completions (SmolLM2 recipe: 60-token prompts, 32-token
+    completions). One process only; not with images, gradient checkpointing or LoRA dropout (`grpo validate`
+    refuses them); a batch without repeated prompts trains as TRL does."""
     compiled_decode: bool | None = None
     """A static KV cache and compiled decode steps when transformers generates (TRL's `cache_implementation:
     static`, with one cache size for every round so decoding compiles once). Unset: on for CUDA where it applies,

@@ -28,6 +28,7 @@ from grpo_cli.training.fused_is import correct_trl_ratio, fuse_importance_sampli
 from grpo_cli.training.merged_generation import attach_merged_generation
 from grpo_cli.training.resumable_sampler import resumable
 from grpo_cli.training.shared_prefill import share_prompt_prefill
+from grpo_cli.training.shared_prompt_forward import share_prompt_forward
 from grpo_cli.training.vllm_cpu import vllm_on_cpu
 from grpo_cli.training.zero_advantage import attach_zero_advantage_skip
 
@@ -98,6 +99,11 @@ def _async_cpu(b: Build) -> None:
         patch_trl_for_cpu()
 
 
+def _shared_prompt_forward(b: Build) -> None:
+    if b.run.recipe.sampling.share_prompt_forward:  # before fused_is, which reads the loss forward's log-probs
+        share_prompt_forward(b.trainer)
+
+
 def _fused_is(b: Build) -> None:
     # the correction from the loss forward where it is exact (`fusable`; GRPO_FUSED_IS=0 keeps TRL's forward), else
     # TRL's own with its raw ratio logged; either renormalised over the kept tokens when top_p/top_k/min_p truncate
@@ -146,6 +152,11 @@ HOOKS: tuple[Hook, ...] = (
     Hook("async_cpu", "training/async_cpu.py",
          (ASYNC + "packing._flash_attn", ASYNC + "async_grpo_trainer.get_peak_flops_per_device"),
          "launch.vllm.mode", "feature", "before_build", "async", lambda run: run.loaded.device == "cpu", _async_cpu),
+    Hook("shared_prompt_forward", "training/shared_prompt_forward.py",
+         (GRPO + "_get_per_token_logps_and_entropies", "trl.trainer.utils.add_fused_lm_head",
+          "transformers.DynamicCache.reorder_cache"),
+         "sampling.share_prompt_forward", "optimisation", "built", "sync",
+         lambda run: run.recipe.sampling.share_prompt_forward, _shared_prompt_forward),
     Hook("fused_is", "training/fused_is.py",
          (GRPO + "_generate_and_score_completions", GRPO + "_compute_loss",
           GRPO + "_get_per_token_logps_and_entropies"),

@@ -1,0 +1,140 @@
+"""A group's prompt through the loss forward once: TRL's log-probabilities, entropies and gradients, less compute.
+
+The reference is TRL's own `_get_per_token_logps_and_entropies` on the real bundled model with TRL's fused LM head
+and a trained LoRA adapter, in training mode; the training test runs `grpo train` twice on the same first step and
+compares what TRL logs, which also pins the hook: if the installed TRL stops scoring through that method, the
+callback sees no saved rows and it fails.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from types import MethodType
+
+import pytest
+import torch
+from accelerate import Accelerator
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from trl import GRPOTrainer
+from trl.trainer.utils import add_fused_lm_head
+
+from grpo_cli.paths import ASSETS_DIR
+from grpo_cli.training.shared_prompt_forward import share_prompt_forward
+from tests.conftest import ROOT, run_cli
+
+MODEL = ASSETS_DIR / "tiny-arith"
+
+
+class Scorer:
+    """What TRL's method reads from its trainer (the accelerator's autocast), with TRL's method bound to it."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self.model = model
+        self.accelerator = Accelerator(cpu=True)
+        self._get_per_token_logps_and_entropies = MethodType(GRPOTrainer._get_per_token_logps_and_entropies, self)
+
+
+def _model(dropout: float = 0.0) -> torch.nn.Module:
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
+    add_fused_lm_head(base, temperature=0.9, outputs=("log_probs", "entropy"))  # as GRPOTrainer does
+    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=dropout,
+                                            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+    for name, param in model.named_parameters():  # a trained adapter, not the zero-initialised one
+        if "lora_B" in name:
+            torch.nn.init.normal_(param, std=0.05)
+    return model.train()
+
+
+def _batch(copies: int = 4) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """TRL's layout: left-padded repeated prompts, then completions padded after their end, rows shuffled."""
+    tok = AutoTokenizer.from_pretrained(MODEL)
+    tok.padding_side = "left"
+    prompts = tok([p for p in ("3+5=", "12+19=", "7+0=") for _ in range(copies)], return_tensors="pt", padding=True)
+    gen = torch.Generator().manual_seed(1)
+    keep = 6
+    completions = torch.randint(3, tok.vocab_size, (prompts.input_ids.size(0), keep), generator=gen)
+    lengths = torch.randint(1, keep + 1, (completions.size(0),), generator=gen)
+    completion_mask = (torch.arange(keep) < lengths[:, None]).long()
+    order = torch.randperm(completions.size(0), generator=gen)
+    ids = torch.cat([prompts.input_ids, completions], dim=1)[order]
+    mask = torch.cat([prompts.attention_mask, completion_mask], dim=1)[order]
+    return ids, mask, keep
+
+
+def _score(scorer: Scorer, ids: torch.Tensor, mask: torch.Tensor, keep: int, chunk: int | None = None):  # type: ignore[no-untyped-def]
+    scorer.model.zero_grad()
+    logps, entropy, _ = scorer._get_per_token_logps_and_entropies(scorer.model, ids, mask, keep, chunk,
+                                                                  compute_entropy=True)
+    weights = mask[:, -keep:].float() * torch.linspace(-1, 1, ids.size(0))[:, None]  # advantages of either sign
+    (logps * weights).sum().backward()
+    grads = {n: p.grad.clone() for n, p in scorer.model.named_parameters() if p.grad is not None}
+    return logps.detach(), entropy.detach(), grads
+
+
+@pytest.mark.parametrize("chunk", [None, 5])
+def test_the_same_log_probs_entropies_and_gradients_as_trl(chunk: int | None) -> None:
+    scorer = Scorer(_model())
+    ids, mask, keep = _batch()
+    trl_logps, trl_entropy, trl_grads = _score(scorer, ids, mask, keep, chunk)
+    shared = share_prompt_forward(scorer)
+    logps, entropy, grads = _score(scorer, ids, mask, keep, chunk)
+    assert shared.calls == (1 if chunk is None else 3) and shared.rows_saved > 0
+    assert chunk is not None or shared.rows_saved == 9  # 12 rows, 3 prompts
+    scored = mask[:, -keep:].bool()
+    assert torch.allclose(logps[scored], trl_logps[scored], atol=1e-5), (logps - trl_logps).abs().max()
+    assert torch.allclose(entropy[scored], trl_entropy[scored], atol=1e-5)
+    assert (logps[~scored] == 0).all() and (trl_logps[~scored] == 0).all()
+    assert grads.keys() == trl_grads.keys() and len(grads) > 0
+    for name, grad in grads.items():  # float32 sums in another order: each tensor within 1e-4 of its own size
+        assert (grad - trl_grads[name]).norm() <= 1e-4 * trl_grads[name].norm(), name
+
+
+def test_left_to_trl_where_sharing_could_change_the_estimate() -> None:
+    ids, mask, keep = _batch()
+    dropped = Scorer(_model(dropout=0.1))  # one mask per completion in TRL's forward
+    shared = share_prompt_forward(dropped)
+    _score(dropped, ids, mask, keep)
+    assert shared.calls == 0
+    plain = Scorer(_model())
+    shared = share_prompt_forward(plain)
+    ids, mask, keep = _batch(copies=1)  # one completion per prompt: nothing to share
+    _score(plain, ids, mask, keep)
+    assert shared.calls == 0 and shared.rows_saved == 0
+
+
+def test_validate_refuses_it_where_it_is_unproven() -> None:
+    smollm2 = ROOT / "recipes" / "smollm2-word-arith.yaml"
+    assert run_cli("validate", smollm2, "sampling.share_prompt_forward=true").exit_code == 0
+    for override, needle in (("launch.profile=ddp", "one process only"),
+                             ("training.gradient_checkpointing=true", "gradient checkpointing"),
+                             ("model.lora.dropout=0.1", "dropout mask")):
+        result = run_cli("validate", smollm2, "sampling.share_prompt_forward=true", override)
+        assert result.exit_code == 2 and needle in " ".join(result.output.split()), (override, result.output)
+        assert "sampling.share_prompt_forward" in result.output
+
+
+def _train(tmp_path: Path, name: str, share: bool) -> dict[str, float]:
+    out = tmp_path / name
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_cli", "train", str(ROOT / "recipes" / "demo.yaml"), "training.max_steps=1",
+         "training.logging_steps=1", "eval.before_after=false", f"sampling.share_prompt_forward={str(share).lower()}",
+         f"output.dir={out}", "--force"],
+        capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return next(r for r in rows if "grad_norm" in r)
+
+
+@pytest.mark.slow
+def test_grpo_train_takes_the_same_first_step_with_one_prompt_forward_per_group(tmp_path: Path) -> None:
+    plain, shared = _train(tmp_path, "plain", False), _train(tmp_path, "shared", True)
+    assert plain["reward"] == shared["reward"]  # the same completions were sampled and scored
+    assert "shared_prompt_forward/rows_saved" not in plain and shared["shared_prompt_forward/rows_saved"] > 0
+    assert plain["grad_norm"] > 0
+    assert shared["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-4)
+    assert shared["loss"] == pytest.approx(plain["loss"], rel=1e-4, abs=1e-6)
