@@ -77,6 +77,10 @@ class StepShape(_Typed):
     """The share of completions that train (forward and backward): 1 - the zero-advantage skip's skipped share
     over a run's steady steps; in a plan, the share assumed. None: the skip is on and its share not known (a
     row from before runs recorded it). The training part grows with it."""
+    prompt_share: float = 1.0
+    """The share of its prompt's tokens a trained completion runs through forward and backward: 1, or
+    1/num_generations with `sampling.share_prompt_forward` (one prompt pass per group). Training's per-completion
+    seconds grow with prompt tokens x this + completion tokens."""
 
     def kind(self) -> tuple[str, str, bool, str, int, int | None, str]:
         """Steps of one kind: a run replaces the remembered row of its kind."""

@@ -52,6 +52,7 @@ PROBE = ROOT / "benchmarks" / "vs_trl" / "train_probe.py"
 VLLM_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 SKIP = "sampling.skip_zero_advantage=true"
 DYNAMIC = ("sampling.dynamic={max_rounds: 5}", SKIP)
+SHARED = "sampling.share_prompt_forward=true"  # one prompt forward per group (the SmolLM2 recipe sets it)
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,9 @@ RUNNERS = (
     Runner("vllm", "(d) grpo train, vLLM colocate", overrides=("launch.vllm.mode=colocate",), vllm=True),
     Runner("skip", "grpo train, zero-advantage completions skip forward/backward (same update)", overrides=(SKIP,)),
     Runner("vllm-skip", "grpo train, vLLM colocate + zero-advantage skip",
-           overrides=("launch.vllm.mode=colocate", SKIP), vllm=True),
+           overrides=("launch.vllm.mode=colocate", SKIP, "sampling.share_prompt_forward=false"), vllm=True),
+    Runner("vllm-shared", "grpo train, vLLM colocate + zero-advantage skip + one prompt forward per group",
+           overrides=("launch.vllm.mode=colocate", SKIP, SHARED), vllm=True),
     Runner("async", "(e) grpo train, async (TRL's AsyncGRPOTrainer, vLLM server)",
            overrides=("launch.vllm.mode=async",), vllm=True, server=True),
     Runner("dynamic", "grpo train, dynamic sampling (max_rounds 5) + skip", overrides=DYNAMIC),

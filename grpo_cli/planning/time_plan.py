@@ -66,7 +66,8 @@ def recipe_shape(recipe: Recipe, params: int, threads: int | None, device: str) 
         completion_tokens=t.max_completion_length, prompt_tokens=data.max_prompt_tokens,
         data=str(data.dataset or files or (recipe.environment.factory if recipe.environment else "")),
         rewards=sorted(e.name or e.function or e.model or "" for e in recipe.rewards),
-        device=device, trained=None if recipe.sampling.skip_zero_advantage else 1.0)
+        device=device, trained=None if recipe.sampling.skip_zero_advantage else 1.0,
+        prompt_share=1 / t.num_generations if recipe.sampling.share_prompt_forward else 1.0)
 
 
 def planned_share(shape: StepShape, row: RateRow) -> float | None:
@@ -128,7 +129,12 @@ def _factors(shape: StepShape, row: RateRow) -> dict[str, tuple[float, float, st
     size = 1.0 if same_model else shape.params / max(r.params, 1)
     scaled = "" if same_model else f", scaled from {r.model} ({r.params / 1e6:,.1f}M params)"
     prompt, prompt_note = _prompt_tokens(shape, row)
-    per_completion = (prompt + shape.completion_tokens) / max((r.prompt_tokens or 0.0) + r.completion_tokens, 1.0)
+    per_completion = ((prompt * shape.prompt_share + shape.completion_tokens)
+                      / max((r.prompt_tokens or 0.0) * r.prompt_share + r.completion_tokens, 1.0))
+    if shape.prompt_share != r.prompt_share:
+        prompt_note += (f", each prompt's forward shared by {round(1 / shape.prompt_share)} completions"
+                        if shape.prompt_share < 1 else ", a prompt forward per completion")
+        prompt_note += f" (the row's: {'shared' if r.prompt_share < 1 else 'one per completion'})"
     flops = (4 if shape.lora else 6) * shape.params / ((4 if r.lora else 6) * max(r.params, 1))
     batch = shape.completions / max(r.completions, 1)
     decode = shape.completion_tokens / max(r.completion_tokens, 1)
