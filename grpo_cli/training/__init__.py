@@ -11,7 +11,8 @@ Every module of the package, by concern (docs/architecture.md has the longer acc
   recipe's `callbacks:`), completions.py (completions.jsonl), task_metric.py (`eval.every_steps`, best/, early
   stop), suite_on_save.py (`eval.on_save`), health_guards.py and learning_guards.py (health guards).
 - grpo's patches of TRL: hooks/ (the one ordered, version-checked list and its loop) and the modules it applies:
-  vllm_cpu.py, resumable_sampler.py, async_cpu.py, fused_is.py (with kept_mass.py, the renormalisation over the
+  vllm_cpu.py, resumable_sampler.py, async_cpu.py, shared_prompt_forward.py (a group's prompt through the loss
+  forward once), fused_is.py (with kept_mass.py, the renormalisation over the
   tokens top_p/top_k/min_p kept), step_timing.py, shared_prefill.py, merged_generation.py (the LoRA adapter
   folded in while transformers generates), compiled_decode.py (the static cache's decode compiled), dynamic_sampling.py
   (with group_rows.py), zero_advantage.py, async_worker.py; async_grpo.py builds TRL's AsyncGRPOTrainer.

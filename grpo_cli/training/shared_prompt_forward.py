@@ -16,11 +16,14 @@ entropies and gradients with TRL's method.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable
 from typing import Any
 
 from grpo_cli.training.shared_prefill import dropout_active
 
+TOLERANCE = 0.05
+"""Nats: the largest gap to TRL's forward the first shared chunk may show (float order: 1e-5; bf16: 1e-2)."""
 METRIC = "shared_prompt_forward/rows_saved"
 """Logged per scored chunk: the rows whose prompt did not run a forward of its own."""
 
@@ -33,6 +36,7 @@ class SharedPromptForward:
         self.original: Callable[..., Any] = trainer._get_per_token_logps_and_entropies
         self.calls = 0
         self.rows_saved = 0
+        self.checked: bool | None = None  # None until the first shared chunk is compared with TRL's forward
         model = trainer.model
         base = model.get_base_model() if hasattr(model, "get_base_model") else model
         self.config = base.config
@@ -52,7 +56,10 @@ class SharedPromptForward:
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), size):
             ids, mask = input_ids[start:start + size], attention_mask[start:start + size]
-            shared = self._shared(model, ids, mask, logits_to_keep)
+            shared = self._shared(model, ids, mask, logits_to_keep) if self.checked is not False else None
+            if shared is not None and self.checked is None:
+                self.checked = self._agrees(model, ids, mask, logits_to_keep, shared.log_probs)
+                shared = shared if self.checked else None
             if shared is None:
                 out = self.original(model, ids, mask, logits_to_keep, None, compute_entropy, False)
                 logps.append(out[0])
@@ -61,6 +68,23 @@ class SharedPromptForward:
             logps.append(shared.log_probs)
             entropies.append(shared.entropy if compute_entropy else None)
         return (torch.cat(logps, dim=0), torch.cat(entropies, dim=0) if compute_entropy else None, None)
+
+    def _agrees(self, model: Any, ids: Any, mask: Any, keep: int, log_probs: Any) -> bool:
+        """Once a run: the shared log-probs against TRL's own forward of the same chunk (no gradient). A model whose
+        forward ignored the copied cache would score completions without their prompt: several nats off, where
+        float order gives 1e-5 (bf16: 1e-2). On a mismatch the run goes TRL's way, said in one line."""
+        import torch
+
+        with torch.no_grad():
+            reference = self.original(model, ids, mask, keep, None, False, False)[0]
+        scored = mask[:, -keep:].bool()
+        gap = float((log_probs.detach() - reference)[scored].abs().max()) if scored.any() else 0.0
+        if gap <= TOLERANCE:
+            return True
+        print(f"sampling.share_prompt_forward: off for this run; the shared prompt forward of "
+              f"{type(self.config).__name__} scored completions {gap:.3g} nats away from TRL's forward (at most "
+              f"{TOLERANCE:g} expected), so every step runs TRL's forward", file=sys.stderr, flush=True)
+        return False
 
     def _applies(self, model: Any, input_ids: Any, logits_to_keep: int, aux: bool, extra: dict[str, Any]) -> bool:
         accelerator = getattr(self.trainer, "accelerator", None)

@@ -84,6 +84,7 @@ def test_the_same_log_probs_entropies_and_gradients_as_trl(chunk: int | None) ->
     shared = share_prompt_forward(scorer)
     logps, entropy, grads = _score(scorer, ids, mask, keep, chunk)
     assert shared.calls == (1 if chunk is None else 3) and shared.rows_saved > 0
+    assert shared.checked is True  # the first shared chunk agreed with TRL's own forward
     assert chunk is not None or shared.rows_saved == 9  # 12 rows, 3 prompts
     scored = mask[:, -keep:].bool()
     assert torch.allclose(logps[scored], trl_logps[scored], atol=1e-5), (logps - trl_logps).abs().max()
