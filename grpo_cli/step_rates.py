@@ -82,6 +82,12 @@ class StepShape(_Typed):
     1/num_generations with `sampling.share_prompt_forward` (one prompt pass per group). Training's per-completion
     seconds grow with prompt tokens x this + completion tokens."""
 
+    def token_share(self, prompt: float | None = None) -> float:
+        """The share of a trained completion's tokens (prompt and completion) that run forward and backward: 1,
+        or less when its group shares the prompt's pass (`prompt` tokens, default the recorded mean)."""
+        tokens = (self.prompt_tokens or 0.0) if prompt is None else prompt
+        return (tokens * self.prompt_share + self.completion_tokens) / max(tokens + self.completion_tokens, 1.0)
+
     def kind(self) -> tuple[str, str, bool, str, int, int | None, str]:
         """Steps of one kind: a run replaces the remembered row of its kind."""
         return self.model, self.backend, self.lora, self.data, self.processes, self.threads, self.device
@@ -349,6 +355,8 @@ def fit_fixed(one: RateRow, other: RateRow) -> dict[str, float]:
             per = (d1, d2) if d1 and d2 else (1.0, 1.0)
             # training grows with the completions that trained: the zero-advantage skip's share differs by chance
             s1, s2 = (a.trained, b.trained) if part == "training" and a.trained and b.trained else (1.0, 1.0)
+            if part == "training":  # and with the tokens each one ran (a group's shared prompt pass)
+                s1, s2 = s1 * a.token_share(), s2 * b.token_share()
             n1, n2 = a.completions * s1, b.completions * s2
             t1, t2 = one.seconds[part].mean / per[0], other.seconds[part].mean / per[1]
             slope = (t2 - t1) / (n2 - n1) if abs(n2 - n1) > 1e-9 else -1.0
@@ -370,6 +378,8 @@ def carry_fixed(row: RateRow, source: RateRow) -> dict[str, float]:
             share, grown = source.fixed_share(part), ratio
             if part == "training" and row.shape.trained and source.shape.trained:  # per completion that trained
                 grown *= row.shape.trained / source.shape.trained
+            if part == "training":
+                grown *= row.shape.token_share() / source.shape.token_share()
             at_this_batch = share / (share + (1 - share) * grown) if share + (1 - share) * grown > 0 else 1.0
             fixed[part] = round(row.seconds[part].mean * at_this_batch, 6)
     return fixed

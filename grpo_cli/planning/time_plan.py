@@ -129,8 +129,8 @@ def _factors(shape: StepShape, row: RateRow) -> dict[str, tuple[float, float, st
     size = 1.0 if same_model else shape.params / max(r.params, 1)
     scaled = "" if same_model else f", scaled from {r.model} ({r.params / 1e6:,.1f}M params)"
     prompt, prompt_note = _prompt_tokens(shape, row)
-    per_completion = ((prompt * shape.prompt_share + shape.completion_tokens)
-                      / max((r.prompt_tokens or 0.0) * r.prompt_share + r.completion_tokens, 1.0))
+    per_completion = (prompt + shape.completion_tokens) / max((r.prompt_tokens or 0.0) + r.completion_tokens, 1.0)
+    shared = shape.token_share(prompt) / r.token_share()  # the tokens a completion trains: per completion, not fixed
     if shape.prompt_share != r.prompt_share:
         prompt_note += (f", each prompt's forward shared by {round(1 / shape.prompt_share)} completions"
                         if shape.prompt_share < 1 else ", a prompt forward per completion")
@@ -143,7 +143,8 @@ def _factors(shape: StepShape, row: RateRow) -> dict[str, tuple[float, float, st
         decode, generation = longest.factor, f", {longest.how(row, shape)}{scaled}"
     trained, share_note = _trained(shape, row)
     training = scaled + prompt_note + (f", {share_note}" if share_note else "")
-    return {"generation": (batch, decode * size, generation), "training": (batch * trained, per_completion * flops,
+    return {"generation": (batch, decode * size, generation), "training": (batch * trained * shared,
+                                                                       per_completion * flops,
                                                                        training),
             "weight_sync": (1.0, size, scaled), "reward": (batch, 1.0, ""), "other": (batch, 1.0, "")}
 

@@ -106,6 +106,21 @@ def _logits(lm: Any, hidden: Any, temperature: float) -> Any:
     return out / temperature
 
 
+_LEFT_OUT = [0]
+"""How many `left_out()` blocks are open: their forwards score no completion token and are not captured."""
+
+
+@contextmanager
+def left_out() -> Iterator[None]:
+    """Forwards inside are not captured by `captured_log_mass` (shared_prompt_forward.py's prompt pass and its
+    one-time check against TRL's forward: their hidden states are not the ones that score the completions)."""
+    _LEFT_OUT[0] += 1
+    try:
+        yield
+    finally:
+        _LEFT_OUT[0] -= 1
+
+
 @contextmanager
 def captured_log_mass(lm: Any, truncation: Truncation, logits_to_keep: int) -> Iterator[list[Any]]:
     """Inside: the causal LM's log-probability forwards (`language_model`); after: one (B, logits_to_keep) tensor
@@ -120,6 +135,8 @@ def captured_log_mass(lm: Any, truncation: Truncation, logits_to_keep: int) -> I
     states: list[Any] = []
 
     def keep(module: Any, args: Any, output: Any) -> None:
+        if _LEFT_OUT[0]:
+            return
         hidden = output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]
         states.append(hidden[:, -logits_to_keep - 1:-1].detach())
 

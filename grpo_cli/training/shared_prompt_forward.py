@@ -20,10 +20,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from grpo_cli.training.kept_mass import left_out
 from grpo_cli.training.shared_prefill import dropout_active
 
-TOLERANCE = 0.05
-"""Nats: the largest gap to TRL's forward the first shared chunk may show (float order: 1e-5; bf16: 1e-2)."""
+TOLERANCE = {"float32": 0.01, "half": 0.25}
+"""Nats: the largest gap to TRL's forward the first shared chunk may show, by the precision the forward runs in
+(float order gives 1e-5 in float32, up to about 0.1 in bf16 at large logits)."""
 METRIC = "shared_prompt_forward/rows_saved"
 """Logged per scored chunk: the rows whose prompt did not run a forward of its own."""
 
@@ -56,35 +58,47 @@ class SharedPromptForward:
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), size):
             ids, mask = input_ids[start:start + size], attention_mask[start:start + size]
+            if self.checked is None:
+                self.checked = self._agrees(model, ids, mask, logits_to_keep)
             shared = self._shared(model, ids, mask, logits_to_keep) if self.checked is not False else None
-            if shared is not None and self.checked is None:
-                self.checked = self._agrees(model, ids, mask, logits_to_keep, shared.log_probs)
-                shared = shared if self.checked else None
             if shared is None:
                 out = self.original(model, ids, mask, logits_to_keep, None, compute_entropy, False)
                 logps.append(out[0])
                 entropies.append(out[1])
                 continue
+            self._count(shared.rows_saved)
             logps.append(shared.log_probs)
             entropies.append(shared.entropy if compute_entropy else None)
         return (torch.cat(logps, dim=0), torch.cat(entropies, dim=0) if compute_entropy else None, None)
 
-    def _agrees(self, model: Any, ids: Any, mask: Any, keep: int, log_probs: Any) -> bool:
-        """Once a run: the shared log-probs against TRL's own forward of the same chunk (no gradient). A model whose
-        forward ignored the copied cache would score completions without their prompt: several nats off, where
-        float order gives 1e-5 (bf16: 1e-2). On a mismatch the run goes TRL's way, said in one line."""
+    def _agrees(self, model: Any, ids: Any, mask: Any, keep: int) -> bool | None:
+        """Once a run, before its first shared chunk: the shared log-probs against TRL's own forward of that chunk
+        (no gradient, outside fused_is's capture). A model whose forward ignored the copied cache would score
+        completions without their prompt: several nats off, where float order gives 1e-5 (bf16: 1e-2). On a
+        mismatch the run goes TRL's way, said in one line. None: the chunk has no repeats, nothing to compare."""
         import torch
 
-        with torch.no_grad():
+        with torch.no_grad(), left_out():
+            shared = self._shared(model, ids, mask, keep)
+            if shared is None:
+                return None
             reference = self.original(model, ids, mask, keep, None, False, False)[0]
+        log_probs = shared.log_probs
         scored = mask[:, -keep:].bool()
         gap = float((log_probs.detach() - reference)[scored].abs().max()) if scored.any() else 0.0
-        if gap <= TOLERANCE:
+        tolerance = TOLERANCE["float32" if self._float32(model) else "half"]
+        if gap <= tolerance:
             return True
         print(f"sampling.share_prompt_forward: off for this run; the shared prompt forward of "
               f"{type(self.config).__name__} scored completions {gap:.3g} nats away from TRL's forward (at most "
-              f"{TOLERANCE:g} expected), so every step runs TRL's forward", file=sys.stderr, flush=True)
+              f"{tolerance:g} expected), so every step runs TRL's forward", file=sys.stderr, flush=True)
         return False
+
+    def _float32(self, model: Any) -> bool:
+        import torch
+
+        mixed = getattr(getattr(self.trainer, "accelerator", None), "mixed_precision", "no") not in ("no", None)
+        return not mixed and all(p.dtype == torch.float32 for p in model.parameters() if p.is_floating_point())
 
     def _applies(self, model: Any, input_ids: Any, logits_to_keep: int, aux: bool, extra: dict[str, Any]) -> bool:
         accelerator = getattr(self.trainer, "accelerator", None)
@@ -107,21 +121,26 @@ class SharedPromptForward:
         cache = DynamicCache(config=self.config)
         with self.trainer.accelerator.autocast():
             # every prompt token but the last: the last one's output scores the first completion token below
-            model(input_ids=distinct[:, :prompt - 1], attention_mask=distinct[:, prompt:-1].to(mask.dtype),
-                  use_cache=True, logits_to_keep=1, **{self.cache_arg: cache})
+            with left_out():  # fused_is's kept-mass capture reads the completion pass's states only
+                model(input_ids=distinct[:, :prompt - 1], attention_mask=distinct[:, prompt:-1].to(mask.dtype),
+                      use_cache=True, logits_to_keep=1, **{self.cache_arg: cache})
             cache.reorder_cache(inverse)  # row r gets its prompt's cache; the gradients of the copies add up
             tail = ids[:, prompt - 1:]
             labels = tail.masked_fill(mask[:, prompt - 1:] == 0, -100)
             labels[:, 0] = -100
             out = model(input_ids=tail, attention_mask=mask, labels=labels, fused_lm_head=True,
                         **{self.cache_arg: cache})
+        out.rows_saved = rows.size(0) - distinct.size(0)
+        return out
+
+    def _count(self, saved: int) -> None:
+        """A shared chunk used: counted here and logged through TRL (which averages over the logging window)."""
         self.calls += 1
-        self.rows_saved += rows.size(0) - distinct.size(0)
-        metrics = getattr(self.trainer, "_metrics", None)  # TRL averages each logged key over the logging window
+        self.rows_saved += saved
+        metrics = getattr(self.trainer, "_metrics", None)
         if metrics is not None:
             mode = "train" if self.trainer.model.training else "eval"
-            metrics[mode][METRIC].append(float(rows.size(0) - distinct.size(0)))
-        return out
+            metrics[mode][METRIC].append(float(saved))
 
 
 def _checkpointing(model: Any) -> bool:

@@ -146,6 +146,10 @@ def share_blockers(recipe: Recipe) -> list[tuple[str, str]]:
          f"is proven on one process only, not under launch.profile={recipe.launch.profile} (two forwards before one "
          "backward under DDP, FSDP or ZeRO is untested)", "Remove `sampling.share_prompt_forward`, or train on one "
          "process."),
+        (recipe.launch.vllm.mode == "async", "does not apply to TRL's AsyncGRPOTrainer (launch.vllm.mode: async), "
+         "whose loss packs the completions and scores them in its own compute_loss (trl/experimental/async_grpo/"
+         "async_grpo_trainer.py), not through the method grpo hooks", "Remove "
+         "`sampling.share_prompt_forward`, or use launch.vllm.mode: colocate or server."),
         (bool(recipe.data.images), "does not work with image prompts (TRL's image tensors have a row per image or "
          "patch, not per completion)", "Remove `sampling.share_prompt_forward`."),
         (t.checkpointing(), "does not work with gradient checkpointing (the prompt's KV cache would be "

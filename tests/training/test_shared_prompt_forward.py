@@ -23,6 +23,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
 from grpo_cli.paths import ASSETS_DIR
+from grpo_cli.training.kept_mass import Truncation, captured_log_mass, language_model
 from grpo_cli.training.shared_prompt_forward import share_prompt_forward
 from tests.conftest import ROOT, run_cli
 
@@ -95,6 +96,26 @@ def test_the_same_log_probs_entropies_and_gradients_as_trl(chunk: int | None) ->
         assert (grad - trl_grads[name]).norm() <= 1e-4 * trl_grads[name].norm(), name
 
 
+def test_the_kept_mass_of_truncated_sampling_reads_the_completion_pass_alone() -> None:
+    """With vLLM and top_p < 1, fused_is renormalises the trainer's log-probs over the kept tokens, from the hidden
+    states captured during the loss forward: the shared prompt pass and the one-time check are left out, so the
+    capture holds one row per completion, as with TRL's forward."""
+    scorer = Scorer(_model())
+    ids, mask, keep = _batch()
+    truncation = Truncation(temperature=0.9, top_p=0.8)
+    lm = language_model(scorer, scorer.model)
+    with torch.no_grad(), captured_log_mass(lm, truncation, keep) as trl_mass:
+        scorer._get_per_token_logps_and_entropies(scorer.model, ids, mask, keep)
+    shared = share_prompt_forward(scorer)
+    with torch.no_grad(), captured_log_mass(lm, truncation, keep) as mass:
+        scorer._get_per_token_logps_and_entropies(scorer.model, ids, mask, keep)
+    assert shared.calls == 1 and shared.checked is True
+    scored = mask[:, -keep:].bool()
+    assert mass[0].shape == trl_mass[0].shape == (ids.size(0), keep)
+    assert torch.allclose(mass[0][scored], trl_mass[0][scored], atol=1e-5)
+    assert (trl_mass[0][scored] < 0).all()  # top_p 0.8 really dropped mass: log S < 0
+
+
 def test_left_to_trl_where_sharing_could_change_the_estimate() -> None:
     ids, mask, keep = _batch()
     dropped = Scorer(_model(dropout=0.1))  # one mask per completion in TRL's forward
@@ -113,7 +134,8 @@ def test_validate_refuses_it_where_it_is_unproven() -> None:
     assert run_cli("validate", smollm2, "sampling.share_prompt_forward=true").exit_code == 0
     for override, needle in (("launch.profile=ddp", "one process only"),
                              ("training.gradient_checkpointing=true", "gradient checkpointing"),
-                             ("model.lora.dropout=0.1", "dropout mask")):
+                             ("model.lora.dropout=0.1", "dropout mask"),
+                             ("launch.vllm.mode=async", "AsyncGRPOTrainer")):
         result = run_cli("validate", smollm2, "sampling.share_prompt_forward=true", override)
         assert result.exit_code == 2 and needle in " ".join(result.output.split()), (override, result.output)
         assert "sampling.share_prompt_forward" in result.output
