@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from grpo_cli import runs
+from grpo_cli.step_rates import PARTS, RateRow, Seconds, StepShape, fit_fixed
 from tests.conftest import RECIPES, run_cli
 
 DEMO = RECIPES / "demo.yaml"
@@ -43,3 +44,19 @@ def test_the_plan_scales_training_by_the_prompt_tokens_a_completion_runs(tmp_pat
     result = run_cli("train", DEMO, *SHORT, SHARED, "-o", out)
     assert result.exit_code == 0, result.output
     assert runs.read_manifest(out).step_rates.shape.prompt_share == pytest.approx(1 / 8)
+
+
+def _row(completions: int, training: float, prompt_share: float) -> RateRow:
+    shape = StepShape(model="m", params=100, lora=False, backend="transformers", processes=1, threads=1,
+                      completions=completions, completion_tokens=10, prompt_tokens=30.0, prompt_share=prompt_share)
+    seconds = {p: Seconds(mean=1.0, low=1.0, high=1.0) for p in PARTS}
+    seconds["training"] = Seconds(mean=training, low=training, high=training)
+    return RateRow(machine="m", date="2026", command="c", shape=shape, seconds=seconds, steps=3)
+
+
+def test_two_runs_that_shared_the_prompt_differently_still_fit_one_line() -> None:
+    """16 completions sharing their 30-token prompt by 8 run 16 x (30/8 + 10) = 220 tokens in 3.2 s; 32 that do
+    not share run 32 x 40 = 1280 tokens in 13.8 s: 0.01 s a token and 1 s fixed. Counted as completions (16 and
+    32), the two would fit a line with no fixed part at all."""
+    assert fit_fixed(_row(16, 3.2, 1 / 8), _row(32, 13.8, 1.0))["training"] == pytest.approx(1.0)
+    assert fit_fixed(_row(16, 3.2, 1.0), _row(32, 13.8, 1.0))["training"] == pytest.approx(0.0)
