@@ -27,3 +27,10 @@ def chosen_metric(recipe: Recipe) -> str | None:
     if recipe.eval.metric in labels:
         return recipe.eval.metric
     return labels[0] if len(labels) == 1 else None
+
+
+def shares_prompt(recipe: Recipe) -> bool:
+    """Whether `sampling.share_prompt_forward` acts in this launch: on one process only (proven there; several
+    processes run TRL's forward, the same update)."""
+    return recipe.sampling.share_prompt_forward and not (recipe.launch.spec.multi_process
+                                                         or recipe.launch.world_size > 1)

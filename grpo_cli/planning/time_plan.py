@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 from grpo_cli.hardware import machine, visible_gpus
 from grpo_cli.planning.decode_steps import decode_steps
 from grpo_cli.planning.memory import memory_plan
+from grpo_cli.planning.sampling_choice import shares_prompt
 from grpo_cli.step_rates import (
     PARTS,
     RateRow,
@@ -67,7 +68,7 @@ def recipe_shape(recipe: Recipe, params: int, threads: int | None, device: str) 
         data=str(data.dataset or files or (recipe.environment.factory if recipe.environment else "")),
         rewards=sorted(e.name or e.function or e.model or "" for e in recipe.rewards),
         device=device, trained=None if recipe.sampling.skip_zero_advantage else 1.0,
-        prompt_share=1 / t.num_generations if recipe.sampling.share_prompt_forward else 1.0)
+        prompt_share=1 / t.num_generations if shares_prompt(recipe) else 1.0)
 
 
 def planned_share(shape: StepShape, row: RateRow) -> float | None:

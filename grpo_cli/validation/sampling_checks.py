@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from grpo_cli.errors import GrpoError, Problem
 from grpo_cli.findings import Findings
-from grpo_cli.planning.sampling_choice import SKIP_LOSS_TYPES, chosen_metric
+from grpo_cli.planning.sampling_choice import SKIP_LOSS_TYPES, chosen_metric, shares_prompt
 from grpo_cli.recipe.schema import Recipe
 from grpo_cli.recipe.schema.rewards import RewardEntry
 from grpo_cli.rewards.builtins import BUILTIN_REWARDS
@@ -142,10 +142,6 @@ def share_blockers(recipe: Recipe) -> list[tuple[str, str]]:
     """(what, fix) for each reason one prompt forward per group would change the update or is unproven."""
     t, lora = recipe.training, recipe.model.lora
     blockers = [
-        (recipe.launch.spec.multi_process or recipe.launch.world_size > 1,
-         f"is proven on one process only, not under launch.profile={recipe.launch.profile} (two forwards before one "
-         "backward under DDP, FSDP or ZeRO is untested)", "Remove `sampling.share_prompt_forward`, or train on one "
-         "process."),
         (recipe.launch.vllm.mode == "async", "does not apply to TRL's AsyncGRPOTrainer (launch.vllm.mode: async), "
          "whose loss packs the completions and scores them in its own compute_loss (trl/experimental/async_grpo/"
          "async_grpo_trainer.py), not through the method grpo hooks", "Remove "
@@ -296,4 +292,11 @@ def sampling_plan(recipe: Recipe) -> dict[str, str]:
         plan["sampling"] = f"{head}; {said}; {other}"
     if s.skip_zero_advantage:
         plan["zero-advantage skip"] = "completions with advantage exactly 0 skip forward and backward (same update)"
+    if s.share_prompt_forward:
+        plan["shared prompt forward"] = (
+            "each group's prompt runs forward and backward once, not once per completion (the same update to float "
+            "order)" if shares_prompt(recipe) else f"off under launch.profile={recipe.launch.profile}: proven on "
+            "one process only (two forwards before one backward under DDP, FSDP or ZeRO is untested), so each "
+            "process runs TRL's forward, the same update")
     return plan
+

@@ -129,11 +129,12 @@ def test_left_to_trl_where_sharing_could_change_the_estimate() -> None:
     assert shared.calls == 0 and shared.rows_saved == 0
 
 
-def test_validate_refuses_it_where_it_is_unproven() -> None:
+def test_validate_refuses_it_where_it_would_change_the_update() -> None:
     smollm2 = ROOT / "recipes" / "smollm2-word-arith.yaml"
     assert run_cli("validate", smollm2, "sampling.share_prompt_forward=true").exit_code == 0
-    for override, needle in (("launch.profile=ddp", "one process only"),
-                             ("training.gradient_checkpointing=true", "gradient checkpointing"),
+    ddp = run_cli("validate", smollm2, "sampling.share_prompt_forward=true", "launch.profile=ddp")
+    assert ddp.exit_code == 0 and "proven on one process only" in " ".join(ddp.output.split())  # TRL's forward
+    for override, needle in (("training.gradient_checkpointing=true", "gradient checkpointing"),
                              ("model.lora.dropout=0.1", "dropout mask"),
                              ("launch.vllm.mode=async", "AsyncGRPOTrainer")):
         result = run_cli("validate", smollm2, "sampling.share_prompt_forward=true", override)

@@ -110,8 +110,8 @@ class SamplingSection(Section):
     completions run on a copy of its KV cache, and the copies' gradients add up in the one prompt pass. The same
     update up to floating-point order (log-probabilities agree to about 1e-5); the forward and backward take about
     2.6x less time where prompts are long against completions (SmolLM2 recipe: 60-token prompts, 32-token
-    completions). One process only; not with images, gradient checkpointing or LoRA dropout (`grpo validate`
-    refuses them); a batch without repeated prompts trains as TRL does."""
+    completions). On one process (several run TRL's forward); not with images, gradient checkpointing, LoRA
+    dropout or async mode (`grpo validate` refuses them); a batch without repeated prompts trains as TRL does."""
     compiled_decode: bool | None = None
     """A static KV cache and compiled decode steps when transformers generates (TRL's `cache_implementation:
     static`, with one cache size for every round so decoding compiles once). Unset: on for CUDA where it applies,
