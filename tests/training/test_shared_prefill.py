@@ -15,25 +15,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer, GenerationConfig
+from transformers import AutoTokenizer, GenerationConfig
 
-from grpo_cli.paths import ASSETS_DIR
 from grpo_cli.training.shared_prefill import OFF_ENV, share_prompt_prefill
+from tests.training.tiny_lora import MODEL, tiny_lora
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = ASSETS_DIR / "tiny-arith"
 
 
 def _lora_model(dropout: float = 0.0):  # type: ignore[no-untyped-def]
-    torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
-    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=dropout,
-                                            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
-    for name, param in model.named_parameters():  # a trained adapter, not the zero-initialised one
-        if "lora_B" in name:
-            torch.nn.init.normal_(param, std=0.05)
-    return model.train()
+    return tiny_lora(dropout)
 
 
 def _batch(groups: int = 3, copies: int = 4) -> dict[str, torch.Tensor]:

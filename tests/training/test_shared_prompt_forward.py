@@ -17,17 +17,14 @@ from types import MethodType
 import pytest
 import torch
 from accelerate import Accelerator
-from peft import LoraConfig, get_peft_model
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 from trl import GRPOTrainer
 from trl.trainer.utils import add_fused_lm_head
 
-from grpo_cli.paths import ASSETS_DIR
 from grpo_cli.training.kept_mass import Truncation, captured_log_mass, language_model
 from grpo_cli.training.shared_prompt_forward import share_prompt_forward
 from tests.conftest import ROOT, run_cli
-
-MODEL = ASSETS_DIR / "tiny-arith"
+from tests.training.tiny_lora import MODEL, tiny_lora
 
 
 class Scorer:
@@ -40,15 +37,7 @@ class Scorer:
 
 
 def _model(dropout: float = 0.0) -> torch.nn.Module:
-    torch.manual_seed(0)
-    base = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
-    add_fused_lm_head(base, temperature=0.9, outputs=("log_probs", "entropy"))  # as GRPOTrainer does
-    model = get_peft_model(base, LoraConfig(r=8, lora_alpha=16, lora_dropout=dropout,
-                                            target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
-    for name, param in model.named_parameters():  # a trained adapter, not the zero-initialised one
-        if "lora_B" in name:
-            torch.nn.init.normal_(param, std=0.05)
-    return model.train()
+    return tiny_lora(dropout, lambda base: add_fused_lm_head(base, temperature=0.9, outputs=("log_probs", "entropy")))
 
 
 def _batch(copies: int = 4) -> tuple[torch.Tensor, torch.Tensor, int]:
