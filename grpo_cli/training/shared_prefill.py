@@ -28,9 +28,7 @@ class SharedPrefill:
         self.original: Callable[..., Any] = model.generate
         self.calls = 0
         self.rows_saved = 0
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        params = inspect.signature(base.forward).parameters
-        self.cache_arg = "cache" if "cache" in params else "past_key_values"  # transformers 5.2x renamed it
+        self.cache_arg = cache_argument(model)
         model.generate = self.generate
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
@@ -87,6 +85,12 @@ class SharedPrefill:
                              use_cache=True, logits_to_keep=1, **{self.cache_arg: cache})
         returned = out.get(self.cache_arg, cache) if hasattr(out, "get") else cache  # the model's output dict
         return returned if isinstance(returned, DynamicCache) else None
+
+
+def cache_argument(model: Any) -> str:
+    """The name under which the model's forward takes a KV cache (transformers 5.2x renamed `past_key_values`)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
 
 
 def dropout_active(model: Any) -> bool:

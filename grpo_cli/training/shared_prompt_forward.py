@@ -15,13 +15,12 @@ entropies and gradients with TRL's method.
 
 from __future__ import annotations
 
-import inspect
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from grpo_cli.training.kept_mass import left_out
-from grpo_cli.training.shared_prefill import dropout_active
+from grpo_cli.training.shared_prefill import cache_argument, dropout_active
 
 TOLERANCE = {"float32": 0.01, "half": 0.25}
 """Nats: the largest gap to TRL's forward the first shared chunk may show, by the precision the forward runs in
@@ -40,9 +39,8 @@ class SharedPromptForward:
         self.rows_saved = 0
         self.checked: bool | None = None  # None until the first shared chunk is compared with TRL's forward
         model = trainer.model
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        self.config = base.config
-        self.cache_arg = "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+        self.config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
+        self.cache_arg = cache_argument(model)
         trainer._get_per_token_logps_and_entropies = self.per_token_logps
 
     def per_token_logps(self, model: Any, input_ids: Any, attention_mask: Any, logits_to_keep: int,
