@@ -23,21 +23,22 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_each_runner_gets_a_row_with_a_clocked_accuracy_per_checkpoint() -> None:
     done = subprocess.run(
         [sys.executable, "benchmarks/vs_trl/time_to_accuracy.py", "--recipe", "recipes/demo.yaml", "--steps", "6",
-         "--save-steps", "3", "--runners", "trl", "grpo", "--eval-samples", "16", "--target", "trl"],
+         "--grpo-steps", "9", "--save-steps", "3", "--runners", "trl", "grpo", "--eval-samples", "16", "--target",
+         "trl"],
         cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     rows = [line for line in done.stdout.splitlines() if line.startswith("| (")]
     table = rows[len(rows) // 2:]  # each row is printed when ready, then again in the final table
     assert [r.split(" | ")[0] for r in table] == ["| (a) plain TRL script", "| (c) grpo train (shared prompt prefill)"]
     bases = set()
-    for line in table:
+    for line, steps in zip(table, (6, 9), strict=True):  # --grpo-steps: grpo trains on past the script's last step
         cells = line.split(" | ")
         points = re.findall(r"(\d+): ([\d.]+)(?: @ ([\d.]+) s)?", cells[6])
-        assert [p[0] for p in points] == ["0", "3", "6"], cells[6]
+        assert [int(p[0]) for p in points] == list(range(0, steps + 1, 3)), cells[6]
         bases.add(points[0][1])
         clocks = [float(p[2]) for p in points[1:]]
         assert 0 < clocks[0] < clocks[1], clocks  # step 6 came after step 3, inside train()
-        assert float(cells[1]) > 0 and cells[5].replace(",", "") == str(6 * 64)  # steps/s; completions generated
+        assert float(cells[1]) > 0 and cells[5].replace(",", "") == str(steps * 64)  # steps/s; completions
     assert len(bases) == 1  # one base-model evaluation is the step-0 point of every curve
     # --target trl: the plain script's own last accuracy, so it is the baseline (1.00x) and reaches it
     cells = table[0].split(" | ")
