@@ -380,6 +380,9 @@ def main() -> None:
                         help="How `grpo calibrate` samples for the calibrated runners (vllm: in .venv-vllm).")
     add_record(parser)
     args = parser.parse_args()
+    if 0 < args.grpo_steps < args.steps:
+        parser.error(f"--grpo-steps {args.grpo_steps} is under --steps {args.steps}: it gives the grpo runners room "
+                     "past the plain script's last step, never fewer steps")
     if args.grpo_steps:
         from grpo_cli import load_recipe
 

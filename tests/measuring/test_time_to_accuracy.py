@@ -47,3 +47,15 @@ def test_each_runner_gets_a_row_with_a_clocked_accuracy_per_checkpoint() -> None
     first = next(clock for _, acc, clock in points if acc >= points[-1][1])
     # the time to it counts from the process's launch: the model load before train() is in it
     assert float(cells[7].split()[0]) > first, (cells[7], points)
+
+
+@pytest.mark.parametrize(("extra", "said"), [
+    (["--grpo-steps", "9", "--set", "training.lr_scheduler_type=linear"], "needs training.lr_scheduler_type: constant"),
+    (["--grpo-steps", "3"], "--grpo-steps 3 is under --steps 6")])
+def test_grpo_steps_is_refused_where_the_first_steps_would_be_another_run(extra: list[str], said: str) -> None:
+    """Room past the script's last step only means the same first steps under a constant learning rate."""
+    done = subprocess.run([sys.executable, "benchmarks/vs_trl/time_to_accuracy.py", "--recipe", "recipes/demo.yaml",
+                           "--steps", "6", "--runners", "grpo", *extra], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2 and said in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not done.stdout  # refused before the base model is scored
