@@ -87,10 +87,14 @@ class SharedPrefill:
         return returned if isinstance(returned, DynamicCache) else None
 
 
+def peft_base(model: Any) -> Any:
+    """The transformers model under PEFT's wrapper (the model itself without one)."""
+    return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+
 def cache_argument(model: Any) -> str:
     """The name under which the model's forward takes a KV cache (transformers 5.2x renamed `past_key_values`)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+    return "cache" if "cache" in inspect.signature(peft_base(model).forward).parameters else "past_key_values"
 
 
 def dropout_active(model: Any) -> bool:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from grpo_cli.training.kept_mass import left_out
-from grpo_cli.training.shared_prefill import cache_argument, dropout_active
+from grpo_cli.training.shared_prefill import cache_argument, dropout_active, peft_base
 
 TOLERANCE = {"float32": 0.01, "half": 0.25}
 """Nats: the largest gap to TRL's forward the first shared chunk may show, by the precision the forward runs in
@@ -39,7 +39,7 @@ class SharedPromptForward:
         self.rows_saved = 0
         self.checked: bool | None = None  # None until the first shared chunk is compared with TRL's forward
         model = trainer.model
-        self.config = (model.get_base_model() if hasattr(model, "get_base_model") else model).config
+        self.config = peft_base(model).config
         self.cache_arg = cache_argument(model)
         trainer._get_per_token_logps_and_entropies = self.per_token_logps
 
@@ -143,7 +143,7 @@ class SharedPromptForward:
 
 def _checkpointing(model: Any) -> bool:
     """Whether activations are checkpointed (transformers 5.2x renamed the property; the old name warns)."""
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base = peft_base(model)
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if hasattr(type(base), name):
             return bool(getattr(base, name))

@@ -299,4 +299,3 @@ def sampling_plan(recipe: Recipe) -> dict[str, str]:
             "one process only (two forwards before one backward under DDP, FSDP or ZeRO is untested), so each "
             "process runs TRL's forward, the same update")
     return plan
-

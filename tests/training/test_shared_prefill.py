@@ -23,10 +23,6 @@ from tests.training.tiny_lora import MODEL, tiny_lora
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _lora_model(dropout: float = 0.0):  # type: ignore[no-untyped-def]
-    return tiny_lora(dropout)
-
-
 def _batch(groups: int = 3, copies: int = 4) -> dict[str, torch.Tensor]:
     tok = AutoTokenizer.from_pretrained(MODEL)
     tok.padding_side = "left"
@@ -47,7 +43,7 @@ def _sample(model, batch, seed: int = 1):  # type: ignore[no-untyped-def]
 
 
 def test_the_same_tokens_and_log_probs_with_one_prefill_per_prompt() -> None:
-    model, batch = _lora_model(), _batch()
+    model, batch = tiny_lora(), _batch()
     tokens, logprobs = _sample(model, batch)
     shared = share_prompt_prefill(model)
     assert shared is not None
@@ -58,12 +54,12 @@ def test_the_same_tokens_and_log_probs_with_one_prefill_per_prompt() -> None:
 
 
 def test_left_alone_where_sharing_could_change_the_samples() -> None:
-    dropped = _lora_model(dropout=0.1)  # each copy would get its own dropout mask
+    dropped = tiny_lora(dropout=0.1)  # each copy would get its own dropout mask
     shared = share_prompt_prefill(dropped)
     assert shared is not None
     _sample(dropped, _batch())
     assert shared.calls == 0
-    model = _lora_model()
+    model = tiny_lora()
     shared = share_prompt_prefill(model)
     assert shared is not None
     _sample(model, _batch(groups=3, copies=1))  # no prompt repeats
@@ -74,7 +70,7 @@ def test_left_alone_where_sharing_could_change_the_samples() -> None:
 
 def test_turned_off_by_its_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(OFF_ENV, "0")
-    model = _lora_model()
+    model = tiny_lora()
     generate = model.generate
     assert share_prompt_prefill(model) is None and model.generate == generate
 
